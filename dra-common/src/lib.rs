@@ -1,0 +1,8 @@
+//! Shared between the eBPF programs (`dra-ebpf`) and the agent (`dra-userspace`):
+//! the Diameter wire constants and bounded scanner, the BPF map types, and the
+//! counter enum. `no_std`, no allocation: the same code runs in the kernel.
+#![no_std]
+
+pub mod maps;
+pub mod stats;
+pub mod wire;

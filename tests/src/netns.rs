@@ -1,0 +1,91 @@
+//! Network namespaces for tests. Every namespace a test creates is deleted when its
+//! guard drops, also when the test panics.
+
+use std::{
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::{Context, Result, bail};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique short name: prefix + pid + sequence (interface names are ≤ 15 bytes).
+pub fn unique(prefix: &str) -> String {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}{n}", std::process::id() % 100_000)
+}
+
+/// Runs a command, failing with its stderr.
+pub fn sh(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("spawn {args:?}"))?;
+    if !out.status.success() {
+        bail!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Result<Netns> {
+        let name = unique(prefix);
+        sh(&["ip", "netns", "add", &name])?;
+        let ns = Netns { name };
+        ns.exec(&["ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut v = vec!["ip", "netns", "exec", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// Runs `f` with this thread inside the namespace, then returns to the original.
+    pub fn enter<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        use std::os::fd::AsRawFd;
+        let orig = std::fs::File::open("/proc/thread-self/ns/net").context("open own netns")?;
+        let target = std::fs::File::open(format!("/run/netns/{}", self.name)).context("open netns")?;
+        // SAFETY: setns on valid fds of network namespaces; affects only this thread.
+        if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns into {}: {}", self.name, std::io::Error::last_os_error());
+        }
+        let r = f();
+        // SAFETY: as above, returning to the thread's original namespace.
+        if unsafe { libc::setns(orig.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            panic!("setns back failed: {}", std::io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// A veth pair between two namespaces with addresses from 198.18.0.0/15.
+pub struct VethPair {
+    pub a_if: String,
+    pub b_if: String,
+}
+
+impl VethPair {
+    /// Creates `a_if` in `a` (address `a_addr/cidr`) and `b_if` in `b` (`b_addr/cidr`).
+    pub fn new(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> Result<VethPair> {
+        let a_if = unique("va");
+        let b_if = unique("vb");
+        sh(&["ip", "link", "add", &a_if, "netns", &a.name, "type", "veth", "peer", "name", &b_if, "netns", &b.name])?;
+        a.exec(&["ip", "addr", "add", a_addr, "dev", &a_if])?;
+        b.exec(&["ip", "addr", "add", b_addr, "dev", &b_if])?;
+        a.exec(&["ip", "link", "set", &a_if, "up"])?;
+        b.exec(&["ip", "link", "set", &b_if, "up"])?;
+        Ok(VethPair { a_if, b_if })
+    }
+}

@@ -1,0 +1,28 @@
+//! The XDP program with the dra-common scanner compiled in loads and passes the
+//! verifier on this kernel, and attaches natively to a veth in a test namespace.
+
+use dra_tests::netns::{Netns, VethPair};
+
+#[test]
+fn xdp_program_passes_the_verifier() {
+    let mut ebpf = dra::dataplane::open().expect("open embedded object");
+    dra::dataplane::load_xdp(&mut ebpf).expect("verifier accepts dra_xdp");
+    let prog: &aya::programs::Xdp = ebpf.program(dra::dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+    let info = prog.info().expect("program info");
+    assert!(info.name_as_str().is_some_and(|n| n.starts_with("dra_xdp")), "{:?}", info.name_as_str());
+}
+
+#[test]
+fn xdp_attaches_natively_on_veth() {
+    let a = Netns::new("dta").unwrap();
+    let b = Netns::new("dtb").unwrap();
+    let veth = VethPair::new(&a, "198.18.0.1/30", &b, "198.18.0.2/30").unwrap();
+    b.enter(|| {
+        let mut ebpf = dra::dataplane::open().expect("open");
+        dra::dataplane::load_xdp(&mut ebpf).expect("load");
+        let prog: &mut aya::programs::Xdp =
+            ebpf.program_mut(dra::dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+        prog.attach(&veth.b_if, aya::programs::XdpMode::Driver).expect("native attach on veth");
+    })
+    .unwrap();
+}
