@@ -5,3 +5,4 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod diameter;
+pub mod routing;

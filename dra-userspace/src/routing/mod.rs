@@ -1,0 +1,1 @@
+//! Realm routing, peer selection, session binding (in progress).
