@@ -224,7 +224,7 @@ pub fn parse_header<B: Bytes>(b: &B, off: usize) -> Result<Header, WireError> {
     if version != VERSION {
         return Err(WireError::BadVersion);
     }
-    if length < HEADER_LEN as u32 || length % 4 != 0 {
+    if length < HEADER_LEN as u32 || !length.is_multiple_of(4) {
         return Err(WireError::BadLength);
     }
     if fl & flags::RESERVED & !flags::RATE_LIMIT_MARK != 0

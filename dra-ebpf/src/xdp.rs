@@ -72,12 +72,12 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
             if c.header.is_request() {
                 count(Counter::Requests);
                 let key = BucketKey::new(0, c.class);
-                match CLASS_COUNTERS.get_ptr_mut(&key) {
+                match CLASS_COUNTERS.get_ptr_mut(key) {
                     // SAFETY: per-CPU value of this CPU.
                     Some(v) => unsafe { (*v).seen += 1 },
                     None => {
                         let v = ClassCounters { seen: 1, ..ClassCounters::default() };
-                        let _ = CLASS_COUNTERS.insert(&key, &v, 0);
+                        let _ = CLASS_COUNTERS.insert(key, v, 0);
                     }
                 }
             } else {
