@@ -1,0 +1,522 @@
+//! CPU sample sources against real things: files, /proc, a real redis-server on
+//! loopback, and a canned Prometheus HTTP server on loopback (a protocol test of our
+//! client).
+//!
+//! Every process started here is owned by a guard that kills it on drop, also when an
+//! assertion panics.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dra::control::SourceError;
+use dra::control::sources::{
+    CpuSource, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu,
+};
+
+// ---------------------------------------------------------------- helpers
+
+/// A child process killed (and reaped) on drop.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn spawn(cmd: &mut Command) -> Self {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Self(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A scratch directory under cargo's target tmpdir, removed on drop.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new() -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "control-sources-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------- file
+
+#[test]
+fn file_source_reads_the_last_value_and_rejects_garbage() {
+    let dir = ScratchDir::new();
+    let path = dir.0.join("db-cpu");
+    let mut src = FileCpu::new(&path);
+
+    assert!(
+        matches!(src.sample(), Err(SourceError::Io { .. })),
+        "missing file"
+    );
+
+    std::fs::write(&path, "12.5\n").unwrap();
+    assert_eq!(src.sample().unwrap(), Some(12.5));
+
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    writeln!(f, "70%").unwrap();
+    drop(f);
+    assert_eq!(src.sample().unwrap(), Some(70.0), "the last line wins");
+
+    std::fs::write(&path, "  \n 63 \n\n").unwrap();
+    assert_eq!(
+        src.sample().unwrap(),
+        Some(63.0),
+        "surrounding whitespace is tolerated"
+    );
+
+    std::fs::write(&path, "cpu is high\n").unwrap();
+    assert!(matches!(src.sample(), Err(SourceError::Number { .. })));
+
+    std::fs::write(&path, "").unwrap();
+    assert!(matches!(src.sample(), Err(SourceError::Malformed { .. })));
+}
+
+// ---------------------------------------------------------------- procfs
+
+/// Starts a busy shell loop from a copy of /bin/sh called `name`, so that it can be
+/// found by its command name.
+fn busy_process_named(dir: &Path, name: &str) -> ChildGuard {
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    let exe = dir.join(name);
+    std::fs::copy(&sh, &exe).unwrap();
+    // A fork elsewhere in this multi-threaded test binary can briefly hold the copy's
+    // write descriptor: retry ETXTBSY.
+    for _ in 0..50 {
+        match Command::new(&exe)
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => return ChildGuard(child),
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("spawn {}: {e}", exe.display()),
+        }
+    }
+    panic!("spawn {}: text file busy", exe.display());
+}
+
+#[test]
+fn procfs_busy_process_by_pid_pidfile_and_name() {
+    let dir = ScratchDir::new();
+    let name = format!("drabusy{}", std::process::id() % 100_000);
+    let busy = busy_process_named(&dir.0, &name);
+    let pidfile = dir.0.join("busy.pid");
+    std::fs::write(&pidfile, format!("{}\n", busy.pid())).unwrap();
+
+    let mut sources = [
+        ProcessCpu::new(ProcessSelector::Pid(busy.pid())),
+        ProcessCpu::new(ProcessSelector::PidFile(pidfile.clone())),
+        ProcessCpu::new(ProcessSelector::Name(name.clone())),
+    ];
+    for src in &mut sources {
+        assert_eq!(
+            src.sample().unwrap(),
+            None,
+            "{}: first reading has no delta",
+            src.describe()
+        );
+    }
+    thread::sleep(Duration::from_millis(300));
+    for src in &mut sources {
+        let v = src.sample().unwrap().expect("second reading gives a value");
+        assert!(
+            v > 30.0,
+            "{}: a busy loop measured {v:.1}% of a core",
+            src.describe()
+        );
+        assert!(
+            v < 105.0,
+            "{}: one single-threaded process, {v:.1}%",
+            src.describe()
+        );
+    }
+
+    drop(busy);
+    let mut gone = ProcessCpu::new(ProcessSelector::Name(name));
+    assert!(matches!(gone.sample(), Err(SourceError::NoProcess { .. })));
+    std::fs::write(&pidfile, "not-a-pid").unwrap();
+    assert!(matches!(
+        sources[1].sample(),
+        Err(SourceError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn procfs_idle_process_is_near_zero() {
+    let idle = ChildGuard::spawn(Command::new("sleep").arg("5"));
+    let mut src = ProcessCpu::new(ProcessSelector::Pid(idle.pid()));
+    assert_eq!(src.sample().unwrap(), None);
+    thread::sleep(Duration::from_millis(300));
+    let v = src.sample().unwrap().unwrap();
+    assert!((0.0..5.0).contains(&v), "sleep measured {v:.1}%");
+}
+
+#[test]
+fn procfs_host_cpu_is_a_percentage() {
+    let mut src = HostCpu::new();
+    assert_eq!(src.sample().unwrap(), None);
+    thread::sleep(Duration::from_millis(200));
+    let v = src.sample().unwrap().expect("ticks elapsed in 200 ms");
+    assert!((0.0..=100.0).contains(&v), "host CPU {v}");
+}
+
+// ---------------------------------------------------------------- redis
+
+/// A redis-server on 127.0.0.1, killed on drop.
+struct RedisServer {
+    _child: ChildGuard,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> Self {
+        // The free port can be taken between probe and bind: try a few.
+        for _ in 0..5 {
+            let port = free_port();
+            let child = ChildGuard::spawn(
+                Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"]),
+            );
+            let mut child = child;
+            for _ in 0..250 {
+                if let Ok(Some(_)) = child.0.try_wait() {
+                    break; // exited (port taken?): next port
+                }
+                if ping(port) {
+                    return Self {
+                        _child: child,
+                        port,
+                    };
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not answer PING");
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+        && s.read_exact(&mut buf).is_ok()
+        && &buf == b"+PONG\r\n"
+}
+
+/// Sends a raw command and returns the first reply line.
+fn raw_command(port: u16, args: &[&str]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line
+}
+
+/// `threads` clients pipelining SETs for `dur`.
+fn load_redis(port: u16, threads: usize, dur: Duration) {
+    const BATCH: usize = 200;
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut batch = Vec::new();
+                for j in 0..BATCH {
+                    let key = format!("k{i}-{j}");
+                    batch.extend_from_slice(
+                        format!(
+                            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$5\r\nvalue\r\n",
+                            key.len()
+                        )
+                        .as_bytes(),
+                    );
+                }
+                let mut replies = vec![0u8; BATCH * 5]; // "+OK\r\n" each
+                let start = Instant::now();
+                while start.elapsed() < dur {
+                    s.write_all(&batch).unwrap();
+                    s.read_exact(&mut replies).unwrap();
+                    assert!(replies.starts_with(b"+OK\r\n"));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn redis_cpu_is_measured_and_rises_under_load() {
+    let server = RedisServer::start();
+    let mut src = RedisCpu::new(server.addr());
+    assert_eq!(src.sample().unwrap(), None, "first INFO cpu has no delta");
+    thread::sleep(Duration::from_millis(500));
+    let idle = src.sample().unwrap().expect("second reading gives a value");
+    assert!((0.0..=100.0).contains(&idle), "idle redis CPU {idle}");
+
+    load_redis(server.port, 4, Duration::from_millis(1500));
+    let loaded = src.sample().unwrap().unwrap();
+    eprintln!("redis CPU idle {idle:.2}%, under load {loaded:.2}%");
+    assert!(
+        loaded > idle + 10.0,
+        "loaded {loaded:.1}% vs idle {idle:.1}%"
+    );
+
+    // Our connection is killed server-side: one error, then a transparent reconnect.
+    let killed = raw_command(
+        server.port,
+        &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
+    );
+    assert!(killed.starts_with(':'), "CLIENT KILL answered {killed:?}");
+    assert!(src.sample().is_err(), "the killed connection is reported");
+    let v = src
+        .sample()
+        .unwrap()
+        .expect("counters continue after reconnecting");
+    assert!(v >= 0.0);
+
+    // AUTH: without a password the server refuses, with it the source works.
+    assert_eq!(
+        raw_command(server.port, &["CONFIG", "SET", "requirepass", "s3cret"]),
+        "+OK\r\n"
+    );
+    let mut noauth = RedisCpu::new(server.addr());
+    assert!(
+        matches!(noauth.sample(), Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH"))
+    );
+    let mut wrong = RedisCpu::new(server.addr()).with_auth(None, "nope".into());
+    assert!(matches!(wrong.sample(), Err(SourceError::Remote { .. })));
+    let mut auth = RedisCpu::new(server.addr()).with_auth(None, "s3cret".into());
+    assert_eq!(auth.sample().unwrap(), None);
+    assert!(auth.sample().is_ok());
+}
+
+#[test]
+fn redis_down_is_an_error_and_recovers_when_it_comes_up() {
+    let port = free_port();
+    let mut src =
+        RedisCpu::new(format!("127.0.0.1:{port}")).with_timeout(Duration::from_millis(500));
+    assert!(matches!(src.sample(), Err(SourceError::Io { .. })));
+    // Start a server on that port (fall back to failing loudly if it was taken).
+    let child = ChildGuard::spawn(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"]),
+    );
+    let mut up = false;
+    for _ in 0..250 {
+        if ping(port) {
+            up = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(up, "redis-server on port {port} did not come up");
+    assert_eq!(src.sample().unwrap(), None, "reconnected; first reading");
+    assert!(src.sample().is_ok());
+    drop(child);
+    assert!(src.sample().is_err(), "server gone");
+}
+
+// ---------------------------------------------------------------- prometheus
+
+/// Serves one canned response per connection, in order, recording each request head.
+fn canned_http_server(
+    responses: Vec<Vec<u8>>,
+) -> (u16, mpsc::Receiver<String>, thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        for response in responses {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            tx.send(head).unwrap();
+            conn.write_all(&response).unwrap();
+        }
+    });
+    (port, rx, handle)
+}
+
+fn http(status: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn http_chunked(body: &str) -> Vec<u8> {
+    let (a, b) = body.split_at(body.len() / 2);
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn prometheus_instant_query_values_and_errors() {
+    let responses = vec![
+        http(
+            "200 OK",
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.123,"62.5"]}}"#,
+        ),
+        http_chunked(
+            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"db1"},"value":[1700000001,"49"]}]}}"#,
+        ),
+        http(
+            "400 Bad Request",
+            r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected right brace"}"#,
+        ),
+        http(
+            "200 OK",
+            r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#,
+        ),
+        http(
+            "200 OK",
+            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"i":"a"},"value":[1,"1"]},{"metric":{"i":"b"},"value":[1,"2"]}]}}"#,
+        ),
+        http(
+            "200 OK",
+            r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
+        ),
+    ];
+    let (port, requests, server) = canned_http_server(responses);
+    let query = r#"100 * (1 - avg(rate(node_cpu_seconds_total{mode="idle"}[1m])))"#;
+    let mut src = PrometheusCpu::new(&format!("http://127.0.0.1:{port}/prom"), query).unwrap();
+
+    assert_eq!(src.sample().unwrap(), Some(62.5), "scalar");
+    let head = requests.recv().unwrap();
+    let request_line = head.lines().next().unwrap();
+    assert_eq!(
+        request_line,
+        "GET /prom/api/v1/query?query=100%20%2A%20%281%20-%20avg%28rate%28node_cpu_seconds_total\
+         %7Bmode%3D%22idle%22%7D%5B1m%5D%29%29%29 HTTP/1.1"
+    );
+    assert!(
+        head.contains(&format!("Host: 127.0.0.1:{port}\r\n")),
+        "{head}"
+    );
+
+    assert_eq!(
+        src.sample().unwrap(),
+        Some(49.0),
+        "one-element vector, chunked body"
+    );
+
+    let err = src.sample().unwrap_err();
+    assert!(
+        matches!(&err, SourceError::Remote { detail, .. } if detail.contains("400") && detail.contains("bad_data")),
+        "{err}"
+    );
+    let err = src.sample().unwrap_err();
+    assert!(
+        matches!(&err, SourceError::Malformed { detail, .. } if detail.contains("matrix")),
+        "{err}"
+    );
+    let err = src.sample().unwrap_err();
+    assert!(
+        matches!(&err, SourceError::Malformed { detail, .. } if detail.contains("2 series")),
+        "{err}"
+    );
+    let err = src.sample().unwrap_err();
+    assert!(
+        matches!(&err, SourceError::Malformed { detail, .. } if detail.contains("no series")),
+        "{err}"
+    );
+
+    server.join().unwrap();
+    assert!(
+        matches!(src.sample(), Err(SourceError::Io { .. })),
+        "server gone: connection refused"
+    );
+}
+
+#[test]
+fn prometheus_silent_server_times_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts (kernel backlog) but never answers.
+    let mut src = PrometheusCpu::new(&format!("http://127.0.0.1:{port}"), "up")
+        .unwrap()
+        .with_timeout(Duration::from_millis(200));
+    let err = src.sample().unwrap_err();
+    assert!(
+        matches!(&err, SourceError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "{err:?}"
+    );
+    drop(listener);
+}
