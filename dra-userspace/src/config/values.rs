@@ -11,14 +11,19 @@ use ipnet::IpNet;
 /// Why a duration string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
+    /// Nothing but spaces.
     #[error("empty duration")]
     Empty,
+    /// A number without unit (`"30"`).
     #[error("missing unit after {number} (write e.g. \"{number}s\"; units: ms, s, m, h)")]
     MissingUnit { number: String },
+    /// A unit other than ms, s, m, h.
     #[error("unknown unit \"{unit}\" (units: ms, s, m, h)")]
     UnknownUnit { unit: String },
+    /// No number where one belongs (`"s"`, `"-1s"`, `".5s"`).
     #[error("expected a number at \"{rest}\"")]
     ExpectedNumber { rest: String },
+    /// More than `Duration` holds.
     #[error("duration too large")]
     Overflow,
 }
@@ -110,10 +115,12 @@ pub fn format_duration(d: Duration) -> String {
 /// Why an address prefix was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrefixError {
+    /// Neither an address nor a CIDR prefix.
     #[error(
         "bad address \"{text}\": expected an IPv4/IPv6 address or CIDR prefix like 198.18.1.2/32"
     )]
     Syntax { text: String },
+    /// Bits set below the prefix length (`198.18.1.2/24`).
     #[error("prefix \"{text}\" has host bits set; did you mean {network}?")]
     HostBits { text: String, network: IpNet },
 }
