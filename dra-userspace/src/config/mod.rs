@@ -1,21 +1,566 @@
-//! Configuration (placeholder: replaced by the full schema and validation).
-use std::path::Path;
+//! The agent's configuration: one TOML file, validated as a whole.
+//!
+//! [`load`] / [`parse`] return either a [`Config`] whose values are already resolved
+//! and checked (addresses are [`IpNet`]/[`SocketAddr`], durations are [`Duration`],
+//! names are enums, every peer and group reference exists), or [`ConfigErrors`]: every
+//! problem found, each as `file:line:column: reason`.
+//!
+//! The tables are named after the Cisco CPS vDRA CRD tables of the seed scenario
+//! (peer / message rate limit profiles, dynamic peer rate limit profile, dynamic
+//! throttling DB CPU profile). `docs/config.md` is the reference for every key.
 
-#[derive(Debug)]
-pub struct Config;
-
-#[derive(Debug, thiserror::Error)]
-#[error("config loading is not implemented yet: {path}\n")]
-pub struct ConfigErrors {
-    pub path: String,
+/// Implements [`ConfigName`] for an enum: `config_names!(T { Variant => "name", ... })`.
+macro_rules! config_names {
+    ($t:ty { $($v:ident => $n:literal),* $(,)? }) => {
+        impl $crate::config::ConfigName for $t {
+            const ALL: &'static [Self] = &[$(<$t>::$v),*];
+            fn name(self) -> &'static str {
+                match self { $(<$t>::$v => $n),* }
+            }
+        }
+    };
 }
 
-impl Config {
-    pub fn summary(&self) -> String {
-        String::new()
+mod error;
+mod raw;
+mod summary;
+mod validate;
+pub mod values;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dra_common::maps::{Action, BucketConfig};
+use dra_common::wire::{MsgClass, app, cmd};
+use ipnet::IpNet;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use values::RequestType;
+
+/// Default Diameter port (RFC 6733 §2.1).
+pub const DEFAULT_DIAMETER_PORT: u16 = 3868;
+/// Default Result-Code of a rejected request: DIAMETER_UNABLE_TO_DELIVER (RFC 6733 §7.1.3).
+pub const DEFAULT_RESULT_CODE: u32 = 3002;
+/// Default product name (Product-Name AVP in CER/CEA).
+pub const DEFAULT_PRODUCT_NAME: &str = "dra-xdp";
+
+/// A validated configuration. Plain data: every reference has been checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `[global]`.
+    pub global: Global,
+    /// `[fast_path]`.
+    pub fast_path: FastPath,
+    /// `[metrics]`.
+    pub metrics: Metrics,
+    /// `[control]`.
+    pub control: Control,
+    /// `[[listener]]`, in file order.
+    pub listeners: Vec<Listener>,
+    /// `[[peer]]`, in file order.
+    pub peers: Vec<Peer>,
+    /// `[[peer_group]]`, in file order.
+    pub peer_groups: Vec<PeerGroup>,
+    /// `[[peer_rate_limit_profile]]`: overall limits of a peer or group.
+    pub peer_rate_limits: Vec<PeerRateLimit>,
+    /// `[[message_rate_limit_profile]]`: limits of one message class.
+    pub message_rate_limits: Vec<MessageRateLimit>,
+    /// `[[dynamic_peer_rate_limit_profile]]`: which peers/classes DRL throttles.
+    pub dynamic_peer_rate_limits: Vec<DynamicPeerRateLimit>,
+    /// `[dynamic_throttling_db_cpu_profile]`.
+    pub db_cpu_profile: Option<DbCpuProfile>,
+    /// `[[route]]`, in file order.
+    pub routes: Vec<Route>,
+}
+
+/// `[global]`: the agent's identity and global switches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Global {
+    /// The agent's Origin-Host (DiameterIdentity).
+    pub origin_host: String,
+    /// The agent's Origin-Realm.
+    pub origin_realm: String,
+    /// Product-Name sent in CER/CEA.
+    pub product_name: String,
+    /// The global dynamic rate limiting switch (the seed's Policy Builder checkbox).
+    /// When false, no peer is dynamically throttled, whatever the profiles say.
+    pub dynamic_rate_limiting: bool,
+    /// What the fast path does with Diameter-port traffic from unknown sources.
+    pub unknown_peer: UnknownPeer,
+    /// TCP/SCTP ports the fast path treats as Diameter.
+    pub diameter_ports: Vec<u16>,
+}
+
+/// Policy for Diameter-port packets whose source is not a configured peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnknownPeer {
+    /// Pass to the stack (the agent still rejects unknown peers at CER).
+    Pass,
+    /// Drop in XDP.
+    Drop,
+}
+
+/// `[fast_path]`: where the XDP/TC programs attach.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FastPath {
+    /// Ingress interface for XDP; `None` = do not attach (agent only).
+    pub interface: Option<String>,
+    /// XDP attach mode.
+    pub xdp_mode: XdpMode,
+    /// Egress interface for TC; `None` = same as `interface`.
+    pub egress_interface: Option<String>,
+}
+
+/// XDP attach mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum XdpMode {
+    /// Native (driver) mode if the driver supports it, else generic (skb).
+    #[default]
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode.
+    Skb,
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Metrics {
+    /// Prometheus HTTP endpoint; `None` = no metrics endpoint.
+    pub address: Option<SocketAddr>,
+}
+
+/// `[control]`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Control {
+    /// Unix socket for status queries; `None` = no control socket.
+    pub socket: Option<PathBuf>,
+}
+
+/// `[[listener]]`: where clients connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// Listening address.
+    pub address: SocketAddr,
+    /// Transport.
+    pub transport: Transport,
+}
+
+/// Transport of a listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// TCP (RFC 6733 §2.1).
+    Tcp,
+}
+
+/// `[[peer]]`: a Diameter peer the agent knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Config name, used by every reference (`peer = "..."`).
+    pub name: String,
+    /// The peer's Origin-Host, checked at CER (RFC 6733 §5.3).
+    pub origin_host: String,
+    /// The peer's realm.
+    pub realm: String,
+    /// Source prefixes that identify the peer in the fast path (host addresses are
+    /// `/32` or `/128`). May be empty (addresses then come from CER only).
+    pub addresses: Vec<IpNet>,
+    /// Client (connects to us) or server (we forward to it).
+    pub role: Role,
+    /// Peer group this peer belongs to.
+    pub group: Option<String>,
+    /// For servers: where the agent connects. `None` = the server connects to us.
+    pub connect: Option<SocketAddr>,
+    /// Weight within its group (for weighted selection), ≥ 1.
+    pub weight: u32,
+}
+
+/// Role of a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A gateway (PGW/SMF) sending requests to the agent.
+    Client,
+    /// A server (PCRF/OCS) the agent forwards requests to.
+    Server,
+}
+
+/// `[[peer_group]]`: upstream selection and StarOS-style RLF settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerGroup {
+    /// Config name.
+    pub name: String,
+    /// How long the agent waits for an upstream answer before answering 3002 itself.
+    pub answer_timeout: Duration,
+    /// How long a request may wait for egress tokens before it is rejected (0 = never
+    /// queue: reject at once).
+    pub delay_tolerance: Duration,
+    /// Maximum number of requests queued for egress tokens.
+    pub queue_limit: u32,
+    /// Maximum pending (unanswered) requests per member peer.
+    pub max_outstanding: Option<u32>,
+    /// How a member is chosen.
+    pub selection: Selection,
+}
+
+/// Member selection of a peer group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Selection {
+    /// Round-robin among members in good state.
+    #[default]
+    RoundRobin,
+    /// First member (file order) in good state.
+    Priority,
+    /// Member with the lowest reported load (RFC 8583 Load AVP).
+    LeastLoaded,
+    /// Random, weighted by `weight` × reported spare capacity.
+    WeightedLoad,
+    /// Power of two choices on reported load.
+    P2c,
+}
+
+/// What a profile or route refers to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// One peer, by name.
+    Peer(String),
+    /// A peer group, by name.
+    Group(String),
+}
+
+impl Target {
+    /// The referenced name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Peer(n) | Target::Group(n) => n,
+        }
     }
 }
 
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    Err(ConfigErrors { path: path.display().to_string() })
+/// Which way a limit applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    /// Requests received from the peer/group (XDP ingress).
+    Ingress,
+    /// Requests forwarded to the peer/group (after routing, before sending).
+    Egress,
 }
+
+/// A token bucket and what happens to requests that do not fit it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limit {
+    /// Messages per second (> 0).
+    pub rate: f64,
+    /// Bucket size in messages (≥ 1).
+    pub burst: u32,
+    /// Reject (answer with `result_code`) or drop.
+    pub action: Action,
+    /// Result-Code of the answer to a rejected request.
+    pub result_code: u32,
+    /// Error-Message of the answer to a rejected request.
+    pub error_message: String,
+}
+
+impl Limit {
+    /// The fast path's bucket for this limit at its static rate.
+    pub fn bucket_config(&self) -> BucketConfig {
+        BucketConfig::new(self.rate, self.burst, self.action)
+    }
+}
+
+/// Default burst for a rate: 100 ms worth of messages, at least 1.
+pub fn default_burst(rate: f64) -> u32 {
+    let b = (rate / 10.0).ceil();
+    if b >= u32::MAX as f64 {
+        u32::MAX
+    } else if b >= 1.0 {
+        b as u32
+    } else {
+        1
+    }
+}
+
+/// `[[peer_rate_limit_profile]]`: the overall limit of a peer or group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerRateLimit {
+    /// Limited peer or group.
+    pub target: Target,
+    /// Ingress or egress.
+    pub direction: Direction,
+    /// Bucket and action.
+    pub limit: Limit,
+}
+
+/// A message class as the config names it: application, command, request type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageClass {
+    /// Application id (e.g. [`app::GX`]).
+    pub application: u32,
+    /// Request command code (e.g. [`cmd::CREDIT_CONTROL`]).
+    pub command: u32,
+    /// CC-Request-Type for CCR; [`RequestType::Any`] otherwise.
+    pub request_type: RequestType,
+}
+
+impl MessageClass {
+    /// Gx CCR-I (the seed's default DRL class).
+    pub const GX_CCR_I: MessageClass = MessageClass {
+        application: app::GX,
+        command: cmd::CREDIT_CONTROL,
+        request_type: RequestType::Initial,
+    };
+    /// Gx CCR-T (the seed's default DRL class).
+    pub const GX_CCR_T: MessageClass = MessageClass {
+        application: app::GX,
+        command: cmd::CREDIT_CONTROL,
+        request_type: RequestType::Termination,
+    };
+
+    /// The fast path's class key (request type 0 = any).
+    pub fn msg_class(&self) -> MsgClass {
+        MsgClass::new(self.application, self.command, self.request_type.wire())
+    }
+}
+
+impl std::fmt::Display for MessageClass {
+    /// `Gx CCR-I`, `Gy CCR`, `app 5 cmd 300`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}{}",
+            values::application_label(self.application),
+            values::command_label(self.command),
+            self.request_type.suffix()
+        )
+    }
+}
+
+/// `[[message_rate_limit_profile]]`: the limit of one message class of a peer or group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MessageRateLimit {
+    /// Limited peer or group.
+    pub target: Target,
+    /// Ingress or egress.
+    pub direction: Direction,
+    /// The limited class.
+    pub class: MessageClass,
+    /// Bucket and action.
+    pub limit: Limit,
+}
+
+impl MessageRateLimit {
+    /// The fast path's class key of this profile.
+    pub fn msg_class(&self) -> MsgClass {
+        self.class.msg_class()
+    }
+}
+
+/// `[[dynamic_peer_rate_limit_profile]]`: a DRL-enabled peer or group and the classes
+/// dynamic throttling scales (each has a static ingress message profile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DynamicPeerRateLimit {
+    /// DRL-enabled peer or group.
+    pub target: Target,
+    /// Throttled classes (default Gx CCR-I and Gx CCR-T).
+    pub classes: Vec<MessageClass>,
+}
+
+/// One row of the DB CPU profile: at `cpu` % or more, throttle by `throttle` %.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threshold {
+    /// CPU threshold, percent (0–100).
+    pub cpu: u8,
+    /// Throttle applied at or above it, percent (0–100).
+    pub throttle: u8,
+}
+
+/// `[dynamic_throttling_db_cpu_profile]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DbCpuProfile {
+    /// Rows, cpu strictly increasing, throttle never decreasing.
+    pub thresholds: Vec<Threshold>,
+    /// Time continuously below the lowest threshold before each reversal step.
+    pub reversal_hold_time: Duration,
+    /// Percentage points removed from the throttle per reversal step (1–100).
+    pub reversal_step: u8,
+    /// How often the CPU is sampled.
+    pub sample_period: Duration,
+    /// Smoothing of samples (`s = α·x + (1−α)·s`); `None` = raw samples.
+    pub ewma_alpha: Option<f64>,
+    /// Samples missing in a row before the source counts as lost.
+    pub missing_after: u32,
+    /// What the controller does while the source is lost.
+    pub on_missing: OnMissing,
+    /// Where the CPU figure comes from.
+    pub source: CpuSource,
+}
+
+/// Controller behaviour while CPU samples are missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OnMissing {
+    /// Keep the current throttle.
+    #[default]
+    Hold,
+    /// Release the throttle (back to static rates).
+    Release,
+}
+
+/// Where the session DB's CPU utilisation is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CpuSource {
+    /// `/proc` on this host.
+    Procfs(ProcTarget),
+    /// Redis `INFO cpu` of the session DB.
+    Redis {
+        /// Redis address.
+        address: SocketAddr,
+    },
+    /// A Prometheus instant query returning one value in percent.
+    Prometheus {
+        /// Base URL, `http://host:port`.
+        url: String,
+        /// PromQL expression.
+        query: String,
+    },
+    /// A file holding one number (percent), rewritten by something else.
+    File {
+        /// Absolute path.
+        path: PathBuf,
+    },
+}
+
+/// What `/proc` measures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcTarget {
+    /// The process with this command name (`/proc/*/comm`).
+    Process(String),
+    /// The process whose pid is in this file.
+    PidFile(PathBuf),
+    /// The whole host (`/proc/stat`).
+    Host,
+}
+
+/// Destination-Realm of a route.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RouteRealm {
+    /// This realm (compared case-insensitively).
+    Exact(String),
+    /// `"*"`: any realm without an exact route ("peer-default").
+    Any,
+}
+
+/// `[[route]]`: realm (+ application) routing to a peer or group (RFC 6733 §6.1.6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Destination-Realm.
+    pub realm: RouteRealm,
+    /// Application id; `None` = any application.
+    pub application: Option<u32>,
+    /// Where matching requests go.
+    pub target: Target,
+    /// Higher weights are used first; equal weights round-robin.
+    pub weight: u32,
+}
+
+/// Enums spelled as fixed strings in the config file.
+pub trait ConfigName: Copy + 'static {
+    /// Every value, in the order error messages list them.
+    const ALL: &'static [Self];
+    /// The name the config file uses for this value.
+    fn name(self) -> &'static str;
+    /// The value with this config name.
+    fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.name() == s)
+    }
+}
+
+config_names!(UnknownPeer { Pass => "pass", Drop => "drop" });
+config_names!(XdpMode { Auto => "auto", Native => "native", Skb => "skb" });
+config_names!(Transport { Tcp => "tcp" });
+config_names!(Role { Client => "client", Server => "server" });
+config_names!(Selection {
+    RoundRobin => "round_robin",
+    Priority => "priority",
+    LeastLoaded => "least_loaded",
+    WeightedLoad => "weighted_load",
+    P2c => "p2c",
+});
+config_names!(Direction { Ingress => "ingress", Egress => "egress" });
+config_names!(Action { Reject => "reject", Drop => "drop" });
+config_names!(OnMissing { Hold => "hold", Release => "release" });
+
+impl Config {
+    /// The peer with this name.
+    pub fn peer(&self, name: &str) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.name == name)
+    }
+
+    /// The group with this name.
+    pub fn group(&self, name: &str) -> Option<&PeerGroup> {
+        self.peer_groups.iter().find(|g| g.name == name)
+    }
+
+    /// Members of a group, in file order.
+    pub fn group_members<'a>(&'a self, group: &'a str) -> impl Iterator<Item = &'a Peer> + 'a {
+        self.peers
+            .iter()
+            .filter(move |p| p.group.as_deref() == Some(group))
+    }
+
+    /// The DRL profile covering a peer: its own, else its group's.
+    pub fn dynamic_profile_for_peer(&self, peer: &str) -> Option<&DynamicPeerRateLimit> {
+        let own = Target::Peer(peer.to_string());
+        self.dynamic_peer_rate_limits
+            .iter()
+            .find(|d| d.target == own)
+            .or_else(|| {
+                let group = self.peer(peer)?.group.clone()?;
+                let group = Target::Group(group);
+                self.dynamic_peer_rate_limits
+                    .iter()
+                    .find(|d| d.target == group)
+            })
+    }
+
+    /// A one-screen human summary: identity, listeners, peers, groups, limits, DRL,
+    /// DB CPU profile, routes.
+    pub fn summary(&self) -> String {
+        summary::render(self)
+    }
+}
+
+/// Reads and validates a config file. Errors name the file as given.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text, &file),
+        Err(e) => Err(ConfigErrors {
+            errors: vec![ConfigError {
+                file,
+                line: 0,
+                column: 0,
+                message: format!("cannot read config: {e}"),
+            }],
+        }),
+    }
+}
+
+/// Parses and validates config text; `file_name` is used in error messages.
+pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+    let mut errors = error::Errors::new(file_name, text);
+    let doc = match toml::de::DeTable::parse(text) {
+        Ok(doc) => doc,
+        Err(e) => {
+            errors.toml(&e);
+            return Err(errors.finish());
+        }
+    };
+    let raw = raw::RawConfig::from_document(doc, &mut errors);
+    match validate::validate(raw, &mut errors) {
+        Some(cfg) if errors.is_empty() => Ok(cfg),
+        _ => Err(errors.finish()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

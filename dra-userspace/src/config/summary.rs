@@ -1,0 +1,198 @@
+//! `Config::summary`: a one-screen human overview, printed by `dra check-config`.
+
+use std::fmt::Write;
+
+use super::values::format_duration;
+use super::*;
+
+fn target(t: &Target) -> String {
+    match t {
+        Target::Peer(n) => n.clone(),
+        Target::Group(n) => format!("group {n}"),
+    }
+}
+
+fn limit(l: &Limit) -> String {
+    let mut s = format!("{}/s burst {} {}", l.rate, l.burst, l.action.name());
+    if l.action == Action::Reject {
+        let _ = write!(s, " {} \"{}\"", l.result_code, l.error_message);
+    }
+    s
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_string())
+}
+
+pub(super) fn render(c: &Config) -> String {
+    let mut o = String::new();
+    let g = &c.global;
+    let _ = writeln!(
+        o,
+        "agent: {} realm {} ({})",
+        g.origin_host, g.origin_realm, g.product_name
+    );
+    let ports: Vec<String> = g.diameter_ports.iter().map(u16::to_string).collect();
+    let _ = writeln!(
+        o,
+        "dynamic rate limiting: {}; unknown peers: {}; diameter ports: {}",
+        if g.dynamic_rate_limiting { "on" } else { "off" },
+        g.unknown_peer.name(),
+        ports.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "fast path: interface {}, xdp mode {}, egress interface {}",
+        or_dash(c.fast_path.interface.clone()),
+        c.fast_path.xdp_mode.name(),
+        or_dash(c.fast_path.egress_interface.clone()),
+    );
+    let listeners: Vec<String> = c
+        .listeners
+        .iter()
+        .map(|l| format!("{} {}", l.address, l.transport.name()))
+        .collect();
+    let _ = writeln!(
+        o,
+        "listeners: {}; metrics: {}; control: {}",
+        if listeners.is_empty() {
+            "-".to_string()
+        } else {
+            listeners.join(", ")
+        },
+        or_dash(c.metrics.address.map(|a| a.to_string())),
+        or_dash(c.control.socket.as_ref().map(|p| p.display().to_string())),
+    );
+
+    let _ = writeln!(o, "peers ({}):", c.peers.len());
+    let w = c.peers.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    for p in &c.peers {
+        let addrs: Vec<String> = p.addresses.iter().map(|a| a.to_string()).collect();
+        let mut line = format!(
+            "  {:w$}  {:6}  group {:8} {} ({})",
+            p.name,
+            p.role.name(),
+            p.group.as_deref().unwrap_or("-"),
+            p.origin_host,
+            p.realm,
+        );
+        if !addrs.is_empty() {
+            let _ = write!(line, "  from {}", addrs.join(", "));
+        }
+        if let Some(a) = p.connect {
+            let _ = write!(line, "  connect {a}");
+        }
+        if p.weight != 1 {
+            let _ = write!(line, "  weight {}", p.weight);
+        }
+        let _ = writeln!(o, "{line}");
+    }
+
+    if !c.peer_groups.is_empty() {
+        let _ = writeln!(o, "peer groups:");
+        for grp in &c.peer_groups {
+            let members: Vec<&str> = c
+                .group_members(&grp.name)
+                .map(|p| p.name.as_str())
+                .collect();
+            let mut line = format!(
+                "  {}: {} ({}), answer timeout {}, delay tolerance {}, queue {}",
+                grp.name,
+                members.join(", "),
+                grp.selection.name(),
+                format_duration(grp.answer_timeout),
+                format_duration(grp.delay_tolerance),
+                grp.queue_limit,
+            );
+            if let Some(m) = grp.max_outstanding {
+                let _ = write!(line, ", max outstanding {m}");
+            }
+            let _ = writeln!(o, "{line}");
+        }
+    }
+
+    if !c.peer_rate_limits.is_empty() || !c.message_rate_limits.is_empty() {
+        let _ = writeln!(o, "static limits:");
+        for p in &c.peer_rate_limits {
+            let _ = writeln!(
+                o,
+                "  {:7} {} overall: {}",
+                p.direction.name(),
+                target(&p.target),
+                limit(&p.limit)
+            );
+        }
+        for m in &c.message_rate_limits {
+            let _ = writeln!(
+                o,
+                "  {:7} {} {}: {}",
+                m.direction.name(),
+                target(&m.target),
+                m.class,
+                limit(&m.limit)
+            );
+        }
+    }
+
+    if !c.dynamic_peer_rate_limits.is_empty() {
+        let state = if g.dynamic_rate_limiting {
+            ""
+        } else {
+            " (switched off in [global])"
+        };
+        let _ = writeln!(o, "dynamic rate limiting peers{state}:");
+        for d in &c.dynamic_peer_rate_limits {
+            let classes: Vec<String> = d.classes.iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(o, "  {}: {}", target(&d.target), classes.join(", "));
+        }
+    }
+
+    if let Some(p) = &c.db_cpu_profile {
+        let source = match &p.source {
+            CpuSource::Procfs(ProcTarget::Process(n)) => format!("procfs process {n}"),
+            CpuSource::Procfs(ProcTarget::PidFile(f)) => format!("procfs pid file {}", f.display()),
+            CpuSource::Procfs(ProcTarget::Host) => "procfs host".to_string(),
+            CpuSource::Redis { address } => format!("redis {address}"),
+            CpuSource::Prometheus { url, query } => format!("prometheus {url} query {query:?}"),
+            CpuSource::File { path } => format!("file {}", path.display()),
+        };
+        let mut line = format!(
+            "db cpu profile: {source}, sample every {}, hold {}, step {} %, missing after {} ({})",
+            format_duration(p.sample_period),
+            format_duration(p.reversal_hold_time),
+            p.reversal_step,
+            p.missing_after,
+            p.on_missing.name(),
+        );
+        if let Some(a) = p.ewma_alpha {
+            let _ = write!(line, ", ewma {a}");
+        }
+        let _ = writeln!(o, "{line}");
+        let rows: Vec<String> = p
+            .thresholds
+            .iter()
+            .map(|t| format!("{}%→{}%", t.cpu, t.throttle))
+            .collect();
+        let _ = writeln!(o, "  cpu → throttle: {}", rows.join(", "));
+    }
+
+    if !c.routes.is_empty() {
+        let _ = writeln!(o, "routes:");
+        for r in &c.routes {
+            let realm = match &r.realm {
+                RouteRealm::Exact(s) => s.as_str(),
+                RouteRealm::Any => "*",
+            };
+            let app = r
+                .application
+                .map_or_else(|| "any app".to_string(), values::application_label);
+            let _ = writeln!(
+                o,
+                "  {realm} {app} → {} weight {}",
+                target(&r.target),
+                r.weight
+            );
+        }
+    }
+    o
+}

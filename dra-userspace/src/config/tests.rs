@@ -1,0 +1,411 @@
+//! Defaults, resolution and error collection of `parse`, on small inline configs.
+
+use super::*;
+
+const HEAD: &str = r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+
+[[listener]]
+address = "198.18.1.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.2", "2001:db8:1::2"]
+role = "client"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+role = "server"
+group = "pcrf"
+connect = "198.18.2.2:3868"
+
+[[peer_group]]
+name = "pcrf"
+"#;
+
+const DB: &str = r#"
+[dynamic_throttling_db_cpu_profile]
+thresholds = [{ cpu = 50, throttle = 20 }]
+source = { kind = "procfs", process = "redis-server" }
+"#;
+
+fn ok(extra: &str) -> Config {
+    let text = format!("{HEAD}{extra}");
+    parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn errs(extra: &str) -> Vec<String> {
+    let text = format!("{HEAD}{extra}");
+    match parse(&text, "t.toml") {
+        Ok(_) => panic!("accepted:\n{extra}"),
+        Err(e) => e.errors.into_iter().map(|e| e.message).collect(),
+    }
+}
+
+#[test]
+fn omitted_keys_take_documented_defaults() {
+    let c = ok("");
+    assert_eq!(c.global.product_name, DEFAULT_PRODUCT_NAME);
+    assert_eq!(c.global.unknown_peer, UnknownPeer::Pass);
+    assert_eq!(c.global.diameter_ports, vec![3868]);
+    assert!(!c.global.dynamic_rate_limiting);
+    assert_eq!(c.fast_path, FastPath::default());
+    assert_eq!(c.fast_path.xdp_mode, XdpMode::Auto);
+    assert_eq!(c.metrics.address, None);
+    assert_eq!(c.control.socket, None);
+    assert_eq!(c.listeners[0].transport, Transport::Tcp);
+    let g = c.group("pcrf").unwrap();
+    assert_eq!(g.answer_timeout, Duration::from_secs(2));
+    assert_eq!(g.delay_tolerance, Duration::ZERO);
+    assert_eq!(g.queue_limit, 1000);
+    assert_eq!(g.max_outstanding, None);
+    assert_eq!(g.selection, Selection::RoundRobin);
+    let p = c.peer("pcrf1").unwrap();
+    assert_eq!(p.weight, 1);
+    assert!(p.addresses.is_empty());
+    assert!(c.db_cpu_profile.is_none());
+}
+
+#[test]
+fn bare_addresses_become_host_prefixes() {
+    let c = ok("");
+    let pgw1 = c.peer("pgw1").unwrap();
+    let shown: Vec<String> = pgw1.addresses.iter().map(|a| a.to_string()).collect();
+    assert_eq!(shown, ["198.18.1.2/32", "2001:db8:1::2/128"]);
+}
+
+#[test]
+fn limit_defaults_name_the_limit_and_scale_the_burst() {
+    let c = ok(r#"
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 200
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 5
+
+[[peer_rate_limit_profile]]
+group = "pcrf"
+direction = "egress"
+rate = 0.5
+"#);
+    let m = &c.message_rate_limits[0];
+    assert_eq!(m.limit.burst, 20, "100 ms of traffic");
+    assert_eq!(m.limit.action, Action::Reject);
+    assert_eq!(m.limit.result_code, 3002);
+    assert_eq!(
+        m.limit.error_message,
+        "rate limit exceeded: pgw1 Gx CCR-I 200/s"
+    );
+    assert_eq!(m.msg_class(), MsgClass::gx_ccr(1));
+    assert_eq!(
+        m.limit.bucket_config(),
+        BucketConfig::new(200.0, 20, Action::Reject)
+    );
+
+    let p = &c.peer_rate_limits[0];
+    assert_eq!(p.limit.burst, 1);
+    assert_eq!(
+        p.limit.error_message,
+        "rate limit exceeded: pgw1 overall 5/s"
+    );
+
+    let g = &c.peer_rate_limits[1];
+    assert_eq!(g.target, Target::Group("pcrf".into()));
+    assert_eq!(g.limit.rate, 0.5);
+    assert_eq!(g.limit.burst, 1);
+    assert_eq!(
+        g.limit.error_message,
+        "rate limit exceeded: egress to pcrf overall 0.5/s"
+    );
+}
+
+#[test]
+fn numeric_application_and_command_equal_their_names() {
+    let c = ok(r#"
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = 4
+command = 272
+rate = 10
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "egress"
+application = "gy"
+command = "ccr"
+request_type = "any"
+rate = 10
+"#);
+    assert_eq!(
+        c.message_rate_limits[0].msg_class(),
+        MsgClass::new(4, 272, 0)
+    );
+    assert_eq!(
+        c.message_rate_limits[0].class,
+        c.message_rate_limits[1].class
+    );
+    assert_eq!(c.message_rate_limits[0].class.to_string(), "Gy CCR");
+}
+
+#[test]
+fn dynamic_profile_defaults_to_gx_ccr_i_and_t_and_covers_group_members() {
+    let c = ok(&format!(
+        r#"
+[[message_rate_limit_profile]]
+group = "pcrf"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 1000
+
+[[message_rate_limit_profile]]
+group = "pcrf"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "termination"
+rate = 1000
+
+[[dynamic_peer_rate_limit_profile]]
+group = "pcrf"
+{DB}"#
+    ));
+    let d = c.dynamic_profile_for_peer("pcrf1").expect("via its group");
+    assert_eq!(d.classes, [MessageClass::GX_CCR_I, MessageClass::GX_CCR_T]);
+    assert!(c.dynamic_profile_for_peer("pgw1").is_none());
+    let p = c.db_cpu_profile.as_ref().unwrap();
+    assert_eq!(p.reversal_hold_time, Duration::from_secs(30));
+    assert_eq!(p.reversal_step, 20);
+    assert_eq!(p.sample_period, Duration::from_secs(1));
+    assert_eq!(p.missing_after, 3);
+    assert_eq!(p.on_missing, OnMissing::Hold);
+    assert_eq!(p.ewma_alpha, None);
+    assert_eq!(
+        p.source,
+        CpuSource::Procfs(ProcTarget::Process("redis-server".into()))
+    );
+}
+
+#[test]
+fn a_broken_entry_does_not_cause_follow_on_reference_errors() {
+    // pgw2 fails to deserialize (weight is a string), but references to it resolve.
+    let e = errs(
+        r#"
+[[peer]]
+name = "pgw2"
+origin_host = "pgw2.lab.example"
+realm = "lab.example"
+role = "client"
+weight = "heavy"
+
+[[peer_rate_limit_profile]]
+peer = "pgw2"
+direction = "ingress"
+rate = 100
+"#,
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("invalid type: string \"heavy\", expected an integer"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn every_unknown_key_of_a_table_is_reported() {
+    let e = errs(
+        r#"
+[fast_path]
+interfce = "eth0"
+xdp_mod = "skb"
+"#,
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("unknown key `interfce` in [fast_path]; did you mean `interface`?"));
+    assert!(e[1].contains("unknown key `xdp_mod` in [fast_path]; did you mean `xdp_mode`?"));
+}
+
+#[test]
+fn duplicate_profiles_and_routes_are_rejected() {
+    let e = errs(
+        r#"
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 100
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 200
+
+[[route]]
+realm = "PCRF.lab.example"
+group = "pcrf"
+
+[[route]]
+realm = "pcrf.lab.example"
+group = "pcrf"
+"#,
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("second ingress peer profile for peer \"pgw1\""),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("duplicate route to group \"pcrf\""),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn routes_resolve_wildcards_and_weights() {
+    let c = ok(r#"
+[[route]]
+realm = "*"
+application = "gy"
+peer = "pcrf1"
+weight = 10
+"#);
+    let r = &c.routes[0];
+    assert_eq!(r.realm, RouteRealm::Any);
+    assert_eq!(r.application, Some(app::GY));
+    assert_eq!(r.target, Target::Peer("pcrf1".into()));
+    assert_eq!(r.weight, 10);
+    let e = errs("[[route]]\nrealm = \"*.example\"\npeer = \"pcrf1\"\n");
+    assert!(e[0].contains("the only wildcard is \"*\" alone"), "{e:?}");
+}
+
+#[test]
+fn listener_port_must_be_a_diameter_port() {
+    let text = HEAD.replace("198.18.1.1:3868", "198.18.1.1:3870");
+    let e = parse(&text, "t.toml").unwrap_err();
+    assert_eq!(e.errors.len(), 1);
+    assert!(
+        e.errors[0]
+            .message
+            .contains("listener port 3870 is not in global.diameter_ports")
+    );
+}
+
+#[test]
+fn agent_origin_host_cannot_be_a_peer() {
+    let text = HEAD.replace("pgw1.lab.example", "DRA.lab.example");
+    let e = parse(&text, "t.toml").unwrap_err();
+    assert!(
+        e.errors[0]
+            .message
+            .contains("is the agent's own global.origin_host"),
+        "{e}"
+    );
+}
+
+#[test]
+fn source_kinds_take_only_their_keys() {
+    let db = DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "redis", address = "127.0.0.1:6379", process = "redis-server" }"#,
+    );
+    let e = errs(&db);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("process does not apply to kind = \"redis\""),
+        "{e:?}"
+    );
+
+    let db = DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "prometheus", url = "http://127.0.0.1:9090", query = "db_cpu" }"#,
+    );
+    let c = ok(&db);
+    assert_eq!(
+        c.db_cpu_profile.unwrap().source,
+        CpuSource::Prometheus {
+            url: "http://127.0.0.1:9090".into(),
+            query: "db_cpu".into()
+        }
+    );
+}
+
+#[test]
+fn dynamic_profiles_need_a_db_cpu_profile() {
+    let e = errs(
+        r#"
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 1000
+
+[[dynamic_peer_rate_limit_profile]]
+peer = "pgw1"
+classes = [{ application = "gx", command = "ccr", request_type = "initial" }]
+"#,
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("needs a [dynamic_throttling_db_cpu_profile]"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn syntax_errors_come_alone_with_a_position() {
+    let e = parse("[global]\norigin_host = \n", "s.toml").unwrap_err();
+    assert_eq!(e.errors.len(), 1);
+    assert_eq!((e.errors[0].line, e.errors[0].file.as_str()), (2, "s.toml"));
+}
+
+#[test]
+fn summary_names_peers_limits_and_thresholds() {
+    let c = ok(&format!(
+        r#"
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 1000
+{DB}"#
+    ));
+    let s = c.summary();
+    for needle in [
+        "dra.lab.example",
+        "pgw1",
+        "client",
+        "198.18.1.2/32",
+        "pcrf: pcrf1",
+        "ingress pgw1 overall: 1000/s burst 100 reject 3002",
+        "50%→20%",
+        "procfs process redis-server",
+    ] {
+        assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
+    }
+    assert!(s.lines().count() <= 40, "more than a screen:\n{s}");
+}
+
+#[test]
+fn hold_time_shorter_than_the_sample_period_is_rejected() {
+    let e = errs(&DB.replace("source =", "sample_period = \"1m\"\nsource ="));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0],
+        "reversal_hold_time 30s is shorter than sample_period 1m"
+    );
+}
