@@ -6,11 +6,11 @@ mod diameter_fixtures;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use diameter_fixtures as fx;
+use dra::diameter::error::EncodeError;
 use dra::diameter::{
     Avp, AvpDataError, DecodeError, Framer, FramingError, Message, OffendingAvp, avp_code as c,
     command_code as cmd, decode, encode, try_encode, vendor,
 };
-use dra::diameter::error::EncodeError;
 use dra_common::wire::{app, avp_flags, flags};
 
 fn all_fixtures() -> Vec<Message> {
@@ -73,7 +73,9 @@ fn dwr_has_the_exact_rfc_byte_layout() {
 
 #[test]
 fn vendor_avp_carries_v_flag_and_vendor_id() {
-    let a = Avp::u32(c::FEATURE_LIST, 0x0b).vendor(vendor::TGPP).mandatory();
+    let a = Avp::u32(c::FEATURE_LIST, 0x0b)
+        .vendor(vendor::TGPP)
+        .mandatory();
     let msg = Message::answer(cmd::CREDIT_CONTROL, app::GX, 1, 2).with(a.clone());
     let bytes = encode(&msg);
     #[rustfmt::skip]
@@ -85,7 +87,10 @@ fn vendor_avp_carries_v_flag_and_vendor_id() {
     ]);
     let back = decode(&bytes).unwrap();
     assert_eq!(back.avps[0], a);
-    assert_eq!(back.find_vendor(c::FEATURE_LIST, Some(vendor::TGPP)), Some(&a));
+    assert_eq!(
+        back.find_vendor(c::FEATURE_LIST, Some(vendor::TGPP)),
+        Some(&a)
+    );
     // The IETF code space is distinct from the vendor's.
     assert_eq!(back.find(c::FEATURE_LIST), None);
     assert_eq!(a.header_len(), 12);
@@ -105,7 +110,10 @@ fn encoding_derives_the_v_flag_from_vendor_id() {
 fn grouped_avps_nest_and_decode_on_demand() {
     let inner = Avp::grouped(
         c::USED_SERVICE_UNIT,
-        vec![Avp::u32(c::CC_TIME, 60), Avp::u64(c::CC_TOTAL_OCTETS, 1 << 40)],
+        vec![
+            Avp::u32(c::CC_TIME, 60),
+            Avp::u64(c::CC_TOTAL_OCTETS, 1 << 40),
+        ],
     );
     let mscc = Avp::grouped(
         c::MULTIPLE_SERVICES_CREDIT_CONTROL,
@@ -123,7 +131,12 @@ fn grouped_avps_nest_and_decode_on_demand() {
     assert_eq!(leaves[0].as_u32().unwrap(), 60);
     assert_eq!(leaves[1].as_u64().unwrap(), 1 << 40);
     assert_eq!(
-        outer.child(c::USER_NAME, None).unwrap().unwrap().as_utf8().unwrap(),
+        outer
+            .child(c::USER_NAME, None)
+            .unwrap()
+            .unwrap()
+            .as_utf8()
+            .unwrap(),
         "x"
     );
     // Inner AVPs are padded inside the group: "x" takes 12 bytes, not 9.
@@ -134,7 +147,9 @@ fn grouped_avps_nest_and_decode_on_demand() {
 fn grouped_without_final_padding_still_decodes() {
     // Some encoders leave the last inner AVP unpadded; the group length then ends on it.
     let mut data = Vec::new();
-    Avp::utf8(c::PROXY_HOST, "h").encode_into(&mut data).unwrap();
+    Avp::utf8(c::PROXY_HOST, "h")
+        .encode_into(&mut data)
+        .unwrap();
     data.truncate(9);
     let pi = Avp::octets(c::PROXY_INFO, data);
     let children = pi.as_grouped().unwrap();
@@ -153,7 +168,10 @@ fn padding_is_zero_and_not_counted_in_avp_length() {
         assert_eq!(a.length(), 8 + n);
         assert_eq!(out.len(), (8 + n).div_ceil(4) * 4);
         assert_eq!(a.padded_length(), out.len());
-        assert_eq!(u32::from_be_bytes([0, out[5], out[6], out[7]]) as usize, 8 + n);
+        assert_eq!(
+            u32::from_be_bytes([0, out[5], out[6], out[7]]) as usize,
+            8 + n
+        );
         assert!(out[8 + n..].iter().all(|&b| b == 0), "padding for {n}");
     }
 }
@@ -197,7 +215,11 @@ fn typed_accessors_read_and_reject() {
 
     assert_eq!(
         Avp::u64(7, 1).as_u32(),
-        Err(AvpDataError::WrongLength { code: 7, expected: 4, actual: 8 })
+        Err(AvpDataError::WrongLength {
+            code: 7,
+            expected: 4,
+            actual: 8
+        })
     );
     assert!(matches!(
         Avp::octets(7, [0xff, 0xfe]).as_utf8(),
@@ -205,15 +227,27 @@ fn typed_accessors_read_and_reject() {
     ));
     assert_eq!(
         Avp::octets(257, [0, 1, 10, 0, 0]).as_address(),
-        Err(AvpDataError::BadAddress { code: 257, family: 1, len: 3 })
+        Err(AvpDataError::BadAddress {
+            code: 257,
+            family: 1,
+            len: 3
+        })
     );
     assert_eq!(
         Avp::octets(257, [0, 8, 1, 2, 3]).as_address(),
-        Err(AvpDataError::BadAddress { code: 257, family: 8, len: 3 })
+        Err(AvpDataError::BadAddress {
+            code: 257,
+            family: 8,
+            len: 3
+        })
     );
     assert!(matches!(
         Avp::octets(260, [0, 0, 1, 10, 0, 0, 0, 4]).as_grouped(),
-        Err(AvpDataError::BadGrouped { code: 260, offset: 0, .. })
+        Err(AvpDataError::BadGrouped {
+            code: 260,
+            offset: 0,
+            ..
+        })
     ));
 }
 
@@ -239,7 +273,10 @@ fn message_helpers_read_header_bits_and_routing_avps() {
     assert_eq!(cca.result_code(), Some(2001));
     let exp = Message::answer(cmd::CREDIT_CONTROL, app::GX, 1, 1).with(Avp::grouped(
         c::EXPERIMENTAL_RESULT,
-        vec![Avp::u32(c::VENDOR_ID, vendor::TGPP), Avp::u32(c::EXPERIMENTAL_RESULT_CODE, 5065)],
+        vec![
+            Avp::u32(c::VENDOR_ID, vendor::TGPP),
+            Avp::u32(c::EXPERIMENTAL_RESULT_CODE, 5065),
+        ],
     ));
     assert_eq!(exp.experimental_result(), Some((vendor::TGPP, 5065)));
 }
@@ -258,9 +295,15 @@ fn decode_rejects_what_is_not_one_message() {
     longer.extend_from_slice(&[0; 4]);
     assert_eq!(
         decode(&longer),
-        Err(DecodeError::LengthMismatch { header_length: good.len() as u32, buf_len: good.len() + 4 })
+        Err(DecodeError::LengthMismatch {
+            header_length: good.len() as u32,
+            buf_len: good.len() + 4
+        })
     );
-    assert!(matches!(decode(&good[..good.len() - 4]), Err(DecodeError::LengthMismatch { .. })));
+    assert!(matches!(
+        decode(&good[..good.len() - 4]),
+        Err(DecodeError::LengthMismatch { .. })
+    ));
 }
 
 /// Replaces the AVP Length field of the AVP at `off`.
@@ -276,17 +319,30 @@ fn avp_length_past_the_message_keeps_the_avps_before_it() {
     let off = 20 + msg.avps[0].padded_length() + msg.avps[1].padded_length();
     set_avp_len(&mut bytes, off, 0x00ff_fff0);
     let err = decode(&bytes).unwrap_err();
-    let DecodeError::InvalidAvpLength { partial, avp, offset } = &err else {
+    let DecodeError::InvalidAvpLength {
+        partial,
+        avp,
+        offset,
+    } = &err
+    else {
         panic!("{err:?}");
     };
     assert_eq!(*offset, off);
     assert_eq!(
         *avp,
-        OffendingAvp { code: c::ORIGIN_HOST, flags: avp_flags::M, vendor_id: None, length: 0x00ff_fff0 }
+        OffendingAvp {
+            code: c::ORIGIN_HOST,
+            flags: avp_flags::M,
+            vendor_id: None,
+            length: 0x00ff_fff0
+        }
     );
     assert_eq!(partial.avps, msg.avps[..2].to_vec());
     assert_eq!(partial.session_id(), Some(fx::SESSION));
-    assert_eq!((partial.hop_by_hop, partial.end_to_end), (msg.hop_by_hop, msg.end_to_end));
+    assert_eq!(
+        (partial.hop_by_hop, partial.end_to_end),
+        (msg.hop_by_hop, msg.end_to_end)
+    );
     assert_eq!(err.partial(), Some(&**partial));
 }
 
@@ -300,7 +356,11 @@ fn avp_shorter_than_its_header_is_an_avp_length_error() {
         }
         set_avp_len(&mut bytes, 20, len);
         match decode(&bytes) {
-            Err(DecodeError::InvalidAvpLength { avp, offset: 20, partial }) => {
+            Err(DecodeError::InvalidAvpLength {
+                avp,
+                offset: 20,
+                partial,
+            }) => {
                 assert_eq!(avp.code, c::ORIGIN_HOST);
                 assert_eq!(avp.length, len);
                 assert!(partial.avps.is_empty());
@@ -316,7 +376,15 @@ fn avp_shorter_than_its_header_is_an_avp_length_error() {
     match decode(&bytes) {
         Err(DecodeError::InvalidAvpLength { avp, partial, .. }) => {
             // Zero-padded to a full header: code 263, no flags, length unreadable.
-            assert_eq!(avp, OffendingAvp { code: 263, flags: 0, vendor_id: None, length: 0 });
+            assert_eq!(
+                avp,
+                OffendingAvp {
+                    code: 263,
+                    flags: 0,
+                    vendor_id: None,
+                    length: 0
+                }
+            );
             assert_eq!(partial.avps, msg.avps);
         }
         other => panic!("{other:?}"),
@@ -326,13 +394,22 @@ fn avp_shorter_than_its_header_is_an_avp_length_error() {
 #[test]
 fn encode_refuses_lengths_that_do_not_fit_24_bits() {
     let big = Message::request(1, 0, 0, 0).with(Avp::octets(c::CLASS, vec![0; 1 << 24]));
-    assert!(matches!(try_encode(&big), Err(EncodeError::AvpTooLong { code: 25, .. })));
+    assert!(matches!(
+        try_encode(&big),
+        Err(EncodeError::AvpTooLong { code: 25, .. })
+    ));
     let many = Message::request(1, 0, 0, 0)
         .with(Avp::octets(c::CLASS, vec![0; (1 << 23) + 4]))
         .with(Avp::octets(c::CLASS, vec![0; 1 << 23]));
-    assert!(matches!(try_encode(&many), Err(EncodeError::MessageTooLong { .. })));
+    assert!(matches!(
+        try_encode(&many),
+        Err(EncodeError::MessageTooLong { .. })
+    ));
     let cmd = Message::request(1 << 24, 0, 0, 0);
-    assert!(matches!(try_encode(&cmd), Err(EncodeError::CommandCodeTooLarge { .. })));
+    assert!(matches!(
+        try_encode(&cmd),
+        Err(EncodeError::CommandCodeTooLarge { .. })
+    ));
 }
 
 fn stream_of(msgs: &[Message]) -> (Vec<u8>, Vec<Vec<u8>>) {
@@ -393,7 +470,13 @@ fn framer_rejects_an_oversized_message_from_its_header_alone() {
     // Only the first 12 bytes arrived: already enough to refuse.
     f.push(&bytes[..12]);
     let err = f.next_message().unwrap_err();
-    assert_eq!(err, FramingError::Oversized { length: bytes.len() as u32, max: 1024 });
+    assert_eq!(
+        err,
+        FramingError::Oversized {
+            length: bytes.len() as u32,
+            max: 1024
+        }
+    );
     // The connection is done: the error sticks and nothing more is buffered.
     f.push(&encode(&fx::dwr()));
     assert_eq!(f.next_message().unwrap_err(), err);
@@ -411,7 +494,10 @@ fn framer_default_limit_is_64_kib() {
     let msg = Message::request(cmd::CREDIT_CONTROL, app::GX, 1, 1)
         .with(Avp::octets(c::CLASS, vec![0; 64 * 1024]));
     f.push(&encode(&msg)[..12]);
-    assert!(matches!(f.next_message(), Err(FramingError::Oversized { max: 65536, .. })));
+    assert!(matches!(
+        f.next_message(),
+        Err(FramingError::Oversized { max: 65536, .. })
+    ));
 }
 
 #[test]
@@ -423,7 +509,10 @@ fn framer_rejects_bad_version_and_bad_length_after_good_messages() {
     f.push(&good);
     f.push(&bad_version);
     assert_eq!(f.next_message().unwrap(), Some(good.clone()));
-    assert_eq!(f.next_message(), Err(FramingError::BadVersion { version: 0 }));
+    assert_eq!(
+        f.next_message(),
+        Err(FramingError::BadVersion { version: 0 })
+    );
 
     for length in [0u32, 16, 22] {
         let mut bad = good.clone();

@@ -17,12 +17,17 @@ struct TempFile(PathBuf);
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if std::env::var_os("DRA_KEEP_PCAP").is_none() { let _ = std::fs::remove_file(&self.0); }
+        if std::env::var_os("DRA_KEEP_PCAP").is_none() {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 
 fn tshark_available() -> bool {
-    Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Writes the exchange as one TCP connection and returns tshark's verbose decode.
@@ -38,10 +43,9 @@ fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
             w.server_to_client(bytes);
         }
     }
-    let file = TempFile(std::env::temp_dir().join(format!(
-        "dra-diameter-{name}-{}.pcap",
-        std::process::id()
-    )));
+    let file = TempFile(
+        std::env::temp_dir().join(format!("dra-diameter-{name}-{}.pcap", std::process::id())),
+    );
     w.write_to(&file.0).expect("write pcap");
     let out = Command::new("tshark")
         .arg("-n")
@@ -62,7 +66,12 @@ fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
 }
 
 fn assert_clean(decoded: &str) {
-    for bad in ["Malformed", "Expert Info (Error", "[Malformed", "Expert Info (Warning"] {
+    for bad in [
+        "Malformed",
+        "Expert Info (Error",
+        "[Malformed",
+        "Expert Info (Warning",
+    ] {
         if let Some(pos) = decoded.find(bad) {
             let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
             panic!(
@@ -109,12 +118,15 @@ fn tshark_decodes_every_message_cleanly() {
         (true, fx::ccr_u_gy(), "Credit-Control Request"),
         (false, fx::cca_i_gx(), "Credit-Control Answer"),
         (true, fx::dwr(), "Device-Watchdog Request"),
-        (false, fx::dwa_with_load(0x0123_4567), "Device-Watchdog Answer"),
+        (
+            false,
+            fx::dwa_with_load(0x0123_4567),
+            "Device-Watchdog Answer",
+        ),
         (true, fx::dpr(), "Disconnect-Peer Request"),
         (false, fx::dpa(), "Disconnect-Peer Answer"),
     ];
-    let exchange: Vec<(bool, Vec<u8>)> =
-        msgs.iter().map(|(c, m, _)| (*c, m.encode())).collect();
+    let exchange: Vec<(bool, Vec<u8>)> = msgs.iter().map(|(c, m, _)| (*c, m.encode())).collect();
     let decoded = tshark_decode("exchange", &exchange);
     assert_clean(&decoded);
 
@@ -134,12 +146,23 @@ fn tshark_decodes_every_message_cleanly() {
             (field("    Flags: "), field("    Command Code: "))
         })
         .collect();
-    assert_eq!(headers.len(), msgs.len(), "one Diameter PDU per message: {headers:#?}");
+    assert_eq!(
+        headers.len(),
+        msgs.len(),
+        "one Diameter PDU per message: {headers:#?}"
+    );
     for ((_, m, summary), (flags, command)) in msgs.iter().zip(&headers) {
         let def = dict.command(m.command_code).expect("command in dictionary");
-        assert_eq!(command, &format!("{} ({})", def.name, m.command_code), "{summary}");
+        assert_eq!(
+            command,
+            &format!("{} ({})", def.name, m.command_code),
+            "{summary}"
+        );
         assert!(summary.starts_with(def.name), "{summary} vs {}", def.name);
-        assert!(flags.starts_with(&format!("0x{:02x}", m.flags)), "{summary}: {flags}");
+        assert!(
+            flags.starts_with(&format!("0x{:02x}", m.flags)),
+            "{summary}: {flags}"
+        );
         let kind = if m.is_request() { "Request" } else { "Answer" };
         assert!(summary.ends_with(kind));
     }
@@ -170,10 +193,15 @@ fn tshark_flags_a_wrongly_sized_avp() {
         return;
     }
     // Origin-State-Id is Unsigned32; 3 bytes of data is malformed (RFC 6733 §4.2).
-    let bad = fx::dwa().with(dra::diameter::Avp::octets(avp_code::ORIGIN_STATE_ID, [0, 0, 1]));
+    let bad = fx::dwa().with(dra::diameter::Avp::octets(
+        avp_code::ORIGIN_STATE_ID,
+        [0, 0, 1],
+    ));
     let decoded = tshark_decode("bad", &[(true, fx::dwr().encode()), (false, bad.encode())]);
     assert!(
-        ["Malformed", "Expert Info (Error", "[Malformed"].iter().any(|b| decoded.contains(b)),
+        ["Malformed", "Expert Info (Error", "[Malformed"]
+            .iter()
+            .any(|b| decoded.contains(b)),
         "tshark did not flag a 3-byte Unsigned32:\n{decoded}"
     );
 }

@@ -109,9 +109,8 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) -> Result<(), EncodeError> 
 
 /// Encodes `msg`, failing when a length or the command code does not fit 24 bits.
 pub fn try_encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
-    let mut out = Vec::with_capacity(
-        HEADER_LEN + msg.avps.iter().map(|a| a.padded_length()).sum::<usize>(),
-    );
+    let mut out =
+        Vec::with_capacity(HEADER_LEN + msg.avps.iter().map(|a| a.padded_length()).sum::<usize>());
     encode_into(msg, &mut out)?;
     Ok(out)
 }

@@ -287,9 +287,7 @@ impl ProtocolError {
     pub const fn result_code(&self) -> u32 {
         match self {
             ProtocolError::InvalidHeaderBits { .. } => result_code::INVALID_HDR_BITS,
-            ProtocolError::ApplicationUnsupported { .. } => {
-                result_code::APPLICATION_UNSUPPORTED
-            }
+            ProtocolError::ApplicationUnsupported { .. } => result_code::APPLICATION_UNSUPPORTED,
             ProtocolError::CommandUnsupported { .. } => result_code::COMMAND_UNSUPPORTED,
             ProtocolError::InvalidAvpLength { .. } => result_code::INVALID_AVP_LENGTH,
             ProtocolError::MissingAvp { .. } => result_code::MISSING_AVP,

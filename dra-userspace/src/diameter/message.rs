@@ -26,7 +26,12 @@ pub struct Message {
 
 impl Message {
     /// A request (R set) without AVPs. Add P with [`Message::proxiable`].
-    pub fn request(command_code: u32, application_id: u32, hop_by_hop: u32, end_to_end: u32) -> Message {
+    pub fn request(
+        command_code: u32,
+        application_id: u32,
+        hop_by_hop: u32,
+        end_to_end: u32,
+    ) -> Message {
         Message {
             flags: flags::R,
             command_code,
@@ -38,7 +43,12 @@ impl Message {
     }
 
     /// An answer (R clear) without AVPs.
-    pub fn answer(command_code: u32, application_id: u32, hop_by_hop: u32, end_to_end: u32) -> Message {
+    pub fn answer(
+        command_code: u32,
+        application_id: u32,
+        hop_by_hop: u32,
+        end_to_end: u32,
+    ) -> Message {
         Message {
             flags: 0,
             ..Message::request(command_code, application_id, hop_by_hop, end_to_end)
@@ -160,24 +170,32 @@ impl Message {
 
     /// Result-Code, when present and 4 bytes.
     pub fn result_code(&self) -> Option<u32> {
-        self.find(avp_code::RESULT_CODE).and_then(|a| a.as_u32().ok())
+        self.find(avp_code::RESULT_CODE)
+            .and_then(|a| a.as_u32().ok())
     }
 
     /// (Vendor-Id, Experimental-Result-Code) of Experimental-Result (RFC 6733 §7.6).
     pub fn experimental_result(&self) -> Option<(u32, u32)> {
-        let children = self.find(avp_code::EXPERIMENTAL_RESULT)?.as_grouped().ok()?;
+        let children = self
+            .find(avp_code::EXPERIMENTAL_RESULT)?
+            .as_grouped()
+            .ok()?;
         let get = |code| {
             children
                 .iter()
                 .find(|a| a.is(code, None))
                 .and_then(|a| a.as_u32().ok())
         };
-        Some((get(avp_code::VENDOR_ID)?, get(avp_code::EXPERIMENTAL_RESULT_CODE)?))
+        Some((
+            get(avp_code::VENDOR_ID)?,
+            get(avp_code::EXPERIMENTAL_RESULT_CODE)?,
+        ))
     }
 
     /// CC-Request-Type, when present and 4 bytes (RFC 4006 §8.3).
     pub fn cc_request_type(&self) -> Option<u32> {
-        self.find(avp_code::CC_REQUEST_TYPE).and_then(|a| a.as_u32().ok())
+        self.find(avp_code::CC_REQUEST_TYPE)
+            .and_then(|a| a.as_u32().ok())
     }
 }
 

@@ -38,7 +38,11 @@ pub mod validate;
 
 pub use avp::Avp;
 pub use codec::{DEFAULT_MAX_MESSAGE_SIZE, Framer, decode, encode, encode_into, try_encode};
-pub use dictionary::{AvpDef, CommandDef, DataType, Dictionary, FlagRule, avp_code, command_code, vendor};
-pub use error::{AvpDataError, DecodeError, EncodeError, FramingError, OffendingAvp, ProtocolError};
+pub use dictionary::{
+    AvpDef, CommandDef, DataType, Dictionary, FlagRule, avp_code, command_code, vendor,
+};
+pub use error::{
+    AvpDataError, DecodeError, EncodeError, FramingError, OffendingAvp, ProtocolError,
+};
 pub use message::{Message, answer_for};
 pub use validate::validate_request;

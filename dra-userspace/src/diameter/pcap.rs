@@ -157,8 +157,10 @@ impl PcapWriter {
         let ts_usec = (micros % 1_000_000) as u32;
         self.out.extend_from_slice(&ts_sec.to_le_bytes());
         self.out.extend_from_slice(&ts_usec.to_le_bytes());
-        self.out.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
-        self.out.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+        self.out
+            .extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+        self.out
+            .extend_from_slice(&(pkt.len() as u32).to_le_bytes());
         self.out.extend_from_slice(&pkt);
         self.packets += 1;
     }

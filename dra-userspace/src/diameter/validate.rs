@@ -16,7 +16,7 @@ use super::message::Message;
 /// serves; the common application (0) is always accepted, and the Relay application
 /// (0xffffffff) in the list accepts every application (RFC 6733 §2.4).
 ///
-/// Answers (R clear) are checked for header bits and AVP lengths only.
+/// Answers (R clear) are checked for reserved header bits and AVP lengths only.
 pub fn validate_request(
     msg: &Message,
     dict: &Dictionary,
@@ -34,24 +34,26 @@ pub fn validate_request(
             command_code: msg.command_code,
         });
     }
-    // RFC 6733 §6.1: a request for an application the node does not support.
-    let app_ok = msg.application_id == app::COMMON
-        || supported_apps.contains(&msg.application_id)
-        || supported_apps.contains(&app::RELAY);
-    if !app_ok {
-        return Err(ProtocolError::ApplicationUnsupported {
-            application_id: msg.application_id,
-        });
+    if msg.is_request() {
+        // RFC 6733 §6.1: a request for an application the node does not support.
+        let app_ok = msg.application_id == app::COMMON
+            || supported_apps.contains(&msg.application_id)
+            || supported_apps.contains(&app::RELAY);
+        if !app_ok {
+            return Err(ProtocolError::ApplicationUnsupported {
+                application_id: msg.application_id,
+            });
+        }
+        if command.is_none() {
+            return Err(ProtocolError::CommandUnsupported {
+                command_code: msg.command_code,
+            });
+        }
     }
-    let Some(command) = command else {
-        return Err(ProtocolError::CommandUnsupported {
-            command_code: msg.command_code,
-        });
-    };
     for avp in &msg.avps {
         check_avp(avp, dict).map_err(|b| b.into_error(dict))?;
     }
-    if msg.is_request() {
+    if let Some(command) = command.filter(|_| msg.is_request()) {
         // RFC 6733 §7.5: a missing required AVP is reported with an example of it.
         for (code, vendor) in command.required(msg.application_id) {
             if msg.find_vendor(code, vendor).is_none() {

@@ -20,38 +20,54 @@ fn m(a: Avp) -> Avp {
 }
 
 pub fn cer() -> Message {
-    Message::request(cmd::CAPABILITIES_EXCHANGE, app::COMMON, 0x1111_0001, 0xaaaa_0001)
-        .with(m(Avp::utf8(c::ORIGIN_HOST, PGW_HOST)))
-        .with(m(Avp::utf8(c::ORIGIN_REALM, PGW_REALM)))
-        .with(m(Avp::address(c::HOST_IP_ADDRESS, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)))))
-        .with(m(Avp::address(
-            c::HOST_IP_ADDRESS,
-            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
-        )))
-        .with(m(Avp::u32(c::VENDOR_ID, vendor::TGPP)))
-        .with(Avp::utf8(c::PRODUCT_NAME, "pgw-sim"))
-        .with(m(Avp::u32(c::ORIGIN_STATE_ID, 7)))
-        .with(m(Avp::u32(c::SUPPORTED_VENDOR_ID, vendor::TGPP)))
-        .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::GY)))
-        .with(m(Avp::grouped(
-            c::VENDOR_SPECIFIC_APPLICATION_ID,
-            vec![
-                m(Avp::u32(c::VENDOR_ID, vendor::TGPP)),
-                m(Avp::u32(c::AUTH_APPLICATION_ID, app::GX)),
-            ],
-        )))
-        .with(Avp::u32(c::FIRMWARE_REVISION, 1))
+    Message::request(
+        cmd::CAPABILITIES_EXCHANGE,
+        app::COMMON,
+        0x1111_0001,
+        0xaaaa_0001,
+    )
+    .with(m(Avp::utf8(c::ORIGIN_HOST, PGW_HOST)))
+    .with(m(Avp::utf8(c::ORIGIN_REALM, PGW_REALM)))
+    .with(m(Avp::address(
+        c::HOST_IP_ADDRESS,
+        IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+    )))
+    .with(m(Avp::address(
+        c::HOST_IP_ADDRESS,
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+    )))
+    .with(m(Avp::u32(c::VENDOR_ID, vendor::TGPP)))
+    .with(Avp::utf8(c::PRODUCT_NAME, "pgw-sim"))
+    .with(m(Avp::u32(c::ORIGIN_STATE_ID, 7)))
+    .with(m(Avp::u32(c::SUPPORTED_VENDOR_ID, vendor::TGPP)))
+    .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::GY)))
+    .with(m(Avp::grouped(
+        c::VENDOR_SPECIFIC_APPLICATION_ID,
+        vec![
+            m(Avp::u32(c::VENDOR_ID, vendor::TGPP)),
+            m(Avp::u32(c::AUTH_APPLICATION_ID, app::GX)),
+        ],
+    )))
+    .with(Avp::u32(c::FIRMWARE_REVISION, 1))
 }
 
 pub fn cea() -> Message {
-    Message::answer(cmd::CAPABILITIES_EXCHANGE, app::COMMON, 0x1111_0001, 0xaaaa_0001)
-        .with(m(Avp::u32(c::RESULT_CODE, result_code::SUCCESS)))
-        .with(m(Avp::utf8(c::ORIGIN_HOST, DRA_HOST)))
-        .with(m(Avp::utf8(c::ORIGIN_REALM, DRA_REALM)))
-        .with(m(Avp::address(c::HOST_IP_ADDRESS, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)))))
-        .with(m(Avp::u32(c::VENDOR_ID, 0)))
-        .with(Avp::utf8(c::PRODUCT_NAME, "dra"))
-        .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::RELAY)))
+    Message::answer(
+        cmd::CAPABILITIES_EXCHANGE,
+        app::COMMON,
+        0x1111_0001,
+        0xaaaa_0001,
+    )
+    .with(m(Avp::u32(c::RESULT_CODE, result_code::SUCCESS)))
+    .with(m(Avp::utf8(c::ORIGIN_HOST, DRA_HOST)))
+    .with(m(Avp::utf8(c::ORIGIN_REALM, DRA_REALM)))
+    .with(m(Avp::address(
+        c::HOST_IP_ADDRESS,
+        IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+    )))
+    .with(m(Avp::u32(c::VENDOR_ID, 0)))
+    .with(Avp::utf8(c::PRODUCT_NAME, "dra"))
+    .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::RELAY)))
 }
 
 pub fn dwr() -> Message {
@@ -84,7 +100,10 @@ pub fn dpr() -> Message {
     Message::request(cmd::DISCONNECT_PEER, app::COMMON, 0x1111_0003, 0xaaaa_0003)
         .with(m(Avp::utf8(c::ORIGIN_HOST, PGW_HOST)))
         .with(m(Avp::utf8(c::ORIGIN_REALM, PGW_REALM)))
-        .with(m(Avp::enumerated(c::DISCONNECT_CAUSE, disconnect_cause::REBOOTING)))
+        .with(m(Avp::enumerated(
+            c::DISCONNECT_CAUSE,
+            disconnect_cause::REBOOTING,
+        )))
 }
 
 pub fn dpa() -> Message {
@@ -107,7 +126,10 @@ pub fn ccr_i_gx() -> Message {
         .with(m(Avp::utf8(c::ORIGIN_HOST, PGW_HOST)))
         .with(m(Avp::utf8(c::ORIGIN_REALM, PGW_REALM)))
         .with(m(Avp::utf8(c::DESTINATION_REALM, PCRF_REALM)))
-        .with(m(Avp::enumerated(c::CC_REQUEST_TYPE, cc_request_type::INITIAL as i32)))
+        .with(m(Avp::enumerated(
+            c::CC_REQUEST_TYPE,
+            cc_request_type::INITIAL as i32,
+        )))
         .with(m(Avp::u32(c::CC_REQUEST_NUMBER, 0)))
         .with(tgpp(Avp::grouped(
             c::SUPPORTED_FEATURES,
@@ -120,14 +142,20 @@ pub fn ccr_i_gx() -> Message {
         .with(m(Avp::grouped(
             c::SUBSCRIPTION_ID,
             vec![
-                m(Avp::enumerated(c::SUBSCRIPTION_ID_TYPE, subscription_id_type::END_USER_IMSI)),
+                m(Avp::enumerated(
+                    c::SUBSCRIPTION_ID_TYPE,
+                    subscription_id_type::END_USER_IMSI,
+                )),
                 m(Avp::utf8(c::SUBSCRIPTION_ID_DATA, "001010123456789")),
             ],
         )))
         .with(m(Avp::grouped(
             c::SUBSCRIPTION_ID,
             vec![
-                m(Avp::enumerated(c::SUBSCRIPTION_ID_TYPE, subscription_id_type::END_USER_E164)),
+                m(Avp::enumerated(
+                    c::SUBSCRIPTION_ID_TYPE,
+                    subscription_id_type::END_USER_E164,
+                )),
                 m(Avp::utf8(c::SUBSCRIPTION_ID_DATA, "15550100")),
             ],
         )))
@@ -151,16 +179,25 @@ pub fn cca_i_gx() -> Message {
         .proxiable()
         .with(m(Avp::utf8(c::SESSION_ID, SESSION)))
         .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::GX)))
-        .with(m(Avp::utf8(c::ORIGIN_HOST, "pcrf1.pcrf.mnc001.mcc001.3gppnetwork.org")))
+        .with(m(Avp::utf8(
+            c::ORIGIN_HOST,
+            "pcrf1.pcrf.mnc001.mcc001.3gppnetwork.org",
+        )))
         .with(m(Avp::utf8(c::ORIGIN_REALM, PCRF_REALM)))
         .with(m(Avp::u32(c::RESULT_CODE, result_code::SUCCESS)))
-        .with(m(Avp::enumerated(c::CC_REQUEST_TYPE, cc_request_type::INITIAL as i32)))
+        .with(m(Avp::enumerated(
+            c::CC_REQUEST_TYPE,
+            cc_request_type::INITIAL as i32,
+        )))
         .with(m(Avp::u32(c::CC_REQUEST_NUMBER, 0)))
         .with(m(tgpp(Avp::enumerated(c::BEARER_CONTROL_MODE, 2))))
         .with(m(tgpp(Avp::enumerated(c::EVENT_TRIGGER, 13))))
         .with(m(tgpp(Avp::grouped(
             c::CHARGING_RULE_INSTALL,
-            vec![m(tgpp(Avp::octets(c::CHARGING_RULE_NAME, b"default-rule".to_vec())))],
+            vec![m(tgpp(Avp::octets(
+                c::CHARGING_RULE_NAME,
+                b"default-rule".to_vec(),
+            )))],
         ))))
 }
 
@@ -174,7 +211,10 @@ pub fn ccr_u_gy() -> Message {
         .with(m(Avp::utf8(c::DESTINATION_REALM, "ocs.example.net")))
         .with(m(Avp::u32(c::AUTH_APPLICATION_ID, app::GY)))
         .with(m(Avp::utf8(c::SERVICE_CONTEXT_ID, "32251@3gpp.org")))
-        .with(m(Avp::enumerated(c::CC_REQUEST_TYPE, cc_request_type::UPDATE as i32)))
+        .with(m(Avp::enumerated(
+            c::CC_REQUEST_TYPE,
+            cc_request_type::UPDATE as i32,
+        )))
         .with(m(Avp::u32(c::CC_REQUEST_NUMBER, 1)))
         .with(m(Avp::enumerated(c::MULTIPLE_SERVICES_INDICATOR, 1)))
         .with(m(Avp::grouped(
