@@ -5,4 +5,7 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod diameter;
+pub mod metrics;
+pub mod relay;
 pub mod routing;
+pub mod sim;
