@@ -8,20 +8,51 @@ pub const PIN_DIR: &str = "/sys/fs/bpf/dra";
 
 /// Map names (the ELF symbol names in dra-ebpf).
 pub mod names {
-    /// LPM trie: IPv4 source prefix → [`super::PeerId`].
+    /// LPM trie: IPv4 source prefix → [`super::PeerInfo`].
     pub const PEERS_V4: &str = "PEERS_V4";
-    /// LPM trie: IPv6 source prefix → [`super::PeerId`].
+    /// LPM trie: IPv6 source prefix → [`super::PeerInfo`].
     pub const PEERS_V6: &str = "PEERS_V6";
-    /// Hash: [`super::BucketKey`] → [`super::BucketConfig`], written by the agent.
+    /// Hash: [`super::BucketKey`] → slot (u32) of that peer × class.
+    pub const CLASS_SLOTS: &str = "CLASS_SLOTS";
+    /// Array of [`super::BucketConfig`] by slot, written by the agent.
     pub const BUCKET_CONFIG: &str = "BUCKET_CONFIG";
-    /// Hash: [`super::BucketKey`] → [`super::BucketState`], written by the kernel.
+    /// Array of [`super::BucketState`] by slot, written by the kernel.
     pub const BUCKET_STATE: &str = "BUCKET_STATE";
-    /// Per-CPU hash: [`super::BucketKey`] → [`super::ClassCounters`].
-    pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
+    /// Per-CPU array of [`super::ClassCounters`] by slot.
+    pub const SLOT_COUNTERS: &str = "SLOT_COUNTERS";
     /// Per-CPU array indexed by [`crate::stats::Counter`].
     pub const STATS: &str = "STATS";
     /// Array with one [`super::GlobalConfig`].
     pub const GLOBAL_CONFIG: &str = "GLOBAL_CONFIG";
+    /// LRU hash: [`super::FlowKey`] → [`super::TcpFlow`].
+    pub const TCP_FLOWS: &str = "TCP_FLOWS";
+    /// LRU hash: [`super::FlowKey`] → [`super::SctpAssoc`].
+    pub const SCTP_ASSOCS: &str = "SCTP_ASSOCS";
+}
+
+/// Number of bucket slots (config, state and counters arrays).
+pub const MAX_SLOTS: u32 = 4096;
+/// "No slot": the bucket does not exist (no limit, not counted).
+pub const NO_SLOT: u32 = u32::MAX;
+/// Peers in each LPM trie.
+pub const MAX_PEER_PREFIXES: u32 = 1024;
+/// Peer × class entries in the class-slot map.
+pub const MAX_CLASS_SLOTS: u32 = 4096;
+/// TCP flows / SCTP associations tracked (LRU).
+pub const MAX_FLOWS: u32 = 16384;
+
+/// What the fast path knows of a peer (value of the peer LPM tries). Slots index the
+/// bucket arrays; [`NO_SLOT`] means none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct PeerInfo {
+    pub peer_id: u32,
+    /// Overall bucket of the peer's requests (ingress).
+    pub overall_slot: u32,
+    /// Counters (and no bucket) for classes without their own slot.
+    pub other_slot: u32,
+    /// Connection guard: TCP SYN / SCTP INIT bucket.
+    pub conn_slot: u32,
 }
 
 /// A peer as the fast path knows it: index into the agent's peer table.
@@ -91,6 +122,9 @@ pub struct BucketConfig {
 }
 
 impl BucketConfig {
+    /// A slot that only counts: no limit.
+    pub const UNLIMITED: BucketConfig = BucketConfig { interval_ns: 0, tolerance_ns: 0, action: 0, _pad: 0 };
+
     /// Bucket for `rate` msgs/s with a burst of `burst` messages (≥ 1).
     pub fn new(rate: f64, burst: u32, action: Action) -> BucketConfig {
         let interval_ns = if rate > 0.0 {
@@ -161,7 +195,74 @@ pub struct GlobalConfig {
     pub ports: [u16; 4],
     /// [`UnknownPeerPolicy`] as u32.
     pub unknown_peer: u32,
-    pub _pad: u32,
+    /// 1 once the agent has written the config; until then everything passes.
+    pub enabled: u32,
+}
+
+/// A transport flow as seen on ingress (addresses in network byte order; IPv4 in the
+/// first word).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey {
+    pub saddr: [u32; 4],
+    pub daddr: [u32; 4],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Seqs of recently marked headers remembered per flow, so that a retransmission of a
+/// marked request is marked again.
+pub const MARK_RING: usize = 8;
+/// Bytes of a Diameter message kept across segments when its class could not be
+/// decided in the segment where it began (header or CC-Request-Type cut off).
+pub const CARRY_MAX: usize = 192;
+/// Size of the carry buffer: twice [`CARRY_MAX`], so that "append n ≤ CARRY_MAX bytes
+/// at offset ≤ CARRY_MAX" is provably in bounds for the verifier.
+pub const CARRY_BUF: usize = 2 * CARRY_MAX;
+
+/// Decision state of the message whose start is held in [`TcpFlow::carry`].
+pub mod carry_state {
+    /// No decision yet: its flags byte has not passed.
+    pub const UNDECIDED: u8 = 0;
+    /// Admitted when its flags byte passed (overall bucket charged); its class bucket
+    /// is charged, forced, once the class is known.
+    pub const ADMITTED: u8 = 1;
+    /// Marked (or an answer): nothing more to charge.
+    pub const DONE: u8 = 2;
+}
+
+/// TCP framing state of one flow (DESIGN.md §3). Sequence numbers are absolute TCP
+/// sequence numbers (compared modulo 2^32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpFlow {
+    /// Where the next Diameter header starts. May lie beyond `processed_end` (message
+    /// body still to come) or before it (a header held in `carry`).
+    pub next_hdr: u32,
+    /// Every byte before this has been processed and charged exactly once.
+    pub processed_end: u32,
+    /// Ring of recently marked header seqs (see [`MARK_RING`]).
+    pub marked: [u32; MARK_RING],
+    pub mark_idx: u32,
+    /// Consecutive segments dropped past a hole; bounded, then the flow resyncs.
+    pub ofo_drops: u32,
+    /// Valid bytes in `carry` (they start at `next_hdr`).
+    pub carry_len: u16,
+    /// One of [`carry_state`].
+    pub carry_state: u8,
+    pub _pad: u8,
+    pub _pad2: u32,
+    pub carry: [u8; CARRY_BUF],
+}
+
+/// SCTP association state: the next TSN to charge (DESIGN.md §3).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SctpAssoc {
+    pub next_tsn: u32,
+    pub ofo_drops: u32,
 }
 
 #[cfg(feature = "user")]
@@ -174,4 +275,8 @@ mod pod {
     unsafe impl aya::Pod for super::BucketState {}
     unsafe impl aya::Pod for super::ClassCounters {}
     unsafe impl aya::Pod for super::GlobalConfig {}
+    unsafe impl aya::Pod for super::PeerInfo {}
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::TcpFlow {}
+    unsafe impl aya::Pod for super::SctpAssoc {}
 }

@@ -41,6 +41,15 @@ pub enum Counter {
     EgressRequests,
     /// TC egress: packets dropped by the egress policer.
     EgressDropped,
+    /// Segments passed uncharged: no flow state and no header at the segment start.
+    Unframed,
+    /// TCP segments without payload (handshake, ACKs) on a Diameter port.
+    NoPayload,
+    /// Requests whose header had passed before their class was known; the class
+    /// bucket was charged afterwards (it may go into debt).
+    LateCharged,
+    /// The protocol program was not installed in the jump table (setup error).
+    NoProgram,
     /// Number of counters (array size).
     Count,
 }
@@ -68,6 +77,10 @@ impl Counter {
         Counter::Marked,
         Counter::EgressRequests,
         Counter::EgressDropped,
+        Counter::Unframed,
+        Counter::NoPayload,
+        Counter::LateCharged,
+        Counter::NoProgram,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -91,6 +104,10 @@ impl Counter {
             Counter::Marked => "marked",
             Counter::EgressRequests => "egress_requests",
             Counter::EgressDropped => "egress_dropped",
+            Counter::Unframed => "unframed",
+            Counter::NoPayload => "no_payload",
+            Counter::LateCharged => "late_charged",
+            Counter::NoProgram => "no_program",
             Counter::Count => "count",
         }
     }

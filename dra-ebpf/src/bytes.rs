@@ -1,5 +1,6 @@
 //! The kernel side of `dra_common::wire::Bytes`: reads from packet memory, every
-//! access checked against `data_end` so the verifier can prove it.
+//! access checked against `data_end` so the verifier can prove it. (Bytes carried
+//! over from earlier segments are scanned as a plain `&[u8]` in the flow state.)
 
 use dra_common::wire::Bytes;
 
@@ -7,27 +8,77 @@ use dra_common::wire::Bytes;
 /// frames included). Verifier workaround: a packet pointer plus a scalar only gains a
 /// range after the `data_end` check if the pointer's maximum (start + MAX_OFF + 4)
 /// stays below MAX_PACKET_OFF (0xffff); this comparison gives the scalar that bound.
-const MAX_OFF: usize = 0x3fff;
+pub const MAX_OFF: usize = 0x3fff;
 
-/// `start..end` of packet memory.
+/// `off` bounded for the verifier. The comparison gives the caller's semantics; the
+/// mask, behind an optimisation barrier so LLVM cannot drop it as redundant, is what
+/// the verifier sees on the very register that is added to the packet pointer
+/// (verifier workaround: LLVM otherwise checks one copy of `off` and adds another).
+#[inline(always)]
+pub fn bounded(off: usize) -> Option<usize> {
+    if off > MAX_OFF {
+        return None;
+    }
+    Some(core::hint::black_box(off) & MAX_OFF)
+}
+
+/// `start..end` of packet memory, of which only the first `limit` bytes are
+/// readable (e.g. an SCTP chunk). `end` must be the packet's `data_end` itself: the
+/// verifier only learns a range from comparisons against `data_end`.
+#[derive(Clone, Copy)]
 pub struct PacketBytes {
     pub start: usize,
     pub end: usize,
+    pub limit: usize,
+}
+
+impl PacketBytes {
+    /// The packet from `start` to `data_end`.
+    #[inline(always)]
+    pub fn new(start: usize, end: usize) -> PacketBytes {
+        PacketBytes { start, end, limit: MAX_OFF + 1 }
+    }
+}
+
+impl PacketBytes {
+    /// Sets `bits` in the byte at `off`; returns the old byte.
+    #[inline(always)]
+    pub fn or_u8(&self, off: usize, bits: u8) -> Option<u8> {
+        let off = bounded(off)?;
+        let p = self.start + off;
+        // Verifier workaround: LLVM turns `p + 1 > end` into `p >= end`, from which
+        // the verifier learns no range for a zero-offset pointer; the barrier keeps
+        // the `+ 1`.
+        if core::hint::black_box(p + 1) > self.end {
+            return None;
+        }
+        // SAFETY: p..p+1 is inside the packet (checked against data_end above).
+        unsafe {
+            let old = *(p as *const u8);
+            *(p as *mut u8) = old | bits;
+            Some(old)
+        }
+    }
 }
 
 impl Bytes for PacketBytes {
     #[inline(always)]
     fn len(&self) -> usize {
-        self.end.saturating_sub(self.start)
+        let n = self.end.saturating_sub(self.start);
+        if n < self.limit { n } else { self.limit }
     }
 
     #[inline(always)]
     fn u8_at(&self, off: usize) -> Option<u8> {
-        if off > MAX_OFF {
+        if off >= self.limit {
             return None;
         }
+        let off = bounded(off)?;
         let p = self.start + off;
-        if p + 1 > self.end {
+        // Verifier workaround: LLVM turns `p + 1 > end` into `p >= end`, from which
+        // the verifier learns no range for a zero-offset pointer; the barrier keeps
+        // the `+ 1`.
+        if core::hint::black_box(p + 1) > self.end {
             return None;
         }
         // SAFETY: p..p+1 is inside the packet (checked against data_end above).
@@ -36,9 +87,10 @@ impl Bytes for PacketBytes {
 
     #[inline(always)]
     fn u32_at(&self, off: usize) -> Option<u32> {
-        if off > MAX_OFF {
+        if off + 4 > self.limit {
             return None;
         }
+        let off = bounded(off)?;
         let p = self.start + off;
         if p + 4 > self.end {
             return None;
@@ -48,3 +100,4 @@ impl Bytes for PacketBytes {
         Some(u32::from_be_bytes(b))
     }
 }
+

@@ -1,20 +1,39 @@
 //! Entry points only; the programs live in one file per hook.
 #![no_std]
 #![no_main]
+// 64-bit compare-and-swap for the shared buckets (see bucket.rs).
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+mod admit;
+mod bucket;
 mod bytes;
 mod maps;
+mod sctp;
+mod tcp;
 mod xdp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 
-/// XDP ingress on the DRA's client-facing interface.
+/// XDP ingress on the DRA's client-facing interface: parse, peer lookup, dispatch.
 #[xdp]
 pub fn dra_xdp(ctx: XdpContext) -> u32 {
     match xdp::try_ingress(&ctx) {
         Ok(v) => v,
         Err(()) => xdp_action::XDP_PASS,
     }
+}
+
+/// TCP framing and limiting (tail call from `dra_xdp`).
+#[xdp]
+pub fn dra_xdp_tcp(ctx: XdpContext) -> u32 {
+    xdp::tcp_entry(&ctx)
+}
+
+/// SCTP chunk walking and limiting (tail call from `dra_xdp`).
+#[xdp]
+pub fn dra_xdp_sctp(ctx: XdpContext) -> u32 {
+    xdp::sctp_entry(&ctx)
 }
 
 #[cfg(not(test))]

@@ -1,26 +1,87 @@
-//! The programs' maps. Names are `dra_common::maps::names`.
+//! The programs' maps. Names are `dra_common::maps::names`; sizes are the
+//! `dra_common::maps::MAX_*` constants.
 
 use aya_ebpf::{
     macros::map,
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{lpm_trie::LpmTrie, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
 };
 use dra_common::{
-    maps::{BucketKey, ClassCounters},
+    maps::{
+        BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key,
+        Ipv6Key, PeerInfo, SctpAssoc, TcpFlow, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES,
+        MAX_SLOTS,
+    },
     stats::Counter,
 };
+
+#[map(name = "PEERS_V4")]
+pub static PEERS_V4: LpmTrie<Ipv4Key, PeerInfo> = LpmTrie::with_max_entries(MAX_PEER_PREFIXES, 0);
+
+#[map(name = "PEERS_V6")]
+pub static PEERS_V6: LpmTrie<Ipv6Key, PeerInfo> = LpmTrie::with_max_entries(MAX_PEER_PREFIXES, 0);
+
+#[map(name = "CLASS_SLOTS")]
+pub static CLASS_SLOTS: HashMap<BucketKey, u32> = HashMap::with_max_entries(MAX_CLASS_SLOTS, 0);
+
+#[map(name = "BUCKET_CONFIG")]
+pub static BUCKET_CONFIG: Array<BucketConfig> = Array::with_max_entries(MAX_SLOTS, 0);
+
+#[map(name = "BUCKET_STATE")]
+pub static BUCKET_STATE: Array<BucketState> = Array::with_max_entries(MAX_SLOTS, 0);
+
+#[map(name = "SLOT_COUNTERS")]
+pub static SLOT_COUNTERS: PerCpuArray<ClassCounters> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
 
 #[map(name = "STATS")]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
-#[map(name = "CLASS_COUNTERS")]
-pub static CLASS_COUNTERS: PerCpuHashMap<BucketKey, ClassCounters> =
-    PerCpuHashMap::with_max_entries(4096, 0);
+#[map(name = "GLOBAL_CONFIG")]
+pub static GLOBAL_CONFIG: Array<GlobalConfig> = Array::with_max_entries(1, 0);
+
+#[map(name = "TCP_FLOWS")]
+pub static TCP_FLOWS: LruHashMap<FlowKey, TcpFlow> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
+
+/// Scratch space to build a new [`TcpFlow`] (too large for the BPF stack).
+#[map(name = "FLOW_SCRATCH")]
+pub static FLOW_SCRATCH: PerCpuArray<TcpFlow> = PerCpuArray::with_max_entries(1, 0);
+
+/// What the dispatcher found, for the protocol program it tail-calls.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PktMeta {
+    pub l4_off: u32,
+    pub _pad: u32,
+    pub peer: PeerInfo,
+    pub key: FlowKey,
+}
+
+#[map(name = "PKT_META")]
+pub static PKT_META: PerCpuArray<PktMeta> = PerCpuArray::with_max_entries(1, 0);
+
+/// Tail-call targets of the dispatcher: [`JUMP_TCP`], [`JUMP_SCTP`].
+#[map(name = "JUMP")]
+pub static JUMP: ProgramArray = ProgramArray::with_max_entries(2, 0);
+pub const JUMP_TCP: u32 = 0;
+pub const JUMP_SCTP: u32 = 1;
+
+/// Per-packet ledger of charges and counts (see admit.rs).
+#[map(name = "LEDGER_SCRATCH")]
+pub static LEDGER_SCRATCH: PerCpuArray<crate::admit::Ledger> = PerCpuArray::with_max_entries(1, 0);
+
+#[map(name = "SCTP_ASSOCS")]
+pub static SCTP_ASSOCS: LruHashMap<FlowKey, SctpAssoc> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
 
 /// Adds one to a global counter.
 #[inline(always)]
 pub fn count(c: Counter) {
+    count_n(c, 1);
+}
+
+/// Adds `n` to a global counter.
+#[inline(always)]
+pub fn count_n(c: Counter, n: u64) {
     if let Some(p) = STATS.get_ptr_mut(c as u32) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *p += 1 };
+        // SAFETY: this CPU's slot of a per-CPU array; no other writer.
+        unsafe { *p += n };
     }
 }

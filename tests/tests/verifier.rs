@@ -7,9 +7,20 @@ use dra_tests::netns::{Netns, VethPair};
 fn xdp_program_passes_the_verifier() {
     let mut ebpf = dra::dataplane::open().expect("open embedded object");
     dra::dataplane::load_xdp(&mut ebpf).expect("verifier accepts dra_xdp");
-    let prog: &aya::programs::Xdp = ebpf.program(dra::dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
-    let info = prog.info().expect("program info");
-    assert!(info.name_as_str().is_some_and(|n| n.starts_with("dra_xdp")), "{:?}", info.name_as_str());
+    let names = std::iter::once(dra::dataplane::XDP_PROGRAM)
+        .chain(dra::dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n));
+    for name in names {
+        let prog: &aya::programs::Xdp = ebpf.program(name).unwrap().try_into().unwrap();
+        let info = prog.info().expect("program info");
+        // The kernel keeps the first 15 bytes of the name.
+        let short = &name[..name.len().min(15)];
+        assert_eq!(info.name_as_str(), Some(short));
+        println!(
+            "{name}: verifier processed {:?} instructions; {:?} instructions after translation",
+            info.verified_instruction_count(),
+            info.size_translated().map(|b| b / 8)
+        );
+    }
 }
 
 #[test]

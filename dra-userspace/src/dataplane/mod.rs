@@ -5,8 +5,12 @@ use aya::Ebpf;
 /// The eBPF object built by build.rs from dra-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dra"));
 
-/// Name of the XDP ingress program in the object.
+/// Name of the XDP ingress program (the one attached) in the object.
 pub const XDP_PROGRAM: &str = "dra_xdp";
+/// Protocol programs the ingress program tail-calls, by jump-table index.
+pub const XDP_TAIL_PROGRAMS: [(u32, &str); 2] = [(0, "dra_xdp_tcp"), (1, "dra_xdp_sctp")];
+/// The jump table map.
+pub const JUMP_MAP: &str = "JUMP";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
@@ -16,6 +20,14 @@ pub enum DataplaneError {
     Load(#[source] aya::EbpfError),
     #[error("program {name} not found in the eBPF object")]
     MissingProgram { name: &'static str },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("map {name} not found in the eBPF object")]
+    MissingMap { name: &'static str },
     #[error("program {name}: {source}")]
     Program {
         name: &'static str,
@@ -32,13 +44,42 @@ pub fn open() -> Result<Ebpf, DataplaneError> {
     Ebpf::load(EBPF_OBJECT).map_err(DataplaneError::Load)
 }
 
-/// Loads (verifies) the XDP ingress program into the kernel.
-pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
     let prog: &mut aya::programs::Xdp = ebpf
-        .program_mut(XDP_PROGRAM)
-        .ok_or(DataplaneError::MissingProgram { name: XDP_PROGRAM })?
+        .program_mut(name)
+        .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
-        .map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })?;
-    prog.load()
-        .map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })
+        .map_err(|source| DataplaneError::Program { name, source })?;
+    prog.load().map_err(|source| DataplaneError::Program { name, source })
+}
+
+/// Loads (verifies) the XDP programs into the kernel and fills the jump table the
+/// ingress program tail-calls through.
+pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    load_one(ebpf, XDP_PROGRAM)?;
+    for (_, name) in XDP_TAIL_PROGRAMS {
+        load_one(ebpf, name)?;
+    }
+    let mut fds = Vec::new();
+    for (idx, name) in XDP_TAIL_PROGRAMS {
+        let prog: &aya::programs::Xdp = ebpf
+            .program(name)
+            .ok_or(DataplaneError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name, source })?;
+        let fd = prog
+            .fd()
+            .and_then(|fd| fd.try_clone().map_err(aya::programs::ProgramError::from))
+            .map_err(|source| DataplaneError::Program { name, source })?;
+        fds.push((idx, fd));
+    }
+    let mut jump: aya::maps::ProgramArray<_> = ebpf
+        .map_mut(JUMP_MAP)
+        .ok_or(DataplaneError::MissingMap { name: JUMP_MAP })?
+        .try_into()
+        .map_err(|source| DataplaneError::Map { name: JUMP_MAP, source })?;
+    for (idx, fd) in &fds {
+        jump.set(*idx, fd, 0).map_err(|source| DataplaneError::Map { name: JUMP_MAP, source })?;
+    }
+    Ok(())
 }
