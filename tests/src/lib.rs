@@ -2,3 +2,4 @@
 //! removed (RAII, also on panic), addresses only from 198.18.0.0/15 and 2001:db8::/32.
 
 pub mod netns;
+pub mod pkt;

@@ -155,7 +155,7 @@ pub enum Transport {
 }
 
 /// `[[peer]]`: a Diameter peer the agent knows.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Peer {
     /// Config name, used by every reference (`peer = "..."`).
     pub name: String,
@@ -172,6 +172,9 @@ pub struct Peer {
     pub group: Option<String>,
     /// For servers: where the agent connects. `None` = the server connects to us.
     pub connect: Option<SocketAddr>,
+    /// Connection guard: TCP SYN / SCTP INIT from this peer per second (burst), dropped
+    /// in the fast path beyond it (stops reconnect storms before the stack).
+    pub connection_guard: Option<Limit>,
     /// Weight within its group (for weighted selection), ≥ 1.
     pub weight: u32,
 }

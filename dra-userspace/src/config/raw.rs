@@ -115,6 +115,8 @@ pub(super) struct RawPeer {
     pub group: Option<S<String>>,
     pub connect: Option<S<String>>,
     pub weight: Option<S<i64>>,
+    pub connection_rate: Option<S<f64>>,
+    pub connection_burst: Option<S<i64>>,
 }
 
 #[derive(Deserialize)]

@@ -790,6 +790,26 @@ fn peers(
             needs_listener = Some(p.name.span());
         }
         let weight = u32_in(e, "weight", &p.weight, 1, 65535, 1);
+        let connection_guard = p.connection_rate.as_ref().and_then(|r| {
+            let rate = *r.get_ref();
+            if !rate.is_finite() || rate <= 0.0 {
+                e.at(&r.span(), format!("connection_rate must be > 0 connections/s, got {rate}"));
+                return None;
+            }
+            let burst = u32_in(e, "connection_burst", &p.connection_burst, 1, u32::MAX, default_burst(rate));
+            Some(Limit {
+                rate,
+                burst,
+                action: Action::Drop,
+                result_code: 0,
+                error_message: String::new(),
+            })
+        });
+        if p.connection_rate.is_none()
+            && let Some(b) = &p.connection_burst
+        {
+            e.at(&b.span(), "connection_burst needs connection_rate");
+        }
         let mut addresses = Vec::new();
         for a in p.addresses.iter().flatten() {
             let net = match values::parse_prefix(a.get_ref()) {
@@ -832,6 +852,7 @@ fn peers(
                 group,
                 connect,
                 weight,
+                connection_guard,
             });
         }
     }

@@ -1,6 +1,26 @@
-//! Loading the embedded eBPF object, attaching, pinning, map writers and stats readers.
+//! The fast path from userspace: load the embedded eBPF object, attach XDP, pin
+//! everything under `/sys/fs/bpf/dra/` so a restarted agent reuses it (program stays
+//! attached, bucket state survives), write the plan into the maps, read the stats.
 
-use aya::Ebpf;
+pub mod plan;
+
+use std::path::{Path, PathBuf};
+
+use aya::{
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, PerCpuArray},
+    programs::{links::FdLink, Xdp, XdpMode},
+    Ebpf,
+};
+use dra_common::{
+    maps::{
+        names, BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key, Ipv6Key,
+        PeerInfo, SctpAssoc, TcpFlow,
+    },
+    stats::Counter,
+};
+use ipnet::IpNet;
+
+pub use plan::{Plan, PlanError, Slot};
 
 /// The eBPF object built by build.rs from dra-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dra"));
@@ -11,6 +31,26 @@ pub const XDP_PROGRAM: &str = "dra_xdp";
 pub const XDP_TAIL_PROGRAMS: [(u32, &str); 2] = [(0, "dra_xdp_tcp"), (1, "dra_xdp_sctp")];
 /// The jump table map.
 pub const JUMP_MAP: &str = "JUMP";
+/// Default pin directory.
+pub const PIN_DIR: &str = dra_common::maps::PIN_DIR;
+
+/// Maps the agent writes or reads (all pinned).
+const PINNED_MAPS: [&str; 14] = [
+    names::PEERS_V4,
+    names::PEERS_V6,
+    names::CLASS_SLOTS,
+    names::BUCKET_CONFIG,
+    names::BUCKET_STATE,
+    names::SLOT_COUNTERS,
+    names::STATS,
+    names::GLOBAL_CONFIG,
+    names::TCP_FLOWS,
+    names::SCTP_ASSOCS,
+    JUMP_MAP,
+    "PKT_META",
+    "LEDGER_SCRATCH",
+    "FLOW_SCRATCH",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
@@ -20,20 +60,60 @@ pub enum DataplaneError {
     Load(#[source] aya::EbpfError),
     #[error("program {name} not found in the eBPF object")]
     MissingProgram { name: &'static str },
-    #[error("map {name}: {source}")]
+    #[error("map {name} not found in the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("map {name}")]
     Map {
         name: &'static str,
         #[source]
         source: aya::maps::MapError,
     },
-    #[error("map {name} not found in the eBPF object")]
-    MissingMap { name: &'static str },
-    #[error("program {name}: {source}")]
+    #[error("program {name}")]
     Program {
         name: &'static str,
         #[source]
         source: aya::programs::ProgramError,
     },
+    #[error("attaching XDP to {iface} ({mode})")]
+    Attach {
+        iface: String,
+        mode: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("XDP on {iface} is not a bpf_link (kernel too old for pinning)")]
+    Link {
+        iface: String,
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    #[error("pinning {path}")]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error("opening pinned {path}")]
+    OpenPinned {
+        path: PathBuf,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// XDP attach mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Native (driver) mode, falling back to generic (skb) mode.
+    Auto,
+    Native,
+    Skb,
 }
 
 /// Parses the embedded object and creates its maps (programs are not yet loaded).
@@ -45,7 +125,7 @@ pub fn open() -> Result<Ebpf, DataplaneError> {
 }
 
 fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
-    let prog: &mut aya::programs::Xdp = ebpf
+    let prog: &mut Xdp = ebpf
         .program_mut(name)
         .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
@@ -62,7 +142,7 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     }
     let mut fds = Vec::new();
     for (idx, name) in XDP_TAIL_PROGRAMS {
-        let prog: &aya::programs::Xdp = ebpf
+        let prog: &Xdp = ebpf
             .program(name)
             .ok_or(DataplaneError::MissingProgram { name })?
             .try_into()
@@ -83,3 +163,267 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     }
     Ok(())
 }
+
+fn link_pin(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("link_{iface}"))
+}
+
+/// The fast path's maps, from a fresh load or from the pins of an earlier run.
+pub struct Maps {
+    peers_v4: LpmTrie<MapData, Ipv4Key, PeerInfo>,
+    peers_v6: LpmTrie<MapData, Ipv6Key, PeerInfo>,
+    class_slots: HashMap<MapData, BucketKey, u32>,
+    bucket_config: Array<MapData, BucketConfig>,
+    bucket_state: Array<MapData, BucketState>,
+    slot_counters: PerCpuArray<MapData, ClassCounters>,
+    stats: PerCpuArray<MapData, u64>,
+    global: Array<MapData, GlobalConfig>,
+    tcp_flows: HashMap<MapData, FlowKey, TcpFlow>,
+    sctp_assocs: HashMap<MapData, FlowKey, SctpAssoc>,
+}
+
+macro_rules! typed {
+    ($map:expr, $name:expr, $variant:ident) => {{
+        let m: Map = $map;
+        m.try_into().map_err(|source| DataplaneError::Map { name: $name, source })?
+    }};
+}
+
+impl Maps {
+    fn from_maps(mut get: impl FnMut(&'static str) -> Result<Map, DataplaneError>) -> Result<Maps, DataplaneError> {
+        Ok(Maps {
+            peers_v4: typed!(get(names::PEERS_V4)?, names::PEERS_V4, LpmTrie),
+            peers_v6: typed!(get(names::PEERS_V6)?, names::PEERS_V6, LpmTrie),
+            class_slots: typed!(get(names::CLASS_SLOTS)?, names::CLASS_SLOTS, HashMap),
+            bucket_config: typed!(get(names::BUCKET_CONFIG)?, names::BUCKET_CONFIG, Array),
+            bucket_state: typed!(get(names::BUCKET_STATE)?, names::BUCKET_STATE, Array),
+            slot_counters: typed!(get(names::SLOT_COUNTERS)?, names::SLOT_COUNTERS, PerCpuArray),
+            stats: typed!(get(names::STATS)?, names::STATS, PerCpuArray),
+            global: typed!(get(names::GLOBAL_CONFIG)?, names::GLOBAL_CONFIG, Array),
+            tcp_flows: typed!(get(names::TCP_FLOWS)?, names::TCP_FLOWS, HashMap),
+            sctp_assocs: typed!(get(names::SCTP_ASSOCS)?, names::SCTP_ASSOCS, HashMap),
+        })
+    }
+
+    /// Takes the maps out of a loaded object (the object keeps the programs).
+    pub fn take(ebpf: &mut Ebpf) -> Result<Maps, DataplaneError> {
+        Maps::from_maps(|name| ebpf.take_map(name).ok_or(DataplaneError::MissingMap { name }))
+    }
+
+    /// Opens the maps pinned under `dir`.
+    pub fn open_pinned(dir: &Path) -> Result<Maps, DataplaneError> {
+        Maps::from_maps(|name| {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path).map_err(|source| DataplaneError::OpenPinned { path: path.clone(), source })?;
+            Map::from_map_data(data).map_err(|source| DataplaneError::OpenPinned { path, source })
+        })
+    }
+
+    /// Writes the whole plan. Bucket *state* is not touched: rates change without
+    /// resetting tokens. Entries of peers or classes no longer in the plan are removed.
+    pub fn write_plan(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
+        let e = |name| move |source| DataplaneError::Map { name, source };
+        for s in &plan.slots {
+            self.bucket_config.set(s.index, s.bucket_at(None), 0).map_err(e(names::BUCKET_CONFIG))?;
+        }
+        // Peers: replace the tries' contents.
+        let old4: Vec<_> = self.peers_v4.keys().filter_map(Result::ok).collect();
+        for k in old4 {
+            let _ = self.peers_v4.remove(&k);
+        }
+        let old6: Vec<_> = self.peers_v6.keys().filter_map(Result::ok).collect();
+        for k in old6 {
+            let _ = self.peers_v6.remove(&k);
+        }
+        for p in &plan.peers {
+            for net in &p.prefixes {
+                match net {
+                    IpNet::V4(n) => self
+                        .peers_v4
+                        .insert(&Key::new(n.prefix_len() as u32, n.network().octets()), p.info, 0)
+                        .map_err(e(names::PEERS_V4))?,
+                    IpNet::V6(n) => self
+                        .peers_v6
+                        .insert(&Key::new(n.prefix_len() as u32, n.network().octets()), p.info, 0)
+                        .map_err(e(names::PEERS_V6))?,
+                }
+            }
+        }
+        let wanted: std::collections::HashSet<BucketKey> = plan.class_entries().map(|(k, _)| k).collect();
+        let stale: Vec<BucketKey> =
+            self.class_slots.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+        for k in stale {
+            let _ = self.class_slots.remove(&k);
+        }
+        for (k, s) in plan.class_entries() {
+            self.class_slots.insert(k, s, 0).map_err(e(names::CLASS_SLOTS))?;
+        }
+        self.global.set(0, plan.global, 0).map_err(e(names::GLOBAL_CONFIG))?;
+        Ok(())
+    }
+
+    /// Rewrites one slot's rate (the dynamic controller), keeping its tokens.
+    pub fn set_rate(&mut self, slot: &Slot, rate: f64) -> Result<(), DataplaneError> {
+        self.bucket_config
+            .set(slot.index, slot.bucket_at(Some(rate)), 0)
+            .map_err(|source| DataplaneError::Map { name: names::BUCKET_CONFIG, source })
+    }
+
+    /// The bucket config currently in the map for a slot.
+    pub fn bucket_config(&self, slot: u32) -> Result<BucketConfig, DataplaneError> {
+        self.bucket_config.get(&slot, 0).map_err(|source| DataplaneError::Map { name: names::BUCKET_CONFIG, source })
+    }
+
+    /// The kernel's GCRA state of a slot.
+    pub fn bucket_state(&self, slot: u32) -> Result<BucketState, DataplaneError> {
+        self.bucket_state.get(&slot, 0).map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })
+    }
+
+    /// A slot's counters, summed over CPUs.
+    pub fn slot_counters(&self, slot: u32) -> Result<ClassCounters, DataplaneError> {
+        let v = self
+            .slot_counters
+            .get(&slot, 0)
+            .map_err(|source| DataplaneError::Map { name: names::SLOT_COUNTERS, source })?;
+        let mut sum = ClassCounters::default();
+        for c in v.iter() {
+            sum.accumulate(c);
+        }
+        Ok(sum)
+    }
+
+    /// Global counters, summed over CPUs.
+    pub fn stats(&self) -> Result<Vec<(Counter, u64)>, DataplaneError> {
+        let mut out = Vec::with_capacity(Counter::ALL.len());
+        for c in Counter::ALL {
+            let v = self
+                .stats
+                .get(&(c as u32), 0)
+                .map_err(|source| DataplaneError::Map { name: names::STATS, source })?;
+            out.push((c, v.iter().sum()));
+        }
+        Ok(out)
+    }
+
+    /// Fills every bucket (forgets its history): the state an agent starts from.
+    pub fn reset_buckets(&mut self) -> Result<(), DataplaneError> {
+        for slot in 0..dra_common::maps::MAX_SLOTS {
+            self.bucket_state
+                .set(slot, BucketState::default(), 0)
+                .map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })?;
+        }
+        Ok(())
+    }
+
+    /// Forgets all TCP flow and SCTP association state (flows resynchronise).
+    pub fn clear_flows(&mut self) {
+        let keys: Vec<FlowKey> = self.tcp_flows.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.tcp_flows.remove(&k);
+        }
+        let keys: Vec<FlowKey> = self.sctp_assocs.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.sctp_assocs.remove(&k);
+        }
+    }
+
+    /// Number of tracked TCP flows.
+    pub fn tcp_flow_count(&self) -> usize {
+        self.tcp_flows.keys().filter(Result::is_ok).count()
+    }
+
+    /// Writes only the global settings (e.g. the unknown-peer policy).
+    pub fn write_global(&mut self, g: GlobalConfig) -> Result<(), DataplaneError> {
+        self.global.set(0, g, 0).map_err(|source| DataplaneError::Map { name: names::GLOBAL_CONFIG, source })
+    }
+
+    /// One global counter.
+    pub fn stat(&self, c: Counter) -> Result<u64, DataplaneError> {
+        let v = self.stats.get(&(c as u32), 0).map_err(|source| DataplaneError::Map { name: names::STATS, source })?;
+        Ok(v.iter().sum())
+    }
+}
+
+/// An attached (or reused) fast path.
+pub struct Dataplane {
+    pub maps: Maps,
+    pub iface: String,
+    pub pin_dir: PathBuf,
+    /// True when an earlier run's pinned program and state were reused.
+    pub reused: bool,
+    _ebpf: Option<Ebpf>,
+}
+
+impl Dataplane {
+    /// Attaches to `iface`, or reuses what an earlier run pinned in `pin_dir` for it.
+    pub fn attach(iface: &str, mode: AttachMode, pin_dir: &Path) -> Result<Dataplane, DataplaneError> {
+        let link = link_pin(pin_dir, iface);
+        if link.exists() {
+            if let Ok(maps) = Maps::open_pinned(pin_dir) {
+                return Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: true, _ebpf: None });
+            }
+            // A link without its maps: start over.
+            let _ = std::fs::remove_file(&link);
+        }
+        let mut ebpf = open()?;
+        load_xdp(&mut ebpf)?;
+        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io { path: pin_dir.into(), source })?;
+        // Stale map pins from an earlier, detached run would shadow the new maps.
+        for name in PINNED_MAPS {
+            let _ = std::fs::remove_file(pin_dir.join(name));
+        }
+        for name in PINNED_MAPS {
+            let map = ebpf.map(name).ok_or(DataplaneError::MissingMap { name })?;
+            let path = pin_dir.join(name);
+            map.pin(&path).map_err(|source| DataplaneError::Pin { path, source })?;
+        }
+        let prog: &mut Xdp = ebpf
+            .program_mut(XDP_PROGRAM)
+            .ok_or(DataplaneError::MissingProgram { name: XDP_PROGRAM })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })?;
+        let try_attach = |prog: &mut Xdp, m: XdpMode, label: &'static str| {
+            prog.attach(iface, m).map_err(|source| DataplaneError::Attach { iface: iface.into(), mode: label, source })
+        };
+        let id = match mode {
+            AttachMode::Native => try_attach(prog, XdpMode::Driver, "native")?,
+            AttachMode::Skb => try_attach(prog, XdpMode::Skb, "skb")?,
+            AttachMode::Auto => match try_attach(prog, XdpMode::Driver, "native") {
+                Ok(id) => id,
+                Err(_) => try_attach(prog, XdpMode::Skb, "skb")?,
+            },
+        };
+        let xdp_link = prog.take_link(id).map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })?;
+        let fd_link: FdLink = xdp_link
+            .try_into()
+            .map_err(|source| DataplaneError::Link { iface: iface.into(), source })?;
+        fd_link.pin(&link).map_err(|source| DataplaneError::Pin { path: link.clone(), source })?;
+        let maps = Maps::take(&mut ebpf)?;
+        Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: false, _ebpf: Some(ebpf) })
+    }
+
+    /// Removes everything pinned for `iface` in `pin_dir` (the link — which detaches
+    /// the program — and the maps). Returns what was removed.
+    pub fn detach(iface: Option<&str>, pin_dir: &Path) -> Result<Vec<PathBuf>, DataplaneError> {
+        let mut removed = Vec::new();
+        let Ok(rd) = std::fs::read_dir(pin_dir) else { return Ok(removed) };
+        for entry in rd.flatten() {
+            let p = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_link = name.starts_with("link_");
+            if is_link && iface.is_some_and(|i| name != format!("link_{i}")) {
+                continue;
+            }
+            std::fs::remove_file(&p).map_err(|source| DataplaneError::Io { path: p.clone(), source })?;
+            removed.push(p);
+        }
+        let _ = std::fs::remove_dir(pin_dir);
+        Ok(removed)
+    }
+
+    /// Whether a pinned link for `iface` exists (the program is attached).
+    pub fn is_pinned(iface: &str, pin_dir: &Path) -> bool {
+        link_pin(pin_dir, iface).exists()
+    }
+}
+

@@ -1,0 +1,237 @@
+//! From the validated config to what the fast path's maps must hold: peer ids,
+//! bucket slots, class-slot entries and bucket rates. Pure: no maps, no syscalls, so
+//! it is tested on its own and the dynamic controller can find the slots it rewrites.
+//!
+//! Layout:
+//! * every peer (clients and servers) gets an id (1-based, config order) and its
+//!   source prefixes map to it; unknown sources follow `unknown_peer`;
+//! * every peer gets an *overall* slot (its `peer_rate_limit_profile`, ingress; or
+//!   its group's, shared by the members; or unlimited, counting only) and an *other*
+//!   slot counting classes that have no slot of their own;
+//! * each ingress `message_rate_limit_profile` gets one slot per target (a group's is
+//!   shared by its members); a profile whose request type is "any" covers every
+//!   CC-Request-Type of its command that has no more specific profile;
+//! * classes a DRL profile names always have a slot (they are what the controller
+//!   rewrites);
+//! * a connection guard (`connection_rate`) gets a slot per peer.
+
+use std::collections::BTreeMap;
+
+use dra_common::{
+    maps::{BucketConfig, BucketKey, GlobalConfig, PeerInfo, UnknownPeerPolicy, MAX_SLOTS, NO_SLOT},
+    wire::MsgClass,
+};
+use ipnet::IpNet;
+
+use crate::config::{Config, Direction, Limit, RequestType, Target, UnknownPeer};
+
+/// One slot of the bucket arrays and what it stands for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slot {
+    pub index: u32,
+    /// Peer or group name.
+    pub owner: String,
+    /// Metrics label of the class: "all", "other", "conn" or a class label.
+    pub class_label: String,
+    /// Rate at the static configuration (None: counting only).
+    pub limit: Option<Limit>,
+}
+
+impl Slot {
+    /// The fast path's bucket config at rate `rate` (the static rate unless the
+    /// dynamic controller scales it).
+    pub fn bucket_at(&self, rate: Option<f64>) -> BucketConfig {
+        match &self.limit {
+            None => BucketConfig::UNLIMITED,
+            Some(l) => BucketConfig::new(rate.unwrap_or(l.rate), l.burst, l.action),
+        }
+    }
+}
+
+/// A peer as planned for the fast path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedPeer {
+    pub name: String,
+    pub info: PeerInfo,
+    pub prefixes: Vec<IpNet>,
+}
+
+/// Everything the fast path's maps hold, derived from a config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub global: GlobalConfig,
+    pub peers: Vec<PlannedPeer>,
+    pub slots: Vec<Slot>,
+    /// (peer id, class) → slot.
+    pub class_slots: BTreeMap<(u32, ClassKey), u32>,
+}
+
+/// Orderable form of [`MsgClass`].
+pub type ClassKey = (u32, u32, u8);
+
+fn key(c: MsgClass) -> ClassKey {
+    (c.app_id, c.command_code, c.req_type)
+}
+
+/// Why a config cannot be laid out in the fast path's maps.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("the fast path has {max} bucket slots; this config needs more")]
+    TooManySlots { max: u32 },
+    #[error("the fast path watches at most 4 Diameter ports; the config lists {count}")]
+    TooManyPorts { count: usize },
+}
+
+/// Metrics label of a class: `gx_ccr_i`, `gy_ccr`, `app5_cmd300`.
+pub fn class_label(c: MsgClass) -> String {
+    use dra_common::wire::{app, cmd};
+    let a = match c.app_id {
+        app::GX => "gx".to_string(),
+        app::GY => "gy".to_string(),
+        app::COMMON => "base".to_string(),
+        n => format!("app{n}"),
+    };
+    let m = match c.command_code {
+        cmd::CREDIT_CONTROL => "ccr".to_string(),
+        n => format!("cmd{n}"),
+    };
+    let t = match c.req_type {
+        1 => "_i",
+        2 => "_u",
+        3 => "_t",
+        4 => "_e",
+        _ => "",
+    };
+    format!("{a}_{m}{t}")
+}
+
+impl Plan {
+    /// Lays out `cfg`.
+    pub fn new(cfg: &Config) -> Result<Plan, PlanError> {
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut push = |owner: &str, label: String, limit: Option<Limit>| -> u32 {
+            let index = slots.len() as u32;
+            slots.push(Slot { index, owner: owner.to_string(), class_label: label, limit });
+            index
+        };
+
+        // Shared group slots first (overall, then per class).
+        let mut group_overall: BTreeMap<String, u32> = BTreeMap::new();
+        for p in &cfg.peer_rate_limits {
+            if p.direction != Direction::Ingress {
+                continue;
+            }
+            if let Target::Group(g) = &p.target {
+                group_overall.insert(g.clone(), push(g, "all".into(), Some(p.limit.clone())));
+            }
+        }
+        let mut group_class: BTreeMap<(String, ClassKey), u32> = BTreeMap::new();
+        for m in &cfg.message_rate_limits {
+            if m.direction != Direction::Ingress {
+                continue;
+            }
+            if let Target::Group(g) = &m.target {
+                let c = m.msg_class();
+                let s = push(g, class_label(c), Some(m.limit.clone()));
+                group_class.insert((g.clone(), key(c)), s);
+            }
+        }
+
+        let mut peers = Vec::new();
+        let mut class_slots = BTreeMap::new();
+        for (i, peer) in cfg.peers.iter().enumerate() {
+            let id = i as u32 + 1;
+            let own_overall = cfg.peer_rate_limits.iter().find(|p| {
+                p.direction == Direction::Ingress && p.target == Target::Peer(peer.name.clone())
+            });
+            let overall_slot = match (own_overall, peer.group.as_ref().and_then(|g| group_overall.get(g))) {
+                (Some(p), _) => push(&peer.name, "all".into(), Some(p.limit.clone())),
+                (None, Some(s)) => *s,
+                (None, None) => push(&peer.name, "all".into(), None),
+            };
+            let other_slot = push(&peer.name, "other".into(), None);
+            let conn_slot = match &peer.connection_guard {
+                Some(l) => push(&peer.name, "conn".into(), Some(l.clone())),
+                None => NO_SLOT,
+            };
+
+            // Classes: this peer's own profiles, then its group's.
+            let mut classes: BTreeMap<ClassKey, u32> = BTreeMap::new();
+            for m in &cfg.message_rate_limits {
+                if m.direction == Direction::Ingress && m.target == Target::Peer(peer.name.clone()) {
+                    let c = m.msg_class();
+                    classes.insert(key(c), push(&peer.name, class_label(c), Some(m.limit.clone())));
+                }
+            }
+            if let Some(g) = &peer.group {
+                for ((gname, c), s) in &group_class {
+                    if gname == g {
+                        classes.entry(*c).or_insert(*s);
+                    }
+                }
+            }
+            // DRL classes without a profile still get a (counting) slot.
+            if let Some(d) = cfg.dynamic_profile_for_peer(&peer.name) {
+                for c in &d.classes {
+                    let mc = c.msg_class();
+                    if !classes.contains_key(&key(mc)) {
+                        classes.insert(key(mc), push(&peer.name, class_label(mc), None));
+                    }
+                }
+            }
+            // "Any request type" covers the specific types without their own slot.
+            let any: Vec<(ClassKey, u32)> =
+                classes.iter().filter(|((_, _, rt), _)| *rt == RequestType::Any.wire()).map(|(k, s)| (*k, *s)).collect();
+            for ((a, c, _), s) in any {
+                for rt in 1..=4u8 {
+                    classes.entry((a, c, rt)).or_insert(s);
+                }
+            }
+            for (c, s) in classes {
+                class_slots.insert((id, c), s);
+            }
+            peers.push(PlannedPeer {
+                name: peer.name.clone(),
+                info: PeerInfo { peer_id: id, overall_slot, other_slot, conn_slot },
+                prefixes: peer.addresses.clone(),
+            });
+        }
+        if slots.len() as u64 > MAX_SLOTS as u64 {
+            return Err(PlanError::TooManySlots { max: MAX_SLOTS });
+        }
+        if cfg.global.diameter_ports.len() > 4 {
+            return Err(PlanError::TooManyPorts { count: cfg.global.diameter_ports.len() });
+        }
+        let mut ports = [0u16; 4];
+        for (i, p) in cfg.global.diameter_ports.iter().enumerate() {
+            ports[i] = *p;
+        }
+        let global = GlobalConfig {
+            ports,
+            unknown_peer: match cfg.global.unknown_peer {
+                UnknownPeer::Pass => UnknownPeerPolicy::Pass as u32,
+                UnknownPeer::Drop => UnknownPeerPolicy::Drop as u32,
+            },
+            enabled: 1,
+        };
+        Ok(Plan { global, peers, slots, class_slots })
+    }
+
+    /// The peer's planned entry, by name.
+    pub fn peer(&self, name: &str) -> Option<&PlannedPeer> {
+        self.peers.iter().find(|p| p.name == name)
+    }
+
+    /// The slot of a peer × class (None if the class has no slot of its own).
+    pub fn slot_of(&self, peer: &str, class: MsgClass) -> Option<u32> {
+        let p = self.peer(peer)?;
+        self.class_slots.get(&(p.info.peer_id, key(class))).copied()
+    }
+
+    /// The class-slot map entries.
+    pub fn class_entries(&self) -> impl Iterator<Item = (BucketKey, u32)> + '_ {
+        self.class_slots
+            .iter()
+            .map(|((peer, (a, c, rt)), s)| (BucketKey::new(*peer, MsgClass::new(*a, *c, *rt)), *s))
+    }
+}

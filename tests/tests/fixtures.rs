@@ -1,0 +1,639 @@
+//! Fixture table for the XDP programs, run in the kernel through BPF_PROG_TEST_RUN
+//! (`aya::programs::TestRun`). Each row: packets in, expected verdicts, expected
+//! output bytes where the packet is modified, expected counter deltas. Flow state
+//! and buckets are reset before each row; packets within a row share them.
+
+use aya::{
+    Ebpf,
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use dra::dataplane::{self, Maps, Plan};
+use dra_common::{
+    maps::{ClassCounters, UnknownPeerPolicy},
+    stats::Counter,
+    wire::{MsgClass, app, cc_request_type as rt},
+};
+use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN};
+
+const PASS: u32 = 2;
+const DROP: u32 = 1;
+
+/// pgw1: CCR-I 1/s burst 2 (reject), CCR-T 1/s burst 2 (drop), Gy CCR-I 1/s burst 2
+/// (reject), overall 1000/s; connection guard 1/s burst 2.
+/// pgw2: overall 1/s burst 3, action drop.
+const CONFIG: &str = r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+diameter_ports = [3868]
+unknown_peer = "pass"
+
+[[listener]]
+address = "198.18.1.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.2", "2001:db8:1::2"]
+role = "client"
+connection_rate = 1
+connection_burst = 2
+
+[[peer]]
+name = "pgw2"
+origin_host = "pgw2.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.3"]
+role = "client"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+role = "server"
+connect = "198.18.2.2:3868"
+
+[[route]]
+realm = "*"
+peer = "pcrf1"
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 1000
+burst = 1000
+
+[[peer_rate_limit_profile]]
+peer = "pgw2"
+direction = "ingress"
+rate = 1
+burst = 3
+action = "drop"
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 1
+burst = 2
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "termination"
+rate = 1
+burst = 2
+action = "drop"
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gy"
+command = "ccr"
+request_type = "initial"
+rate = 1
+burst = 2
+"#;
+
+struct Harness {
+    ebpf: Ebpf,
+    maps: Maps,
+    plan: Plan,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let cfg = dra::config::parse(CONFIG, "fixtures.toml").expect("fixture config");
+        let plan = Plan::new(&cfg).expect("plan");
+        let mut ebpf = dataplane::open().expect("object");
+        dataplane::load_xdp(&mut ebpf).expect("load");
+        let mut maps = Maps::take(&mut ebpf).expect("maps");
+        maps.write_plan(&plan).expect("write plan");
+        Harness { ebpf, maps, plan }
+    }
+
+    fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
+        let prog: &mut Xdp = self.ebpf.program_mut(dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+        let mut out = vec![0u8; input.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(input);
+        opts.data_out = Some(&mut out);
+        let r = prog.test_run(opts).expect("test run");
+        out.truncate(r.data_size_out as usize);
+        (r.return_value, out)
+    }
+
+    fn slot(&self, peer: &str, class: Option<MsgClass>) -> u32 {
+        let p = self.plan.peer(peer).unwrap();
+        match class {
+            None => p.info.overall_slot,
+            Some(c) => self.plan.slot_of(peer, c).unwrap_or(p.info.other_slot),
+        }
+    }
+
+    fn counters(&self) -> Vec<(Counter, u64)> {
+        self.maps.stats().unwrap()
+    }
+}
+
+struct Step {
+    pkt: Vec<u8>,
+    verdict: u32,
+    out: Option<Vec<u8>>,
+}
+
+fn step(pkt: Vec<u8>, verdict: u32) -> Step {
+    Step { pkt, verdict, out: None }
+}
+
+/// (peer, class or None for overall, seen, admitted, marked, dropped)
+type SlotDelta = (&'static str, Option<MsgClass>, u64, u64, u64, u64);
+
+struct Row {
+    name: &'static str,
+    steps: Vec<Step>,
+    counters: Vec<(Counter, u64)>,
+    slots: Vec<SlotDelta>,
+    unknown_drop: bool,
+}
+
+fn row(name: &'static str, steps: Vec<Step>, counters: Vec<(Counter, u64)>, slots: Vec<SlotDelta>) -> Row {
+    Row { name, steps, counters, slots, unknown_drop: false }
+}
+
+const CCR_I: Option<MsgClass> = Some(MsgClass::gx_ccr(rt::INITIAL));
+const CCR_T: Option<MsgClass> = Some(MsgClass::gx_ccr(rt::TERMINATION));
+const GY_I: Option<MsgClass> = Some(MsgClass::gy_ccr(rt::INITIAL));
+/// Classes without a slot of their own count on the peer's "other" slot.
+const OTHER: Option<MsgClass> = Some(MsgClass::new(0xdead, 0xdead, 0));
+
+const PGW1: &str = "198.18.1.2";
+const PGW2: &str = "198.18.1.3";
+const DRA: &str = "198.18.1.1";
+const STRANGER: &str = "198.18.9.9";
+const ISN: u32 = 1000;
+
+fn f1() -> Frame {
+    Frame::v4(PGW1, DRA)
+}
+
+fn syn(f: &Frame) -> Vec<u8> {
+    f.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])
+}
+
+/// Data segment at `off` bytes after the SYN.
+fn seg(f: &Frame, off: u32, payload: &[u8]) -> Vec<u8> {
+    f.tcp(40000, 3868, ISN + 1 + off, TCP_ACK | TCP_PSH, &[], payload)
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+fn rows() -> Vec<Row> {
+    let f = f1();
+    let i0 = pkt::ccr(app::GX, 1, 0);
+    let i1 = pkt::ccr(app::GX, 1, 1);
+    let i2 = pkt::ccr(app::GX, 1, 2);
+    let u0 = pkt::ccr(app::GX, 2, 0);
+    let t0 = pkt::ccr(app::GX, 3, 0);
+    let l = i0.len() as u32;
+    let mut v = Vec::new();
+
+    // --- not Diameter ---
+    let mut arp = vec![0u8; 42];
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    v.push(row("ARP", vec![step(arp, PASS)], vec![(Counter::NotDiameter, 1)], vec![]));
+    let mut udp = f.wrap(17, &[0x9c, 0x40, 0x0f, 0x1c, 0, 8, 0, 0]);
+    udp.truncate(udp.len());
+    v.push(row("UDP to 3868", vec![step(udp, PASS)], vec![(Counter::NotDiameter, 1)], vec![]));
+    v.push(row(
+        "TCP to port 80",
+        vec![step(f.tcp(40000, 80, 1, TCP_ACK, &[], &i0), PASS)],
+        vec![(Counter::NotDiameter, 1)],
+        vec![],
+    ));
+
+    // --- handshake and connection guard ---
+    v.push(row("SYN", vec![step(syn(&f), PASS)], vec![(Counter::NoPayload, 1), (Counter::SynDropped, 0)], vec![]));
+    v.push(row(
+        "SYN over the connection guard (burst 2)",
+        vec![step(syn(&f), PASS), step(syn(&f), PASS), step(syn(&f), DROP)],
+        vec![(Counter::SynDropped, 1)],
+        vec![],
+    ));
+
+    // --- classes ---
+    v.push(row(
+        "Gx CCR-I",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &i0), PASS)],
+        vec![(Counter::Resync, 0)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", None, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "Gx CCR-U (no profile: other slot)",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &u0), PASS)],
+        vec![],
+        vec![("pgw1", OTHER, 1, 1, 0, 0), ("pgw1", CCR_I, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "Gx CCR-T",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &t0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_T, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "Gx CCR-E",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr(app::GX, 4, 0)), PASS)],
+        vec![],
+        vec![("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "Gy CCR-I",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr(app::GY, 1, 0)), PASS)],
+        vec![],
+        vec![("pgw1", GY_I, 1, 1, 0, 0), ("pgw1", CCR_I, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "answer (CCA) is never limited",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::cca(app::GX, 0)), PASS)],
+        vec![(Counter::Answers, 1)],
+        vec![("pgw1", None, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "DWR (base request) counts on other",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::dwr()), PASS)],
+        vec![],
+        vec![("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "CC-Request-Type beyond the scan bound: not CCR-I",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr_deep(app::GX, 1, dra_common::wire::MAX_AVPS_SCANNED)), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 0, 0, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
+
+    // --- messages per segment ---
+    v.push(row(
+        "two messages in one segment",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &cat(&[&u0, &i0])), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0), ("pgw1", None, 2, 2, 0, 0)],
+    ));
+    let four = cat(&[&u0, &u0, &u0, &u0]);
+    v.push(row(
+        "bound (4) messages in one segment",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &four), PASS)],
+        vec![(Counter::OverBound, 0)],
+        vec![("pgw1", OTHER, 4, 4, 0, 0)],
+    ));
+    let five = cat(&[&u0, &u0, &u0, &u0, &u0]);
+    v.push(row(
+        "bound + 1 messages: the fifth is framed, counted over_bound, uncharged",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &five), PASS), step(seg(&f, 5 * u0.len() as u32, &i0), PASS)],
+        vec![(Counter::OverBound, 1), (Counter::Resync, 0)],
+        vec![("pgw1", OTHER, 4, 4, 0, 0), ("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+
+    // --- over limit: reject marks ---
+    let third = seg(&f, 2 * l, &i2);
+    v.push(Row {
+        name: "third CCR-I over the limit is marked, checksum fixed",
+        steps: vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &i0), PASS),
+            step(seg(&f, l, &i1), PASS),
+            Step { out: Some(pkt::expect_marked(&third, &f, &[4])), pkt: third, verdict: PASS },
+        ],
+        counters: vec![],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", None, 3, 2, 1, 0)],
+        unknown_drop: false,
+    });
+    let three = seg(&f, 0, &cat(&[&i0, &i1, &i2]));
+    v.push(Row {
+        name: "three CCR-I in one segment: the third is marked",
+        steps: vec![step(syn(&f), PASS), Step { out: Some(pkt::expect_marked(&three, &f, &[2 * l as usize + 4])), pkt: three, verdict: PASS }],
+        counters: vec![],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
+        unknown_drop: false,
+    });
+
+    // --- split messages ---
+    let (a, b) = i0.split_at(30);
+    v.push(row(
+        "message split across 2 segments",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 30, b), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", None, 1, 1, 0, 0)],
+    ));
+    let (a, rest) = i0.split_at(24);
+    let (b, c) = rest.split_at(40);
+    v.push(row(
+        "message split across 3 segments",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 24, b), PASS), step(seg(&f, 64, c), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let (a, b) = i0.split_at(3);
+    v.push(row(
+        "header cut after 3 bytes (truncated header)",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 3, b), PASS)],
+        vec![(Counter::MalformedDiameter, 0)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    // Split over limit: the flags byte is in the second segment, which gets marked.
+    let (a, b) = i2.split_at(3);
+    let second = seg(&f, 2 * l + 3, b);
+    v.push(Row {
+        name: "split CCR-I over the limit: marked in the segment holding its flags",
+        steps: vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
+            step(seg(&f, 2 * l, a), PASS),
+            Step { out: Some(pkt::expect_marked(&second, &f, &[1])), pkt: second, verdict: PASS },
+        ],
+        counters: vec![],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
+        unknown_drop: false,
+    });
+
+    // --- retransmissions and holes ---
+    let first = seg(&f, 0, &i0);
+    v.push(row(
+        "retransmitted segment is not charged again",
+        vec![step(syn(&f), PASS), step(first.clone(), PASS), step(first, PASS)],
+        vec![(Counter::Retransmit, 1)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let marked_seg = seg(&f, 2 * l, &i2);
+    let remarked = pkt::expect_marked(&marked_seg, &f, &[4]);
+    v.push(Row {
+        name: "retransmission of a marked request is marked again",
+        steps: vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
+            Step { out: Some(remarked.clone()), pkt: marked_seg.clone(), verdict: PASS },
+            Step { out: Some(remarked), pkt: marked_seg, verdict: PASS },
+        ],
+        counters: vec![(Counter::Retransmit, 1)],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
+        unknown_drop: false,
+    });
+    v.push(row(
+        "coalesced retransmission: old bytes skipped, new message charged",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &i0), PASS), step(seg(&f, 0, &cat(&[&i0, &u0])), PASS)],
+        vec![(Counter::Retransmit, 0)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "out-of-order segment past a hole is dropped",
+        vec![step(syn(&f), PASS), step(seg(&f, l, &i1), DROP), step(seg(&f, 0, &i0), PASS), step(seg(&f, l, &i1), PASS)],
+        vec![(Counter::OutOfOrder, 1)],
+        vec![("pgw1", CCR_I, 2, 2, 0, 0)],
+    ));
+
+    // --- malformed ---
+    let mut garbage = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    garbage.resize(40, b' ');
+    v.push(row(
+        "garbage on 3868 in a framed flow: passed, counted, flow dropped",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &garbage), PASS)],
+        vec![(Counter::MalformedDiameter, 1)],
+        vec![("pgw1", None, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "garbage without flow state: passed unframed",
+        vec![step(seg(&f, 0, &garbage), PASS)],
+        vec![(Counter::Unframed, 1)],
+        vec![],
+    ));
+    let mut bad_avp = i0.clone();
+    bad_avp[25..28].copy_from_slice(&[0xff, 0xff, 0xff]);
+    v.push(row(
+        "AVP length overflow",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &bad_avp), PASS)],
+        vec![(Counter::MalformedDiameter, 1)],
+        vec![("pgw1", CCR_I, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "truncated header only (8 bytes), never completed",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &i0[..8]), PASS)],
+        vec![(Counter::MalformedDiameter, 0)],
+        vec![("pgw1", None, 0, 0, 0, 0)],
+    ));
+    v.push(row(
+        "RST forgets the flow; data after it resynchronises",
+        vec![step(syn(&f), PASS), step(f.tcp(40000, 3868, ISN + 1, TCP_RST, &[], &[]), PASS), step(seg(&f, 0, &i0), PASS)],
+        vec![(Counter::Resync, 1)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+
+    // --- L2/L3 variants ---
+    let mut frag = f.clone();
+    frag.more_fragments = true;
+    v.push(row("IPv4 fragment", vec![step(frag.tcp(40000, 3868, 5, TCP_ACK, &[], &i0), PASS)], vec![(Counter::Fragment, 1)], vec![]));
+    let mut opt = f.clone();
+    opt.ip_options = vec![1, 1, 1, 0]; // NOP NOP NOP EOL
+    v.push(row(
+        "IPv4 with options",
+        vec![step(opt.tcp(40000, 3868, ISN, TCP_SYN, &[], &[]), PASS), step(opt.tcp(40000, 3868, ISN + 1, TCP_ACK, &[], &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let f6 = Frame::v4("2001:db8:1::2", "2001:db8:1::1");
+    v.push(row(
+        "IPv6",
+        vec![step(syn(&f6), PASS), step(seg(&f6, 0, &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let mut f6x = f6.clone();
+    f6x.ext_headers = vec![0, 60];
+    v.push(row(
+        "IPv6 with hop-by-hop and destination options",
+        vec![step(syn(&f6x), PASS), step(seg(&f6x, 0, &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let mut f6f = f6.clone();
+    f6f.ext_headers = vec![44];
+    v.push(row("IPv6 fragment", vec![step(seg(&f6f, 0, &i0), PASS)], vec![(Counter::Fragment, 1)], vec![]));
+    let mut fv = f.clone();
+    fv.vlans = vec![100];
+    v.push(row(
+        "one VLAN tag",
+        vec![step(syn(&fv), PASS), step(seg(&fv, 0, &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let mut fq = f.clone();
+    fq.vlans = vec![200, 100];
+    v.push(row(
+        "two VLAN tags (QinQ)",
+        vec![step(syn(&fq), PASS), step(seg(&fq, 0, &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    let ts = [1u8, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+    v.push(row(
+        "TCP with options (timestamps)",
+        vec![step(f.tcp(40000, 3868, ISN, TCP_SYN, &ts, &[]), PASS), step(f.tcp(40000, 3868, ISN + 1, TCP_ACK, &ts, &i0), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+
+    // --- unknown peers ---
+    let fs = Frame::v4(STRANGER, DRA);
+    v.push(row("unknown peer, policy pass", vec![step(seg(&fs, 0, &i0), PASS)], vec![(Counter::UnknownPeerPass, 1)], vec![]));
+    v.push(Row {
+        name: "unknown peer, policy drop",
+        steps: vec![step(seg(&fs, 0, &i0), DROP)],
+        counters: vec![(Counter::UnknownPeerDrop, 1)],
+        slots: vec![],
+        unknown_drop: true,
+    });
+
+    // --- drop action ---
+    let f2 = Frame::v4(PGW2, DRA);
+    let mut p2 = Vec::new();
+    p2.push(step(syn(&f2), PASS));
+    for k in 0..3u32 {
+        p2.push(step(seg(&f2, k * l, &i0), PASS));
+    }
+    p2.push(step(seg(&f2, 3 * l, &i0), DROP));
+    v.push(row("drop action: the fourth request (burst 3) is dropped", p2, vec![(Counter::Dropped, 1)], vec![("pgw2", None, 3, 3, 0, 1)]));
+    v.push(row(
+        "drop is all-or-nothing per packet, and refunds",
+        vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0])), PASS),
+            step(seg(&f2, 2 * l, &cat(&[&i0, &i0])), DROP),
+            step(seg(&f2, 2 * l, &i0), PASS),
+        ],
+        vec![(Counter::Dropped, 1)],
+        vec![("pgw2", None, 3, 3, 0, 2)],
+    ));
+    v.push(row(
+        "after a drop, later segments are not charged around the hole",
+        vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+            step(seg(&f2, 3 * l, &i0), DROP),
+            step(seg(&f2, 4 * l, &i0), DROP),
+        ],
+        vec![(Counter::Dropped, 1), (Counter::OutOfOrder, 1)],
+        vec![("pgw2", None, 3, 3, 0, 1)],
+    ));
+    v.push(row(
+        "CCR-T profile with action drop",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, &cat(&[&t0, &t0])), PASS), step(seg(&f, 2 * l, &t0), DROP)],
+        vec![(Counter::Dropped, 1)],
+        vec![("pgw1", CCR_T, 2, 2, 0, 1)],
+    ));
+
+    // --- SCTP ---
+    v.push(row(
+        "SCTP INIT over the connection guard",
+        vec![
+            step(f.sctp(40000, 3868, &[pkt::sctp_init()]), PASS),
+            step(f.sctp(40000, 3868, &[pkt::sctp_init()]), PASS),
+            step(f.sctp(40000, 3868, &[pkt::sctp_init()]), DROP),
+        ],
+        vec![(Counter::SynDropped, 1)],
+        vec![],
+    ));
+    v.push(row(
+        "SCTP bundled DATA + SACK + DATA",
+        vec![step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0), pkt::sctp_sack(5), pkt::sctp_data(11, 46, &u0)]), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "SCTP I-DATA",
+        vec![step(f.sctp(40000, 3868, &[pkt::sctp_idata(10, 46, &i0)]), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "SCTP retransmitted TSN is not charged again",
+        vec![
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0)]), PASS),
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0)]), PASS),
+        ],
+        vec![(Counter::Retransmit, 1)],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    v.push(row(
+        "SCTP over limit is dropped (no marking on SCTP)",
+        vec![
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0), pkt::sctp_data(11, 46, &i1)]), PASS),
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &i2)]), DROP),
+        ],
+        vec![(Counter::Dropped, 1)],
+        vec![("pgw1", CCR_I, 2, 2, 0, 1)],
+    ));
+    v
+}
+
+#[test]
+fn fixture_table() {
+    let mut h = Harness::new();
+    let rows = rows();
+    assert!(rows.len() >= 40, "{} rows", rows.len());
+    let mut failures = Vec::new();
+    for r in &rows {
+        h.maps.reset_buckets().unwrap();
+        h.maps.clear_flows();
+        let mut g = h.plan.global;
+        g.unknown_peer = if r.unknown_drop { UnknownPeerPolicy::Drop as u32 } else { UnknownPeerPolicy::Pass as u32 };
+        h.maps.write_global(g).unwrap();
+        let before = h.counters();
+        let slot_before: Vec<ClassCounters> =
+            r.slots.iter().map(|(p, c, ..)| h.maps.slot_counters(h.slot(p, *c)).unwrap()).collect();
+        for (i, s) in r.steps.iter().enumerate() {
+            let (verdict, out) = h.run(&s.pkt);
+            if verdict != s.verdict {
+                failures.push(format!("{}: step {i}: verdict {verdict}, want {}", r.name, s.verdict));
+            }
+            if verdict == PASS && s.out.is_none() && out != s.pkt {
+                failures.push(format!("{}: step {i}: packet modified unexpectedly", r.name));
+            }
+            if let Some(want) = &s.out {
+                if &out != want {
+                    failures.push(format!("{}: step {i}: output bytes differ", r.name));
+                }
+                if !pkt::tcp_checksum_ok(&out, &f1()) {
+                    failures.push(format!("{}: step {i}: TCP checksum wrong after marking", r.name));
+                }
+            }
+        }
+        let after = h.counters();
+        let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
+        if delta(Counter::Packets) != r.steps.len() as u64 {
+            failures.push(format!("{}: packets counted {}, want {}", r.name, delta(Counter::Packets), r.steps.len()));
+        }
+        for (c, want) in &r.counters {
+            if delta(*c) != *want {
+                failures.push(format!("{}: counter {} delta {}, want {want}", r.name, c.name(), delta(*c)));
+            }
+        }
+        for ((p, c, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
+            let a = h.maps.slot_counters(h.slot(p, *c)).unwrap();
+            let got = (a.seen - b.seen, a.admitted - b.admitted, a.marked - b.marked, a.dropped - b.dropped);
+            if got != (*seen, *adm, *mk, *dr) {
+                failures.push(format!(
+                    "{}: slot {p}/{c:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",
+                    r.name,
+                    (seen, adm, mk, dr)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+}
