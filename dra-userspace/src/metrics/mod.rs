@@ -1,1 +1,62 @@
-//! (in progress)
+//! Prometheus metrics of the agent and the `GET /metrics` endpoint.
+//!
+//! [`Metrics`] holds every family (prometheus-client registry); clone it freely into the
+//! controller, the peer drivers and the fast-path stats reader. [`serve`] exposes it over
+//! HTTP in the OpenMetrics 1.0.0 text format ([`CONTENT_TYPE`]). In that format a counter
+//! family `x` is announced as `# TYPE x counter` and its samples are named `x_total`;
+//! the sample names are listed below.
+//!
+//! # Families
+//!
+//! Labels: `peer` (configured peer name), `class` ([`class_label`]: `gx_ccr_i`,
+//! `gy_ccr_u`, `all` for the peer's overall bucket, `other` for a caller's roll-up),
+//! `reason`, `result_code`, `state`, `direction`, `group`, `outcome`.
+//!
+//! ## Dynamic throttling (DESIGN.md §5)
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dra_db_cpu_percent` | gauge | | last valid DB CPU sample; never NaN (invalid samples are not stored) |
+//! | `dra_db_cpu_source_up` | gauge | | 1 while the CPU source delivers, 0 while it is declared missing |
+//! | `dra_db_cpu_missing_total` | counter | | times the source was declared missing |
+//! | `dra_throttle_percent` | gauge | `peer` | current throttle of a DRL peer (0–100) |
+//! | `dra_effective_rate` | gauge | `peer`, `class` | msgs/s written into the fast path (static × (100 − throttle) / 100) |
+//! | `dra_throttle_events_total` | counter | `peer` (optional), `reason` | controller events: `threshold`, `reversal_step`, `source_missing`, `release_step`, `source_recovered` ([`reason_label`]) |
+//!
+//! ## Fast path (snapshots of the BPF per-CPU maps, summed over CPUs)
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dra_fastpath_requests_total` | counter | `peer`, `class`, `outcome` | requests `seen`, `admitted`, `marked` (answered by the agent), `dropped` |
+//! | `dra_fastpath_bytes_total` | counter | `peer`, `class` | Diameter bytes of the requests seen |
+//! | `dra_fastpath_packets_total` | counter | `reason` | one series per global fast-path counter (`reason` = [`dra_common::stats::Counter::name`]), all exported from start |
+//!
+//! These are set, not incremented: each [`Metrics::set_fastpath_class`] /
+//! [`Metrics::set_fastpath_global`] replaces the exported value by the snapshot.
+//!
+//! ## Agent
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dra_requests_total` | counter | `peer`, `direction` | requests received from (`in`) or sent to (`out`) a peer |
+//! | `dra_answers_total` | counter | `peer`, `result_code` | answers sent to a peer, relayed or generated (e.g. 3002 for a marked request) |
+//! | `dra_pending_requests` | gauge | `peer` | requests sent to the peer, not yet answered |
+//! | `dra_queue_depth` | gauge | `group` | requests queued for a peer group |
+//! | `dra_answer_latency_seconds` | histogram | `peer` | request forwarded → answer received; buckets [`LATENCY_BUCKETS`] (100 µs … 10 s) |
+//! | `dra_peer_state` | gauge | `peer`, `state` | 1 for the current state, 0 for the others ([`PeerState`]: `closed`, `wait_cea`, `open`, `suspect`, `down`, `reopen`) |
+//! | `dra_unanswered_invariant_violations_total` | counter | | requests that ended with no answer; must stay 0 |
+//!
+//! Families with labels appear once their first series is set. Series are never
+//! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].
+
+mod fastpath;
+mod http;
+mod labels;
+mod registry;
+
+pub use http::{
+    CONTENT_TYPE, MAX_CONNECTIONS, MAX_REQUEST_HEAD, METRICS_PATH, MetricsError, REQUEST_TIMEOUT,
+    ServerHandle, WRITE_TIMEOUT, serve,
+};
+pub use labels::{CLASS_ALL, CLASS_OTHER, Direction, PeerState, class_label, reason_label};
+pub use registry::{LATENCY_BUCKETS, Metrics};

@@ -1,0 +1,128 @@
+//! Fast-path counters: the latest snapshot of the BPF per-CPU maps, exported as counters.
+//!
+//! The kernel owns these counts; the agent only copies them. prometheus-client's
+//! [`Counter`](prometheus_client::metrics::counter::Counter) can only be incremented, so
+//! the snapshot is kept here and encoded on each scrape by a [`Collector`] as
+//! [`ConstCounter`]s: the exposition type is `counter`, the value is exactly the last
+//! snapshot (setting a smaller value, e.g. after the maps were recreated, is a counter
+//! reset, which Prometheus handles).
+
+use std::{
+    collections::BTreeMap,
+    sync::{PoisonError, RwLock},
+};
+
+use dra_common::{maps::ClassCounters, stats::Counter};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter},
+};
+
+/// Family name of the per peer × class request counters (`_total` added on encoding).
+pub(crate) const REQUESTS: &str = "dra_fastpath_requests";
+/// Family name of the per peer × class byte counters.
+pub(crate) const BYTES: &str = "dra_fastpath_bytes";
+/// Family name of the global counters.
+pub(crate) const PACKETS: &str = "dra_fastpath_packets";
+
+/// The latest snapshot.
+#[derive(Debug)]
+struct Snapshot {
+    /// (peer, class label) → counters summed over CPUs.
+    classes: BTreeMap<(String, String), ClassCounters>,
+    /// Global counters, indexed like [`Counter::ALL`].
+    global: [u64; Counter::ALL.len()],
+}
+
+/// Holds the snapshot and encodes it on scrape.
+#[derive(Debug)]
+pub(crate) struct FastPathCollector {
+    snap: RwLock<Snapshot>,
+}
+
+impl FastPathCollector {
+    pub(crate) fn new() -> FastPathCollector {
+        FastPathCollector {
+            snap: RwLock::new(Snapshot {
+                classes: BTreeMap::new(),
+                global: [0; Counter::ALL.len()],
+            }),
+        }
+    }
+
+    pub(crate) fn set_class(&self, peer: &str, class: &str, c: &ClassCounters) {
+        let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+        s.classes.insert((peer.to_string(), class.to_string()), *c);
+    }
+
+    pub(crate) fn replace_classes(&self, classes: BTreeMap<(String, String), ClassCounters>) {
+        let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+        s.classes = classes;
+    }
+
+    /// Sets each listed counter; [`Counter::Count`] (not a counter) is ignored.
+    pub(crate) fn set_global(&self, values: &[(Counter, u64)]) {
+        let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+        for (c, v) in values {
+            if let Some(i) = Counter::ALL.iter().position(|x| x == c) {
+                s.global[i] = *v;
+            }
+        }
+    }
+}
+
+impl Collector for FastPathCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.snap.read().unwrap_or_else(PoisonError::into_inner);
+        if !s.classes.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                REQUESTS,
+                "Requests seen by the fast path per peer and message class, by outcome \
+                 (seen, admitted, marked, dropped); snapshot of the kernel's counters.",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((peer, class), c) in &s.classes {
+                for (outcome, v) in [
+                    ("seen", c.seen),
+                    ("admitted", c.admitted),
+                    ("marked", c.marked),
+                    ("dropped", c.dropped),
+                ] {
+                    let labels = [
+                        ("peer", peer.as_str()),
+                        ("class", class.as_str()),
+                        ("outcome", outcome),
+                    ];
+                    ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        if !s.classes.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                BYTES,
+                "Diameter bytes of the requests seen by the fast path per peer and message \
+                 class; snapshot of the kernel's counters.",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((peer, class), c) in &s.classes {
+                let labels = [("peer", peer.as_str()), ("class", class.as_str())];
+                ConstCounter::new(c.bytes).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            PACKETS,
+            "Fast-path global counters by reason (one per exit path of the programs); \
+             snapshot of the kernel's counters.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (c, v) in Counter::ALL.iter().zip(s.global) {
+            let labels = [("reason", c.name())];
+            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,426 @@
+//! [`Metrics`]: the agent's metric families and their setters.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, PoisonError, RwLock, atomic::AtomicU64},
+    time::Duration,
+};
+
+use dra_common::{maps::ClassCounters, stats::Counter as FastPathCounter};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, text},
+    metrics::{
+        MetricType,
+        counter::Counter,
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        histogram::Histogram,
+    },
+    registry::{Registry, Unit},
+};
+
+use super::{
+    fastpath::FastPathCollector,
+    labels::{Direction, PeerState, reason_label},
+};
+use crate::control::ThrottleEvent;
+
+/// Upper bounds (seconds) of the answer-latency buckets: 1-2.5-5 steps from 100 µs to
+/// 10 s (a `+Inf` bucket is added by the encoder).
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// A gauge holding an `f64`.
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerClassLabels {
+    peer: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerDirectionLabels {
+    peer: String,
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerResultLabels {
+    peer: String,
+    result_code: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: String,
+}
+
+/// Labels of `dra_throttle_events_total`: `peer` only when the event concerns one peer.
+type EventLabels = Vec<(&'static str, String)>;
+
+/// `dra_peer_state`: one state per peer, encoded as six 0/1 gauges on scrape.
+#[derive(Debug, Default)]
+struct PeerStateCollector {
+    states: RwLock<BTreeMap<String, PeerState>>,
+}
+
+impl Collector for PeerStateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let states = self.states.read().unwrap_or_else(PoisonError::into_inner);
+        if states.is_empty() {
+            return Ok(());
+        }
+        let mut m = encoder.encode_descriptor(
+            "dra_peer_state",
+            "Peer connection state: 1 for the current state, 0 for the others.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (peer, current) in states.iter() {
+            for s in PeerState::ALL {
+                let labels = [("peer", peer.as_str()), ("state", s.name())];
+                ConstGauge::new(i64::from(s == *current)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type HistogramCtor = fn() -> Histogram;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    db_cpu_percent: FloatGauge,
+    db_cpu_source_up: Gauge,
+    db_cpu_missing: Counter,
+    throttle_percent: Family<PeerLabels, Gauge>,
+    effective_rate: Family<PeerClassLabels, FloatGauge>,
+    throttle_events: Family<EventLabels, Counter>,
+    fastpath: Arc<FastPathCollector>,
+    requests: Family<PeerDirectionLabels, Counter>,
+    answers: Family<PeerResultLabels, Counter>,
+    pending_requests: Family<PeerLabels, Gauge>,
+    queue_depth: Family<GroupLabels, Gauge>,
+    answer_latency: Family<PeerLabels, Histogram, HistogramCtor>,
+    peer_state: Arc<PeerStateCollector>,
+    unanswered_violations: Counter,
+}
+
+/// The agent's metrics registry. Cheap to clone (an [`Arc`]); every setter takes
+/// `&self` and may be called from any thread. See the [module docs](super) for the
+/// families.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+/// Saturating conversion of a count to a gauge value.
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Metrics {
+    /// A registry with every family registered and no series yet (except the
+    /// fast-path global counters and the DB CPU gauges, which start at 0).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let db_cpu_percent = FloatGauge::default();
+        let db_cpu_source_up = Gauge::default();
+        let db_cpu_missing = Counter::default();
+        let throttle_percent = Family::<PeerLabels, Gauge>::default();
+        let effective_rate = Family::<PeerClassLabels, FloatGauge>::default();
+        let throttle_events = Family::<EventLabels, Counter>::default();
+        let fastpath = Arc::new(FastPathCollector::new());
+        let requests = Family::<PeerDirectionLabels, Counter>::default();
+        let answers = Family::<PeerResultLabels, Counter>::default();
+        let pending_requests = Family::<PeerLabels, Gauge>::default();
+        let queue_depth = Family::<GroupLabels, Gauge>::default();
+        let answer_latency =
+            Family::<PeerLabels, Histogram, HistogramCtor>::new_with_constructor(latency_histogram);
+        let peer_state = Arc::new(PeerStateCollector::default());
+        let unanswered_violations = Counter::default();
+
+        registry.register(
+            "dra_db_cpu_percent",
+            "Last valid session-DB CPU sample (percent) used by dynamic throttling",
+            db_cpu_percent.clone(),
+        );
+        registry.register(
+            "dra_db_cpu_source_up",
+            "1 while the DB CPU source delivers valid samples, 0 while it is missing",
+            db_cpu_source_up.clone(),
+        );
+        registry.register(
+            "dra_db_cpu_missing",
+            "Times the DB CPU source was declared missing",
+            db_cpu_missing.clone(),
+        );
+        registry.register(
+            "dra_throttle_percent",
+            "Current dynamic throttle (percent) of a DRL peer",
+            throttle_percent.clone(),
+        );
+        registry.register(
+            "dra_effective_rate",
+            "Rate limit (messages/s) written into the fast path for a peer and class",
+            effective_rate.clone(),
+        );
+        registry.register(
+            "dra_throttle_events",
+            "Dynamic throttling controller events by reason",
+            throttle_events.clone(),
+        );
+        registry.register(
+            "dra_requests",
+            "Diameter requests received from (in) or sent to (out) a peer",
+            requests.clone(),
+        );
+        registry.register(
+            "dra_answers",
+            "Diameter answers sent to a peer, by Result-Code",
+            answers.clone(),
+        );
+        registry.register(
+            "dra_pending_requests",
+            "Requests sent to a peer and not yet answered",
+            pending_requests.clone(),
+        );
+        registry.register(
+            "dra_queue_depth",
+            "Requests queued for a peer group (rate-limit back-pressure)",
+            queue_depth.clone(),
+        );
+        registry.register_with_unit(
+            "dra_answer_latency",
+            "Time from forwarding a request to a peer until its answer arrived",
+            Unit::Seconds,
+            answer_latency.clone(),
+        );
+        registry.register(
+            "dra_unanswered_invariant_violations",
+            "Requests that ended without any answer (must stay 0: every request gets one)",
+            unanswered_violations.clone(),
+        );
+        registry.register_collector(Box::new(Arc::clone(&peer_state)));
+        registry.register_collector(Box::new(Arc::clone(&fastpath)));
+
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                db_cpu_percent,
+                db_cpu_source_up,
+                db_cpu_missing,
+                throttle_percent,
+                effective_rate,
+                throttle_events,
+                fastpath,
+                requests,
+                answers,
+                pending_requests,
+                queue_depth,
+                answer_latency,
+                peer_state,
+                unanswered_violations,
+            }),
+        }
+    }
+
+    /// The whole registry in the OpenMetrics 1.0.0 text format (ends with `# EOF`),
+    /// as served on `GET /metrics` with content type [`super::CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; our collector and label sets do not error.
+        if text::encode(&mut out, &self.inner.registry).is_err() {
+            out.clear();
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+
+    // ---- dynamic throttling -------------------------------------------------------
+
+    /// Records a DB CPU sample. Non-finite or negative values (rejected by the
+    /// controller too) are ignored and the gauge keeps its last value; returns whether
+    /// the value was taken.
+    pub fn set_db_cpu_percent(&self, cpu: f64) -> bool {
+        if cpu.is_finite() && cpu >= 0.0 {
+            self.inner.db_cpu_percent.set(cpu);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Sets `dra_db_cpu_source_up` (1 when `up`).
+    pub fn set_db_cpu_source_up(&self, up: bool) {
+        self.inner.db_cpu_source_up.set(i64::from(up));
+    }
+
+    /// Counts one "source declared missing" (the controller's `SourceMissing` event).
+    pub fn inc_db_cpu_missing(&self) {
+        self.inner.db_cpu_missing.inc();
+    }
+
+    /// Sets the throttle percent of a DRL peer.
+    pub fn set_throttle_percent(&self, peer: &str, throttle_pct: u8) {
+        self.inner
+            .throttle_percent
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .set(i64::from(throttle_pct));
+    }
+
+    /// Sets the rate (msgs/s) written into the fast path for `peer` and `class`
+    /// (a [`super::class_label`]). Non-finite or negative rates are ignored.
+    pub fn set_effective_rate(&self, peer: &str, class: &str, rate: f64) {
+        if rate.is_finite() && rate >= 0.0 {
+            self.inner
+                .effective_rate
+                .get_or_create(&PeerClassLabels {
+                    peer: peer.to_string(),
+                    class: class.to_string(),
+                })
+                .set(rate);
+        }
+    }
+
+    /// Counts a controller event by its reason kind ([`super::reason_label`]), with a
+    /// `peer` label when `peer` is given. Only counts: the throttle gauge, source-up and
+    /// missing counter have their own setters.
+    pub fn record_throttle_event(&self, peer: Option<&str>, event: &ThrottleEvent) {
+        let mut labels: EventLabels = Vec::with_capacity(2);
+        if let Some(p) = peer {
+            labels.push(("peer", p.to_string()));
+        }
+        labels.push(("reason", reason_label(&event.reason).to_string()));
+        self.inner.throttle_events.get_or_create(&labels).inc();
+    }
+
+    // ---- fast path ----------------------------------------------------------------
+
+    /// Sets the fast-path counters of `peer` × `class` to `counters` (a snapshot summed
+    /// over CPUs). Replaces, never adds.
+    pub fn set_fastpath_class(&self, peer: &str, class: &str, counters: &ClassCounters) {
+        self.inner.fastpath.set_class(peer, class, counters);
+    }
+
+    /// Replaces the whole per peer × class snapshot at once: series not in `classes`
+    /// disappear (e.g. a removed peer). Later entries for the same (peer, class) win.
+    pub fn set_fastpath_classes<I, P, C>(&self, classes: I)
+    where
+        I: IntoIterator<Item = (P, C, ClassCounters)>,
+        P: Into<String>,
+        C: Into<String>,
+    {
+        let map: BTreeMap<(String, String), ClassCounters> = classes
+            .into_iter()
+            .map(|(p, c, v)| ((p.into(), c.into()), v))
+            .collect();
+        self.inner.fastpath.replace_classes(map);
+    }
+
+    /// Sets the listed fast-path global counters to their snapshot values (summed over
+    /// CPUs); counters not listed keep their last value. Every [`FastPathCounter`] is
+    /// exported (0 until set).
+    pub fn set_fastpath_global(&self, values: &[(FastPathCounter, u64)]) {
+        self.inner.fastpath.set_global(values);
+    }
+
+    // ---- agent --------------------------------------------------------------------
+
+    /// Counts one request received from (`In`) or sent to (`Out`) `peer`.
+    pub fn inc_request(&self, peer: &str, direction: Direction) {
+        self.inner
+            .requests
+            .get_or_create(&PeerDirectionLabels {
+                peer: peer.to_string(),
+                direction: direction.name(),
+            })
+            .inc();
+    }
+
+    /// Counts one answer sent to `peer` with `result_code` (relayed or generated).
+    pub fn inc_answer(&self, peer: &str, result_code: u32) {
+        self.inner
+            .answers
+            .get_or_create(&PeerResultLabels {
+                peer: peer.to_string(),
+                result_code,
+            })
+            .inc();
+    }
+
+    /// Sets the number of requests pending (sent, unanswered) at `peer`.
+    pub fn set_pending_requests(&self, peer: &str, pending: u64) {
+        self.inner
+            .pending_requests
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .set(gauge_value(pending));
+    }
+
+    /// Sets the number of requests queued for peer group `group`.
+    pub fn set_queue_depth(&self, group: &str, depth: u64) {
+        self.inner
+            .queue_depth
+            .get_or_create(&GroupLabels {
+                group: group.to_string(),
+            })
+            .set(gauge_value(depth));
+    }
+
+    /// Observes the time from forwarding a request to `peer` until its answer.
+    pub fn observe_answer_latency(&self, peer: &str, latency: Duration) {
+        self.inner
+            .answer_latency
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Sets `peer`'s state: its series for `state` becomes 1, the other states 0 (all
+    /// six change together: a scrape never sees two states or none).
+    pub fn set_peer_state(&self, peer: &str, state: PeerState) {
+        let mut m = self
+            .inner
+            .peer_state
+            .states
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match m.get_mut(peer) {
+            Some(s) => *s = state,
+            None => {
+                m.insert(peer.to_string(), state);
+            }
+        }
+    }
+
+    /// Counts a request that ended without an answer (a broken invariant: every request
+    /// gets exactly one answer).
+    pub fn inc_unanswered_invariant_violation(&self) {
+        self.inner.unanswered_violations.inc();
+    }
+}
