@@ -5,7 +5,21 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod diameter;
+pub mod drl;
 pub mod metrics;
 pub mod relay;
 pub mod routing;
+pub mod run;
 pub mod sim;
+
+/// An error and its sources, "a: b: c", for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -2,13 +2,23 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use dra::dataplane::{self, AttachMode, Dataplane, Maps};
 
 #[derive(Parser)]
 #[command(name = "dra", version, about = "Diameter Routing Agent with an XDP rate-limiting fast path")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    /// Native (driver) XDP, falling back to generic (skb) XDP.
+    Auto,
+    Native,
+    Skb,
 }
 
 #[derive(Subcommand)]
@@ -19,9 +29,50 @@ enum Cmd {
         /// Path to the TOML config.
         file: PathBuf,
     },
+    /// Attach the fast path (or reuse the pinned one), apply the config, drive
+    /// dynamic throttling and serve metrics until SIGINT/SIGTERM.
+    Run {
+        /// Path to the TOML config.
+        #[arg(long)]
+        config: PathBuf,
+        /// Interface facing the gateways (overrides [fast_path] interface).
+        #[arg(long)]
+        iface: Option<String>,
+        /// XDP attach mode (overrides [fast_path] xdp_mode).
+        #[arg(long, value_enum)]
+        xdp_mode: Option<Mode>,
+        /// bpffs directory for the pinned programs and maps.
+        #[arg(long, default_value = dataplane::PIN_DIR)]
+        pin_dir: PathBuf,
+        /// Detach and unpin everything on exit (default: stay attached so a restart
+        /// has no gap and keeps the buckets' state).
+        #[arg(long)]
+        detach_on_exit: bool,
+    },
+    /// Remove the pinned fast path (detaches XDP, deletes the maps).
+    Detach {
+        /// Only this interface's link (maps are removed in any case).
+        #[arg(long)]
+        iface: Option<String>,
+        #[arg(long, default_value = dataplane::PIN_DIR)]
+        pin_dir: PathBuf,
+    },
+    /// Load the eBPF programs into the kernel (verifier) and report, without attaching.
+    Verify,
+    /// Print the pinned fast path's global counters.
+    Stats {
+        #[arg(long, default_value = dataplane::PIN_DIR)]
+        pin_dir: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::CheckConfig { file } => match dra::config::load(&file) {
@@ -35,5 +86,62 @@ fn main() -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         },
+        Cmd::Run { config, iface, xdp_mode, pin_dir, detach_on_exit } => {
+            let cfg = match dra::config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprint!("{e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let mode = match xdp_mode {
+                Some(Mode::Auto) => AttachMode::Auto,
+                Some(Mode::Native) => AttachMode::Native,
+                Some(Mode::Skb) => AttachMode::Skb,
+                None => match cfg.fast_path.xdp_mode {
+                    dra::config::XdpMode::Auto => AttachMode::Auto,
+                    dra::config::XdpMode::Native => AttachMode::Native,
+                    dra::config::XdpMode::Skb => AttachMode::Skb,
+                },
+            };
+            let opts = dra::run::RunOptions { iface, mode, pin_dir, detach_on_exit };
+            dra::run::run(cfg, opts).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Detach { iface, pin_dir } => {
+            let removed = Dataplane::detach(iface.as_deref(), &pin_dir)
+                .map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            if removed.is_empty() {
+                println!("nothing pinned under {}", pin_dir.display());
+            }
+            for p in removed {
+                println!("removed {}", p.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Verify => {
+            let mut ebpf = dataplane::open().map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            dataplane::load_xdp(&mut ebpf).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            for name in std::iter::once(dataplane::XDP_PROGRAM).chain(dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n)) {
+                let prog: &aya::programs::Xdp = ebpf
+                    .program(name)
+                    .context("program missing")?
+                    .try_into()
+                    .context("not an XDP program")?;
+                let info = prog.info().context("program info")?;
+                println!(
+                    "{name}: verified ({} instructions processed by the verifier)",
+                    info.verified_instruction_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into())
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Stats { pin_dir } => {
+            let maps = Maps::open_pinned(&pin_dir).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            for (c, v) in maps.stats().map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))? {
+                println!("{:<20} {v}", c.name());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

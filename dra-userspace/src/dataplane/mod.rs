@@ -421,6 +421,11 @@ impl Dataplane {
         Ok(removed)
     }
 
+    /// The maps (the programs stay attached through their pinned link).
+    pub fn into_maps(self) -> Maps {
+        self.maps
+    }
+
     /// Whether a pinned link for `iface` exists (the program is attached).
     pub fn is_pinned(iface: &str, pin_dir: &Path) -> bool {
         link_pin(pin_dir, iface).exists()

@@ -1,0 +1,104 @@
+//! Dynamic rate limiting wired to the config and the fast path: which slots the
+//! controller rewrites, their static rates, the CPU source, and the loop settings.
+//! The semantics live in [`crate::control`]; this is the mapping.
+
+use std::time::Duration;
+
+use crate::{
+    config::{self, Config, CpuSource as CfgSource, OnMissing as CfgOnMissing, ProcTarget, Target},
+    control::{
+        self,
+        sources::{self, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu},
+        DbCpuProfile, LoopSettings, OnMissing, ThresholdRow,
+    },
+    dataplane::{Plan, Slot},
+};
+
+/// One bucket the controller scales: effective = static × (100 − throttle) / 100.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrlTarget {
+    pub peer: String,
+    pub class_label: String,
+    pub slot: Slot,
+    pub static_rate: f64,
+}
+
+/// Why dynamic rate limiting cannot be set up from a config.
+#[derive(Debug, thiserror::Error)]
+pub enum DrlError {
+    #[error("dynamic throttling profile")]
+    Profile(#[source] control::ProfileError),
+    #[error("dynamic throttling loop settings")]
+    Loop(#[source] control::LoopSettingsError),
+    #[error("CPU sample source")]
+    Source(#[source] control::SourceError),
+    #[error("peer {peer}: class {class} has no static ingress limit to scale")]
+    NoStaticLimit { peer: String, class: String },
+}
+
+/// The buckets dynamic throttling rewrites. Empty when the global switch is off:
+/// then nothing is throttled.
+pub fn targets(cfg: &Config, plan: &Plan) -> Result<Vec<DrlTarget>, DrlError> {
+    if !cfg.global.dynamic_rate_limiting {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for d in &cfg.dynamic_peer_rate_limits {
+        let peers: Vec<&str> = match &d.target {
+            Target::Peer(p) => vec![p.as_str()],
+            Target::Group(g) => cfg.group_members(g).map(|p| p.name.as_str()).collect(),
+        };
+        for peer in peers {
+            for c in &d.classes {
+                let mc = c.msg_class();
+                let slot = plan
+                    .slot_of(peer, mc)
+                    .and_then(|s| plan.slots.get(s as usize))
+                    .filter(|s| s.limit.is_some())
+                    .ok_or_else(|| DrlError::NoStaticLimit { peer: peer.into(), class: c.to_string() })?;
+                let static_rate = slot.limit.as_ref().map(|l| l.rate).unwrap_or_default();
+                out.push(DrlTarget {
+                    peer: peer.into(),
+                    class_label: slot.class_label.clone(),
+                    slot: slot.clone(),
+                    static_rate,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The controller's profile and loop settings from the config table.
+pub fn settings(p: &config::DbCpuProfile) -> Result<(DbCpuProfile, LoopSettings), DrlError> {
+    let rows = p
+        .thresholds
+        .iter()
+        .map(|t| ThresholdRow { cpu_pct: t.cpu as f64, throttle_pct: t.throttle })
+        .collect();
+    let profile = DbCpuProfile::new(rows, p.reversal_hold_time, p.reversal_step).map_err(DrlError::Profile)?;
+    let settings = LoopSettings {
+        period: p.sample_period,
+        missing_after: p.missing_after,
+        on_missing: match p.on_missing {
+            CfgOnMissing::Hold => OnMissing::Hold,
+            CfgOnMissing::Release => OnMissing::Release,
+        },
+        ewma_alpha: p.ewma_alpha,
+    };
+    Ok((profile, settings))
+}
+
+/// The configured CPU sample source.
+pub fn source(src: &CfgSource, timeout: Duration) -> Result<Box<dyn sources::CpuSource>, DrlError> {
+    Ok(match src {
+        CfgSource::Procfs(ProcTarget::Host) => Box::new(HostCpu::new()),
+        CfgSource::Procfs(ProcTarget::Process(name)) => Box::new(ProcessCpu::new(ProcessSelector::Name(name.clone()))),
+        CfgSource::Procfs(ProcTarget::PidFile(p)) => Box::new(ProcessCpu::new(ProcessSelector::PidFile(p.clone()))),
+        CfgSource::Redis { address } => Box::new(RedisCpu::new(&address.to_string()).with_timeout(timeout)),
+        CfgSource::Prometheus { url, query } => {
+            Box::new(PrometheusCpu::new(url, query).map_err(DrlError::Source)?.with_timeout(timeout))
+        }
+        CfgSource::File { path } => Box::new(FileCpu::new(path.clone())),
+    })
+}

@@ -1,0 +1,202 @@
+//! `dra run`: attach (or reuse) the fast path, write the config into it, drive
+//! dynamic throttling from the DB CPU, publish metrics, until SIGINT or SIGTERM.
+//!
+//! The Diameter agent (listeners, peers, relay) joins this loop as it lands; the
+//! fast path and the controller work without it (over-limit requests are then
+//! marked for an agent that is not yet answering them — see README).
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tracing::{info, warn};
+
+use crate::{
+    config::Config,
+    control::{effective_rate, SampleLoop},
+    dataplane::{AttachMode, Dataplane, DataplaneError, Maps, Plan, PlanError},
+    drl::{self, DrlError, DrlTarget},
+    metrics::{self, Metrics},
+};
+
+/// Options of `dra run` beyond the config file.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Overrides `[fast_path] interface`.
+    pub iface: Option<String>,
+    pub mode: AttachMode,
+    pub pin_dir: PathBuf,
+    /// Remove the programs and maps when the agent exits (default: leave them
+    /// attached and pinned, so a restart has no traffic gap).
+    pub detach_on_exit: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("fast path layout")]
+    Plan(#[source] PlanError),
+    #[error("fast path")]
+    Dataplane(#[source] DataplaneError),
+    #[error("dynamic rate limiting")]
+    Drl(#[source] DrlError),
+    #[error("metrics endpoint")]
+    Metrics(#[source] metrics::MetricsError),
+    #[error("signal handling")]
+    Signal(#[source] std::io::Error),
+    #[error("runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// What the run loop shares between its tasks.
+struct Shared {
+    maps: Option<Maps>,
+    plan: Plan,
+    metrics: Metrics,
+}
+
+impl Shared {
+    /// Copies the fast path's counters into the metrics.
+    fn publish_fastpath(&self) {
+        let Some(maps) = &self.maps else { return };
+        if let Ok(stats) = maps.stats() {
+            self.metrics.set_fastpath_global(&stats);
+        }
+        let mut classes = Vec::new();
+        for s in &self.plan.slots {
+            if let Ok(c) = maps.slot_counters(s.index) {
+                classes.push((s.owner.clone(), s.class_label.clone(), c));
+            }
+        }
+        self.metrics.set_fastpath_classes(classes);
+    }
+
+    fn apply_throttle(&mut self, targets: &[DrlTarget], throttle: u8) {
+        for t in targets {
+            let rate = effective_rate(t.static_rate, throttle);
+            if let Some(maps) = &mut self.maps
+                && let Err(e) = maps.set_rate(&t.slot, rate)
+            {
+                warn!(peer = %t.peer, class = %t.class_label, error = %crate::error_chain(&e), "writing the effective rate failed");
+            }
+            self.metrics.set_effective_rate(&t.peer, &t.class_label, rate);
+            self.metrics.set_throttle_percent(&t.peer, throttle);
+        }
+    }
+}
+
+/// Runs until SIGINT or SIGTERM.
+pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
+    let plan = Plan::new(&cfg).map_err(RunError::Plan)?;
+    let metrics = Metrics::new();
+    let iface = opts.iface.clone().or_else(|| cfg.fast_path.interface.clone());
+    let mut dataplane = None;
+    if let Some(iface) = &iface {
+        let mut dp = Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?;
+        dp.maps.write_plan(&plan).map_err(RunError::Dataplane)?;
+        info!(iface, reused = dp.reused, pin_dir = %opts.pin_dir.display(), "fast path attached");
+        dataplane = Some(dp);
+    } else {
+        info!("no fast path interface configured: agent only");
+    }
+    let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
+    let maps = dataplane.map(Dataplane::into_maps);
+    let shared = Arc::new(Mutex::new(Shared { maps, plan, metrics: metrics.clone() }));
+    // Static rates first (a restart after throttling must not keep a stale rate).
+    shared.lock().expect("lock").apply_throttle(&targets, 0);
+
+    let _server = match cfg.metrics.address {
+        Some(addr) => Some(metrics::serve(addr, metrics.clone()).map_err(RunError::Metrics)?),
+        None => None,
+    };
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(RunError::Runtime)?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(RunError::Signal)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let control = match (&cfg.db_cpu_profile, targets.is_empty()) {
+            (Some(p), false) => Some(spawn_controller(p, targets.clone(), shared.clone(), stop.clone())?),
+            _ => None,
+        };
+        let stats = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    shared.lock().expect("lock").publish_fastpath();
+                }
+            })
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => info!("SIGINT"),
+            _ = term.recv() => info!("SIGTERM"),
+        }
+        stats.abort();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(c) = control {
+            let _ = c.join();
+        }
+        Ok::<(), RunError>(())
+    })?;
+    if opts.detach_on_exit
+        && let Some(iface) = &iface
+    {
+        let removed = Dataplane::detach(Some(iface), &opts.pin_dir).map_err(RunError::Dataplane)?;
+        info!(removed = removed.len(), "fast path detached");
+    } else if iface.is_some() {
+        info!(pin_dir = %opts.pin_dir.display(), "leaving the fast path attached and pinned (dra detach removes it)");
+    }
+    Ok(())
+}
+
+fn spawn_controller(
+    p: &crate::config::DbCpuProfile,
+    targets: Vec<DrlTarget>,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, RunError> {
+    let (profile, settings) = drl::settings(p).map_err(RunError::Drl)?;
+    let period = settings.period;
+    let mut source = drl::source(&p.source, period.min(Duration::from_secs(1))).map_err(RunError::Drl)?;
+    info!(source = %source.describe(), period = ?period, targets = targets.len(), "dynamic throttling on");
+    let start = Instant::now();
+    let mut lp = SampleLoop::new(profile, settings, Duration::ZERO).map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
+    Ok(std::thread::spawn(move || {
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            next += period;
+            let now = start.elapsed();
+            match source.sample() {
+                Ok(Some(cpu)) => {
+                    let _ = lp.sample(now, cpu);
+                    let m = &shared.lock().expect("lock").metrics;
+                    m.set_db_cpu_percent(cpu);
+                    m.set_db_cpu_source_up(true);
+                }
+                Ok(None) => lp.tick(now),
+                Err(e) => {
+                    warn!(error = %crate::error_chain(&e), "CPU sample failed");
+                    shared.lock().expect("lock").metrics.set_db_cpu_source_up(false);
+                    lp.tick(now);
+                }
+            }
+            while let Some(ev) = lp.poll_event() {
+                let mut sh = shared.lock().expect("lock");
+                sh.metrics.record_throttle_event(None, &ev);
+                if ev.changed() {
+                    info!(event = %ev, "throttle changed");
+                    sh.apply_throttle(&targets, ev.to);
+                }
+            }
+            // Sleep in short steps so a stop request is seen promptly.
+            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+            }
+        }
+    }))
+}
