@@ -218,6 +218,10 @@ pub const MARK_RING: usize = 8;
 /// Bytes of a Diameter message kept across segments when its class could not be
 /// decided in the segment where it began (header or CC-Request-Type cut off).
 pub const CARRY_MAX: usize = 192;
+/// How long a hole may persist before the flow's state is presumed wrong and the
+/// flow resynchronises. Longer than a few TCP RTO back-offs (0.2 + 0.4 + 0.8 + 1.6 s)
+/// so a real loss is always retransmitted into the hole first.
+pub const MAX_HOLE_AGE_NS: u64 = 5_000_000_000;
 /// Size of the carry buffer: twice [`CARRY_MAX`], so that "append n ≤ CARRY_MAX bytes
 /// at offset ≤ CARRY_MAX" is provably in bounds for the verifier.
 pub const CARRY_BUF: usize = 2 * CARRY_MAX;
@@ -246,8 +250,11 @@ pub struct TcpFlow {
     /// Ring of recently marked header seqs (see [`MARK_RING`]).
     pub marked: [u32; MARK_RING],
     pub mark_idx: u32,
-    /// Consecutive segments dropped past a hole; bounded, then the flow resyncs.
+    /// Segments dropped past the current hole.
     pub ofo_drops: u32,
+    /// When the current hole was first seen (bpf_ktime_get_ns; 0 = no hole). A hole
+    /// older than [`MAX_HOLE_AGE_NS`] means our state is wrong: the flow resyncs.
+    pub hole_since_ns: u64,
     /// Valid bytes in `carry` (they start at `next_hdr`).
     pub carry_len: u16,
     /// One of [`carry_state`].

@@ -78,6 +78,16 @@ impl Ledger {
         Some(l)
     }
 
+    /// Forgets the entries (they have been published).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        let mut i = 0;
+        while i < LEDGER {
+            self.e[i] = EMPTY;
+            i += 1;
+        }
+    }
+
     /// The packet is dropped: give back what it was charged.
     #[inline(always)]
     pub fn refund_all(&self, peer: &PeerInfo) {

@@ -9,8 +9,8 @@
 //!   headers we had marked are marked again (ring of recent marks).
 //! * starts past `processed_end`: a hole (lost or dropped segment). The segment is
 //!   dropped so that nothing is charged around the hole; the sender retransmits. A
-//!   hole that persists (MAX_OFO_DROPS segments) or is absurdly far (MAX_HOLE) means
-//!   our state is wrong: the flow resynchronises instead, so a flow never stalls.
+//!   hole that persists (MAX_HOLE_AGE_NS) or is absurdly far (MAX_HOLE) means our
+//!   state is wrong: the flow resynchronises instead, so a flow never stalls.
 //! * otherwise the new bytes are walked: every header up to MAX_MSGS_PER_SEGMENT is
 //!   classified and charged. Headers beyond that bound are still framed (lengths
 //!   only, up to MAX_SKIP_PER_SEGMENT) so the flow stays in sync, counted
@@ -36,7 +36,7 @@ use aya_ebpf::{
 };
 use dra_common::{
     maps::{
-        carry_state, FlowKey, PeerInfo, TcpFlow, CARRY_MAX, MARK_RING,
+        carry_state, FlowKey, PeerInfo, TcpFlow, CARRY_MAX, MARK_RING, MAX_HOLE_AGE_NS,
     },
     stats::Counter,
     wire::{self, flags, Bytes, Classified, ReqTypeScan, WireError},
@@ -46,7 +46,7 @@ use crate::{
     admit::{class_slot, decide, decide_overall, force_both, late_charge, Ledger, Verdict, CARRY_ENTRY},
     bucket::{self, Charge},
     bytes::PacketBytes,
-    maps::{count, FLOW_SCRATCH, TCP_FLOWS},
+    maps::{count, FLOW_SCRATCH, JUMP, JUMP_TCP, PKT_META, TCP_FLOWS},
     xdp::{load, DROP, PASS},
 };
 
@@ -54,8 +54,6 @@ use crate::{
 pub const MAX_MSGS_PER_SEGMENT: usize = 4;
 /// Further headers framed (lengths only, uncharged, counted) per segment.
 const MAX_SKIP_PER_SEGMENT: usize = 16;
-/// Consecutive out-of-order segments dropped before the flow resynchronises.
-const MAX_OFO_DROPS: u32 = 64;
 /// A hole larger than this is not a lost segment but lost state: resynchronise.
 const MAX_HOLE: u32 = 1 << 20;
 
@@ -211,6 +209,19 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         },
     };
 
+    // Invariant: a header before processed_end is only possible with its bytes held
+    // in the carry. Anything else is a state we cannot frame from: resynchronise on
+    // this segment rather than pass the flow's traffic unframed.
+    if flow.carry_len == 0 && seq_lt(flow.next_hdr, flow.processed_end) {
+        count(Counter::Resync);
+        if wire::parse_header(&pkt, 0).is_err() {
+            let _ = TCP_FLOWS.remove(key);
+            count(Counter::Unframed);
+            return PASS;
+        }
+        flow.next_hdr = seq;
+        flow.processed_end = seq;
+    }
     let pe = flow.processed_end;
     if seq_le(seg_end, pe) {
         remark(ctx, &pkt, tcp_off, flow, seq, seg_end);
@@ -218,7 +229,10 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         return PASS;
     }
     if seq_lt(pe, seq) {
-        if seq.wrapping_sub(pe) > MAX_HOLE || flow.ofo_drops >= MAX_OFO_DROPS {
+        if flow.hole_since_ns == 0 {
+            flow.hole_since_ns = now;
+        }
+        if seq.wrapping_sub(pe) > MAX_HOLE || now.wrapping_sub(flow.hole_since_ns) > MAX_HOLE_AGE_NS {
             let _ = TCP_FLOWS.remove(key);
             count(Counter::Resync);
             return PASS;
@@ -228,6 +242,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         return DROP;
     }
     flow.ofo_drops = 0;
+    flow.hole_since_ns = 0;
     if seq_lt(seq, pe) {
         // Coalesced retransmission: old bytes first, then new ones.
         remark(ctx, &pkt, tcp_off, flow, seq, pe);
@@ -242,6 +257,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     // bytes to the carry and classify the carry alone (a plain buffer: cheap for
     // the verifier).
     let carried = flow.carry_len as usize;
+    let carried_state = flow.carry_state;
     if carried > 0 {
         let state = flow.carry_state;
         // Is the flags byte (header offset 4) in this packet, and where?
@@ -406,10 +422,25 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         }
     }
     if drop {
+        // Nothing of this packet is committed: the carried message (if any) is
+        // carried again, as it was, for the retransmission.
+        if carried > 0 {
+            flow.carry_len = carried as u16;
+            flow.carry_state = carried_state;
+        }
         led.refund_all(peer);
         led.publish(peer, true);
         count(Counter::Dropped);
         return DROP;
+    }
+    // 2b. More messages than one pass may charge: commit what was done (flow state
+    // up to the next header, counters) and run the TCP program again on the same
+    // packet through the jump table. The re-run sees the committed bytes as already
+    // processed and carries on from the next header. Each message is still charged
+    // exactly once; if a later pass drops the packet, the retransmission skips the
+    // committed part (already charged) and re-judges the rest.
+    if seq_lt(pos, seg_end) && continue_packet(ctx, flow, led, peer, pos) {
+        // Only reached if the tail call failed (depth limit): fall through.
     }
     // 3. Beyond the bound: frame by length only, uncharged.
     let mut k = 0;
@@ -440,6 +471,33 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     }
     led.publish(peer, false);
     PASS
+}
+
+/// Tail calls beyond this many continue passes are not attempted (the kernel's
+/// limit is 33 tail calls per packet).
+const MAX_PASSES: u32 = 30;
+
+/// Commits progress up to the header at `pos` and re-runs the TCP program on this
+/// packet. Returns only if the tail call could not be made.
+#[inline(always)]
+fn continue_packet(ctx: &XdpContext, flow: &mut TcpFlow, led: &mut Ledger, peer: &PeerInfo, pos: u32) -> bool {
+    let Some(m) = PKT_META.get_ptr_mut(0) else { return false };
+    // SAFETY: this CPU's slot of a per-CPU array.
+    let depth = unsafe { (*m).depth };
+    if depth >= MAX_PASSES {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe { (*m).depth = depth + 1 };
+    flow.next_hdr = pos;
+    flow.processed_end = pos;
+    led.publish(peer, false);
+    // SAFETY: a tail call does not return on success.
+    unsafe { JUMP.tail_call(ctx, JUMP_TCP) };
+    // The tail call failed: undo nothing (the state is consistent), let the caller
+    // frame the rest uncharged.
+    led.clear();
+    true
 }
 
 #[inline(always)]
@@ -499,6 +557,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     st.marked = [0; MARK_RING];
     st.mark_idx = 0;
     st.ofo_drops = 0;
+    st.hole_since_ns = 0;
     st.carry_len = 0;
     st.carry_state = carry_state::UNDECIDED;
     TCP_FLOWS.insert(key, &*st, 0).ok()?;

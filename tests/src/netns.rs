@@ -28,15 +28,21 @@ pub fn sh(args: &[&str]) -> Result<String> {
 /// A network namespace, deleted on drop.
 pub struct Netns {
     pub name: String,
+    owned: bool,
 }
 
 impl Netns {
     pub fn new(prefix: &str) -> Result<Netns> {
         let name = unique(prefix);
         sh(&["ip", "netns", "add", &name])?;
-        let ns = Netns { name };
+        let ns = Netns { name, owned: true };
         ns.exec(&["ip", "link", "set", "lo", "up"])?;
         Ok(ns)
+    }
+
+    /// A handle on a namespace someone else owns (not deleted on drop).
+    pub fn attach_existing(name: &str) -> Netns {
+        Netns { name: name.to_string(), owned: false }
     }
 
     /// Runs a command inside the namespace.
@@ -66,6 +72,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }

@@ -295,11 +295,21 @@ fn rows() -> Vec<Row> {
     ));
     let five = cat(&[&u0, &u0, &u0, &u0, &u0]);
     v.push(row(
-        "bound + 1 messages: the fifth is framed, counted over_bound, uncharged",
+        "bound + 1 messages: a second pass of the program charges the fifth",
         vec![step(syn(&f), PASS), step(seg(&f, 0, &five), PASS), step(seg(&f, 5 * u0.len() as u32, &i0), PASS)],
-        vec![(Counter::OverBound, 1), (Counter::Resync, 0)],
-        vec![("pgw1", OTHER, 4, 4, 0, 0), ("pgw1", CCR_I, 1, 1, 0, 0)],
+        vec![(Counter::OverBound, 0), (Counter::Resync, 0), (Counter::Retransmit, 0)],
+        vec![("pgw1", OTHER, 5, 5, 0, 0), ("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
+    let nine: Vec<u8> = (0..9).flat_map(|k| pkt::ccr(app::GX, 1, k)).collect();
+    let nine_seg = seg(&f, 0, &nine);
+    let marks: Vec<usize> = (2..9).map(|k| k * l as usize + 4).collect();
+    v.push(Row {
+        name: "nine CCR-I in one segment (three passes): only the burst passes unmarked",
+        steps: vec![step(syn(&f), PASS), Step { out: Some(pkt::expect_marked(&nine_seg, &f, &marks)), pkt: nine_seg, verdict: PASS }],
+        counters: vec![(Counter::OverBound, 0)],
+        slots: vec![("pgw1", CCR_I, 9, 2, 7, 0)],
+        unknown_drop: false,
+    });
 
     // --- over limit: reject marks ---
     let third = seg(&f, 2 * l, &i2);

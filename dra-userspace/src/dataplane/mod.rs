@@ -164,6 +164,36 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     Ok(())
 }
 
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+fn is_bpffs(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs on a NUL-terminated path into a zeroed struct.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    }
+}
+
+/// Mounts bpffs on /sys/fs/bpf if the pin directory is under it and it is not
+/// mounted (some hosts boot without it).
+fn ensure_bpffs(pin_dir: &Path) -> Result<(), DataplaneError> {
+    let root = Path::new("/sys/fs/bpf");
+    if !pin_dir.starts_with(root) || is_bpffs(root) {
+        return Ok(());
+    }
+    let io = |source| DataplaneError::Io { path: root.into(), source };
+    std::fs::create_dir_all(root).map_err(io)?;
+    // SAFETY: mount(2) with static NUL-terminated strings.
+    let r = unsafe {
+        libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null())
+    };
+    if r != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 fn link_pin(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("link_{iface}"))
 }
@@ -327,6 +357,11 @@ impl Maps {
         }
     }
 
+    /// The tracked TCP flows and their framing state.
+    pub fn tcp_flows(&self) -> Vec<(FlowKey, TcpFlow)> {
+        self.tcp_flows.iter().filter_map(Result::ok).collect()
+    }
+
     /// Number of tracked TCP flows.
     pub fn tcp_flow_count(&self) -> usize {
         self.tcp_flows.keys().filter(Result::is_ok).count()
@@ -367,6 +402,7 @@ impl Dataplane {
         }
         let mut ebpf = open()?;
         load_xdp(&mut ebpf)?;
+        ensure_bpffs(pin_dir)?;
         std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io { path: pin_dir.into(), source })?;
         // Stale map pins from an earlier, detached run would shadow the new maps.
         for name in PINNED_MAPS {
