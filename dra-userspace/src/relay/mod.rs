@@ -1,1 +1,42 @@
-//! (in progress)
+//! The relay's sans-IO cores (DESIGN.md §3, §4, §6): no sockets, no OS clock — time is
+//! a `Duration` since an arbitrary start, passed in. The tokio shell drives them.
+//!
+//! - [`pending`]: [`Relay`] forwards requests upstream (fresh Hop-by-Hop id,
+//!   Route-Record, loop check, bounded pending table), maps answers back, retries once
+//!   on an alternate peer with the T flag, and generates 3002/3004/3005 — every request
+//!   gets exactly one outcome (RFC 6733 §6.1, §6.2, §5.5.4).
+//! - [`reject`]: requests marked by the fast path are answered at once
+//!   ([`reject_marked`]) with the most specific ingress profile ([`MarkedPolicy`]).
+//! - [`rlf`]: [`Rlf`], the egress token bucket per upstream peer group with queue,
+//!   delay tolerance, outstanding cap and back-pressure (StarOS RLF, seed 001).
+//! - [`forward`]: Route-Record helpers.
+//!
+//! One request's path through the shell:
+//!
+//! ```text
+//! marked?  → MarkedHandler::handle → answer / discard
+//! route    → Relay::forward → Rlf::offer → Send | Queued (later poll_ready) | refused
+//!            (refused → Relay::cancel / Relay::drop_request)
+//! answer   → Relay::on_answer → Delivery;   Relay::poll_released → Rlf::on_answer
+//! timeout  → Relay::handle_timeout → Retry (route again, Relay::retry) | 3002 Delivery
+//! ```
+
+pub mod forward;
+pub mod pending;
+pub mod reject;
+pub mod rlf;
+
+pub use forward::{append_route_record, is_loop, route_record_contains};
+pub use pending::{
+    Delivery, DownstreamRef, Expired, FailureCause, Relay, RelayConfig, RelayError, RelayStats,
+    Retry, RetryOutcome,
+};
+pub use reject::{
+    ClassMatch, DEFAULT_REJECT_MESSAGE, GroupId, IngressAction, IngressRule, MarkedHandler,
+    MarkedPolicy, MarkedPolicyConfig, MarkedResponse, MarkedStats, PolicyError, ProfileSource,
+    RejectProfile, RequestClass, Scope, reject_marked, respond_marked,
+};
+pub use rlf::{
+    DEFAULT_DELAY_TOLERANCE, DEFAULT_EGRESS_MESSAGE, DEFAULT_QUEUE_LIMIT, Offer, Overdue, Rlf,
+    RlfAction, RlfConfig, RlfConfigError, RlfStats,
+};

@@ -1,0 +1,388 @@
+//! Egress limits per upstream peer group: the StarOS Rate Limiting Function (seed 001,
+//! DESIGN.md §4). A token bucket in messages per second with a burst, a bounded FIFO
+//! with a delay tolerance, an optional cap on outstanding requests per peer, and
+//! back-pressure: [`Offer::Queued`] tells the application to slow down,
+//! [`Rlf::poll_ready`] tells it when it may send.
+//!
+//! Sans-IO and generic over the queued item `T` (the shell's request handle). Time is a
+//! `Duration` since an arbitrary start.
+//!
+//! The bucket is GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371) on
+//! integer nanoseconds in 96.32 fixed point, so the long-run rate is exact to a few
+//! parts in 10^10 and never drifts.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::diameter::result_code;
+use crate::routing::PeerId;
+
+/// Default delay tolerance: how long a request may wait for a token.
+pub const DEFAULT_DELAY_TOLERANCE: Duration = Duration::from_secs(2);
+/// Default queue limit.
+pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;
+/// Default Error-Message of an egress rejection.
+pub const DEFAULT_EGRESS_MESSAGE: &str = "egress rate limit exceeded";
+
+/// What happens to a request that cannot be queued or waited too long.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RlfAction {
+    /// Answer it (3002, 3004, 5012, ...) with this Error-Message.
+    Reject {
+        /// Result-Code of the answer.
+        result_code: u32,
+        /// Error-Message of the answer.
+        error_message: String,
+    },
+    /// Discard it without an answer.
+    Drop,
+}
+
+/// Settings of one limiter (one upstream peer group).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RlfConfig {
+    /// Messages per second (> 0, finite).
+    pub rate: f64,
+    /// Bucket size in messages (≥ 1): how many may go back to back.
+    pub burst: u32,
+    /// Most requests queued for a token; 0 = never queue.
+    pub queue_limit: u32,
+    /// Longest wait in the queue; zero = never queue.
+    pub delay_tolerance: Duration,
+    /// Most requests sent to one peer and not yet answered (StarOS `max-outstanding`).
+    pub max_outstanding_per_peer: Option<u32>,
+    /// Applied when the queue is full or a request waited too long.
+    pub action: RlfAction,
+}
+
+impl RlfConfig {
+    /// `rate`/`burst` with the defaults: queue 1000, delay tolerance 2 s, no
+    /// outstanding cap, reject with 3002 "egress rate limit exceeded".
+    pub fn new(rate: f64, burst: u32) -> RlfConfig {
+        RlfConfig {
+            rate,
+            burst,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+            delay_tolerance: DEFAULT_DELAY_TOLERANCE,
+            max_outstanding_per_peer: None,
+            action: RlfAction::Reject {
+                result_code: result_code::UNABLE_TO_DELIVER,
+                error_message: DEFAULT_EGRESS_MESSAGE.to_owned(),
+            },
+        }
+    }
+}
+
+/// A bad [`RlfConfig`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RlfConfigError {
+    /// The rate is not a positive finite number.
+    #[error("egress rate must be a positive number of messages per second, not {rate}")]
+    InvalidRate {
+        /// The rate given.
+        rate: f64,
+    },
+    /// The burst is zero.
+    #[error("egress burst must be at least 1")]
+    ZeroBurst,
+}
+
+/// Result of [`Rlf::offer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer<T> {
+    /// Send it now.
+    Send(T),
+    /// Slow down: it is queued; [`Rlf::poll_ready`] returns it when it may go.
+    Queued,
+    /// Queue full, action reject: answer it.
+    Rejected {
+        /// The item.
+        item: T,
+        /// Result-Code of the answer.
+        result_code: u32,
+        /// Error-Message of the answer.
+        error_message: String,
+    },
+    /// Queue full, action drop: discard it.
+    Dropped(T),
+}
+
+/// A queued item that waited longer than the delay tolerance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overdue<T> {
+    /// The item.
+    pub item: T,
+    /// The peer it was for.
+    pub peer: PeerId,
+    /// How long it waited.
+    pub waited: Duration,
+    /// The configured action to apply.
+    pub action: RlfAction,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RlfStats {
+    /// Items offered.
+    pub offered: u64,
+    /// Sent at once by [`Rlf::offer`].
+    pub sent_direct: u64,
+    /// Sent from the queue by [`Rlf::poll_ready`].
+    pub sent_queued: u64,
+    /// Queued by [`Rlf::offer`].
+    pub queued: u64,
+    /// Refused by [`Rlf::offer`] (queue full or no queueing).
+    pub refused: u64,
+    /// Expired in the queue ([`Rlf::poll_expired`]).
+    pub expired: u64,
+    /// Removed from the queue by [`Rlf::on_peer_failed`].
+    pub flushed: u64,
+}
+
+/// GCRA in 96.32 fixed-point nanoseconds.
+#[derive(Debug, Clone)]
+struct Gcra {
+    /// Emission interval 1/rate.
+    interval: u128,
+    /// Burst tolerance (burst − 1) × interval.
+    tau: u128,
+    /// Theoretical arrival time of the next conforming message.
+    tat: u128,
+}
+
+const FRAC_BITS: u32 = 32;
+
+fn fixed(t: Duration) -> u128 {
+    t.as_nanos() << FRAC_BITS
+}
+
+impl Gcra {
+    fn new(rate: f64, burst: u32) -> Gcra {
+        let interval = (1e9 / rate * 4_294_967_296.0).round();
+        // Clamp to [1 unit, 10^28 units] (10^28 units ≈ 74 years per message): the
+        // products and sums below then stay far inside u128.
+        let interval = if interval < 1.0 {
+            1
+        } else if interval > 1e28 {
+            10u128.pow(28)
+        } else {
+            interval as u128
+        };
+        Gcra {
+            interval,
+            tau: interval * u128::from(burst - 1),
+            tat: 0,
+        }
+    }
+
+    /// Earliest time a token is available (fixed point).
+    fn ready_at(&self) -> u128 {
+        self.tat.saturating_sub(self.tau)
+    }
+
+    fn available(&self, now: Duration) -> bool {
+        self.ready_at() <= fixed(now)
+    }
+
+    fn take(&mut self, now: Duration) {
+        self.tat = self.tat.max(fixed(now)).saturating_add(self.interval);
+    }
+
+    /// [`Gcra::ready_at`] rounded up to whole nanoseconds.
+    fn ready_at_duration(&self) -> Duration {
+        let ns = self.ready_at().div_ceil(1u128 << FRAC_BITS);
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+}
+
+#[derive(Debug)]
+struct Queued<T> {
+    item: T,
+    peer: PeerId,
+    since: Duration,
+}
+
+/// One egress limiter. See the module docs.
+#[derive(Debug)]
+pub struct Rlf<T> {
+    cfg: RlfConfig,
+    bucket: Gcra,
+    queue: VecDeque<Queued<T>>,
+    outstanding: HashMap<PeerId, u32>,
+    stats: RlfStats,
+}
+
+impl<T> Rlf<T> {
+    /// A limiter with a full bucket and an empty queue.
+    pub fn new(cfg: RlfConfig) -> Result<Rlf<T>, RlfConfigError> {
+        if !(cfg.rate.is_finite() && cfg.rate > 0.0) {
+            return Err(RlfConfigError::InvalidRate { rate: cfg.rate });
+        }
+        if cfg.burst == 0 {
+            return Err(RlfConfigError::ZeroBurst);
+        }
+        Ok(Rlf {
+            bucket: Gcra::new(cfg.rate, cfg.burst),
+            cfg,
+            queue: VecDeque::new(),
+            outstanding: HashMap::new(),
+            stats: RlfStats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RlfConfig {
+        &self.cfg
+    }
+
+    /// Offers `item` for `peer`: [`Offer::Send`] when a token is free, the peer is
+    /// below its outstanding cap and nothing queued is entitled to go first;
+    /// [`Offer::Queued`] when it may wait; otherwise the configured action at once.
+    /// A queued item whose token is already due goes first: after `Queued`, call
+    /// [`Rlf::poll_ready`] (and keep calling it at [`Rlf::poll_timeout`]).
+    pub fn offer(&mut self, now: Duration, item: T, peer: PeerId) -> Offer<T> {
+        self.stats.offered += 1;
+        if self.bucket.available(now) && !self.peer_blocked(peer) && !self.any_eligible(now) {
+            self.send(now, peer);
+            self.stats.sent_direct += 1;
+            return Offer::Send(item);
+        }
+        let may_queue =
+            !self.cfg.delay_tolerance.is_zero() && self.queue.len() < self.cfg.queue_limit as usize;
+        if may_queue {
+            self.queue.push_back(Queued {
+                item,
+                peer,
+                since: now,
+            });
+            self.stats.queued += 1;
+            return Offer::Queued;
+        }
+        self.stats.refused += 1;
+        match &self.cfg.action {
+            RlfAction::Reject {
+                result_code,
+                error_message,
+            } => Offer::Rejected {
+                item,
+                result_code: *result_code,
+                error_message: error_message.clone(),
+            },
+            RlfAction::Drop => Offer::Dropped(item),
+        }
+    }
+
+    /// The next queued item that may be sent now (FIFO among items whose peer is below
+    /// its outstanding cap and that are within the delay tolerance). Call until `None`.
+    pub fn poll_ready(&mut self, now: Duration) -> Option<(T, PeerId)> {
+        if !self.bucket.available(now) {
+            return None;
+        }
+        let idx = self.first_eligible(now)?;
+        let q = self.queue.remove(idx)?;
+        self.send(now, q.peer);
+        self.stats.sent_queued += 1;
+        Some((q.item, q.peer))
+    }
+
+    /// The next queued item that waited longer than the delay tolerance, with the
+    /// action to apply. Call until `None`.
+    pub fn poll_expired(&mut self, now: Duration) -> Option<Overdue<T>> {
+        // Items are queued in time order and share one tolerance: the overdue ones are
+        // a prefix of the queue.
+        if !self
+            .queue
+            .front()
+            .is_some_and(|q| self.overdue(now, q.since))
+        {
+            return None;
+        }
+        let q = self.queue.pop_front()?;
+        self.stats.expired += 1;
+        Some(Overdue {
+            item: q.item,
+            peer: q.peer,
+            waited: now.saturating_sub(q.since),
+            action: self.cfg.action.clone(),
+        })
+    }
+
+    /// When something can next move: a token for a sendable queued item, or the first
+    /// queued item passing its delay tolerance. `None` when the queue is empty or only
+    /// answers ([`Rlf::on_answer`]) can unblock it. May be in the past: poll now.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let front = self.queue.front()?;
+        let expiry = front
+            .since
+            .saturating_add(self.cfg.delay_tolerance)
+            .saturating_add(Duration::from_nanos(1));
+        let token = self
+            .queue
+            .iter()
+            .any(|q| !self.peer_blocked(q.peer))
+            .then(|| self.bucket.ready_at_duration());
+        Some(token.map_or(expiry, |t| t.min(expiry)))
+    }
+
+    /// One request sent to `peer` was answered (or timed out): one fewer outstanding.
+    pub fn on_answer(&mut self, peer: PeerId) {
+        if let Some(n) = self.outstanding.get_mut(&peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.outstanding.remove(&peer);
+            }
+        }
+    }
+
+    /// The transport to `peer` failed: nothing is outstanding on it any more, and the
+    /// items queued for it are returned (in order) for the caller to re-route or answer.
+    pub fn on_peer_failed(&mut self, peer: PeerId) -> Vec<T> {
+        self.outstanding.remove(&peer);
+        let (gone, keep): (VecDeque<_>, VecDeque<_>) =
+            self.queue.drain(..).partition(|q| q.peer == peer);
+        self.queue = keep;
+        self.stats.flushed += gone.len() as u64;
+        gone.into_iter().map(|q| q.item).collect()
+    }
+
+    /// Requests sent to `peer` and not yet answered, as counted here.
+    pub fn outstanding(&self, peer: PeerId) -> u32 {
+        self.outstanding.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Items queued.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> RlfStats {
+        self.stats
+    }
+
+    fn send(&mut self, now: Duration, peer: PeerId) {
+        self.bucket.take(now);
+        *self.outstanding.entry(peer).or_insert(0) += 1;
+    }
+
+    fn peer_blocked(&self, peer: PeerId) -> bool {
+        self.cfg
+            .max_outstanding_per_peer
+            .is_some_and(|max| self.outstanding(peer) >= max)
+    }
+
+    /// Waited strictly longer than the tolerance.
+    fn overdue(&self, now: Duration, since: Duration) -> bool {
+        now.saturating_sub(since) > self.cfg.delay_tolerance
+    }
+
+    fn first_eligible(&self, now: Duration) -> Option<usize> {
+        self.queue
+            .iter()
+            .position(|q| !self.overdue(now, q.since) && !self.peer_blocked(q.peer))
+    }
+
+    fn any_eligible(&self, now: Duration) -> bool {
+        self.first_eligible(now).is_some()
+    }
+}
