@@ -33,6 +33,7 @@ pub mod dictionary;
 pub mod error;
 pub mod message;
 pub mod pcap;
+pub mod peer;
 pub mod result_code;
 pub mod validate;
 
