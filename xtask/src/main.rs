@@ -19,6 +19,7 @@ usage: cargo xtask <command> [args]
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   demo             the seed story on the built-in lab
   fuzz [SECS]      run the wire-scanner fuzz target (default 30 s)
+  sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
 
 fn workspace_root() -> PathBuf {
@@ -167,6 +168,13 @@ fn real_main() -> Result<()> {
             toolchain::ensure_fuzz()?;
             let secs = rest.first().and_then(|s| s.parse().ok()).unwrap_or(30);
             fuzz_smoke(secs)
+        }
+        "sim" => {
+            toolchain::ensure()?;
+            step(
+                "dra-sim",
+                cargo().args(["run", "--release", "-p", "dra-userspace", "--bin", "dra-sim", "--"]).args(rest),
+            )
         }
         "help" | "--help" | "-h" => {
             eprint!("{USAGE}");
