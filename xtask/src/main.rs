@@ -116,9 +116,12 @@ fn test() -> Result<()> {
     if !is_root() {
         bail!("the privileged tests (network namespaces, XDP) need root: run `sudo cargo xtask test`");
     }
+    step("build dra (for the privileged tests)", cargo().args(["build", "-p", "dra-userspace", "--bins"]))?;
     step(
-        "privileged tests (netns, real BPF)",
-        cargo().args(["test", "-p", "dra-tests", "--", "--test-threads=1"]),
+        "privileged tests (netns, real BPF, real TCP)",
+        cargo()
+            .args(["test", "-p", "dra-tests", "--", "--test-threads=1"])
+            .env("DRA_BIN", workspace_root().join("target/debug/dra")),
     )?;
     eprintln!("xtask: all tests passed");
     Ok(())

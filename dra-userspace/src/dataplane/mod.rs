@@ -256,37 +256,52 @@ impl Maps {
         for s in &plan.slots {
             self.bucket_config.set(s.index, s.bucket_at(None), 0).map_err(e(names::BUCKET_CONFIG))?;
         }
-        // Peers: replace the tries' contents.
-        let old4: Vec<_> = self.peers_v4.keys().filter_map(Result::ok).collect();
-        for k in old4 {
-            let _ = self.peers_v4.remove(&k);
-        }
-        let old6: Vec<_> = self.peers_v6.keys().filter_map(Result::ok).collect();
-        for k in old6 {
-            let _ = self.peers_v6.remove(&k);
-        }
+        // Peers: write the new entries first, then remove stale ones, so a restart
+        // never leaves a window in which a configured peer looks unknown.
+        let mut want4 = std::collections::HashSet::new();
+        let mut want6 = std::collections::HashSet::new();
         for p in &plan.peers {
             for net in &p.prefixes {
                 match net {
-                    IpNet::V4(n) => self
-                        .peers_v4
-                        .insert(&Key::new(n.prefix_len() as u32, n.network().octets()), p.info, 0)
-                        .map_err(e(names::PEERS_V4))?,
-                    IpNet::V6(n) => self
-                        .peers_v6
-                        .insert(&Key::new(n.prefix_len() as u32, n.network().octets()), p.info, 0)
-                        .map_err(e(names::PEERS_V6))?,
+                    IpNet::V4(n) => {
+                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
+                        want4.insert((n.prefix_len() as u32, n.network().octets()));
+                        self.peers_v4.insert(&k, p.info, 0).map_err(e(names::PEERS_V4))?;
+                    }
+                    IpNet::V6(n) => {
+                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
+                        want6.insert((n.prefix_len() as u32, n.network().octets()));
+                        self.peers_v6.insert(&k, p.info, 0).map_err(e(names::PEERS_V6))?;
+                    }
                 }
             }
+        }
+        let stale4: Vec<_> = self
+            .peers_v4
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want4.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for k in stale4 {
+            let _ = self.peers_v4.remove(&k);
+        }
+        let stale6: Vec<_> = self
+            .peers_v6
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want6.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for k in stale6 {
+            let _ = self.peers_v6.remove(&k);
+        }
+        for (k, s) in plan.class_entries() {
+            self.class_slots.insert(k, s, 0).map_err(e(names::CLASS_SLOTS))?;
         }
         let wanted: std::collections::HashSet<BucketKey> = plan.class_entries().map(|(k, _)| k).collect();
         let stale: Vec<BucketKey> =
             self.class_slots.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
         for k in stale {
             let _ = self.class_slots.remove(&k);
-        }
-        for (k, s) in plan.class_entries() {
-            self.class_slots.insert(k, s, 0).map_err(e(names::CLASS_SLOTS))?;
         }
         self.global.set(0, plan.global, 0).map_err(e(names::GLOBAL_CONFIG))?;
         Ok(())

@@ -1,0 +1,286 @@
+//! Dynamic rate limiting through the real agent path: the `dra` binary attaches
+//! XDP in a test namespace, reads the DB CPU from a `file` source, and rewrites
+//! the bucket rates in the pinned maps, which the test reads back; and the closed
+//! loop, where the admitted rate at a sink follows the throttle.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use dra::dataplane::{Dataplane, Maps, Plan};
+use dra_common::wire::{MsgClass, app, cc_request_type as rt};
+use dra_tests::{
+    agent::Agent,
+    diam::{self, Sink, Stream},
+    netns::{Netns, VethPair, unique},
+    pkt,
+};
+
+struct Pins(PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = Dataplane::detach(None, &self.0);
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(unique("dra-drl-"));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The seed config (config/dra.toml) with a `file` CPU source, a short hold and a
+/// fast sample period; optionally other static CCR-I rates and an extra port.
+fn seed_config(cpu_file: &std::path::Path, hold: &str, pgw1_rate: u32, extra_port: bool) -> String {
+    let seed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml")).unwrap();
+    let mut s = seed
+        .replace("reversal_hold_time = \"30s\"", &format!("reversal_hold_time = \"{hold}\""))
+        .replace("sample_period = \"1s\"", "sample_period = \"250ms\"")
+        .replace(
+            "source = { kind = \"redis\", address = \"127.0.0.1:6379\" }",
+            &format!("source = {{ kind = \"file\", path = \"{}\" }}", cpu_file.display()),
+        )
+        .replace("socket = \"/run/dra/dra.sock\"", &format!("socket = \"{}\"", cpu_file.with_extension("sock").display()));
+    if pgw1_rate != 1000 {
+        // Only pgw1's two static DRL rates are 1000 with no burst given.
+        s = s.replace(
+            "request_type = \"initial\"\nrate = 1000\n",
+            &format!("request_type = \"initial\"\nrate = {pgw1_rate}\nburst = 20\n"),
+        );
+    }
+    if extra_port {
+        s = s.replace("diameter_ports = [3868]", "diameter_ports = [3868, 3869]");
+    }
+    assert!(s.contains(&format!("kind = \"file\"")), "seed config changed shape");
+    s
+}
+
+fn rate_of(maps: &Maps, slot: u32) -> f64 {
+    let c = maps.bucket_config(slot).unwrap();
+    if c.interval_ns == 0 { f64::INFINITY } else { (1e9 / c.interval_ns as f64).round() }
+}
+
+fn set_cpu(file: &std::path::Path, v: f64) {
+    std::fs::write(file, format!("{v}\n")).unwrap();
+}
+
+/// DESIGN.md §5 table through `dra run`, hold 3 s: pgw1's effective CCR-I rate read
+/// back from the pinned bucket map at each row; pgw2 (no DRL) stays at 200/s.
+#[test]
+fn seed_table_through_the_agent_and_the_pinned_maps() {
+    let client = Netns::new("rc").unwrap();
+    let dra_ns = Netns::new("rd").unwrap();
+    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
+    let tmp = TempDir::new();
+    let cpu = tmp.0.join("db_cpu");
+    set_cpu(&cpu, 30.0);
+    let cfg_text = seed_config(&cpu, "3s", 1000, false);
+    let cfg_path = tmp.0.join("dra.toml");
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
+    let plan = Plan::new(&cfg).unwrap();
+    let pgw1_i = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
+    let pgw1_t = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::TERMINATION)).unwrap();
+    let pgw2_i = plan.slot_of("pgw2", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
+    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-drl-"))));
+    let pin_arg = pins.0.display().to_string();
+    let mut agent = Agent::start(
+        &dra_ns,
+        &["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg],
+        &tmp.0.join("agent.log"),
+    );
+    let mut maps = None;
+    let mut last_err = String::new();
+    assert!(
+        agent.wait_until(Duration::from_secs(20), || {
+            if maps.is_none() {
+                match Maps::open_pinned(&pins.0) {
+                    Ok(m) => maps = Some(m),
+                    Err(e) => last_err = dra::error_chain(&e),
+                }
+            }
+            maps.as_ref().is_some_and(|m| rate_of(m, pgw1_i) == 1000.0)
+        }),
+        "agent did not attach ({last_err}); log:\n{}",
+        agent.log_text()
+    );
+    let maps = maps.unwrap();
+    let t0 = Instant::now();
+    let mut wait_rate = |want: f64, within: Duration, what: &str| -> Duration {
+        let start = Instant::now();
+        let ok = agent.wait_until(within, || rate_of(&maps, pgw1_i) == want);
+        assert!(ok, "{what}: pgw1 CCR-I rate {} after {within:?}, want {want}", rate_of(&maps, pgw1_i));
+        assert_eq!(rate_of(&maps, pgw1_t), want, "{what}: CCR-T follows CCR-I");
+        assert_eq!(rate_of(&maps, pgw2_i), 200.0, "{what}: pgw2 (no DRL) keeps its static rate");
+        start.elapsed()
+    };
+    // Row by row (DESIGN.md §5), hold 3 s instead of 30 s.
+    wait_rate(1000.0, Duration::from_secs(2), "CPU below thresholds");
+    set_cpu(&cpu, 62.0);
+    wait_rate(600.0, Duration::from_secs(2), "CPU 62 %");
+    set_cpu(&cpu, 63.5);
+    std::thread::sleep(Duration::from_millis(600));
+    wait_rate(600.0, Duration::from_millis(100), "CPU stays 60-65 %");
+    set_cpu(&cpu, 49.0);
+    std::thread::sleep(Duration::from_millis(500));
+    wait_rate(600.0, Duration::from_millis(100), "CPU 49 % (reversal starts)");
+    let held = wait_rate(800.0, Duration::from_secs(5), "3 s at 49 %");
+    assert!(held >= Duration::from_millis(1800), "the reversal step came after {held:?}, before the hold");
+    set_cpu(&cpu, 57.0);
+    wait_rate(700.0, Duration::from_secs(2), "CPU 57 %");
+    set_cpu(&cpu, 67.0);
+    wait_rate(500.0, Duration::from_secs(2), "CPU 67 %");
+    set_cpu(&cpu, 55.0);
+    wait_rate(700.0, Duration::from_secs(2), "CPU 55 %");
+    set_cpu(&cpu, 49.0);
+    wait_rate(900.0, Duration::from_secs(5), "3 s at 49 %");
+    wait_rate(1000.0, Duration::from_secs(5), "3 s more at 49 %");
+    println!("seed table through the agent in {:?}", t0.elapsed());
+    let st = agent.stop();
+    assert!(st.is_some_and(|s| s.success()), "dra run exits cleanly on SIGINT; log:\n{}", agent.log_text());
+    // Default: the fast path stays attached and pinned after the agent exits.
+    assert!(Dataplane::is_pinned(&veth.b_if, &pins.0));
+}
+
+/// Closed loop: a client floods CCR-I at 5× the static limit (200/s); the CPU
+/// source says 62 % and the admitted rate at the sink drops to 120/s (±3 %); then
+/// it says 40 % and after each hold the admitted rate steps up: 160/s, 200/s.
+#[test]
+fn admitted_rate_follows_the_db_cpu() {
+    let client = Netns::new("lc").unwrap();
+    let dra_ns = Netns::new("ld").unwrap();
+    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
+    let tmp = TempDir::new();
+    let cpu = tmp.0.join("db_cpu");
+    set_cpu(&cpu, 30.0);
+    let cfg_text = seed_config(&cpu, "3s", 200, true);
+    let cfg_path = tmp.0.join("dra.toml");
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
+    let plan = Plan::new(&cfg).unwrap();
+    let slot = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
+    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-loop-"))));
+    let pin_arg = pins.0.display().to_string();
+    let mut agent = Agent::start(
+        &dra_ns,
+        &["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg],
+        &tmp.0.join("agent.log"),
+    );
+    let mut maps = None;
+    let mut last_err = String::new();
+    assert!(
+        agent.wait_until(Duration::from_secs(20), || {
+            if maps.is_none() {
+                match Maps::open_pinned(&pins.0) {
+                    Ok(m) => maps = Some(m),
+                    Err(e) => last_err = dra::error_chain(&e),
+                }
+            }
+            maps.as_ref().is_some_and(|m| rate_of(m, slot) == 200.0)
+        }),
+        "agent did not attach ({last_err}); log:\n{}",
+        agent.log_text()
+    );
+    let maps = maps.unwrap();
+    // The sink listens on the second Diameter port (the agent owns 3868).
+    let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
+    let sink = Sink::start(&dra_ns, addr);
+    let client_name = client.name.clone();
+    let flood = std::thread::spawn(move || {
+        let ns = Netns::attach_existing(&client_name);
+        let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
+        diam::paced_client(&ns, addr, vec![s], Duration::from_secs(16), 1)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut changes = Vec::new();
+    let mut wait_for = |want: f64| {
+        assert!(agent.wait_until(Duration::from_secs(6), || rate_of(&maps, slot) == want), "rate never became {want}");
+        changes.push((Instant::now(), want));
+    };
+    set_cpu(&cpu, 62.0);
+    wait_for(120.0);
+    std::thread::sleep(Duration::from_millis(500));
+    set_cpu(&cpu, 40.0);
+    wait_for(160.0);
+    wait_for(200.0);
+    let sent = flood.join().unwrap();
+    assert_eq!(sink.wait_for(sent.log.len(), Duration::from_secs(10)), sent.log.len(), "every CCR-I arrives");
+    let arr = sink.snapshot();
+    for (at, rate) in &changes {
+        // Skip 0.5 s after the change (the bucket's burst drains in ~25 ms), count 2 s.
+        let (from, to) = (*at + Duration::from_millis(500), *at + Duration::from_millis(2500));
+        let admitted = arr.iter().filter(|a| !a.marked && a.at >= from && a.at < to).count();
+        let want = rate * 2.0;
+        println!("throttled to {rate}/s: admitted {admitted} in 2 s (want {want:.0}, {:+.1} %)", 100.0 * (admitted as f64 - want) / want);
+        assert!(((admitted as f64 - want) / want).abs() <= 0.03, "admitted {admitted} at {rate}/s");
+    }
+}
+
+/// Agent restart: kill `dra run` (no cleanup) mid-flood and start it again. The
+/// program stays attached, the restarted agent reuses the pinned maps, and the
+/// admitted count across the restart still matches the limit.
+#[test]
+fn restart_keeps_the_program_attached_and_the_buckets() {
+    let client = Netns::new("sc").unwrap();
+    let dra_ns = Netns::new("sd").unwrap();
+    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
+    let tmp = TempDir::new();
+    let cpu = tmp.0.join("db_cpu");
+    set_cpu(&cpu, 30.0);
+    let cfg_text = seed_config(&cpu, "3s", 200, true);
+    let cfg_path = tmp.0.join("dra.toml");
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
+    let plan = Plan::new(&cfg).unwrap();
+    let slot = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
+    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-rs-"))));
+    let pin_arg = pins.0.display().to_string();
+    let args = ["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg];
+    let mut first = Agent::start(&dra_ns, &args, &tmp.0.join("agent1.log"));
+    assert!(
+        first.wait_until(Duration::from_secs(20), || Maps::open_pinned(&pins.0).is_ok_and(|m| rate_of(&m, slot) == 200.0)),
+        "agent did not attach; log:\n{}",
+        first.log_text()
+    );
+    let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
+    let sink = Sink::start(&dra_ns, addr);
+    let client_name = client.name.clone();
+    let flood = std::thread::spawn(move || {
+        let ns = Netns::attach_existing(&client_name);
+        let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
+        diam::paced_client(&ns, addr, vec![s], Duration::from_secs(8), 1)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    first.kill();
+    assert!(Dataplane::is_pinned(&veth.b_if, &pins.0), "the program stays attached after a crash");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut second = Agent::start(&dra_ns, &args, &tmp.0.join("agent2.log"));
+    assert!(
+        second.wait_until(Duration::from_secs(20), || second_log_reused(&tmp.0.join("agent2.log"))),
+        "restarted agent did not reuse the pinned fast path; log:\n{}",
+        second.log_text()
+    );
+    let sent = flood.join().unwrap();
+    assert_eq!(sink.wait_for(sent.log.len(), Duration::from_secs(10)), sent.log.len());
+    let unmarked = sink.snapshot().iter().filter(|a| !a.marked).count();
+    let expected = 200.0 * (sent.last - sent.first).as_secs_f64() + 20.0;
+    println!("restart: {} CCR-I, unmarked {unmarked}, expected {expected:.0}", sent.log.len());
+    assert!(((unmarked as f64 - expected) / expected).abs() <= 0.02, "unmarked {unmarked} vs {expected:.0}");
+}
+
+fn second_log_reused(log: &std::path::Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|s| s.contains("reused") && s.contains("true"))
+}
