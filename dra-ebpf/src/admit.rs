@@ -149,7 +149,7 @@ fn add(slot: u32, e: &Entry, dropped: bool) {
 pub fn class_slot(peer: &PeerInfo, class: MsgClass) -> u32 {
     let key = BucketKey::new(peer.peer_id, class);
     // SAFETY: read-only copy of a u32 value.
-    match unsafe { CLASS_SLOTS.get(&key) } {
+    match unsafe { CLASS_SLOTS.get(key) } {
         Some(s) => *s,
         None => peer.other_slot,
     }
@@ -164,20 +164,25 @@ fn verdict_of(action: Action) -> Verdict {
 }
 
 #[inline(always)]
-fn record(led: &mut Ledger, idx: usize, slot: u32, len: u32, oc: bool, cc: bool, v: Verdict, late: bool, count_overall: bool) {
-    if idx >= LEDGER {
-        return;
+fn record(led: &mut Ledger, idx: usize, e: Entry) {
+    if idx < LEDGER {
+        led.e[idx] = e;
     }
-    led.e[idx] = Entry {
+}
+
+/// A ledger entry.
+#[inline(always)]
+fn entry(slot: u32, len: u32, charged: (bool, bool), v: Verdict, late: bool, count_overall: bool) -> Entry {
+    Entry {
         class_slot: slot,
         len,
-        overall_charged: oc as u8,
-        class_charged: cc as u8,
+        overall_charged: charged.0 as u8,
+        class_charged: charged.1 as u8,
         verdict: if v == Verdict::Admit { 1 } else { 2 },
         late: late as u8,
         count_overall: count_overall as u8,
         _pad: [0; 3],
-    };
+    }
 }
 
 /// Admission of one request whose class is known: it must fit the peer's overall
@@ -199,7 +204,7 @@ pub fn decide(led: &mut Ledger, idx: usize, peer: &PeerInfo, slot: u32, len: u32
         },
     };
     let admitted = v == Verdict::Admit;
-    record(led, idx, slot, len, oc && admitted, cc, v, false, true);
+    record(led, idx, entry(slot, len, (oc && admitted, cc), v, false, true));
     v
 }
 
@@ -214,7 +219,7 @@ pub fn decide_overall(led: &mut Ledger, idx: usize, peer: &PeerInfo, len: u32, n
         _ => Verdict::Admit,
     };
     let oc = matches!(o, Charge::Charged { .. });
-    record(led, idx, peer.overall_slot, len, oc, false, v, force, false);
+    record(led, idx, entry(peer.overall_slot, len, (oc, false), v, force, false));
     v
 }
 
@@ -223,7 +228,7 @@ pub fn decide_overall(led: &mut Ledger, idx: usize, peer: &PeerInfo, len: u32, n
 #[inline(always)]
 pub fn late_charge(led: &mut Ledger, idx: usize, slot: u32, len: u32, now: u64) {
     let c = bucket::charge(slot, now, 1, true);
-    record(led, idx, slot, len, false, matches!(c, Charge::Charged { .. }), Verdict::Admit, true, false);
+    record(led, idx, entry(slot, len, (false, matches!(c, Charge::Charged { .. })), Verdict::Admit, true, false));
 }
 
 /// A request whose flags byte passed before it could be classified or marked: both
@@ -232,15 +237,6 @@ pub fn late_charge(led: &mut Ledger, idx: usize, slot: u32, len: u32, now: u64) 
 pub fn force_both(led: &mut Ledger, idx: usize, peer: &PeerInfo, slot: u32, len: u32, now: u64) {
     let o = bucket::charge(peer.overall_slot, now, 1, true);
     let c = bucket::charge(slot, now, 1, true);
-    record(
-        led,
-        idx,
-        slot,
-        len,
-        matches!(o, Charge::Charged { .. }),
-        matches!(c, Charge::Charged { .. }),
-        Verdict::Admit,
-        true,
-        true,
-    );
+    let charged = (matches!(o, Charge::Charged { .. }), matches!(c, Charge::Charged { .. }));
+    record(led, idx, entry(slot, len, charged, Verdict::Admit, true, true));
 }

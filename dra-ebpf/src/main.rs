@@ -36,6 +36,12 @@ pub fn dra_xdp_sctp(ctx: XdpContext) -> u32 {
     xdp::sctp_entry(&ctx)
 }
 
+/// The benchmarks' baseline: a program that only passes (`cargo xtask bench xdp`).
+#[xdp]
+pub fn dra_xdp_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -155,7 +155,7 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
                 (*a).ofo_drops = 0;
             },
             None => {
-                let _ = SCTP_ASSOCS.insert(key, &SctpAssoc { next_tsn: next, ofo_drops: 0 }, 0);
+                let _ = SCTP_ASSOCS.insert(key, SctpAssoc { next_tsn: next, ofo_drops: 0 }, 0);
                 count(Counter::Resync);
             }
         }

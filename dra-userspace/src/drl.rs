@@ -95,7 +95,7 @@ pub fn source(src: &CfgSource, timeout: Duration) -> Result<Box<dyn sources::Cpu
         CfgSource::Procfs(ProcTarget::Host) => Box::new(HostCpu::new()),
         CfgSource::Procfs(ProcTarget::Process(name)) => Box::new(ProcessCpu::new(ProcessSelector::Name(name.clone()))),
         CfgSource::Procfs(ProcTarget::PidFile(p)) => Box::new(ProcessCpu::new(ProcessSelector::PidFile(p.clone()))),
-        CfgSource::Redis { address } => Box::new(RedisCpu::new(&address.to_string()).with_timeout(timeout)),
+        CfgSource::Redis { address } => Box::new(RedisCpu::new(address.to_string()).with_timeout(timeout)),
         CfgSource::Prometheus { url, query } => {
             Box::new(PrometheusCpu::new(url, query).map_err(DrlError::Source)?.with_timeout(timeout))
         }

@@ -64,7 +64,7 @@ fn seed_config(cpu_file: &std::path::Path, hold: &str, pgw1_rate: u32, extra_por
     if extra_port {
         s = s.replace("diameter_ports = [3868]", "diameter_ports = [3868, 3869]");
     }
-    assert!(s.contains(&format!("kind = \"file\"")), "seed config changed shape");
+    assert!(s.contains("kind = \"file\""), "seed config changed shape");
     s
 }
 

@@ -19,6 +19,7 @@ usage: cargo xtask <command> [args]
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   demo             the seed story on the built-in lab
   fuzz [SECS]      run the wire-scanner fuzz target (default 30 s)
+  bench [xdp] [N]  benchmarks (root): XDP ns/packet per case vs bare XDP_PASS, N runs each
   sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
 
@@ -177,6 +178,17 @@ fn real_main() -> Result<()> {
             step(
                 "dra-sim",
                 cargo().args(["run", "--release", "-p", "dra-userspace", "--bin", "dra-sim", "--"]).args(rest),
+            )
+        }
+        "bench" => {
+            toolchain::ensure()?;
+            let rest: Vec<&String> = rest.iter().filter(|a| *a != "xdp").collect();
+            if !is_root() {
+                bail!("the XDP benchmark loads eBPF programs: run it as root");
+            }
+            step(
+                "bench xdp",
+                cargo().args(["run", "--release", "-p", "dra-tests", "--bin", "xdp-bench", "--"]).args(rest),
             )
         }
         "help" | "--help" | "-h" => {

@@ -82,28 +82,7 @@ pub enum PlanError {
     TooManyPorts { count: usize },
 }
 
-/// Metrics label of a class: `gx_ccr_i`, `gy_ccr`, `app5_cmd300`.
-pub fn class_label(c: MsgClass) -> String {
-    use dra_common::wire::{app, cmd};
-    let a = match c.app_id {
-        app::GX => "gx".to_string(),
-        app::GY => "gy".to_string(),
-        app::COMMON => "base".to_string(),
-        n => format!("app{n}"),
-    };
-    let m = match c.command_code {
-        cmd::CREDIT_CONTROL => "ccr".to_string(),
-        n => format!("cmd{n}"),
-    };
-    let t = match c.req_type {
-        1 => "_i",
-        2 => "_u",
-        3 => "_t",
-        4 => "_e",
-        _ => "",
-    };
-    format!("{a}_{m}{t}")
-}
+pub use crate::metrics::class_label;
 
 impl Plan {
     /// Lays out `cfg`.
@@ -174,9 +153,7 @@ impl Plan {
             if let Some(d) = cfg.dynamic_profile_for_peer(&peer.name) {
                 for c in &d.classes {
                     let mc = c.msg_class();
-                    if !classes.contains_key(&key(mc)) {
-                        classes.insert(key(mc), push(&peer.name, class_label(mc), None));
-                    }
+                    classes.entry(key(mc)).or_insert_with(|| push(&peer.name, class_label(mc), None));
                 }
             }
             // "Any request type" covers the specific types without their own slot.
