@@ -59,6 +59,7 @@ enum Cmd {
 #[derive(Clone)]
 pub struct SimPeer {
     cmd: mpsc::Sender<Cmd>,
+    task: Arc<tokio::task::JoinHandle<()>>,
 }
 
 static E2E: AtomicU32 = AtomicU32::new(1);
@@ -121,8 +122,8 @@ fn spawn_driver(
     opened: Option<oneshot::Sender<Result<(), u32>>>,
 ) -> SimPeer {
     let (tx, rx) = mpsc::channel(1024);
-    tokio::spawn(drive(stream, pc, handler, tap, opened, rx));
-    SimPeer { cmd: tx }
+    let task = tokio::spawn(drive(stream, pc, handler, tap, opened, rx));
+    SimPeer { cmd: tx, task: Arc::new(task) }
 }
 
 async fn drive(
@@ -323,7 +324,9 @@ impl SimServer {
     /// crash as the DRA sees it: the transport closes).
     pub fn kill(&self) {
         self.task.abort();
-        self.conns.lock().expect("conns").clear();
+        for c in self.conns.lock().expect("conns").drain(..) {
+            c.task.abort();
+        }
     }
 }
 
@@ -350,7 +353,7 @@ pub fn ccr(
     request_type: u32,
     number: u32,
 ) -> Message {
-    Message::request(272, app_id, 0, next_e2e())
+    let m = Message::request(272, app_id, 0, next_e2e())
         .proxiable()
         .with(Avp::utf8(avp_code::SESSION_ID, session).mandatory())
         .with(Avp::utf8(avp_code::ORIGIN_HOST, origin_host).mandatory())
@@ -358,7 +361,13 @@ pub fn ccr(
         .with(Avp::utf8(avp_code::DESTINATION_REALM, dest_realm).mandatory())
         .with(Avp::u32(avp_code::AUTH_APPLICATION_ID, app_id).mandatory())
         .with(Avp::enumerated(avp_code::CC_REQUEST_TYPE, request_type as i32).mandatory())
-        .with(Avp::u32(avp_code::CC_REQUEST_NUMBER, number).mandatory())
+        .with(Avp::u32(avp_code::CC_REQUEST_NUMBER, number).mandatory());
+    if app_id == GY {
+        // RFC 4006 §3.1: Service-Context-Id is required in a CCR (3GPP TS 32.299 Gy).
+        m.with(Avp::utf8(461, "32251@3gpp.org").mandatory())
+    } else {
+        m
+    }
 }
 
 /// A DWR (RFC 6733 §5.5.1).
