@@ -341,6 +341,8 @@ pub mod cc {
     pub const INITIAL: u32 = 1;
     pub const UPDATE: u32 = 2;
     pub const TERMINATION: u32 = 3;
+    /// EVENT_REQUEST: one-shot, no session binding.
+    pub const EVENT_LIKE: u32 = 4;
 }
 
 /// A CCR (RFC 4006 §3.1) from `origin_host` for `app` to `dest_realm`.
