@@ -23,7 +23,16 @@ async fn egress_rlf_holds_the_pcrf_group_to_its_rate_and_rejects_beyond_toleranc
         let pgw = pgw.clone();
         tasks.spawn(async move {
             let sid = format!("rlf;{i}");
-            pgw.request(ccr(&sid, GX, "pgw1.test.example", REALM, PCRF_REALM, cc::EVENT_LIKE, 0)).await
+            pgw.request(ccr(
+                &sid,
+                GX,
+                "pgw1.test.example",
+                REALM,
+                PCRF_REALM,
+                cc::EVENT_LIKE,
+                0,
+            ))
+            .await
         });
     }
     let mut ok = 0usize;
@@ -34,7 +43,8 @@ async fn egress_rlf_holds_the_pcrf_group_to_its_rate_and_rejects_beyond_toleranc
             Some(result_code::SUCCESS) => ok += 1,
             Some(result_code::TOO_BUSY) => {
                 assert_eq!(
-                    a.find(dra::diameter::avp_code::ERROR_MESSAGE).and_then(|x| x.as_utf8().ok()),
+                    a.find(dra::diameter::avp_code::ERROR_MESSAGE)
+                        .and_then(|x| x.as_utf8().ok()),
                     Some("egress limit pcrf 200/s")
                 );
                 assert_eq!(a.origin_host(), Some(DRA_HOST));
@@ -56,11 +66,22 @@ async fn egress_rlf_holds_the_pcrf_group_to_its_rate_and_rejects_beyond_toleranc
     arrivals.sort();
     assert_eq!(arrivals.len(), ok);
     let steady = &arrivals[10..];
-    let span = steady.last().expect("last").duration_since(steady[0]).as_secs_f64();
+    let span = steady
+        .last()
+        .expect("last")
+        .duration_since(steady[0])
+        .as_secs_f64();
     let rate = (steady.len() - 1) as f64 / span;
-    assert!((rate - 200.0).abs() <= 6.0, "measured egress rate {rate:.1}/s");
+    assert!(
+        (rate - 200.0).abs() <= 6.0,
+        "measured egress rate {rate:.1}/s"
+    );
     let s = lab.agent.stats().await.expect("stats");
-    let (_, egress) = s.egress.iter().find(|(g, _)| g == "pcrf").expect("pcrf limiter");
+    let (_, egress) = s
+        .egress
+        .iter()
+        .find(|(g, _)| g == "pcrf")
+        .expect("pcrf limiter");
     assert_eq!(egress.offered, offered as u64);
     assert!(s.invariant_ok());
 }

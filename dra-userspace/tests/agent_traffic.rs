@@ -37,16 +37,30 @@ async fn run_sessions(
         let permit = sem.clone().acquire_owned().await.expect("sem");
         let pgw = pgws[i % 2].clone();
         let origin = format!("pgw{}.{REALM}", i % 2 + 1);
-        let (app, realm) = if i % 3 == 2 && !lab.ocss.is_empty() { (GY, OCS_REALM) } else { (GX, PCRF_REALM) };
+        let (app, realm) = if i % 3 == 2 && !lab.ocss.is_empty() {
+            (GY, OCS_REALM)
+        } else {
+            (GX, PCRF_REALM)
+        };
         let unanswered = unanswered.clone();
         let done = done.clone();
         let fired = fired.clone();
         let after = after.clone();
         tasks.spawn(async move {
             let sid = format!("{origin};{i};agent-test");
-            let mut r = SessionResult { app, servers: Vec::new(), codes: Vec::new() };
-            for (n, t) in [cc::INITIAL, cc::UPDATE, cc::TERMINATION].into_iter().enumerate() {
-                match pgw.request(ccr(&sid, app, &origin, REALM, realm, t, n as u32)).await {
+            let mut r = SessionResult {
+                app,
+                servers: Vec::new(),
+                codes: Vec::new(),
+            };
+            for (n, t) in [cc::INITIAL, cc::UPDATE, cc::TERMINATION]
+                .into_iter()
+                .enumerate()
+            {
+                match pgw
+                    .request(ccr(&sid, app, &origin, REALM, realm, t, n as u32))
+                    .await
+                {
                     Some(a) => {
                         assert_eq!(a.session_id(), Some(sid.as_str()));
                         assert_eq!(a.cc_request_type(), Some(t));
@@ -59,7 +73,8 @@ async fn run_sessions(
                 }
             }
             drop(permit);
-            if done.fetch_add(1, Ordering::Relaxed) + 1 == trigger as u64 && !fired.swap(true, Ordering::Relaxed)
+            if done.fetch_add(1, Ordering::Relaxed) + 1 == trigger as u64
+                && !fired.swap(true, Ordering::Relaxed)
                 && let Some(f) = after.lock().expect("after").take()
             {
                 f();
@@ -75,7 +90,10 @@ async fn run_sessions(
 }
 
 fn sessions_from_env(default: usize) -> usize {
-    std::env::var("DRA_AGENT_SESSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var("DRA_AGENT_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,21 +108,34 @@ async fn mixed_gx_gy_every_request_one_answer_and_sessions_stick() {
     for r in &results {
         assert_eq!(r.codes, vec![result_code::SUCCESS; 3]);
         // Session binding: CCR-U and CCR-T went where the CCR-I went.
-        assert!(r.servers.iter().all(|s| *s == r.servers[0]), "session moved: {:?}", r.servers);
+        assert!(
+            r.servers.iter().all(|s| *s == r.servers[0]),
+            "session moved: {:?}",
+            r.servers
+        );
         let want = if r.app == GX { PCRF_REALM } else { OCS_REALM };
         assert!(r.servers[0].ends_with(want));
         *per_server.entry(r.servers[0].clone()).or_default() += 1;
     }
     // Round-robin spread both groups over both members.
     assert_eq!(per_server.len(), 4, "{per_server:?}");
-    let served: u64 = lab.pcrfs.iter().chain(&lab.ocss).map(|s| s.stats.requests.load(Ordering::Relaxed)).sum();
+    let served: u64 = lab
+        .pcrfs
+        .iter()
+        .chain(&lab.ocss)
+        .map(|s| s.stats.requests.load(Ordering::Relaxed))
+        .sum();
     assert_eq!(served, 3 * n as u64);
     let s = lab.agent.stats().await.expect("stats");
     assert_eq!(s.requests_in, 3 * n as u64);
     assert_eq!(s.relay.answers_relayed, 3 * n as u64);
     assert_eq!(s.relay.pending, 0);
     assert!(s.invariant_ok(), "{s:?}");
-    assert!(!lab.metrics.encode().contains("dra_unanswered_invariant_violations_total 1"));
+    assert!(
+        !lab.metrics
+            .encode()
+            .contains("dra_unanswered_invariant_violations_total 1")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,16 +147,25 @@ async fn killing_a_pcrf_fails_its_sessions_over_without_unanswered_requests() {
     assert_eq!(unanswered, 0, "every request got an answer");
     let moved = results
         .iter()
-        .filter(|r| r.servers.first().is_some_and(|s| s.starts_with("pcrf1")) && r.servers.last().is_some_and(|s| s.starts_with("pcrf2")))
+        .filter(|r| {
+            r.servers.first().is_some_and(|s| s.starts_with("pcrf1"))
+                && r.servers.last().is_some_and(|s| s.starts_with("pcrf2"))
+        })
         .count();
     assert!(moved > 0, "sessions bound to pcrf1 continued on pcrf2");
     // After the kill nothing is answered by pcrf1 any more; sessions started late only see pcrf2.
-    let late = &results.iter().filter(|r| r.servers.iter().all(|s| s.starts_with("pcrf2"))).count();
+    let late = &results
+        .iter()
+        .filter(|r| r.servers.iter().all(|s| s.starts_with("pcrf2")))
+        .count();
     assert!(*late > n / 3, "later sessions all on pcrf2: {late}");
     // Failed-over requests: answered 2001 by pcrf2 (retried with the T flag) or 3002.
     for r in &results {
         for c in &r.codes {
-            assert!(*c == result_code::SUCCESS || *c == result_code::UNABLE_TO_DELIVER, "{c}");
+            assert!(
+                *c == result_code::SUCCESS || *c == result_code::UNABLE_TO_DELIVER,
+                "{c}"
+            );
         }
     }
     let s = lab.agent.stats().await.expect("stats");
@@ -133,6 +173,9 @@ async fn killing_a_pcrf_fails_its_sessions_over_without_unanswered_requests() {
     assert_eq!(s.relay.pending, 0);
     assert!(s.invariant_ok(), "{s:?}");
     let status = lab.agent.status().await.expect("status");
-    let pcrf1 = status.lines().find(|l| l.starts_with("pcrf1 ")).expect("line");
+    let pcrf1 = status
+        .lines()
+        .find(|l| l.starts_with("pcrf1 "))
+        .expect("line");
     assert!(!pcrf1.contains(" open "), "{status}");
 }

@@ -12,7 +12,10 @@ use dra::diameter::pcap::PcapWriter;
 use dra_common::wire::flags;
 
 fn tshark_available() -> bool {
-    Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Writes one TCP connection (the simulator is `sim_is_client`) and decodes it.
@@ -28,15 +31,26 @@ fn decode(name: &str, tap: &Tap, sim_is_client: bool) -> String {
             w.server_to_client(bytes);
         }
     }
-    let file = TempPath(std::env::temp_dir().join(format!("dra-agent-{name}-{}.pcap", std::process::id())));
+    let file = TempPath(
+        std::env::temp_dir().join(format!("dra-agent-{name}-{}.pcap", std::process::id())),
+    );
     w.write_to(&file.0).expect("write pcap");
     let out = Command::new("tshark")
         .args(["-n", "-V", "-r"])
         .arg(&file.0)
-        .args(["-o", "diameter.tcp.port:3868", "-o", "tcp.check_checksum:TRUE"])
+        .args([
+            "-o",
+            "diameter.tcp.port:3868",
+            "-o",
+            "tcp.check_checksum:TRUE",
+        ])
         .output()
         .expect("tshark");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -55,13 +69,39 @@ async fn tshark_decodes_what_the_agent_sends() {
     let server_tap: Tap = Tap::default();
     let client_tap: Tap = Tap::default();
     let lab = Lab::start(1, 0, None, "", Some(server_tap.clone())).await;
-    let pgw = SimPeer::connect(lab.addr(), sim_config(&format!("pgw1.{REALM}"), REALM, &[GX, GY]), DRA_HOST, Some(client_tap.clone()))
+    let pgw = SimPeer::connect(
+        lab.addr(),
+        sim_config(&format!("pgw1.{REALM}"), REALM, &[GX, GY]),
+        DRA_HOST,
+        Some(client_tap.clone()),
+    )
+    .await
+    .expect("open");
+    pgw.request(dwr("pgw1.test.example", REALM))
         .await
-        .expect("open");
-    pgw.request(dwr("pgw1.test.example", REALM)).await.expect("DWA");
-    let a = pgw.request(ccr("wire;1", GX, "pgw1.test.example", REALM, PCRF_REALM, cc::INITIAL, 0)).await.expect("CCA");
+        .expect("DWA");
+    let a = pgw
+        .request(ccr(
+            "wire;1",
+            GX,
+            "pgw1.test.example",
+            REALM,
+            PCRF_REALM,
+            cc::INITIAL,
+            0,
+        ))
+        .await
+        .expect("CCA");
     assert_eq!(a.result_code(), Some(2001));
-    let mut marked = ccr("wire;2", GX, "pgw1.test.example", REALM, PCRF_REALM, cc::INITIAL, 0);
+    let mut marked = ccr(
+        "wire;2",
+        GX,
+        "pgw1.test.example",
+        REALM,
+        PCRF_REALM,
+        cc::INITIAL,
+        0,
+    );
     marked.flags |= flags::RATE_LIMIT_MARK;
     let a = pgw.request(marked).await.expect("3002");
     assert_eq!(a.result_code(), Some(3002));
@@ -79,7 +119,10 @@ async fn tshark_decodes_what_the_agent_sends() {
         "Origin-Host: pcrf1.pcrf.test.example",
         "Session-Id: wire;2",
     ] {
-        assert!(d.contains(needle), "missing {needle:?} in client-side decode:\n{d}");
+        assert!(
+            d.contains(needle),
+            "missing {needle:?} in client-side decode:\n{d}"
+        );
     }
     // Server side: the agent sent CER and the relayed CCR with Route-Record pgw1.
     let d = decode("server", &server_tap, false);
@@ -90,7 +133,13 @@ async fn tshark_decodes_what_the_agent_sends() {
         "Route-Record: pgw1.test.example",
         "Session-Id: wire;1",
     ] {
-        assert!(d.contains(needle), "missing {needle:?} in server-side decode:\n{d}");
+        assert!(
+            d.contains(needle),
+            "missing {needle:?} in server-side decode:\n{d}"
+        );
     }
-    assert!(!d.contains("Session-Id: wire;2"), "the marked request never went upstream");
+    assert!(
+        !d.contains("Session-Id: wire;2"),
+        "the marked request never went upstream"
+    );
 }

@@ -24,8 +24,8 @@ use crate::relay::{
     RelayConfig, RelayError, RetryOutcome, Rlf, RlfAction,
 };
 use crate::routing::{
-    CcRequestType, Decision, MemoryBindingStore, PeerId, PeerStates, PeerTable,
-    RouteRequest, Router, Selector, Strategy,
+    CcRequestType, Decision, MemoryBindingStore, PeerId, PeerStates, PeerTable, RouteRequest,
+    Router, Selector, Strategy,
 };
 
 /// Housekeeping period: metrics gauges, rates, invariant check, purges.
@@ -99,8 +99,17 @@ impl Core {
         metrics: Metrics,
         ctl_tx: mpsc::Sender<Ctl>,
     ) -> Result<Core, AgentError> {
-        let addrs = cfg.listeners.iter().map(|l| l.address.ip()).filter(|a| !a.is_unspecified()).collect::<Vec<_>>();
-        let addrs = if addrs.is_empty() { vec![std::net::IpAddr::from([127, 0, 0, 1])] } else { addrs };
+        let addrs = cfg
+            .listeners
+            .iter()
+            .map(|l| l.address.ip())
+            .filter(|a| !a.is_unspecified())
+            .collect::<Vec<_>>();
+        let addrs = if addrs.is_empty() {
+            vec![std::net::IpAddr::from([127, 0, 0, 1])]
+        } else {
+            addrs
+        };
         let mut pc = PeerConfig::new(&cfg.global.origin_host, &cfg.global.origin_realm, addrs);
         pc.product_name = cfg.global.product_name.clone();
         if let Some(tc) = opts.tc {
@@ -117,13 +126,16 @@ impl Core {
         pc.validate().map_err(AgentError::Identity)?;
         let table = setup::route_table(&cfg).map_err(AgentError::Setup)?;
         let groups = setup::memberships(&cfg);
-        let group_strategy: Vec<Strategy> =
-            cfg.peer_groups.iter().map(|g| setup::strategy(g.selection)).collect();
+        let group_strategy: Vec<Strategy> = cfg
+            .peer_groups
+            .iter()
+            .map(|g| setup::strategy(g.selection))
+            .collect();
         let mut routers = HashMap::new();
         for s in group_strategy.iter().copied().chain([Strategy::RoundRobin]) {
-            routers
-                .entry(s)
-                .or_insert_with(|| Router::new(table.clone(), Selector::new(s, opts.seed ^ s as u64)));
+            routers.entry(s).or_insert_with(|| {
+                Router::new(table.clone(), Selector::new(s, opts.seed ^ s as u64))
+            });
         }
         let rlfs = setup::egress(&cfg)
             .map_err(AgentError::Setup)?
@@ -286,7 +298,10 @@ impl Core {
             .rlfs
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| r.as_ref().map(|r| (self.cfg.peer_groups[i].name.clone(), r.stats())))
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .map(|r| (self.cfg.peer_groups[i].name.clone(), r.stats()))
+            })
             .collect();
         s
     }
@@ -300,7 +315,10 @@ impl Core {
     }
 
     fn options(&mut self, reopen: bool) -> ConnectionOptions {
-        let seed = self.opts.seed.wrapping_add(self.next_conn.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let seed = self
+            .opts
+            .seed
+            .wrapping_add(self.next_conn.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         ConnectionOptions::new(seed, self.start_secs).reopen(reopen)
     }
 
@@ -308,19 +326,33 @@ impl Core {
         if self.shutdown.is_some() {
             return;
         }
-        let Ok(remote) = stream.peer_addr() else { return };
+        let Ok(remote) = stream.peer_addr() else {
+            return;
+        };
         let id = self.next_conn;
         let opts = self.options(false);
         self.next_conn += 1;
         let span = self.span(id, remote, None);
-        let pc = match PeerConnection::responder(self.peer_cfg.clone(), self.dir.clone(), remote.ip(), opts) {
+        let pc = match PeerConnection::responder(
+            self.peer_cfg.clone(),
+            self.dir.clone(),
+            remote.ip(),
+            opts,
+        ) {
             Ok(pc) => pc,
             Err(e) => {
                 warn!(error = %e, "cannot create a peer connection");
                 return;
             }
         };
-        let io = match io::spawn(id, stream, self.io_tx.clone(), self.opts.max_message_size, self.opts.write_queue, span.clone()) {
+        let io = match io::spawn(
+            id,
+            stream,
+            self.io_tx.clone(),
+            self.opts.max_message_size,
+            self.opts.write_queue,
+            span.clone(),
+        ) {
             Ok(io) => io,
             Err(e) => {
                 span.in_scope(|| warn!(error = %e, "accepted connection unusable"));
@@ -328,7 +360,15 @@ impl Core {
             }
         };
         span.in_scope(|| debug!("accepted"));
-        self.conns.insert(id, Conn { pc, io, peer: None, span });
+        self.conns.insert(
+            id,
+            Conn {
+                pc,
+                io,
+                peer: None,
+                span,
+            },
+        );
         let now = self.now();
         if let Some(c) = self.conns.get_mut(&id) {
             c.pc.handle_connected(now);
@@ -337,7 +377,9 @@ impl Core {
     }
 
     fn dial(&mut self, peer: usize) {
-        let Some(addr) = self.cfg.peers[peer].connect else { return };
+        let Some(addr) = self.cfg.peers[peer].connect else {
+            return;
+        };
         let slot = &mut self.slots[peer];
         if slot.connecting || slot.initiator.is_some() || self.shutdown.is_some() {
             return;
@@ -347,10 +389,14 @@ impl Core {
         let tx = self.ctl_tx.clone();
         let timeout = self.opts.connect_timeout;
         tokio::spawn(async move {
-            let result = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-                Ok(r) => r,
-                Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
-            };
+            let result =
+                match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    )),
+                };
             let _ = tx.send(Ctl::Connected { peer, result }).await;
         });
     }
@@ -362,7 +408,11 @@ impl Core {
         let now = self.now();
         let slot = &mut self.slots[peer];
         // RFC 6733 §2.1 Tc, doubled per consecutive failure (bounded).
-        let backoff = self.peer_cfg.tc.saturating_mul(1u32 << slot.failures.min(10)).min(self.opts.max_backoff);
+        let backoff = self
+            .peer_cfg
+            .tc
+            .saturating_mul(1u32 << slot.failures.min(10))
+            .min(self.opts.max_backoff);
         let delay = hold_off.map_or(backoff, |h| h.max(backoff));
         slot.failures = slot.failures.saturating_add(1);
         slot.reconnect_at = Some(now + delay);
@@ -389,14 +439,26 @@ impl Core {
         let opts = self.options(reopen);
         self.next_conn += 1;
         let span = self.span(id, remote, Some(&self.cfg.peers[peer].origin_host));
-        let pc = match PeerConnection::initiator(self.peer_cfg.clone(), self.dir.clone(), remote.ip(), opts) {
+        let pc = match PeerConnection::initiator(
+            self.peer_cfg.clone(),
+            self.dir.clone(),
+            remote.ip(),
+            opts,
+        ) {
             Ok(pc) => pc,
             Err(e) => {
                 warn!(error = %e, "cannot create a peer connection");
                 return;
             }
         };
-        let io = match io::spawn(id, stream, self.io_tx.clone(), self.opts.max_message_size, self.opts.write_queue, span.clone()) {
+        let io = match io::spawn(
+            id,
+            stream,
+            self.io_tx.clone(),
+            self.opts.max_message_size,
+            self.opts.write_queue,
+            span.clone(),
+        ) {
             Ok(io) => io,
             Err(_) => {
                 self.schedule_reconnect(peer, None);
@@ -404,7 +466,15 @@ impl Core {
             }
         };
         span.in_scope(|| info!("connected, sending CER"));
-        self.conns.insert(id, Conn { pc, io, peer: Some(PeerId(peer)), span });
+        self.conns.insert(
+            id,
+            Conn {
+                pc,
+                io,
+                peer: Some(PeerId(peer)),
+                span,
+            },
+        );
         self.slots[peer].initiator = Some(id);
         let now = self.now();
         if let Some(c) = self.conns.get_mut(&id) {
@@ -419,7 +489,9 @@ impl Core {
         let now = self.now();
         match e {
             IoEvent::Closed { conn, why } => {
-                let Some(c) = self.conns.get_mut(&conn) else { return };
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
                 c.span.in_scope(|| match &why {
                     CloseCause::Eof => debug!("peer closed the connection"),
                     CloseCause::Io(e) => info!(error = %e, "transport error"),
@@ -440,7 +512,9 @@ impl Core {
                         return;
                     }
                 };
-                let Some(c) = self.conns.get_mut(&conn) else { return };
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
                 let handled = c.pc.handle_message(now, msg);
                 match handled {
                     Handled::Consumed => {}
@@ -461,44 +535,66 @@ impl Core {
     }
 
     fn undecodable(&mut self, now: Duration, conn: ConnId, e: &crate::diameter::DecodeError) {
-        let Some(c) = self.conns.get_mut(&conn) else { return };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
         c.pc.handle_traffic(now);
         let open = c.pc.is_open();
-        if let (Some(req), Some(pe), true) = (e.partial(), e.to_protocol_error(Dictionary::standard()), open)
-            && req.is_request()
+        if let (Some(req), Some(pe), true) = (
+            e.partial(),
+            e.to_protocol_error(Dictionary::standard()),
+            open,
+        ) && req.is_request()
         {
             // RFC 6733 §7.1.5: a malformed request is answered with the error.
             self.stats.requests_in += 1;
             self.stats.local_answers += 1;
-            let ans = pe.answer(req, &self.cfg.global.origin_host, &self.cfg.global.origin_realm);
+            let ans = pe.answer(
+                req,
+                &self.cfg.global.origin_host,
+                &self.cfg.global.origin_realm,
+            );
             self.reply(conn, &ans);
         } else {
-            c.span.in_scope(|| warn!(error = %e, "undecodable message ignored"));
+            c.span
+                .in_scope(|| warn!(error = %e, "undecodable message ignored"));
         }
     }
 
     fn cer_received(&mut self, now: Duration, conn: ConnId, peer: PeerId) {
         let slot = &self.slots[peer.0];
-        let other_open = slot.conn.filter(|o| *o != conn).is_some_and(|o| self.conns.get(&o).is_some_and(|c| c.pc.is_open()));
+        let other_open = slot
+            .conn
+            .filter(|o| *o != conn)
+            .is_some_and(|o| self.conns.get(&o).is_some_and(|c| c.pc.is_open()));
         let mut accept = true;
         if other_open {
             // RFC 6733 §5.6.4 R-Reject: the peer already has an open connection.
             accept = false;
         } else if let Some(i) = slot.initiator.filter(|i| *i != conn)
-            && self.conns.get(&i).is_some_and(|c| c.pc.state() == PeerState::WaitCea)
+            && self
+                .conns
+                .get(&i)
+                .is_some_and(|c| c.pc.state() == PeerState::WaitCea)
         {
             // RFC 6733 §5.6.4 election. Simplification: when we lose, the responder
             // connection is refused at once instead of held until our CEA arrives.
-            let won = election_won(&self.cfg.global.origin_host, &self.cfg.peers[peer.0].origin_host);
+            let won = election_won(
+                &self.cfg.global.origin_host,
+                &self.cfg.peers[peer.0].origin_host,
+            );
             if let Some(c) = self.conns.get_mut(&i) {
                 c.pc.handle_election(now, won);
             }
             self.drive(now, i);
             accept = won;
         }
-        let Some(c) = self.conns.get_mut(&conn) else { return };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
         c.peer = Some(peer);
-        c.span.record("origin_host", self.cfg.peers[peer.0].origin_host.as_str());
+        c.span
+            .record("origin_host", self.cfg.peers[peer.0].origin_host.as_str());
         if accept {
             c.pc.accept_cer(now);
         } else {
@@ -510,7 +606,9 @@ impl Core {
 
     fn drive(&mut self, now: Duration, id: ConnId) {
         loop {
-            let Some(c) = self.conns.get_mut(&id) else { return };
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
             let mut out = Vec::new();
             while let Some(m) = c.pc.poll_transmit() {
                 out.push(m);
@@ -533,14 +631,22 @@ impl Core {
     }
 
     fn refresh_peer(&mut self, now: Duration, id: ConnId) {
-        let Some(p) = self.conns.get(&id).and_then(|c| c.peer) else { return };
+        let Some(p) = self.conns.get(&id).and_then(|c| c.peer) else {
+            return;
+        };
         self.refresh_slot(now, p);
     }
 
     fn refresh_slot(&mut self, now: Duration, p: PeerId) {
         let slot = &self.slots[p.0];
-        let conn = slot.conn.or(slot.initiator).and_then(|c| self.conns.get(&c));
-        let good = slot.conn.and_then(|c| self.conns.get(&c)).is_some_and(|c| c.pc.in_service());
+        let conn = slot
+            .conn
+            .or(slot.initiator)
+            .and_then(|c| self.conns.get(&c));
+        let good = slot
+            .conn
+            .and_then(|c| self.conns.get(&c))
+            .is_some_and(|c| c.pc.in_service());
         let state = match conn {
             None => metrics::PeerState::Closed,
             Some(c) => match (c.pc.state(), c.pc.watchdog_state()) {
@@ -566,7 +672,8 @@ impl Core {
 
     fn set_state_metric(&mut self, p: PeerId, state: metrics::PeerState) {
         self.slots[p.0].state = Some(state);
-        self.metrics.set_peer_state(&self.cfg.peers[p.0].name, state);
+        self.metrics
+            .set_peer_state(&self.cfg.peers[p.0].name, state);
     }
 
     fn on_peer_event(&mut self, now: Duration, id: ConnId, e: PeerEvent) {
@@ -586,8 +693,15 @@ impl Core {
                 slot.ever_connected = true;
                 slot.failures = 0;
             }
-            PeerEvent::Rejected { result_code, error_message } => {
-                warn!(result_code, error_message = error_message.as_deref().unwrap_or(""), "CER refused by the peer");
+            PeerEvent::Rejected {
+                result_code,
+                error_message,
+            } => {
+                warn!(
+                    result_code,
+                    error_message = error_message.as_deref().unwrap_or(""),
+                    "CER refused by the peer"
+                );
             }
             PeerEvent::WatchdogSuspect => warn!("watchdog: SUSPECT"),
             PeerEvent::WatchdogOkay => info!("watchdog: OKAY"),
@@ -599,7 +713,9 @@ impl Core {
             }
             PeerEvent::Closed { reason, reconnect } => {
                 info!(?reason, "connection closed");
-                let Some(c) = self.conns.remove(&id) else { return };
+                let Some(c) = self.conns.remove(&id) else {
+                    return;
+                };
                 c.io.reader.abort();
                 // Dropping `c.io.tx` lets the writer flush what is queued and close.
                 drop(c.io);
@@ -631,11 +747,14 @@ impl Core {
 
     /// Queues `m` on connection `id`; a full queue aborts the connection (module docs).
     fn write(&mut self, id: ConnId, m: &Message) -> bool {
-        let Some(c) = self.conns.get(&id) else { return false };
+        let Some(c) = self.conns.get(&id) else {
+            return false;
+        };
         let bytes = match m.try_encode() {
             Ok(b) => b,
             Err(e) => {
-                c.span.in_scope(|| warn!(error = %e, "cannot encode message"));
+                c.span
+                    .in_scope(|| warn!(error = %e, "cannot encode message"));
                 return false;
             }
         };
@@ -643,7 +762,12 @@ impl Core {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 if !self.to_abort.contains(&id) {
-                    c.span.in_scope(|| warn!(limit = self.opts.write_queue, "write queue full: peer too slow, closing"));
+                    c.span.in_scope(|| {
+                        warn!(
+                            limit = self.opts.write_queue,
+                            "write queue full: peer too slow, closing"
+                        )
+                    });
                     self.stats.write_queue_overflows += 1;
                     self.to_abort.push(id);
                 }
@@ -674,7 +798,10 @@ impl Core {
         self.stats.answers_out += 1;
         if let Some(p) = self.conns.get(&conn).and_then(|c| c.peer) {
             self.slots[p.0].answers_to += 1;
-            let rc = ans.result_code().or_else(|| ans.experimental_result().map(|(_, c)| c)).unwrap_or(0);
+            let rc = ans
+                .result_code()
+                .or_else(|| ans.experimental_result().map(|(_, c)| c))
+                .unwrap_or(0);
             self.metrics.inc_answer(&self.cfg.peers[p.0].name, rc);
         }
     }
@@ -706,7 +833,11 @@ impl Core {
         // application (RFC 6733 §2.4).
         if let Err(pe) = validate_request(&req, Dictionary::standard(), &[app::RELAY]) {
             self.stats.local_answers += 1;
-            let a = pe.answer(&req, &self.cfg.global.origin_host, &self.cfg.global.origin_realm);
+            let a = pe.answer(
+                &req,
+                &self.cfg.global.origin_host,
+                &self.cfg.global.origin_realm,
+            );
             self.reply(conn, &a);
             return;
         }
@@ -715,14 +846,24 @@ impl Core {
             Err(code) => {
                 self.stats.local_answers += 1;
                 let g = &self.cfg.global;
-                let a = answer_for(&req, code, &g.origin_host, &g.origin_realm, Some("no route to the destination"), None);
+                let a = answer_for(
+                    &req,
+                    code,
+                    &g.origin_host,
+                    &g.origin_realm,
+                    Some("no route to the destination"),
+                    None,
+                );
                 self.reply(conn, &a);
                 return;
             }
         };
         let timeout = self.timeout_of(to);
         let from_host = self.cfg.peers[from.0].origin_host.clone();
-        let down = DownstreamRef { conn_id: conn, generation: 0 };
+        let down = DownstreamRef {
+            conn_id: conn,
+            generation: 0,
+        };
         match self.relay.forward(now, down, &from_host, req, to, timeout) {
             Ok(fwd) => self.dispatch(now, to, fwd),
             Err(e) => {
@@ -741,19 +882,33 @@ impl Core {
 
     /// Routes `req`: `Some(Ok(peer))`, `Some(Err(result_code))` when unroutable. With
     /// `exclude` (a retry) no binding is touched: only the route table and selector.
-    fn route(&mut self, now: Duration, req: &Message, exclude: Option<PeerId>) -> Result<PeerId, u32> {
+    fn route(
+        &mut self,
+        now: Duration,
+        req: &Message,
+        exclude: Option<PeerId>,
+    ) -> Result<PeerId, u32> {
         let realm = req.destination_realm().unwrap_or("");
         let cc = req.cc_request_type().and_then(CcRequestType::from_value);
-        self.routers[&Strategy::RoundRobin].table().candidates_into(realm, req.application_id, &mut self.scratch);
+        self.routers[&Strategy::RoundRobin].table().candidates_into(
+            realm,
+            req.application_id,
+            &mut self.scratch,
+        );
         let strategy = self
             .scratch
             .first()
             .and_then(|c| self.groups[c.peer.0])
             .map_or(Strategy::RoundRobin, |g| self.group_strategy[g.0]);
-        let router = self.routers.get_mut(&strategy).expect("router per strategy");
+        let router = self
+            .routers
+            .get_mut(&strategy)
+            .expect("router per strategy");
         if let Some(ex) = exclude {
             let cands = std::mem::take(&mut self.scratch);
-            let pick = router.selector_mut().select_excluding(&cands, &self.peers, now, &[ex]);
+            let pick = router
+                .selector_mut()
+                .select_excluding(&cands, &self.peers, now, &[ex]);
             self.scratch = cands;
             return pick.ok_or(crate::diameter::result_code::UNABLE_TO_DELIVER);
         }
@@ -784,8 +939,15 @@ impl Core {
         match rlf.offer(now, req, to) {
             Offer::Send(m) => self.send_upstream(now, to, m),
             Offer::Queued => {}
-            Offer::Rejected { item, result_code, error_message } => {
-                if let Some(d) = self.relay.cancel(to, item.hop_by_hop, result_code, &error_message) {
+            Offer::Rejected {
+                item,
+                result_code,
+                error_message,
+            } => {
+                if let Some(d) = self
+                    .relay
+                    .cancel(to, item.hop_by_hop, result_code, &error_message)
+                {
                     self.deliver(d);
                 }
             }
@@ -798,12 +960,22 @@ impl Core {
 
     fn service_rlf(&mut self, now: Duration, g: GroupId) {
         loop {
-            let Some(rlf) = self.rlfs[g.0].as_mut() else { return };
+            let Some(rlf) = self.rlfs[g.0].as_mut() else {
+                return;
+            };
             if let Some(o) = rlf.poll_expired(now) {
                 // StarOS RLF: beyond the delay tolerance the configured action applies.
                 match o.action {
-                    RlfAction::Reject { result_code, error_message } => {
-                        if let Some(d) = self.relay.cancel(o.peer, o.item.hop_by_hop, result_code, &error_message) {
+                    RlfAction::Reject {
+                        result_code,
+                        error_message,
+                    } => {
+                        if let Some(d) = self.relay.cancel(
+                            o.peer,
+                            o.item.hop_by_hop,
+                            result_code,
+                            &error_message,
+                        ) {
                             self.deliver(d);
                         }
                     }
@@ -813,11 +985,14 @@ impl Core {
                 }
                 continue;
             }
-            let Some((m, peer)) = rlf.poll_ready(now) else { break };
+            let Some((m, peer)) = rlf.poll_ready(now) else {
+                break;
+            };
             self.send_upstream(now, peer, m);
         }
         let depth = self.rlfs[g.0].as_ref().map_or(0, |r| r.queue_len() as u64);
-        self.metrics.set_queue_depth(&self.cfg.peer_groups[g.0].name, depth);
+        self.metrics
+            .set_queue_depth(&self.cfg.peer_groups[g.0].name, depth);
     }
 
     fn send_upstream(&mut self, now: Duration, to: PeerId, m: Message) {
@@ -828,14 +1003,16 @@ impl Core {
         if self.write(conn, &m) {
             self.sent_at.insert((to, m.hop_by_hop), now);
             self.slots[to.0].requests_out += 1;
-            self.metrics.inc_request(&self.cfg.peers[to.0].name, metrics::Direction::Out);
+            self.metrics
+                .inc_request(&self.cfg.peers[to.0].name, metrics::Direction::Out);
         }
     }
 
     fn on_answer(&mut self, now: Duration, from: PeerId, ans: Message) {
         self.slots[from.0].answers_from += 1;
         if let Some(t) = self.sent_at.remove(&(from, ans.hop_by_hop)) {
-            self.metrics.observe_answer_latency(&self.cfg.peers[from.0].name, now.saturating_sub(t));
+            self.metrics
+                .observe_answer_latency(&self.cfg.peers[from.0].name, now.saturating_sub(t));
         }
         if let Some(d) = self.relay.on_answer(from, ans) {
             self.deliver(d);
@@ -878,7 +1055,8 @@ impl Core {
                 Expired::Retry(r) => {
                     // RFC 6733 §5.5.4: one retry on an alternate peer, T flag set.
                     let to = self.route(now, &r.request, Some(r.exclude)).ok();
-                    let timeout = to.map_or(self.opts.default_answer_timeout, |p| self.timeout_of(p));
+                    let timeout =
+                        to.map_or(self.opts.default_answer_timeout, |p| self.timeout_of(p));
                     match self.relay.retry(now, r, to, timeout) {
                         RetryOutcome::Send { to, request } => self.dispatch(now, to, request),
                         RetryOutcome::Answer(d) => self.deliver(d),
@@ -909,7 +1087,11 @@ impl Core {
         let expired = self.relay.handle_timeout(now);
         self.expired(now, expired);
         for g in 0..self.rlfs.len() {
-            if self.rlfs[g].as_ref().and_then(|r| r.poll_timeout()).is_some_and(|t| t <= now) {
+            if self.rlfs[g]
+                .as_ref()
+                .and_then(|r| r.poll_timeout())
+                .is_some_and(|t| t <= now)
+            {
                 self.service_rlf(now, GroupId(g));
             }
         }
@@ -927,27 +1109,36 @@ impl Core {
 
     fn housekeeping(&mut self, now: Duration) {
         let secs = TICK.as_secs_f64();
-        let mut pending: HashMap<PeerId, u64> = HashMap::new();
-        for (p, _) in self.sent_at.keys() {
-            *pending.entry(*p).or_insert(0) += 1;
-        }
-        let outstanding: Vec<u64> = (0..self.slots.len()).map(|i| self.relay_outstanding(PeerId(i))).collect();
+        let outstanding: Vec<u64> = (0..self.slots.len())
+            .map(|i| self.relay_outstanding(PeerId(i)))
+            .collect();
         for (i, s) in self.slots.iter_mut().enumerate() {
             s.rate_in = (s.requests_in - s.last_in) as f64 / secs;
             s.rate_out = (s.requests_out - s.last_out) as f64 / secs;
             s.last_in = s.requests_in;
             s.last_out = s.requests_out;
             if self.cfg.peers[i].role == CfgRole::Server {
-                self.metrics.set_pending_requests(&self.cfg.peers[i].name, outstanding[i]);
+                self.metrics
+                    .set_pending_requests(&self.cfg.peers[i].name, outstanding[i]);
             }
         }
         // Latency bookkeeping of requests that were never answered.
-        let horizon = self.opts.default_answer_timeout.max(self.timeouts.iter().copied().max().unwrap_or_default()) * 2;
+        let horizon = self
+            .opts
+            .default_answer_timeout
+            .max(self.timeouts.iter().copied().max().unwrap_or_default())
+            * 2;
         self.sent_at.retain(|_, t| now.saturating_sub(*t) < horizon);
         self.bindings.purge_expired(now);
         let s = self.snapshot();
         let lhs = s.requests_in;
-        let rhs = s.local_answers + s.marked_discarded + s.relay.answers_relayed + s.relay.answers_generated + s.relay.answers_discarded + s.relay.requests_dropped + s.relay.pending;
+        let rhs = s.local_answers
+            + s.marked_discarded
+            + s.relay.answers_relayed
+            + s.relay.answers_generated
+            + s.relay.answers_discarded
+            + s.relay.requests_dropped
+            + s.relay.pending;
         let violations = lhs.abs_diff(rhs);
         if violations > self.reported_violations {
             for _ in self.reported_violations..violations {
@@ -968,29 +1159,78 @@ impl Core {
         let now = self.now();
         let s = self.snapshot();
         let mut o = String::new();
-        let _ = writeln!(o, "dra {} ({})  up {}s  connections {}", self.cfg.global.origin_host, self.cfg.global.origin_realm, now.as_secs(), self.conns.len());
+        let _ = writeln!(
+            o,
+            "dra {} ({})  up {}s  connections {}",
+            self.cfg.global.origin_host,
+            self.cfg.global.origin_realm,
+            now.as_secs(),
+            self.conns.len()
+        );
         let _ = writeln!(
             o,
             "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  discarded {}  pending {}  retries {}  invariant {}",
-            s.requests_in, s.local_answers, s.marked_answered, s.relay.answers_relayed, s.relay.answers_generated, s.relay.answers_discarded, s.relay.pending, s.relay.retries,
+            s.requests_in,
+            s.local_answers,
+            s.marked_answered,
+            s.relay.answers_relayed,
+            s.relay.answers_generated,
+            s.relay.answers_discarded,
+            s.relay.pending,
+            s.relay.retries,
             if s.invariant_ok() { "ok" } else { "VIOLATED" }
         );
-        let _ = writeln!(o, "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}", "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load");
+        let _ = writeln!(
+            o,
+            "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
+            "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load"
+        );
         for (i, p) in self.cfg.peers.iter().enumerate() {
             let sl = &self.slots[i];
             let state = sl.state.map_or("closed", |st| st.name());
-            let load = self.peers.view(PeerId(i)).and_then(|v| v.load).map_or("-".to_owned(), |l| format!("{:.0}%", l.load_fraction() * 100.0));
+            let load = self
+                .peers
+                .view(PeerId(i))
+                .and_then(|v| v.load)
+                .map_or("-".to_owned(), |l| {
+                    format!("{:.0}%", l.load_fraction() * 100.0)
+                });
             let role = match p.role {
                 CfgRole::Client => "client",
                 CfgRole::Server => "server",
             };
-            let pending = if p.role == CfgRole::Server { self.relay_outstanding(PeerId(i)) } else { 0 };
-            let _ = writeln!(o, "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8.0} {:>8.0} {:>8} {:>6}", p.name, role, state, sl.requests_in, sl.requests_out, sl.rate_in, sl.rate_out, pending, load);
+            let pending = if p.role == CfgRole::Server {
+                self.relay_outstanding(PeerId(i))
+            } else {
+                0
+            };
+            let _ = writeln!(
+                o,
+                "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8.0} {:>8.0} {:>8} {:>6}",
+                p.name,
+                role,
+                state,
+                sl.requests_in,
+                sl.requests_out,
+                sl.rate_in,
+                sl.rate_out,
+                pending,
+                load
+            );
         }
         for (name, st) in &s.egress {
-            let g = self.cfg.peer_groups.iter().position(|g| &g.name == name).expect("group");
+            let g = self
+                .cfg
+                .peer_groups
+                .iter()
+                .position(|g| &g.name == name)
+                .expect("group");
             let q = self.rlfs[g].as_ref().map_or(0, |r| r.queue_len());
-            let _ = writeln!(o, "egress {name}: queued now {q}  offered {}  refused {}  expired {}", st.offered, st.refused, st.expired);
+            let _ = writeln!(
+                o,
+                "egress {name}: queued now {q}  offered {}  refused {}  expired {}",
+                st.offered, st.refused, st.expired
+            );
         }
         o
     }

@@ -92,7 +92,11 @@ async fn reader(conn: ConnId, mut rd: OwnedReadHalf, events: mpsc::Sender<IoEven
                     let len = frame.len();
                     let msg = decode(&frame).map_err(Box::new);
                     // Bounded channel: a busy core slows the reader, and TCP slows the peer.
-                    if events.send(IoEvent::Message { conn, msg, len }).await.is_err() {
+                    if events
+                        .send(IoEvent::Message { conn, msg, len })
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }

@@ -248,15 +248,25 @@ impl Drop for AgentHandle {
 
 /// Starts the agent on the current tokio runtime: binds the listeners and the control
 /// socket, dials the servers, and returns at once.
-pub async fn start(cfg: Config, opts: AgentOptions, metrics: Metrics) -> Result<AgentHandle, AgentError> {
+pub async fn start(
+    cfg: Config,
+    opts: AgentOptions,
+    metrics: Metrics,
+) -> Result<AgentHandle, AgentError> {
     let mut tasks = Vec::new();
     let (ctl_tx, ctl_rx) = mpsc::channel(1024);
     let mut listen = Vec::new();
     for l in &cfg.listeners {
         let lst = tokio::net::TcpListener::bind(l.address)
             .await
-            .map_err(|source| AgentError::Listen { address: l.address, source })?;
-        listen.push(lst.local_addr().map_err(|source| AgentError::Listen { address: l.address, source })?);
+            .map_err(|source| AgentError::Listen {
+                address: l.address,
+                source,
+            })?;
+        listen.push(lst.local_addr().map_err(|source| AgentError::Listen {
+            address: l.address,
+            source,
+        })?);
         let tx = ctl_tx.clone();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -277,14 +287,21 @@ pub async fn start(cfg: Config, opts: AgentOptions, metrics: Metrics) -> Result<
     let mut control_path = None;
     if let Some(path) = &cfg.control.socket {
         let _ = std::fs::remove_file(path);
-        let lst = tokio::net::UnixListener::bind(path)
-            .map_err(|source| AgentError::Control { path: path.clone(), source })?;
+        let lst = tokio::net::UnixListener::bind(path).map_err(|source| AgentError::Control {
+            path: path.clone(),
+            source,
+        })?;
         control_path = Some(path.clone());
         tasks.push(tokio::spawn(status::serve(lst, ctl_tx.clone())));
     }
     let core = core::Core::new(cfg, opts, metrics, ctl_tx.clone())?;
     tasks.push(tokio::spawn(core.run(ctl_rx)));
-    Ok(AgentHandle { listen, ctl: ctl_tx, tasks, control_path })
+    Ok(AgentHandle {
+        listen,
+        ctl: ctl_tx,
+        tasks,
+        control_path,
+    })
 }
 
 /// Connects to a control socket and returns the status text (`dra status`).

@@ -52,7 +52,10 @@ pub fn directory(cfg: &Config) -> StaticPeerDirectory {
     let mut dir = StaticPeerDirectory::new();
     for (i, p) in cfg.peers.iter().enumerate() {
         let nets: Vec<IpNet> = if p.addresses.is_empty() {
-            vec!["0.0.0.0/0".parse().expect("net"), "::/0".parse().expect("net")]
+            vec![
+                "0.0.0.0/0".parse().expect("net"),
+                "::/0".parse().expect("net"),
+            ]
         } else {
             p.addresses.clone()
         };
@@ -93,7 +96,12 @@ pub fn route_table(cfg: &Config) -> Result<RouteTable, SetupError> {
             RouteRealm::Any => "*",
         };
         let peers: Vec<usize> = match &r.target {
-            Target::Peer(n) => cfg.peers.iter().position(|p| &p.name == n).into_iter().collect(),
+            Target::Peer(n) => cfg
+                .peers
+                .iter()
+                .position(|p| &p.name == n)
+                .into_iter()
+                .collect(),
             Target::Group(g) => cfg
                 .peers
                 .iter()
@@ -119,7 +127,7 @@ fn group_index(cfg: &Config, name: &str) -> Option<usize> {
 fn rlf_action(l: &config::Limit) -> RlfAction {
     match l.action {
         Action::Drop => RlfAction::Drop,
-        _ => RlfAction::Reject {
+        Action::Reject => RlfAction::Reject {
             result_code: l.result_code,
             error_message: l.error_message.clone(),
         },
@@ -170,7 +178,7 @@ pub fn answer_timeouts(cfg: &Config) -> Vec<Duration> {
 fn ingress_action(l: &config::Limit) -> IngressAction {
     match l.action {
         Action::Drop => IngressAction::Drop,
-        _ => IngressAction::Reject(RejectProfile {
+        Action::Reject => IngressAction::Reject(RejectProfile {
             result_code: l.result_code,
             error_message: l.error_message.clone(),
         }),
@@ -179,7 +187,11 @@ fn ingress_action(l: &config::Limit) -> IngressAction {
 
 fn scope(cfg: &Config, t: &Target) -> Option<Scope> {
     match t {
-        Target::Peer(n) => cfg.peers.iter().position(|p| &p.name == n).map(|i| Scope::Peer(PeerId(i))),
+        Target::Peer(n) => cfg
+            .peers
+            .iter()
+            .position(|p| &p.name == n)
+            .map(|i| Scope::Peer(PeerId(i))),
         Target::Group(g) => group_index(cfg, g).map(|i| Scope::Group(GroupId(i))),
     }
 }
@@ -188,12 +200,24 @@ fn scope(cfg: &Config, t: &Target) -> Option<Scope> {
 /// ingress) as the marked-request policy.
 pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
     let mut rules = Vec::new();
-    for p in cfg.peer_rate_limits.iter().filter(|p| p.direction == Direction::Ingress) {
+    for p in cfg
+        .peer_rate_limits
+        .iter()
+        .filter(|p| p.direction == Direction::Ingress)
+    {
         if let Some(scope) = scope(cfg, &p.target) {
-            rules.push(IngressRule { scope, class: None, action: ingress_action(&p.limit) });
+            rules.push(IngressRule {
+                scope,
+                class: None,
+                action: ingress_action(&p.limit),
+            });
         }
     }
-    for m in cfg.message_rate_limits.iter().filter(|p| p.direction == Direction::Ingress) {
+    for m in cfg
+        .message_rate_limits
+        .iter()
+        .filter(|p| p.direction == Direction::Ingress)
+    {
         if let Some(scope) = scope(cfg, &m.target) {
             let request_type = match m.class.request_type {
                 RequestType::Any => None,
@@ -215,5 +239,9 @@ pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
         .enumerate()
         .filter_map(|(i, g)| g.map(|g| (PeerId(i), g)))
         .collect();
-    MarkedPolicyConfig { rules, memberships, default: IngressAction::default() }
+    MarkedPolicyConfig {
+        rules,
+        memberships,
+        default: IngressAction::default(),
+    }
 }

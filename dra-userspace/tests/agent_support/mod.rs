@@ -45,7 +45,10 @@ fn directory(host: &str) -> Arc<StaticPeerDirectory> {
     Arc::new(StaticPeerDirectory::new().with(
         PeerId(0),
         host,
-        ["0.0.0.0/0".parse().expect("net"), "::/0".parse().expect("net")],
+        [
+            "0.0.0.0/0".parse().expect("net"),
+            "::/0".parse().expect("net"),
+        ],
     ))
 }
 
@@ -123,7 +126,10 @@ fn spawn_driver(
 ) -> SimPeer {
     let (tx, rx) = mpsc::channel(1024);
     let task = tokio::spawn(drive(stream, pc, handler, tap, opened, rx));
-    SimPeer { cmd: tx, task: Arc::new(task) }
+    SimPeer {
+        cmd: tx,
+        task: Arc::new(task),
+    }
 }
 
 async fn drive(
@@ -272,7 +278,14 @@ impl SimServer {
             if req.is_retransmit() {
                 st.retransmits.fetch_add(1, Ordering::Relaxed);
             }
-            Some(answer_for(req, result_code::SUCCESS, &h2, &realm, None, None))
+            Some(answer_for(
+                req,
+                result_code::SUCCESS,
+                &h2,
+                &realm,
+                None,
+                None,
+            ))
         });
         Self::with_handler(cfg, dra_host, tap, handler, stats).await
     }
@@ -307,7 +320,13 @@ impl SimServer {
                 c2.lock().expect("conns").push(p);
             }
         });
-        SimServer { addr, host, stats, conns, task }
+        SimServer {
+            addr,
+            host,
+            stats,
+            conns,
+            task,
+        }
     }
 
     /// The most recent connection (e.g. to send a DWR to the DRA).
@@ -403,9 +422,18 @@ pub const GY: u32 = 4;
 /// The agent's config for the tests: listener on 127.0.0.1 (free port), clients
 /// `pgw1`, `pgw2`, servers of group `pcrf` (Gx, realm [`PCRF_REALM`]) and `ocs` (Gy,
 /// realm [`OCS_REALM`]) at the given addresses; `extra` is appended verbatim.
-pub fn agent_toml(pcrfs: &[SocketAddr], ocss: &[SocketAddr], control: Option<&std::path::Path>, extra: &str) -> String {
+pub fn agent_toml(
+    pcrfs: &[SocketAddr],
+    ocss: &[SocketAddr],
+    control: Option<&std::path::Path>,
+    extra: &str,
+) -> String {
     // The config refuses port 0: take a free port (released just before the agent binds it).
-    let port = std::net::TcpListener::bind((LOCALHOST, 0)).expect("bind").local_addr().expect("addr").port();
+    let port = std::net::TcpListener::bind((LOCALHOST, 0))
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
     let mut t = format!(
         "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{port}]\n\n\
          [[listener]]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tcp\"\n\n"
@@ -426,7 +454,10 @@ pub fn agent_toml(pcrfs: &[SocketAddr], ocss: &[SocketAddr], control: Option<&st
             ));
         }
     }
-    for (group, realm, app, list) in [("pcrf", PCRF_REALM, "gx", pcrfs), ("ocs", OCS_REALM, "gy", ocss)] {
+    for (group, realm, app, list) in [
+        ("pcrf", PCRF_REALM, "gx", pcrfs),
+        ("ocs", OCS_REALM, "gy", ocss),
+    ] {
         if list.is_empty() {
             continue;
         }
@@ -448,14 +479,34 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub async fn start(n_pcrf: usize, n_ocs: usize, control: Option<&std::path::Path>, extra: &str, tap: Option<Tap>) -> Lab {
+    pub async fn start(
+        n_pcrf: usize,
+        n_ocs: usize,
+        control: Option<&std::path::Path>,
+        extra: &str,
+        tap: Option<Tap>,
+    ) -> Lab {
         let mut pcrfs = Vec::new();
         for i in 1..=n_pcrf {
-            pcrfs.push(SimServer::start(sim_config(&format!("pcrf{i}.{PCRF_REALM}"), PCRF_REALM, &[GX]), DRA_HOST, tap.clone()).await);
+            pcrfs.push(
+                SimServer::start(
+                    sim_config(&format!("pcrf{i}.{PCRF_REALM}"), PCRF_REALM, &[GX]),
+                    DRA_HOST,
+                    tap.clone(),
+                )
+                .await,
+            );
         }
         let mut ocss = Vec::new();
         for i in 1..=n_ocs {
-            ocss.push(SimServer::start(sim_config(&format!("ocs{i}.{OCS_REALM}"), OCS_REALM, &[GY]), DRA_HOST, tap.clone()).await);
+            ocss.push(
+                SimServer::start(
+                    sim_config(&format!("ocs{i}.{OCS_REALM}"), OCS_REALM, &[GY]),
+                    DRA_HOST,
+                    tap.clone(),
+                )
+                .await,
+            );
         }
         let p: Vec<SocketAddr> = pcrfs.iter().map(|s| s.addr).collect();
         let o: Vec<SocketAddr> = ocss.iter().map(|s| s.addr).collect();
@@ -465,19 +516,35 @@ impl Lab {
             Err(e) => panic!("config: {e}\n{text}"),
         };
         let metrics = dra::metrics::Metrics::new();
-        let opts = dra::agent::AgentOptions { tc: Some(Duration::from_millis(200)), ..Default::default() };
-        let agent = dra::agent::start(cfg, opts, metrics.clone()).await.expect("agent");
-        let lab = Lab { agent, pcrfs, ocss, metrics };
+        let opts = dra::agent::AgentOptions {
+            tc: Some(Duration::from_millis(200)),
+            ..Default::default()
+        };
+        let agent = dra::agent::start(cfg, opts, metrics.clone())
+            .await
+            .expect("agent");
+        let lab = Lab {
+            agent,
+            pcrfs,
+            ocss,
+            metrics,
+        };
         // Wait until the agent reports every server open.
         for _ in 0..200 {
             let s = lab.agent.status().await.expect("status");
-            let open = s.lines().filter(|l| l.contains(" server ") && l.contains(" open ")).count();
+            let open = s
+                .lines()
+                .filter(|l| l.contains(" server ") && l.contains(" open "))
+                .count();
             if open == n_pcrf + n_ocs {
                 return lab;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("servers never opened:\n{}", lab.agent.status().await.unwrap_or_default());
+        panic!(
+            "servers never opened:\n{}",
+            lab.agent.status().await.unwrap_or_default()
+        );
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -486,8 +553,13 @@ impl Lab {
 
     /// A PGW client `pgwN.test.example` (Gx + Gy).
     pub async fn pgw(&self, name: &str, tap: Option<Tap>) -> SimPeer {
-        SimPeer::connect(self.addr(), sim_config(&format!("{name}.{REALM}"), REALM, &[GX, GY]), DRA_HOST, tap)
-            .await
-            .expect("CEA success")
+        SimPeer::connect(
+            self.addr(),
+            sim_config(&format!("{name}.{REALM}"), REALM, &[GX, GY]),
+            DRA_HOST,
+            tap,
+        )
+        .await
+        .expect("CEA success")
     }
 }
