@@ -1,6 +1,7 @@
 //! The `dra` agent as a library: config, Diameter core, routing, dynamic control,
 //! dataplane. The binary (`src/main.rs`) is a thin shell over this.
 
+pub mod agent;
 pub mod config;
 pub mod control;
 pub mod dataplane;

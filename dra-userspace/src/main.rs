@@ -59,6 +59,16 @@ enum Cmd {
     },
     /// Load the eBPF programs into the kernel (verifier) and report, without attaching.
     Verify,
+    /// Print the running agent's status (peers, states, rates, pending) from its
+    /// control socket.
+    Status {
+        /// Control socket path (default: [control] socket of --config).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Config file naming the control socket.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Print the pinned fast path's global counters.
     Stats {
         #[arg(long, default_value = dataplane::PIN_DIR)]
@@ -135,6 +145,25 @@ fn main() -> anyhow::Result<ExitCode> {
                     info.verified_instruction_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into())
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status { socket, config } => {
+            let path = match (socket, config) {
+                (Some(s), _) => s,
+                (None, Some(c)) => match dra::config::load(&c) {
+                    Ok(cfg) => cfg.control.socket.context("the config has no [control] socket")?,
+                    Err(e) => {
+                        eprint!("{e}");
+                        return Ok(ExitCode::from(2));
+                    }
+                },
+                (None, None) => anyhow::bail!("give --socket or --config"),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let text = rt
+                .block_on(dra::agent::query_status(&path))
+                .with_context(|| format!("control socket {}", path.display()))?;
+            print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Stats { pin_dir } => {

@@ -1,9 +1,9 @@
 //! `dra run`: attach (or reuse) the fast path, write the config into it, drive
 //! dynamic throttling from the DB CPU, publish metrics, until SIGINT or SIGTERM.
 //!
-//! The Diameter agent (listeners, peers, relay) joins this loop as it lands; the
-//! fast path and the controller work without it (over-limit requests are then
-//! marked for an agent that is not yet answering them — see README).
+//! The Diameter agent ([`crate::agent`]: listeners, peers, routing, relay, marked
+//! answers, egress RLF, control socket) runs on the same runtime; at SIGINT/SIGTERM it
+//! sends DPR to every open peer before the process exits.
 
 use std::{
     path::PathBuf,
@@ -50,6 +50,8 @@ pub enum RunError {
     Signal(#[source] std::io::Error),
     #[error("runtime")]
     Runtime(#[source] std::io::Error),
+    #[error("diameter agent")]
+    Agent(#[source] crate::agent::AgentError),
 }
 
 /// What the run loop shares between its tasks.
@@ -122,6 +124,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             (Some(p), false) => Some(spawn_controller(p, targets.clone(), shared.clone(), stop.clone())?),
             _ => None,
         };
+        let agent = crate::agent::start(cfg.clone(), crate::agent::AgentOptions::default(), metrics.clone())
+            .await
+            .map_err(RunError::Agent)?;
+        info!(listeners = ?agent.listen_addrs(), "diameter agent running");
         let stats = {
             let shared = shared.clone();
             tokio::spawn(async move {
@@ -136,6 +142,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             _ = tokio::signal::ctrl_c() => info!("SIGINT"),
             _ = term.recv() => info!("SIGTERM"),
         }
+        agent.shutdown().await;
         stats.abort();
         stop.store(true, Ordering::Relaxed);
         if let Some(c) = control {

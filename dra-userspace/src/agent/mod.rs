@@ -1,0 +1,314 @@
+//! The tokio shell of the Diameter agent (DESIGN.md §2, §6): TCP listeners for the
+//! gateways, outbound connections to the servers, one [`PeerConnection`] per transport
+//! connection, routing, relaying, marked-request answers and egress RLF.
+//!
+//! # Structure
+//!
+//! - Per connection two I/O tasks ([`io`]): a reader (TCP → [`Framer`] with the
+//!   configured maximum message size → decode → core) and a writer (bounded queue →
+//!   TCP). Both run inside a `tracing` span `peer{conn, remote, origin_host}`.
+//! - One core task owns every piece of protocol state — the peer state machines,
+//!   [`Router`] + [`MemoryBindingStore`], [`Relay`], one [`Rlf`] per upstream group,
+//!   [`MarkedHandler`] — and drives them with `Duration`s since the agent started. One
+//!   owner means no locks and one order of events; the cores are sans-IO and cheap.
+//!
+//! # A request from a gateway
+//!
+//! 1. Marked by the fast path (`is_marked()`) → [`MarkedHandler`] answers at once (the
+//!    config's ingress profiles pick Result-Code and Error-Message); nothing else runs.
+//! 2. [`validate_request`] → a protocol error is answered with its Result-Code.
+//! 3. [`Router::route_request`] (realm routes, the group's selection strategy, Gx/Gy
+//!    session binding) → unroutable is answered 3003/3002.
+//! 4. [`Relay::forward`] (loop 3005, full pending table 3004), then the upstream group's
+//!    [`Rlf::offer`]: send, queue (released by `poll_ready`), or apply the egress
+//!    action (answer or drop) — also to requests that waited past the delay tolerance.
+//! 5. Answer from upstream → [`Relay::on_answer`] → the downstream connection. An
+//!    answer for a downstream connection that is gone is discarded and counted.
+//! 6. No answer in time, or the upstream failed (closed, or watchdog SUSPECT): one
+//!    retry on an alternate peer with the T flag, else 3002 (RFC 6733 §5.5.4).
+//!
+//! Every request gets exactly one answer: [`AgentStats::invariant_ok`] checks the
+//! counters, and `dra_unanswered_invariant_violations_total` counts violations.
+//!
+//! # Slow peers (bounded memory)
+//!
+//! Each connection's write queue holds at most [`AgentOptions::write_queue`] encoded
+//! messages. When it is full the peer is not reading: the connection is aborted (no
+//! DPR — it could not be written either). Its pending upstream requests fail over; its
+//! pending downstream answers are discarded and counted. The reader side is bounded
+//! too: a full core channel stops reading, and TCP flow control slows the sender.
+//!
+//! # Reconnecting
+//!
+//! Servers with `connect` are dialled at start. After a failure the agent dials again
+//! after Tc ([`AgentOptions::tc`], default RFC 6733's 30 s), doubling per consecutive
+//! failure up to [`AgentOptions::max_backoff`]; later connections are created with
+//! `reopen` (RFC 3539 §3.4.1: three DWAs before the peer is back in service).
+//!
+//! [`PeerConnection`]: crate::diameter::peer::PeerConnection
+//! [`Framer`]: crate::diameter::Framer
+//! [`Router`]: crate::routing::Router
+//! [`Router::route_request`]: crate::routing::Router::route_request
+//! [`MemoryBindingStore`]: crate::routing::MemoryBindingStore
+//! [`Relay`]: crate::relay::Relay
+//! [`Relay::forward`]: crate::relay::Relay::forward
+//! [`Relay::on_answer`]: crate::relay::Relay::on_answer
+//! [`Rlf`]: crate::relay::Rlf
+//! [`Rlf::offer`]: crate::relay::Rlf::offer
+//! [`MarkedHandler`]: crate::relay::MarkedHandler
+//! [`validate_request`]: crate::diameter::validate_request
+
+mod core;
+pub mod io;
+pub mod setup;
+mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::relay::{RelayStats, RlfStats};
+
+pub use setup::SetupError;
+
+/// Settings of the shell that are not in the config file (timers for tests, bounds).
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Reconnect timer Tc (RFC 6733 §2.1); `None` = the default 30 s.
+    pub tc: Option<Duration>,
+    /// Upper bound of the reconnect back-off.
+    pub max_backoff: Duration,
+    /// Watchdog interval Tw (RFC 3539 §3.4.1, at least 6 s); `None` = 30 s.
+    pub tw: Option<Duration>,
+    /// TCP connect timeout towards servers.
+    pub connect_timeout: Duration,
+    /// Encoded messages queued for writing per connection (see the module docs).
+    pub write_queue: usize,
+    /// Largest Diameter message accepted; a larger one closes the connection.
+    pub max_message_size: usize,
+    /// Most requests awaiting an upstream answer at once (3004 beyond).
+    pub pending_capacity: usize,
+    /// Answer timeout for peers outside any group (e.g. answers to server-initiated
+    /// requests relayed to a gateway).
+    pub default_answer_timeout: Duration,
+    /// Most session bindings kept in memory.
+    pub binding_capacity: usize,
+    /// Seed for the selectors and the peer state machines.
+    pub seed: u64,
+    /// Wait for DPAs this long at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            tc: None,
+            max_backoff: Duration::from_secs(300),
+            tw: None,
+            connect_timeout: Duration::from_secs(5),
+            write_queue: 8192,
+            max_message_size: crate::diameter::DEFAULT_MAX_MESSAGE_SIZE,
+            pending_capacity: 100_000,
+            default_answer_timeout: Duration::from_secs(2),
+            binding_capacity: 1_000_000,
+            seed: 0x5eed_d1a0,
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The config does not map onto the routing/relay cores.
+    #[error("agent setup")]
+    Setup(#[source] SetupError),
+    /// Our own identity is not a valid peer configuration.
+    #[error("agent identity")]
+    Identity(#[source] crate::diameter::peer::PeerConfigError),
+    /// A listener could not be bound.
+    #[error("listening on {address}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The control socket could not be bound.
+    #[error("control socket {}", path.display())]
+    Control {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Counters of the whole agent, for tests and `dra status`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentStats {
+    /// Requests received from any peer (application requests, not CER/DWR/DPR).
+    pub requests_in: u64,
+    /// Requests answered by the agent before the relay: marked, protocol errors,
+    /// unroutable.
+    pub local_answers: u64,
+    /// Of those, marked requests answered.
+    pub marked_answered: u64,
+    /// Marked requests discarded (ingress action `drop`): no answer on purpose.
+    pub marked_discarded: u64,
+    /// Requests handed to the relay and their outcomes.
+    pub relay: RelayStats,
+    /// Egress limiter counters per group that has one.
+    pub egress: Vec<(String, RlfStats)>,
+    /// Connections aborted because their write queue was full.
+    pub write_queue_overflows: u64,
+    /// Answers written to downstream connections (relayed and generated).
+    pub answers_out: u64,
+}
+
+impl AgentStats {
+    /// Every request received has exactly one outcome (answered, discarded by
+    /// policy, counted as discarded because its connection is gone) or is pending.
+    pub fn invariant_ok(&self) -> bool {
+        self.requests_in == self.local_answers + self.marked_discarded + self.relay.requests_in
+            && self.relay.invariant_ok()
+    }
+}
+
+enum Ctl {
+    Accepted(tokio::net::TcpStream),
+    Connected {
+        peer: usize,
+        result: std::io::Result<tokio::net::TcpStream>,
+    },
+    Status(oneshot::Sender<String>),
+    Stats(oneshot::Sender<AgentStats>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A running agent. Dropping it stops the tasks abruptly; [`AgentHandle::shutdown`]
+/// sends DPRs first.
+#[derive(Debug)]
+pub struct AgentHandle {
+    listen: Vec<SocketAddr>,
+    ctl: mpsc::Sender<Ctl>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    control_path: Option<PathBuf>,
+}
+
+impl AgentHandle {
+    /// The bound listener addresses (port 0 in the config is resolved here).
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listen
+    }
+
+    /// The one-screen status text (what `dra status` prints).
+    pub async fn status(&self) -> Option<String> {
+        let (tx, rx) = oneshot::channel();
+        self.ctl.send(Ctl::Status(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// The counters.
+    pub async fn stats(&self) -> Option<AgentStats> {
+        let (tx, rx) = oneshot::channel();
+        self.ctl.send(Ctl::Stats(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Sends DPR on every open connection, waits for the DPAs (bounded by
+    /// [`AgentOptions::shutdown_grace`]) and stops.
+    pub async fn shutdown(mut self) {
+        let (tx, rx) = oneshot::channel();
+        if self.ctl.send(Ctl::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for AgentHandle {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(p) = &self.control_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Starts the agent on the current tokio runtime: binds the listeners and the control
+/// socket, dials the servers, and returns at once.
+pub async fn start(
+    cfg: Config,
+    opts: AgentOptions,
+    metrics: Metrics,
+) -> Result<AgentHandle, AgentError> {
+    let mut tasks = Vec::new();
+    let (ctl_tx, ctl_rx) = mpsc::channel(1024);
+    let mut listen = Vec::new();
+    for l in &cfg.listeners {
+        let lst = tokio::net::TcpListener::bind(l.address)
+            .await
+            .map_err(|source| AgentError::Listen {
+                address: l.address,
+                source,
+            })?;
+        listen.push(lst.local_addr().map_err(|source| AgentError::Listen {
+            address: l.address,
+            source,
+        })?);
+        let tx = ctl_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match lst.accept().await {
+                    Ok((s, _)) => {
+                        if tx.send(Ctl::Accepted(s)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let mut control_path = None;
+    if let Some(path) = &cfg.control.socket {
+        let _ = std::fs::remove_file(path);
+        let lst = tokio::net::UnixListener::bind(path).map_err(|source| AgentError::Control {
+            path: path.clone(),
+            source,
+        })?;
+        control_path = Some(path.clone());
+        tasks.push(tokio::spawn(status::serve(lst, ctl_tx.clone())));
+    }
+    let core = core::Core::new(cfg, opts, metrics, ctl_tx.clone())?;
+    tasks.push(tokio::spawn(core.run(ctl_rx)));
+    Ok(AgentHandle {
+        listen,
+        ctl: ctl_tx,
+        tasks,
+        control_path,
+    })
+}
+
+/// Connects to a control socket and returns the status text (`dra status`).
+pub async fn query_status(path: &std::path::Path) -> std::io::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut s = tokio::net::UnixStream::connect(path).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
