@@ -17,9 +17,22 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new("/usr/bin/redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -58,7 +71,11 @@ async fn keys(r: &RespClient) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_keys_appear_on_ccr_i_and_vanish_on_ccr_t() {
     let redis = Redis::start();
-    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap(), "pcrf1.lab.example", "lab.example");
+    let mut cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "pcrf1.lab.example",
+        "lab.example",
+    );
     cfg.redis = Some(redis.addr);
     let srv = server::run(cfg).await.unwrap();
     let db = RespClient::connect(redis.addr).await.unwrap();
@@ -101,5 +118,8 @@ flush = "all"
     assert_eq!(report.class(Class::GxCcrT).answered_with(2001), 100);
     assert!(keys(&db).await.is_empty());
     let stats = srv.shutdown().await;
-    assert_eq!((stats.redis_set, stats.redis_del, stats.redis_errors), (100, 100, 0));
+    assert_eq!(
+        (stats.redis_set, stats.redis_del, stats.redis_errors),
+        (100, 100, 0)
+    );
 }

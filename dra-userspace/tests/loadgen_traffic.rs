@@ -25,8 +25,19 @@ async fn cer_cea_and_dwa_carries_the_servers_load() {
     let srv = server::run(server_cfg("pcrf1.lab.example")).await.unwrap();
     let addr = srv.local_addr();
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let cfg = Arc::new(loadgen_peer_config("probe.lab.example", "lab.example", addr.ip(), Duration::from_secs(30)));
-    let mut pc = PeerConnection::initiator(cfg, Arc::new(AllowList::default()), addr.ip(), ConnectionOptions::new(1, 0)).unwrap();
+    let cfg = Arc::new(loadgen_peer_config(
+        "probe.lab.example",
+        "lab.example",
+        addr.ip(),
+        Duration::from_secs(30),
+    ));
+    let mut pc = PeerConnection::initiator(
+        cfg,
+        Arc::new(AllowList::default()),
+        addr.ip(),
+        ConnectionOptions::new(1, 0),
+    )
+    .unwrap();
     let t0 = tokio::time::Instant::now();
     pc.handle_connected(t0.elapsed());
     let mut framer = Framer::new();
@@ -51,7 +62,10 @@ async fn cer_cea_and_dwa_carries_the_servers_load() {
             sock.write_all(&dwr.encode()).await.unwrap();
             dwr_sent = true;
         }
-        let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(n > 0, "server closed the connection");
         framer.push(&buf[..n]);
         while let Some(f) = framer.next_message().unwrap() {
@@ -84,7 +98,9 @@ rates = { gx_ccr_i = 200, gx_ccr_u = 100, gx_ccr_t = 100, gy_ccr_i = 100, gy_ccr
 "#,
     )
     .unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 4), scenario).await.unwrap();
+    let report = client::run(ClientConfig::new(srv.local_addr(), 4), scenario)
+        .await
+        .unwrap();
     let stats = srv.shutdown().await;
     let expect = [
         (Class::GxCcrI, 1000.0),
@@ -96,7 +112,11 @@ rates = { gx_ccr_i = 200, gx_ccr_u = 100, gx_ccr_t = 100, gy_ccr_i = 100, gy_ccr
     ];
     for (class, n) in expect {
         let c = report.class(class);
-        assert!(within(c.sent, n, 0.03), "{class:?}: sent {} expected {n}", c.sent);
+        assert!(
+            within(c.sent, n, 0.03),
+            "{class:?}: sent {} expected {n}",
+            c.sent
+        );
         assert_eq!(c.answered_with(2001), c.sent, "{class:?}: {c:?}");
         assert_eq!((c.timeouts, c.unanswered), (0, 0));
     }
@@ -104,7 +124,10 @@ rates = { gx_ccr_i = 200, gx_ccr_u = 100, gx_ccr_t = 100, gy_ccr_i = 100, gy_ccr
     assert_eq!(stats.unknown_session, 0);
     assert_eq!(stats.duplicate_session, 0);
     assert_eq!(report.peers.opened, 4);
-    assert_eq!(report.servers.get("pcrf1.lab.example").copied(), Some(report.classes.values().map(|c| c.sent).sum()));
+    assert_eq!(
+        report.servers.get("pcrf1.lab.example").copied(),
+        Some(report.classes.values().map(|c| c.sent).sum())
+    );
     let open = report.open_sessions_at_end["gx"] + report.open_sessions_at_end["gy"];
     assert_eq!(stats.sessions_open, open);
     assert_eq!(report.sessions.opened - report.sessions.closed, open);
@@ -130,7 +153,9 @@ flush = "gx"
 "#,
     )
     .unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 3), scenario).await.unwrap();
+    let report = client::run(ClientConfig::new(srv.local_addr(), 3), scenario)
+        .await
+        .unwrap();
     let stats = srv.shutdown().await;
     let gx_opened = report.class(Class::GxCcrI).answered_with(2001);
     assert_eq!(gx_opened, 300, "{report:#?}");
@@ -162,7 +187,9 @@ rates = { gx_ccr_i = 400 }
     cfg.latency = LatencyDist::Fixed(Duration::from_millis(50));
     cfg.overload = Overload::Reject;
     let srv = server::run(cfg.clone()).await.unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario.clone()).await.unwrap();
+    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario.clone())
+        .await
+        .unwrap();
     let stats = srv.shutdown().await;
     let c = report.class(Class::GxCcrI);
     assert_eq!(c.sent, 800);
@@ -179,7 +206,9 @@ rates = { gx_ccr_i = 400 }
 
     cfg.overload = Overload::Queue;
     let srv = server::run(cfg).await.unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario).await.unwrap();
+    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario)
+        .await
+        .unwrap();
     let stats = srv.shutdown().await;
     let c = report.class(Class::GxCcrI);
     assert_eq!(c.answered_with(2001), 800);
@@ -207,7 +236,9 @@ rates = { gy_ccr_i = 200 }
         let mut cfg = server_cfg("ocs1.lab.example");
         cfg.latency = dist.parse().unwrap();
         let srv = server::run(cfg).await.unwrap();
-        let report = client::run(ClientConfig::new(srv.local_addr(), 1), scenario.clone()).await.unwrap();
+        let report = client::run(ClientConfig::new(srv.local_addr(), 1), scenario.clone())
+            .await
+            .unwrap();
         srv.shutdown().await;
         let l = report.class(Class::GyCcrI).latency;
         assert!(l.p50_ms >= lo && l.p50_ms <= hi, "{dist}: {l:?}");

@@ -121,7 +121,9 @@ struct ServerArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         match cli.mode {
             Mode::Client(a) => run_client(a).await,
@@ -167,7 +169,11 @@ async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;
     let h = server::run(cfg).await?;
-    eprintln!("dra-loadgen server {} listening on {}", h.origin_host(), h.local_addr());
+    eprintln!(
+        "dra-loadgen server {} listening on {}",
+        h.origin_host(),
+        h.local_addr()
+    );
     let every = a.stats_every;
     loop {
         tokio::select! {

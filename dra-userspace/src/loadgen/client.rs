@@ -21,7 +21,9 @@ use super::server::spawn_writer;
 use super::session::{Send, SessionKey, SessionPool, build_ccr};
 use super::stats::{Report, Row, Stats};
 use super::{AllowList, loadgen_peer_config};
-use crate::diameter::peer::{ConnectionOptions, DisconnectCause, Handled, PeerConnection, PeerEvent};
+use crate::diameter::peer::{
+    ConnectionOptions, DisconnectCause, Handled, PeerConnection, PeerEvent,
+};
 use crate::diameter::{Framer, Message};
 
 /// Client configuration (the scenario is separate).
@@ -70,7 +72,8 @@ impl ClientConfig {
 
     /// Origin-Host of peer `i` (0-based).
     pub fn origin_host(&self, i: usize) -> String {
-        self.origin_host_pattern.replace("{n}", &(i + 1).to_string())
+        self.origin_host_pattern
+            .replace("{n}", &(i + 1).to_string())
     }
 }
 
@@ -151,16 +154,21 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     if cfg.peers == 0 {
         return Err(ClientError::NoPeers);
     }
-    loadgen_peer_config(&cfg.origin_host(0), &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
-        .validate()
-        .map_err(|source| ClientError::Peer { source })?;
+    loadgen_peer_config(
+        &cfg.origin_host(0),
+        &cfg.origin_realm,
+        cfg.connect.ip(),
+        cfg.tw,
+    )
+    .validate()
+    .map_err(|source| ClientError::Peer { source })?;
     let mut rows_file = match &cfg.rows_path {
-        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|source| {
-            ClientError::Rows {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |source| ClientError::Rows {
                 path: p.clone(),
                 source,
-            }
-        })?)),
+            },
+        )?)),
         None => None,
     };
     let start = Instant::now();
@@ -207,16 +215,17 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
 
-    let dispatch = |s: Send, stats: &mut Stats, peers: &[(mpsc::UnboundedSender<Cmd>, JoinHandle<()>)]| {
-        stats.sent(s.class);
-        let (key, class, peer) = (s.key, s.class, s.peer);
-        if peers[peer].0.send(Cmd::Send(s)).is_err() {
-            // The peer task is gone: counted as lost at once.
-            stats.lost(class);
-            return Some((key, class));
-        }
-        None
-    };
+    let dispatch =
+        |s: Send, stats: &mut Stats, peers: &[(mpsc::UnboundedSender<Cmd>, JoinHandle<()>)]| {
+            stats.sent(s.class);
+            let (key, class, peer) = (s.key, s.class, s.peer);
+            if peers[peer].0.send(Cmd::Send(s)).is_err() {
+                // The peer task is gone: counted as lost at once.
+                stats.lost(class);
+                return Some((key, class));
+            }
+            None
+        };
 
     loop {
         tokio::select! {
@@ -251,7 +260,8 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             while owed[i] > 0 {
                 let send = match class.kind() {
                     Kind::Initial => {
-                        let Some(p) = (0..up.len()).map(|k| (rr + k) % up.len()).find(|&p| up[p]) else {
+                        let Some(p) = (0..up.len()).map(|k| (rr + k) % up.len()).find(|&p| up[p])
+                        else {
                             break;
                         };
                         rr = p + 1;
@@ -274,8 +284,14 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             }
         }
         while now >= Duration::from_secs(next_row) {
-            let (_, phase) = sched.phase_at(Duration::from_secs(next_row).saturating_sub(Duration::from_millis(1)));
-            let row = stats.row(next_row, phase, open_sessions(&pool), up.iter().filter(|u| **u).count() as u64);
+            let (_, phase) = sched
+                .phase_at(Duration::from_secs(next_row).saturating_sub(Duration::from_millis(1)));
+            let row = stats.row(
+                next_row,
+                phase,
+                open_sessions(&pool),
+                up.iter().filter(|u| **u).count() as u64,
+            );
             if cfg.progress {
                 eprintln!("{}", progress_line(&row));
             }
@@ -377,7 +393,11 @@ enum End {
     Stop,
 }
 
-async fn peer_task(ctx: PeerCtx, mut rx: mpsc::UnboundedReceiver<Cmd>, ev: mpsc::UnboundedSender<Ev>) {
+async fn peer_task(
+    ctx: PeerCtx,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    ev: mpsc::UnboundedSender<Ev>,
+) {
     let mut n = 0u64;
     loop {
         let stream = tokio::select! {
@@ -415,10 +435,20 @@ async fn connection(
     ev: &mpsc::UnboundedSender<Ev>,
 ) -> End {
     let _ = stream.set_nodelay(true);
-    let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(ctx.connect.ip());
-    let cfg = Arc::new(loadgen_peer_config(&ctx.origin_host, &ctx.origin_realm, local_ip, ctx.tw));
+    let local_ip = stream
+        .local_addr()
+        .map(|a| a.ip())
+        .unwrap_or(ctx.connect.ip());
+    let cfg = Arc::new(loadgen_peer_config(
+        &ctx.origin_host,
+        &ctx.origin_realm,
+        local_ip,
+        ctx.tw,
+    ));
     let opts = ConnectionOptions::new(ctx.seed.wrapping_add(n << 32), ctx.start_secs).reopen(n > 0);
-    let Ok(mut pc) = PeerConnection::initiator(cfg, Arc::new(AllowList::default()), ctx.connect.ip(), opts) else {
+    let Ok(mut pc) =
+        PeerConnection::initiator(cfg, Arc::new(AllowList::default()), ctx.connect.ip(), opts)
+    else {
         return End::Stop;
     };
     let (mut rd, wr) = stream.into_split();
@@ -443,10 +473,18 @@ async fn connection(
                     let _ = ev.send(Ev::Up(ctx.idx));
                 }
                 PeerEvent::LoadReport(info) => {
-                    let server = pc.peer_identity().map(|p| p.origin_host.clone()).unwrap_or_default();
-                    let _ = ev.send(Ev::Load { server, value: info.value });
+                    let server = pc
+                        .peer_identity()
+                        .map(|p| p.origin_host.clone())
+                        .unwrap_or_default();
+                    let _ = ev.send(Ev::Load {
+                        server,
+                        value: info.value,
+                    });
                 }
-                PeerEvent::Closed { .. } => break 'conn if stopping { End::Stop } else { End::Reconnect },
+                PeerEvent::Closed { .. } => {
+                    break 'conn if stopping { End::Stop } else { End::Reconnect };
+                }
                 _ => {}
             }
         }
@@ -535,13 +573,20 @@ async fn connection(
     end
 }
 
-fn answer_in(m: Message, pending: &mut HashMap<u32, (SessionKey, Class, Instant)>, ev: &mpsc::UnboundedSender<Ev>) {
+fn answer_in(
+    m: Message,
+    pending: &mut HashMap<u32, (SessionKey, Class, Instant)>,
+    ev: &mpsc::UnboundedSender<Ev>,
+) {
     if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
         return;
     }
     match pending.remove(&m.hop_by_hop) {
         Some((key, class, sent)) => {
-            let rc = m.result_code().or(m.experimental_result().map(|e| e.1)).unwrap_or(0);
+            let rc = m
+                .result_code()
+                .or(m.experimental_result().map(|e| e.1))
+                .unwrap_or(0);
             let _ = ev.send(Ev::Answer {
                 key,
                 class,

@@ -33,7 +33,12 @@ pub const VENDOR_3GPP: u32 = 10415;
 
 /// The [`PeerConfig`] both modes use: Gx (as a 3GPP vendor-specific application) and Gy
 /// advertised, Product-Name "dra-loadgen".
-pub fn loadgen_peer_config(origin_host: &str, origin_realm: &str, ip: IpAddr, tw: Duration) -> PeerConfig {
+pub fn loadgen_peer_config(
+    origin_host: &str,
+    origin_realm: &str,
+    ip: IpAddr,
+    tw: Duration,
+) -> PeerConfig {
     let mut c = PeerConfig::new(origin_host, origin_realm, vec![ip]);
     c.product_name = "dra-loadgen".to_owned();
     c.auth_application_ids = vec![app::GY];
@@ -65,7 +70,12 @@ impl AllowList {
 
 impl PeerDirectory for AllowList {
     fn lookup(&self, origin_host: &str, _address: IpAddr) -> Result<KnownPeer, Rejection> {
-        if self.hosts.is_empty() || self.hosts.iter().any(|h| h.eq_ignore_ascii_case(origin_host)) {
+        if self.hosts.is_empty()
+            || self
+                .hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(origin_host))
+        {
             Ok(KnownPeer {
                 id: PeerId(server::name_id(origin_host)),
                 name: origin_host.to_owned(),

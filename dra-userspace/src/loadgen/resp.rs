@@ -195,11 +195,17 @@ mod tests {
             parse_reply(b"+OK\r\n").unwrap(),
             Some((Reply::Simple("OK".into()), 5))
         );
-        assert_eq!(parse_reply(b":12\r\n").unwrap().unwrap().0, Reply::Integer(12));
+        assert_eq!(
+            parse_reply(b":12\r\n").unwrap().unwrap().0,
+            Reply::Integer(12)
+        );
         assert_eq!(parse_reply(b"$3\r\nab").unwrap(), None);
         assert_eq!(
             parse_reply(b"*2\r\n$1\r\na\r\n$-1\r\n").unwrap().unwrap().0,
-            Reply::Array(Some(vec![Reply::Bulk(Some(b"a".to_vec())), Reply::Bulk(None)]))
+            Reply::Array(Some(vec![
+                Reply::Bulk(Some(b"a".to_vec())),
+                Reply::Bulk(None)
+            ]))
         );
         assert_eq!(
             encode_command(&[b"DEL", b"k"]),

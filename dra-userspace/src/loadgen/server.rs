@@ -32,7 +32,9 @@ use tokio::time::Instant;
 
 use super::resp::{RespClient, RespError};
 use super::{AllowList, loadgen_peer_config};
-use crate::diameter::peer::{ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent};
+use crate::diameter::peer::{
+    ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent,
+};
 use crate::diameter::{Framer, Message, answer_for, result_code};
 use crate::routing::SplitMix64;
 
@@ -57,7 +59,9 @@ pub enum LatencyDist {
 
 /// A latency distribution that does not parse.
 #[derive(Debug, thiserror::Error)]
-#[error("latency {text:?}: expected fixed:<d>, uniform:<min>:<max> or exp:<mean>, durations like 5ms, 1.5s, 200us")]
+#[error(
+    "latency {text:?}: expected fixed:<d>, uniform:<min>:<max> or exp:<mean>, durations like 5ms, 1.5s, 200us"
+)]
 pub struct LatencyParseError {
     /// The text given.
     pub text: String,
@@ -87,7 +91,10 @@ impl FromStr for LatencyDist {
         match parts.as_slice() {
             ["fixed", d] => Ok(LatencyDist::Fixed(parse_duration(d).ok_or_else(err)?)),
             ["uniform", a, b] => {
-                let (min, max) = (parse_duration(a).ok_or_else(err)?, parse_duration(b).ok_or_else(err)?);
+                let (min, max) = (
+                    parse_duration(a).ok_or_else(err)?,
+                    parse_duration(b).ok_or_else(err)?,
+                );
                 if min > max {
                     return Err(err());
                 }
@@ -266,7 +273,8 @@ impl Drop for Busy<'_> {
 impl Shared {
     fn load_value(&self) -> u16 {
         let c = self.cfg.max_concurrent as f64;
-        let n = (self.in_service.load(Ordering::Relaxed) + self.queued.load(Ordering::Relaxed)) as f64;
+        let n =
+            (self.in_service.load(Ordering::Relaxed) + self.queued.load(Ordering::Relaxed)) as f64;
         (65535.0 * c / (c + n)).round() as u16
     }
 
@@ -452,16 +460,31 @@ pub async fn run(cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
     }
     let listener = TcpListener::bind(cfg.listen)
         .await
-        .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
     let redis = match cfg.redis {
-        Some(a) => Some(RespClient::connect(a).await.map_err(|source| ServerError::Redis { source })?),
+        Some(a) => Some(
+            RespClient::connect(a)
+                .await
+                .map_err(|source| ServerError::Redis { source })?,
+        ),
         None => None,
     };
-    let peer_cfg = Arc::new(loadgen_peer_config(&cfg.origin_host, &cfg.origin_realm, addr.ip(), cfg.tw));
-    peer_cfg.validate().map_err(|source| ServerError::Peer { source })?;
+    let peer_cfg = Arc::new(loadgen_peer_config(
+        &cfg.origin_host,
+        &cfg.origin_realm,
+        addr.ip(),
+        cfg.tw,
+    ));
+    peer_cfg
+        .validate()
+        .map_err(|source| ServerError::Peer { source })?;
     let shared = Arc::new(Shared {
         directory: Arc::new(AllowList::new(cfg.allowed_hosts.clone())),
         slots: Arc::new(Semaphore::new(cfg.max_concurrent)),
@@ -511,7 +534,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
 }
 
 /// Spawns the writer half: everything sent on the channel is written in order.
-pub(crate) fn spawn_writer(mut wr: tokio::net::tcp::OwnedWriteHalf) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandle<()>) {
+pub(crate) fn spawn_writer(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let h = tokio::spawn(async move {
         while let Some(mut buf) = rx.recv().await {
@@ -544,13 +569,27 @@ fn flush(pc: &mut PeerConnection, tx: &mpsc::UnboundedSender<Vec<u8>>) -> bool {
     closed
 }
 
-async fn serve_conn(stream: TcpStream, remote: IpAddr, shared: Arc<Shared>, mut stop: watch::Receiver<bool>, n: u64) {
+async fn serve_conn(
+    stream: TcpStream,
+    remote: IpAddr,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    n: u64,
+) {
     let _ = stream.set_nodelay(true);
     let (mut rd, wr) = stream.into_split();
     let (tx, writer) = spawn_writer(wr);
-    let opts = ConnectionOptions::new(shared.cfg.seed ^ n.wrapping_mul(0x9E37_79B9), shared.start_secs)
-        .own_load(shared.load_value());
-    let Ok(mut pc) = PeerConnection::responder(shared.peer_cfg.clone(), shared.directory.clone(), remote, opts) else {
+    let opts = ConnectionOptions::new(
+        shared.cfg.seed ^ n.wrapping_mul(0x9E37_79B9),
+        shared.start_secs,
+    )
+    .own_load(shared.load_value());
+    let Ok(mut pc) = PeerConnection::responder(
+        shared.peer_cfg.clone(),
+        shared.directory.clone(),
+        remote,
+        opts,
+    ) else {
         return;
     };
     let mut rng = SplitMix64::new(shared.cfg.seed.wrapping_add(n));
@@ -602,7 +641,12 @@ async fn serve_conn(stream: TcpStream, remote: IpAddr, shared: Arc<Shared>, mut 
     let _ = writer.await;
 }
 
-fn handle_app(shared: &Arc<Shared>, req: Message, tx: &mpsc::UnboundedSender<Vec<u8>>, rng: &mut SplitMix64) {
+fn handle_app(
+    shared: &Arc<Shared>,
+    req: Message,
+    tx: &mpsc::UnboundedSender<Vec<u8>>,
+    rng: &mut SplitMix64,
+) {
     if !req.is_request() {
         return;
     }
@@ -622,16 +666,31 @@ fn handle_app(shared: &Arc<Shared>, req: Message, tx: &mpsc::UnboundedSender<Vec
     }
     {
         let mut s = shared.stats.lock().expect("stats");
-        *s.ccr_received.entry(req.cc_request_type().unwrap_or(0)).or_default() += 1;
+        *s.ccr_received
+            .entry(req.cc_request_type().unwrap_or(0))
+            .or_default() += 1;
     }
     let delay = shared.cfg.latency.sample(rng);
     let shared = shared.clone();
     let tx = tx.clone();
     tokio::spawn(async move {
         let rc = shared.serve_ccr(&req, delay).await;
-        *shared.stats.lock().expect("stats").answered.entry(rc).or_default() += 1;
+        *shared
+            .stats
+            .lock()
+            .expect("stats")
+            .answered
+            .entry(rc)
+            .or_default() += 1;
         let msg = (rc == result_code::TOO_BUSY).then_some("over capacity");
-        let cca = answer_for(&req, rc, &shared.cfg.origin_host, &shared.cfg.origin_realm, msg, None);
+        let cca = answer_for(
+            &req,
+            rc,
+            &shared.cfg.origin_host,
+            &shared.cfg.origin_realm,
+            msg,
+            None,
+        );
         let _ = tx.send(cca.encode());
     });
 }
@@ -660,7 +719,10 @@ mod tests {
             assert!(d >= Duration::from_millis(1) && d <= Duration::from_millis(3));
         }
         let e: LatencyDist = "exp:10ms".parse().unwrap();
-        let mean: f64 = (0..20000).map(|_| e.sample(&mut rng).as_secs_f64()).sum::<f64>() / 20000.0;
+        let mean: f64 = (0..20000)
+            .map(|_| e.sample(&mut rng).as_secs_f64())
+            .sum::<f64>()
+            / 20000.0;
         assert!((mean - 0.010).abs() < 0.0005, "{mean}");
         assert!("uniform:3ms:1ms".parse::<LatencyDist>().is_err());
         assert!("gauss:1ms".parse::<LatencyDist>().is_err());

@@ -321,8 +321,16 @@ impl Stats {
                         .iter()
                         .map(|(k, v)| (k.to_string(), *v))
                         .collect(),
-                    p50_ms: if has { ms(cur.latency.value_at_quantile(0.5)) } else { 0.0 },
-                    p99_ms: if has { ms(cur.latency.value_at_quantile(0.99)) } else { 0.0 },
+                    p50_ms: if has {
+                        ms(cur.latency.value_at_quantile(0.5))
+                    } else {
+                        0.0
+                    },
+                    p99_ms: if has {
+                        ms(cur.latency.value_at_quantile(0.99))
+                    } else {
+                        0.0
+                    },
                     timeouts: cur.timeouts,
                     unanswered: cur.unanswered,
                     in_flight: self.in_flight[i],
@@ -370,7 +378,11 @@ impl Stats {
                 c.name().to_owned(),
                 ClassSummary {
                     sent: t.sent,
-                    answered: t.answered.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                    answered: t
+                        .answered
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect(),
                     timeouts: t.timeouts,
                     unanswered: t.unanswered,
                     not_sent: not_sent[i],
