@@ -7,6 +7,7 @@ pub mod control;
 pub mod dataplane;
 pub mod diameter;
 pub mod drl;
+pub mod loadgen;
 pub mod metrics;
 pub mod relay;
 pub mod routing;
