@@ -102,3 +102,42 @@ pub fn source(src: &CfgSource, timeout: Duration) -> Result<Box<dyn sources::Cpu
         CfgSource::File { path } => Box::new(FileCpu::new(path.clone())),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed() -> (Config, Plan) {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml")).unwrap();
+        let cfg = crate::config::parse(&text, "dra.toml").unwrap();
+        let plan = Plan::new(&cfg).unwrap();
+        (cfg, plan)
+    }
+
+    #[test]
+    fn seed_targets_are_pgw1_ccr_i_and_ccr_t_at_their_static_rates() {
+        let (cfg, plan) = seed();
+        let t = targets(&cfg, &plan).unwrap();
+        let got: Vec<(&str, &str, f64)> = t.iter().map(|t| (t.peer.as_str(), t.class_label.as_str(), t.static_rate)).collect();
+        assert_eq!(got, vec![("pgw1", "gx_ccr_i", 1000.0), ("pgw1", "gx_ccr_t", 1000.0)]);
+        // pgw2 (no DRL) is never a target.
+        assert!(t.iter().all(|t| t.peer != "pgw2"));
+    }
+
+    #[test]
+    fn global_switch_off_throttles_nothing() {
+        let (mut cfg, plan) = seed();
+        cfg.global.dynamic_rate_limiting = false;
+        assert!(targets(&cfg, &plan).unwrap().is_empty());
+    }
+
+    #[test]
+    fn seed_profile_maps_to_the_controller() {
+        let (cfg, _) = seed();
+        let (p, s) = settings(cfg.db_cpu_profile.as_ref().unwrap()).unwrap();
+        assert_eq!(p.rows().len(), 4);
+        assert_eq!(p.reversal_hold(), Duration::from_secs(30));
+        assert_eq!(p.reversal_step_pct(), 20);
+        assert_eq!(s.period, Duration::from_secs(1));
+    }
+}

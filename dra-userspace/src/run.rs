@@ -195,6 +195,10 @@ fn spawn_controller(
             while let Some(ev) = lp.poll_event() {
                 let mut sh = shared.lock().expect("lock");
                 sh.metrics.record_throttle_event(None, &ev);
+                if matches!(ev.reason, crate::control::Reason::SourceMissing { .. }) {
+                    warn!(event = %ev, "DB CPU source missing");
+                    sh.metrics.inc_db_cpu_missing();
+                }
                 if ev.changed() {
                     info!(event = %ev, "throttle changed");
                     sh.apply_throttle(&targets, ev.to);

@@ -647,3 +647,35 @@ fn fixture_table() {
     }
     assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
 }
+
+/// Rewriting a bucket's rate live (what the dynamic controller does) keeps its
+/// state: no tokens are handed out by the rewrite.
+#[test]
+fn live_rate_change_keeps_tokens() {
+    let mut h = Harness::new();
+    h.maps.reset_buckets().unwrap();
+    h.maps.clear_flows();
+    let f = f1();
+    let slot_i = h.slot("pgw1", CCR_I);
+    let mut off = 0;
+    let mut send = |h: &mut Harness, n: u32| {
+        let m = pkt::ccr(app::GX, 1, n);
+        let p = seg(&f, off, &m);
+        off += m.len() as u32;
+        let (v, out) = h.run(&p);
+        assert_eq!(v, PASS);
+        out != p // marked?
+    };
+    assert_eq!(h.run(&syn(&f)).0, PASS);
+    assert!(!send(&mut h, 0));
+    assert!(!send(&mut h, 1));
+    assert!(send(&mut h, 2), "burst 2 spent: the third is marked");
+    let before = h.maps.bucket_state(slot_i).unwrap();
+    let slot = h.plan.slots[slot_i as usize].clone();
+    h.maps.set_rate(&slot, 0.6).unwrap();
+    assert_eq!(h.maps.bucket_state(slot_i).unwrap(), before, "state untouched by the rate change");
+    assert_eq!(h.maps.bucket_config(slot_i).unwrap().interval_ns, 1_666_666_667);
+    assert!(send(&mut h, 3), "no tokens handed out by the rewrite: still marked");
+    h.maps.set_rate(&slot, 1.0).unwrap();
+    assert!(send(&mut h, 4));
+}
