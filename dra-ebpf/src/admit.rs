@@ -6,7 +6,7 @@
 //! each unrolled iteration), never searched: a search loop returning different
 //! pointers multiplies the verifier's paths.
 
-use dra_common::maps::{Action, BucketKey, ClassCounters, PeerInfo, NO_SLOT};
+use dra_common::maps::{Action, BucketKey, ClassCounters, PeerInfo};
 use dra_common::stats::Counter;
 use dra_common::wire::MsgClass;
 
@@ -39,19 +39,11 @@ pub struct Entry {
     pub _pad: [u8; 3],
 }
 
-const EMPTY: Entry = Entry {
-    class_slot: NO_SLOT,
-    len: 0,
-    overall_charged: 0,
-    class_charged: 0,
-    verdict: 0,
-    late: 0,
-    count_overall: 0,
-    _pad: [0; 3],
-};
 
 #[derive(Clone, Copy)]
 pub struct Ledger {
+    /// Bit i set: entry i is in use for this packet (cheaper than clearing entries).
+    pub used: u32,
     pub e: [Entry; LEDGER],
 }
 
@@ -70,22 +62,14 @@ impl Ledger {
         let p = LEDGER_SCRATCH.get_ptr_mut(0)?;
         // SAFETY: this CPU's value of a per-CPU array; XDP runs to completion.
         let l = unsafe { &mut *p };
-        let mut i = 0;
-        while i < LEDGER {
-            l.e[i] = EMPTY;
-            i += 1;
-        }
+        l.used = 0;
         Some(l)
     }
 
     /// Forgets the entries (they have been published).
     #[inline(always)]
     pub fn clear(&mut self) {
-        let mut i = 0;
-        while i < LEDGER {
-            self.e[i] = EMPTY;
-            i += 1;
-        }
+        self.used = 0;
     }
 
     /// The packet is dropped: give back what it was charged.
@@ -94,7 +78,11 @@ impl Ledger {
         let mut i = 0;
         while i < LEDGER {
             let e = self.e[i];
+            let live = self.used & (1 << i) != 0;
             i += 1;
+            if !live {
+                continue;
+            }
             if e.overall_charged != 0 {
                 bucket::refund(peer.overall_slot, 1);
             }
@@ -111,8 +99,9 @@ impl Ledger {
         let mut i = 0;
         while i < LEDGER {
             let e = self.e[i];
+            let live = self.used & (1 << i) != 0;
             i += 1;
-            if e.verdict == 0 {
+            if !live {
                 continue;
             }
             add(e.class_slot, &e, dropped);
@@ -167,6 +156,7 @@ fn verdict_of(action: Action) -> Verdict {
 fn record(led: &mut Ledger, idx: usize, e: Entry) {
     if idx < LEDGER {
         led.e[idx] = e;
+        led.used |= 1 << idx;
     }
 }
 

@@ -19,7 +19,17 @@ pub fn bounded(off: usize) -> Option<usize> {
     if off > MAX_OFF {
         return None;
     }
-    Some(core::hint::black_box(off) & MAX_OFF)
+    Some(opaque(off) & MAX_OFF)
+}
+
+/// Hides a value from LLVM's optimiser at the cost of one register move (inline asm
+/// that "modifies" it; an empty template would give two BTF line infos one offset,
+/// which the kernel rejects). Unlike `black_box` it does not spill to the stack.
+#[inline(always)]
+pub fn opaque(mut v: usize) -> usize {
+    // SAFETY: a register-to-itself move; it reads and writes only `v`'s register.
+    unsafe { core::arch::asm!("{0} = {0}", inout(reg) v, options(pure, nomem, nostack)) };
+    v
 }
 
 /// `start..end` of packet memory, of which only the first `limit` bytes are
@@ -49,7 +59,7 @@ impl PacketBytes {
         // Verifier workaround: LLVM turns `p + 1 > end` into `p >= end`, from which
         // the verifier learns no range for a zero-offset pointer; the barrier keeps
         // the `+ 1`.
-        if core::hint::black_box(p + 1) > self.end {
+        if opaque(p + 1) > self.end {
             return None;
         }
         // SAFETY: p..p+1 is inside the packet (checked against data_end above).
@@ -78,7 +88,7 @@ impl Bytes for PacketBytes {
         // Verifier workaround: LLVM turns `p + 1 > end` into `p >= end`, from which
         // the verifier learns no range for a zero-offset pointer; the barrier keeps
         // the `+ 1`.
-        if core::hint::black_box(p + 1) > self.end {
+        if opaque(p + 1) > self.end {
             return None;
         }
         // SAFETY: p..p+1 is inside the packet (checked against data_end above).

@@ -3,6 +3,8 @@
 #![no_main]
 // 64-bit compare-and-swap for the shared buckets (see bucket.rs).
 #![feature(core_intrinsics)]
+// Empty inline asm as an optimisation barrier for the verifier (see bytes.rs).
+#![feature(asm_experimental_arch)]
 #![allow(internal_features)]
 
 mod admit;

@@ -517,8 +517,8 @@ fn append_carry(ctx: &XdpContext, flow: &mut TcpFlow, pkt_off: usize, n: usize) 
     // Verifier workaround: re-check both values after an optimisation barrier so the
     // checks sit on the registers passed to the helper (size must be provably ≥ 1
     // and dst + size inside the 2·CARRY_MAX buffer).
-    let n = core::hint::black_box(n);
-    let cl = core::hint::black_box(cl);
+    let n = crate::bytes::opaque(n);
+    let cl = crate::bytes::opaque(cl);
     if n == 0 || n > CARRY_MAX || cl > CARRY_MAX {
         return;
     }

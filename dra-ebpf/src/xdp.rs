@@ -116,14 +116,12 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
 /// Entry of the TCP program (tail-called by the dispatcher).
 pub fn tcp_entry(ctx: &XdpContext) -> u32 {
     let Some(m) = PKT_META.get(0) else { return PASS };
-    let m = *m;
     tcp::process(ctx, (m.l4_off & 0x1ff) as usize, &m.key, &m.peer)
 }
 
 /// Entry of the SCTP program (tail-called by the dispatcher).
 pub fn sctp_entry(ctx: &XdpContext) -> u32 {
     let Some(m) = PKT_META.get(0) else { return PASS };
-    let m = *m;
     sctp::process(ctx, (m.l4_off & 0x1ff) as usize, &m.key, &m.peer)
 }
 
@@ -132,7 +130,7 @@ pub fn sctp_entry(ctx: &XdpContext) -> u32 {
 /// stack slots across the IPv4 and IPv6 paths in a way the verifier rejects.
 #[inline(always)]
 fn lookup_peer(ctx: &XdpContext, l4: &L4) -> Option<&'static PeerInfo> {
-    if core::hint::black_box(l4.v6) {
+    if crate::bytes::opaque(l4.v6 as usize) != 0 {
         let a = load::<[u8; 16]>(ctx, l4.ip_off + 8)?;
         PEERS_V6.get(Key::new(128, a))
     } else {

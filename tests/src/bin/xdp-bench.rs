@@ -85,6 +85,11 @@ fn main() {
     let cases = vec![
         Case { name: "bare XDP_PASS", prog: "dra_xdp_pass", pkt: seg(&i0) },
         Case { name: "non-Diameter TCP", prog: dataplane::XDP_PROGRAM, pkt: f.tcp(40000, 80, seq, TCP_ACK, &[], &i0) },
+        Case {
+            name: "unknown peer on 3868 (LPM miss, pass)",
+            prog: dataplane::XDP_PROGRAM,
+            pkt: Frame::v4("198.18.9.9", "198.18.1.1").tcp(40000, 3868, seq, TCP_ACK, &[], &i0),
+        },
         Case { name: "Diameter answer", prog: dataplane::XDP_PROGRAM, pkt: seg(&pkt::cca(dra_common::wire::app::GX, 0)) },
         Case { name: "CCR-U admitted", prog: dataplane::XDP_PROGRAM, pkt: seg(&pkt::ccr(dra_common::wire::app::GX, 2, 0)) },
         Case { name: "CCR-I admitted through 2 buckets", prog: dataplane::XDP_PROGRAM, pkt: seg(&i0) },
