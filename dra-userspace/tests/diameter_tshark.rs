@@ -5,10 +5,9 @@ mod diameter_fixtures;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::process::Command;
 
 use diameter_fixtures as fx;
-use dra::diameter::pcap::PcapWriter;
+use dra::diameter::pcap::{PcapWriter, tshark_available};
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
 
@@ -21,13 +20,6 @@ impl Drop for TempFile {
             let _ = std::fs::remove_file(&self.0);
         }
     }
-}
-
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// Writes the exchange as one TCP connection and returns tshark's verbose decode.
@@ -47,39 +39,7 @@ fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
         std::env::temp_dir().join(format!("dra-diameter-{name}-{}.pcap", std::process::id())),
     );
     w.write_to(&file.0).expect("write pcap");
-    let out = Command::new("tshark")
-        .arg("-n")
-        .arg("-r")
-        .arg(&file.0)
-        .arg("-V")
-        // Diameter's TCP port preference in Wireshark 4.x (3868 is also the default),
-        // and checksum validation so a broken pcap writer shows up as an error too.
-        .args(["-o", "diameter.tcp.port:3868"])
-        .args(["-o", "tcp.check_checksum:TRUE"])
-        .args(["-o", "ip.check_checksum:TRUE"])
-        .output()
-        .expect("run tshark");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tshark failed: {stderr}\n{stdout}");
-    stdout
-}
-
-fn assert_clean(decoded: &str) {
-    for bad in [
-        "Malformed",
-        "Expert Info (Error",
-        "[Malformed",
-        "Expert Info (Warning",
-    ] {
-        if let Some(pos) = decoded.find(bad) {
-            let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
-            panic!(
-                "tshark reports {bad:?}:\n{}",
-                &decoded[from..(pos + 400).min(decoded.len())]
-            );
-        }
-    }
+    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
 }
 
 #[test]
@@ -204,4 +164,10 @@ fn tshark_flags_a_wrongly_sized_avp() {
             .any(|b| decoded.contains(b)),
         "tshark did not flag a 3-byte Unsigned32:\n{decoded}"
     );
+}
+
+fn assert_clean(decoded: &str) {
+    if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
+        panic!("{problem}");
+    }
 }

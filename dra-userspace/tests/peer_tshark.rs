@@ -6,10 +6,9 @@ mod peer_support;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use dra::diameter::pcap::PcapWriter;
+use dra::diameter::pcap::{PcapWriter, tshark_available};
 use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
@@ -24,13 +23,6 @@ impl Drop for TempFile {
             let _ = std::fs::remove_file(&self.0);
         }
     }
-}
-
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// Writes the messages as one TCP connection (client = PGW side) and returns tshark's
@@ -50,37 +42,7 @@ fn tshark_decode(wire: &[Wire]) -> String {
     }
     let file = TempFile(std::env::temp_dir().join(format!("dra-peer-{}.pcap", std::process::id())));
     w.write_to(&file.0).expect("write pcap");
-    let out = Command::new("tshark")
-        .arg("-n")
-        .arg("-r")
-        .arg(&file.0)
-        .arg("-V")
-        .args(["-o", "diameter.tcp.port:3868"])
-        .args(["-o", "tcp.check_checksum:TRUE"])
-        .args(["-o", "ip.check_checksum:TRUE"])
-        .output()
-        .expect("run tshark");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tshark failed: {stderr}\n{stdout}");
-    stdout
-}
-
-fn assert_clean(decoded: &str) {
-    for bad in [
-        "Malformed",
-        "Expert Info (Error",
-        "[Malformed",
-        "Expert Info (Warning",
-    ] {
-        if let Some(pos) = decoded.find(bad) {
-            let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
-            panic!(
-                "tshark reports {bad:?}:\n{}",
-                &decoded[from..(pos + 400).min(decoded.len())]
-            );
-        }
-    }
+    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
 }
 
 /// Every kind of message the state machine sends, from real exchanges.
@@ -205,4 +167,10 @@ fn tshark_decodes_every_peer_message_cleanly() {
     }
     // Only the 3010 answer has the E bit.
     assert_eq!(decoded.matches("..1. .... = Error: Set").count(), 1);
+}
+
+fn assert_clean(decoded: &str) {
+    if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
+        panic!("{problem}");
+    }
 }

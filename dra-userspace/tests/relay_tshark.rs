@@ -6,11 +6,10 @@ mod diameter_fixtures;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use diameter_fixtures as fx;
-use dra::diameter::pcap::PcapWriter;
+use dra::diameter::pcap::{PcapWriter, tshark_available};
 use dra::diameter::{Avp, Message, avp_code, result_code};
 use dra::relay::{
     DownstreamRef, Expired, RejectProfile, Relay, RelayConfig, RetryOutcome, reject_marked,
@@ -27,13 +26,6 @@ impl Drop for TempFile {
             let _ = std::fs::remove_file(&self.0);
         }
     }
-}
-
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// Writes the exchange as one TCP connection and returns tshark's verbose decode.
@@ -53,37 +45,7 @@ fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
         std::env::temp_dir().join(format!("dra-relay-{name}-{}.pcap", std::process::id())),
     );
     w.write_to(&file.0).expect("write pcap");
-    let out = Command::new("tshark")
-        .arg("-n")
-        .arg("-r")
-        .arg(&file.0)
-        .arg("-V")
-        .args(["-o", "diameter.tcp.port:3868"])
-        .args(["-o", "tcp.check_checksum:TRUE"])
-        .args(["-o", "ip.check_checksum:TRUE"])
-        .output()
-        .expect("run tshark");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tshark failed: {stderr}\n{stdout}");
-    stdout
-}
-
-fn assert_clean(decoded: &str) {
-    for bad in [
-        "Malformed",
-        "Expert Info (Error",
-        "[Malformed",
-        "Expert Info (Warning",
-    ] {
-        if let Some(pos) = decoded.find(bad) {
-            let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
-            panic!(
-                "tshark reports {bad:?}:\n{}",
-                &decoded[from..(pos + 400).min(decoded.len())]
-            );
-        }
-    }
+    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
 }
 
 /// (flags line, Hop-by-Hop line, Result-Code or "") of each Diameter PDU, in order.
@@ -294,5 +256,11 @@ fn tshark_decodes_relayed_and_generated_messages_cleanly() {
         "after one retry",
     ] {
         assert!(decoded.contains(needle), "tshark output lacks {needle:?}");
+    }
+}
+
+fn assert_clean(decoded: &str) {
+    if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
+        panic!("{problem}");
     }
 }

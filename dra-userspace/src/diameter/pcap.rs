@@ -180,3 +180,42 @@ fn checksum(b: &[u8], initial: u32) -> u16 {
     }
     !(sum as u16)
 }
+
+/// Whether `tshark` can be run (the project's setup installs it).
+pub fn tshark_available() -> bool {
+    std::process::Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// tshark's verbose decode of a pcap, with Diameter on TCP 3868 and IP/TCP checksum
+/// validation (so a broken pcap writer shows up too). For wire-format tests.
+pub fn tshark_verbose(path: &std::path::Path) -> std::io::Result<String> {
+    let out = std::process::Command::new("tshark")
+        .arg("-n")
+        .arg("-r")
+        .arg(path)
+        .arg("-V")
+        // Diameter's TCP port preference in Wireshark 4.x (3868 is also the default).
+        .args(["-o", "diameter.tcp.port:3868"])
+        .args(["-o", "tcp.check_checksum:TRUE"])
+        .args(["-o", "ip.check_checksum:TRUE"])
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The first problem tshark reports in a decode (malformed packet, expert error or
+/// warning), with the frame it is in; None if the decode is clean.
+pub fn tshark_problem(decoded: &str) -> Option<String> {
+    for bad in ["Malformed", "Expert Info (Error", "[Malformed", "Expert Info (Warning"] {
+        if let Some(pos) = decoded.find(bad) {
+            let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
+            return Some(format!("tshark reports {bad:?}:\n{}", &decoded[from..(pos + 400).min(decoded.len())]));
+        }
+    }
+    None
+}
