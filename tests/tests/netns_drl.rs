@@ -68,6 +68,67 @@ fn seed_config(cpu_file: &std::path::Path, hold: &str, pgw1_rate: u32, extra_por
     s
 }
 
+/// A client namespace, a DRA namespace running `dra run` (XDP on its veth) with the
+/// seed config and a `file` CPU source, and the pinned maps once attached.
+struct DrlLab {
+    client: Netns,
+    dra_ns: Netns,
+    veth: VethPair,
+    tmp: TempDir,
+    cpu: PathBuf,
+    plan: Plan,
+    pins: Pins,
+    args: Vec<String>,
+}
+
+impl DrlLab {
+    fn new(prefix: &str, pgw1_rate: u32, extra_port: bool) -> DrlLab {
+        let client = Netns::new(&format!("{prefix}c")).unwrap();
+        let dra_ns = Netns::new(&format!("{prefix}d")).unwrap();
+        let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
+        let tmp = TempDir::new();
+        let cpu = tmp.0.join("db_cpu");
+        set_cpu(&cpu, 30.0);
+        let cfg_text = seed_config(&cpu, "3s", pgw1_rate, extra_port);
+        let cfg_path = tmp.0.join("dra.toml");
+        std::fs::write(&cfg_path, &cfg_text).unwrap();
+        let plan = Plan::new(&dra::config::parse(&cfg_text, "dra.toml").unwrap()).unwrap();
+        let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-drl-"))));
+        let args = vec![
+            "--config".to_string(),
+            cfg_path.display().to_string(),
+            "--iface".to_string(),
+            veth.b_if.clone(),
+            "--pin-dir".to_string(),
+            pins.0.display().to_string(),
+        ];
+        DrlLab { client, dra_ns, veth, tmp, cpu, plan, pins, args }
+    }
+
+    fn slot(&self, peer: &str, req_type: u8) -> u32 {
+        self.plan.slot_of(peer, MsgClass::gx_ccr(req_type)).unwrap()
+    }
+
+    /// Starts `dra run`; waits until it attached and wrote `slot` at `rate`.
+    fn start_agent(&self, log: &str, slot: u32, rate: f64) -> (Agent, Maps) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let mut agent = Agent::start(&self.dra_ns, &args, &self.tmp.0.join(log));
+        let mut maps = None;
+        let mut last_err = String::new();
+        let attached = agent.wait_until(Duration::from_secs(20), || {
+            if maps.is_none() {
+                match Maps::open_pinned(&self.pins.0) {
+                    Ok(m) => maps = Some(m),
+                    Err(e) => last_err = dra::error_chain(&e),
+                }
+            }
+            maps.as_ref().is_some_and(|m| rate_of(m, slot) == rate)
+        });
+        assert!(attached, "agent did not attach ({last_err}); log:\n{}", agent.log_text());
+        (agent, maps.unwrap())
+    }
+}
+
 fn rate_of(maps: &Maps, slot: u32) -> f64 {
     let c = maps.bucket_config(slot).unwrap();
     if c.interval_ns == 0 { f64::INFINITY } else { (1e9 / c.interval_ns as f64).round() }
@@ -81,43 +142,10 @@ fn set_cpu(file: &std::path::Path, v: f64) {
 /// back from the pinned bucket map at each row; pgw2 (no DRL) stays at 200/s.
 #[test]
 fn seed_table_through_the_agent_and_the_pinned_maps() {
-    let client = Netns::new("rc").unwrap();
-    let dra_ns = Netns::new("rd").unwrap();
-    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
-    let tmp = TempDir::new();
-    let cpu = tmp.0.join("db_cpu");
-    set_cpu(&cpu, 30.0);
-    let cfg_text = seed_config(&cpu, "3s", 1000, false);
-    let cfg_path = tmp.0.join("dra.toml");
-    std::fs::write(&cfg_path, &cfg_text).unwrap();
-    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
-    let plan = Plan::new(&cfg).unwrap();
-    let pgw1_i = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
-    let pgw1_t = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::TERMINATION)).unwrap();
-    let pgw2_i = plan.slot_of("pgw2", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
-    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-drl-"))));
-    let pin_arg = pins.0.display().to_string();
-    let mut agent = Agent::start(
-        &dra_ns,
-        &["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg],
-        &tmp.0.join("agent.log"),
-    );
-    let mut maps = None;
-    let mut last_err = String::new();
-    assert!(
-        agent.wait_until(Duration::from_secs(20), || {
-            if maps.is_none() {
-                match Maps::open_pinned(&pins.0) {
-                    Ok(m) => maps = Some(m),
-                    Err(e) => last_err = dra::error_chain(&e),
-                }
-            }
-            maps.as_ref().is_some_and(|m| rate_of(m, pgw1_i) == 1000.0)
-        }),
-        "agent did not attach ({last_err}); log:\n{}",
-        agent.log_text()
-    );
-    let maps = maps.unwrap();
+    let lab = DrlLab::new("r", 1000, false);
+    let (pgw1_i, pgw1_t, pgw2_i) = (lab.slot("pgw1", rt::INITIAL), lab.slot("pgw1", rt::TERMINATION), lab.slot("pgw2", rt::INITIAL));
+    let (mut agent, maps) = lab.start_agent("agent.log", pgw1_i, 1000.0);
+    let cpu = lab.cpu.clone();
     let t0 = Instant::now();
     let mut wait_rate = |want: f64, within: Duration, what: &str| -> Duration {
         let start = Instant::now();
@@ -152,7 +180,7 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
     let st = agent.stop();
     assert!(st.is_some_and(|s| s.success()), "dra run exits cleanly on SIGINT; log:\n{}", agent.log_text());
     // Default: the fast path stays attached and pinned after the agent exits.
-    assert!(Dataplane::is_pinned(&veth.b_if, &pins.0));
+    assert!(Dataplane::is_pinned(&lab.veth.b_if, &lab.pins.0));
 }
 
 /// Closed loop: a client floods CCR-I at 5× the static limit (200/s); the CPU
@@ -160,44 +188,13 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
 /// it says 40 % and after each hold the admitted rate steps up: 160/s, 200/s.
 #[test]
 fn admitted_rate_follows_the_db_cpu() {
-    let client = Netns::new("lc").unwrap();
-    let dra_ns = Netns::new("ld").unwrap();
-    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
-    let tmp = TempDir::new();
-    let cpu = tmp.0.join("db_cpu");
-    set_cpu(&cpu, 30.0);
-    let cfg_text = seed_config(&cpu, "3s", 200, true);
-    let cfg_path = tmp.0.join("dra.toml");
-    std::fs::write(&cfg_path, &cfg_text).unwrap();
-    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
-    let plan = Plan::new(&cfg).unwrap();
-    let slot = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
-    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-loop-"))));
-    let pin_arg = pins.0.display().to_string();
-    let mut agent = Agent::start(
-        &dra_ns,
-        &["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg],
-        &tmp.0.join("agent.log"),
-    );
-    let mut maps = None;
-    let mut last_err = String::new();
-    assert!(
-        agent.wait_until(Duration::from_secs(20), || {
-            if maps.is_none() {
-                match Maps::open_pinned(&pins.0) {
-                    Ok(m) => maps = Some(m),
-                    Err(e) => last_err = dra::error_chain(&e),
-                }
-            }
-            maps.as_ref().is_some_and(|m| rate_of(m, slot) == 200.0)
-        }),
-        "agent did not attach ({last_err}); log:\n{}",
-        agent.log_text()
-    );
-    let maps = maps.unwrap();
+    let lab = DrlLab::new("l", 200, true);
+    let slot = lab.slot("pgw1", rt::INITIAL);
+    let (mut agent, maps) = lab.start_agent("agent.log", slot, 200.0);
+    let (cpu, client, dra_ns) = (&lab.cpu, &lab.client, &lab.dra_ns);
     // The sink listens on the second Diameter port (the agent owns 3868).
     let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
-    let sink = Sink::start(&dra_ns, addr);
+    let sink = Sink::start(dra_ns, addr);
     let client_name = client.name.clone();
     let flood = std::thread::spawn(move || {
         let ns = Netns::attach_existing(&client_name);
@@ -210,10 +207,10 @@ fn admitted_rate_follows_the_db_cpu() {
         assert!(agent.wait_until(Duration::from_secs(6), || rate_of(&maps, slot) == want), "rate never became {want}");
         changes.push((Instant::now(), want));
     };
-    set_cpu(&cpu, 62.0);
+    set_cpu(cpu, 62.0);
     wait_for(120.0);
     std::thread::sleep(Duration::from_millis(500));
-    set_cpu(&cpu, 40.0);
+    set_cpu(cpu, 40.0);
     wait_for(160.0);
     wait_for(200.0);
     let sent = flood.join().unwrap();
@@ -234,29 +231,13 @@ fn admitted_rate_follows_the_db_cpu() {
 /// admitted count across the restart still matches the limit.
 #[test]
 fn restart_keeps_the_program_attached_and_the_buckets() {
-    let client = Netns::new("sc").unwrap();
-    let dra_ns = Netns::new("sd").unwrap();
-    let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
-    let tmp = TempDir::new();
-    let cpu = tmp.0.join("db_cpu");
-    set_cpu(&cpu, 30.0);
-    let cfg_text = seed_config(&cpu, "3s", 200, true);
-    let cfg_path = tmp.0.join("dra.toml");
-    std::fs::write(&cfg_path, &cfg_text).unwrap();
-    let cfg = dra::config::parse(&cfg_text, "dra.toml").unwrap();
-    let plan = Plan::new(&cfg).unwrap();
-    let slot = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
-    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-rs-"))));
-    let pin_arg = pins.0.display().to_string();
-    let args = ["--config", cfg_path.to_str().unwrap(), "--iface", &veth.b_if, "--pin-dir", &pin_arg];
-    let mut first = Agent::start(&dra_ns, &args, &tmp.0.join("agent1.log"));
-    assert!(
-        first.wait_until(Duration::from_secs(20), || Maps::open_pinned(&pins.0).is_ok_and(|m| rate_of(&m, slot) == 200.0)),
-        "agent did not attach; log:\n{}",
-        first.log_text()
-    );
+    let lab = DrlLab::new("s", 200, true);
+    let slot = lab.slot("pgw1", rt::INITIAL);
+    let (mut first, _maps) = lab.start_agent("agent1.log", slot, 200.0);
+    let (client, dra_ns, veth, pins, tmp) = (&lab.client, &lab.dra_ns, &lab.veth, &lab.pins, &lab.tmp);
+    let args: Vec<&str> = lab.args.iter().map(String::as_str).collect();
     let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
-    let sink = Sink::start(&dra_ns, addr);
+    let sink = Sink::start(dra_ns, addr);
     let client_name = client.name.clone();
     let flood = std::thread::spawn(move || {
         let ns = Netns::attach_existing(&client_name);
@@ -267,7 +248,7 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     first.kill();
     assert!(Dataplane::is_pinned(&veth.b_if, &pins.0), "the program stays attached after a crash");
     std::thread::sleep(Duration::from_millis(500));
-    let mut second = Agent::start(&dra_ns, &args, &tmp.0.join("agent2.log"));
+    let mut second = Agent::start(dra_ns, &args, &tmp.0.join("agent2.log"));
     assert!(
         second.wait_until(Duration::from_secs(20), || second_log_reused(&tmp.0.join("agent2.log"))),
         "restarted agent did not reuse the pinned fast path; log:\n{}",
