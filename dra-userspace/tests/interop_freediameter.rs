@@ -90,11 +90,29 @@ fn veth_pair(a: &Netns, b: &Netns) {
     let ia = unique("ia");
     let ib = unique("ib");
     sh(&[
-        "ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib,
-        "netns", &b.name,
+        "ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns",
+        &b.name,
     ]);
-    sh(&["ip", "-n", &a.name, "addr", "add", &format!("{AGENT_IP}/30"), "dev", &ia]);
-    sh(&["ip", "-n", &b.name, "addr", "add", &format!("{FD_IP}/30"), "dev", &ib]);
+    sh(&[
+        "ip",
+        "-n",
+        &a.name,
+        "addr",
+        "add",
+        &format!("{AGENT_IP}/30"),
+        "dev",
+        &ia,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &b.name,
+        "addr",
+        "add",
+        &format!("{FD_IP}/30"),
+        "dev",
+        &ib,
+    ]);
     sh(&["ip", "-n", &a.name, "link", "set", &ia, "up"]);
     sh(&["ip", "-n", &b.name, "link", "set", &ib, "up"]);
 }
@@ -122,7 +140,9 @@ fn cert(dir: &Path, host: &str) -> (PathBuf, PathBuf) {
     let crt = dir.join(format!("{host}.crt"));
     let key = dir.join(format!("{host}.key"));
     let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+        ])
         .arg(format!("/CN={host}"))
         .arg("-keyout")
         .arg(&key)
@@ -130,7 +150,11 @@ fn cert(dir: &Path, host: &str) -> (PathBuf, PathBuf) {
         .arg(&crt)
         .output()
         .expect("spawn openssl");
-    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (crt, key)
 }
 
@@ -163,9 +187,9 @@ impl FreeDiameter {
                 Ok(())
             });
         }
-        let child = cmd.spawn().expect(
-            "spawn freeDiameterd (package freediameterd; `cargo xtask setup` installs it)",
-        );
+        let child = cmd
+            .spawn()
+            .expect("spawn freeDiameterd (package freediameterd; `cargo xtask setup` installs it)");
         drop(nsfile);
         FreeDiameter { child, log }
     }
@@ -298,7 +322,10 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
     let agent_thread = std::thread::spawn(move || {
         // SAFETY: setns on a namespace fd; affects only this thread (and the runtime
         // it creates below).
-        assert_eq!(unsafe { libc::setns(nsfile.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        assert_eq!(
+            unsafe { libc::setns(nsfile.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -309,7 +336,9 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
                 tw: Some(AGENT_TW),
                 ..Default::default()
             };
-            let agent = dra::agent::start(cfg, opts, m.clone()).await.expect("agent");
+            let agent = dra::agent::start(cfg, opts, m.clone())
+                .await
+                .expect("agent");
             // Both connections open, then stay open past the watchdog exchanges.
             let deadline = Instant::now() + Duration::from_secs(40);
             let mut opened_at = None;

@@ -121,16 +121,39 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
 fn veth(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) -> Result<()> {
     let ia = format!("bva{}", std::process::id() % 100_000);
     let ib = format!("bvb{}", std::process::id() % 100_000);
-    sh(&["ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns", &b.name])?;
-    sh(&["ip", "-n", &a.name, "addr", "add", &format!("{a_ip}/30"), "dev", &ia])?;
-    sh(&["ip", "-n", &b.name, "addr", "add", &format!("{b_ip}/30"), "dev", &ib])?;
+    sh(&[
+        "ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns",
+        &b.name,
+    ])?;
+    sh(&[
+        "ip",
+        "-n",
+        &a.name,
+        "addr",
+        "add",
+        &format!("{a_ip}/30"),
+        "dev",
+        &ia,
+    ])?;
+    sh(&[
+        "ip",
+        "-n",
+        &b.name,
+        "addr",
+        "add",
+        &format!("{b_ip}/30"),
+        "dev",
+        &ib,
+    ])?;
     sh(&["ip", "-n", &a.name, "link", "set", &ia, "up"])?;
     sh(&["ip", "-n", &b.name, "link", "set", &ib, "up"])?;
     Ok(())
@@ -158,9 +181,16 @@ struct SimServer {
 async fn start_server(i: usize) -> Result<SimServer> {
     let host = format!("srv{i}.{SERVER_REALM}");
     let addr: SocketAddr = format!("{SIM_IP}:{}", SERVER_BASE_PORT + i as u16).parse()?;
-    let lst = TcpListener::bind(addr).await.with_context(|| format!("bind {addr}"))?;
+    let lst = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("bind {addr}"))?;
     let open = Arc::new(AtomicUsize::new(0));
-    let cfg = Arc::new(loadgen_peer_config(&host, SERVER_REALM, addr.ip(), Duration::from_secs(30)));
+    let cfg = Arc::new(loadgen_peer_config(
+        &host,
+        SERVER_REALM,
+        addr.ip(),
+        Duration::from_secs(30),
+    ));
     let o = open.clone();
     let h = host.clone();
     tokio::spawn(async move {
@@ -221,7 +251,9 @@ async fn serve(
         if closed {
             break;
         }
-        let deadline = pc.poll_timeout().map_or(start + Duration::from_secs(3600), |t| start + t);
+        let deadline = pc
+            .poll_timeout()
+            .map_or(start + Duration::from_secs(3600), |t| start + t);
         tokio::select! {
             r = rd.read(&mut buf) => {
                 let now = start.elapsed();
@@ -298,7 +330,12 @@ async fn client(relay: SocketAddr, idx: usize, window: usize, w: Window) -> Resu
     let local = stream.local_addr()?.ip();
     let start = Instant::now();
     let mut pc = PeerConnection::initiator(
-        Arc::new(loadgen_peer_config(&host, REALM, local, Duration::from_secs(30))),
+        Arc::new(loadgen_peer_config(
+            &host,
+            REALM,
+            local,
+            Duration::from_secs(30),
+        )),
         Arc::new(AllowList::default()),
         relay.ip(),
         ConnectionOptions::new(idx as u64 + 7, 1_700_000_000),
@@ -325,7 +362,12 @@ async fn client(relay: SocketAddr, idx: usize, window: usize, w: Window) -> Resu
     let mut e2e: u32 = (idx as u32) << 24;
     let mut opened = false;
     let mut started = false;
-    let send = |slot: usize, phase: &[usize], pc: &mut PeerConnection, e2e: &mut u32, out: &mut Vec<u8>, pending: &mut HashMap<u32, (usize, Instant)>| {
+    let send = |slot: usize,
+                phase: &[usize],
+                pc: &mut PeerConnection,
+                e2e: &mut u32,
+                out: &mut Vec<u8>,
+                pending: &mut HashMap<u32, (usize, Instant)>| {
         let hbh = pc.next_hop_by_hop();
         *e2e = e2e.wrapping_add(1);
         let t = &templates[slot][phase[slot]];
@@ -343,7 +385,10 @@ async fn client(relay: SocketAddr, idx: usize, window: usize, w: Window) -> Resu
         while let Some(e) = pc.poll_event() {
             match e {
                 PeerEvent::Opened { .. } => opened = true,
-                PeerEvent::Rejected { result_code, error_message } => {
+                PeerEvent::Rejected {
+                    result_code,
+                    error_message,
+                } => {
                     bail!("{host}: CER refused {result_code} {error_message:?}")
                 }
                 PeerEvent::Closed { .. } => bail!("{host}: connection closed"),
@@ -492,7 +537,8 @@ struct AgentRun {
 
 impl AgentRun {
     fn start(ns: &Netns, text: String, threads: usize) -> Result<AgentRun> {
-        let cfg = dra::config::parse(&text, "bench.toml").map_err(|e| anyhow::anyhow!("agent config: {e}"))?;
+        let cfg = dra::config::parse(&text, "bench.toml")
+            .map_err(|e| anyhow::anyhow!("agent config: {e}"))?;
         let nsfile = ns.file()?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -500,7 +546,10 @@ impl AgentRun {
             // SAFETY: setns(2) on a network namespace fd; affects this thread and the
             // runtime threads it creates below.
             if unsafe { libc::setns(nsfile.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = ready_tx.send(Err(anyhow::anyhow!("setns: {}", std::io::Error::last_os_error())));
+                let _ = ready_tx.send(Err(anyhow::anyhow!(
+                    "setns: {}",
+                    std::io::Error::last_os_error()
+                )));
                 return;
             }
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -575,7 +624,9 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[SimServer]) -> Result<PathBuf> {
     let crt = dir.join("fd.crt");
     let key = dir.join("fd.key");
     let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+        ])
         .arg(format!("/CN={FD_HOST}"))
         .arg("-keyout")
         .arg(&key)
@@ -595,7 +646,10 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[SimServer]) -> Result<PathBuf> {
     let rt = dir.join("rt_default.conf");
     let mut r = String::new();
     for s in servers {
-        r.push_str(&format!("dr=\"{SERVER_REALM}\" : \"{}\" += 100 ;\n", s.host));
+        r.push_str(&format!(
+            "dr=\"{SERVER_REALM}\" : \"{}\" += 100 ;\n",
+            s.host
+        ));
     }
     std::fs::write(&rt, r)?;
     let mut c = format!(
@@ -629,7 +683,11 @@ fn start_fd(ns: &Netns, conf: &Path, log: &Path) -> Result<FdRun> {
     let fd = nsfile.as_raw_fd();
     let out = File::create(log)?;
     let mut cmd = Command::new("freeDiameterd");
-    cmd.arg("-c").arg(conf).stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    cmd.arg("-c")
+        .arg(conf)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
     // SAFETY: only setns(2) between fork and exec (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
@@ -664,7 +722,9 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&dir.0)?;
     // This (main) thread runs the simulators in the sim namespace.
     sim_ns.enter()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let results = rt.block_on(async {
         let mut servers = Vec::new();
         for i in 1..=args.servers {
@@ -672,10 +732,14 @@ fn main() -> Result<()> {
         }
         let mut results = Vec::new();
         if run_agent {
-            let agent = AgentRun::start(&relay_ns, agent_toml(&args, &servers), args.agent_threads)?;
+            let agent =
+                AgentRun::start(&relay_ns, agent_toml(&args, &servers), args.agent_threads)?;
             wait_servers(&servers, 1, "the agent").await?;
             let relay: SocketAddr = format!("{RELAY_IP}:{AGENT_PORT}").parse()?;
-            eprintln!("dra agent: {} clients × {} in flight …", args.clients, args.window);
+            eprintln!(
+                "dra agent: {} clients × {} in flight …",
+                args.clients, args.window
+            );
             results.push(load(relay, &args, "dra agent").await?);
             drop(agent);
             wait_servers(&servers, 0, "").await.ok();
@@ -688,7 +752,10 @@ fn main() -> Result<()> {
                 bail!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
             }
             let relay: SocketAddr = format!("{RELAY_IP}:{FD_PORT}").parse()?;
-            eprintln!("freeDiameter: {} clients × {} in flight …", args.clients, args.window);
+            eprintln!(
+                "freeDiameter: {} clients × {} in flight …",
+                args.clients, args.window
+            );
             let r = load(relay, &args, "freeDiameter 1.2.1").await;
             drop(fd);
             match r {
@@ -707,7 +774,10 @@ fn report(args: &Args, results: &[RelayResult]) -> Result<()> {
         "relay benchmark: {} clients × {} in flight = {in_flight}, {} servers answering at once, {} s measured after {} s warm-up",
         args.clients, args.window, args.servers, args.seconds, args.warmup
     );
-    println!("{:<20} {:>12} {:>9} {:>9} {:>12} {:>9}", "relay", "requests/s", "p50 ms", "p99 ms", "answered", "non-2001");
+    println!(
+        "{:<20} {:>12} {:>9} {:>9} {:>12} {:>9}",
+        "relay", "requests/s", "p50 ms", "p99 ms", "answered", "non-2001"
+    );
     for r in results {
         println!(
             "{:<20} {:>12.0} {:>9.3} {:>9.3} {:>12} {:>9}",
