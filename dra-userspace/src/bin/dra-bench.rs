@@ -811,7 +811,11 @@ fn report(args: &Args, results: &[RelayResult]) -> Result<()> {
         "ratio_agent_to_freediameter": ratio.map(|x| (x * 100.0).round() / 100.0),
     });
     let out = args.out.clone().unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results/relay-latest.json")
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        crate_dir
+            .parent()
+            .unwrap_or(crate_dir)
+            .join("bench/results/relay-latest.json")
     });
     if let Some(p) = out.parent() {
         std::fs::create_dir_all(p)?;
