@@ -283,6 +283,12 @@ fn dump_counts(log: &str) -> (usize, usize, usize, usize) {
 
 #[test]
 fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test creates network namespaces: run it as root (`sudo cargo xtask test`)"
+    );
     let agent_ns = Netns::new("dia");
     let fd_ns = Netns::new("dif");
     veth_pair(&agent_ns, &fd_ns);
