@@ -20,6 +20,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("ethtool", "tests turn off checksum offload on veth to verify in-kernel checksum fixes"),
     ("redis-server", "the session-binding DB and the DB-CPU sample source in tests and the demo"),
     ("tshark", "an independent check that what the agent sends is well-formed Diameter"),
+    ("freediameterd", "interop test and relay bench peer: freeDiameterd 1.2.1 (+ extensions below)"),
+    ("freediameter-extensions", "rt_default.fdx routing for freeDiameterd in the relay bench"),
 ];
 
 fn quiet(cmd: &mut Command) -> Option<String> {
