@@ -60,6 +60,7 @@
 
 mod core;
 pub mod io;
+pub mod load;
 pub mod setup;
 mod status;
 
