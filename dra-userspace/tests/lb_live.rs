@@ -259,7 +259,7 @@ async fn live_ranking_of_the_strategies_matches_the_simulator() {
     }
     // Priority is worst (simulator: CV 0.53, p99 orders of magnitude above the rest):
     // everything goes to pcrf1 at 175 % of its capacity, so its queue grows for the whole
-    // run and waits reach the 2 s answer timeout (then one retry elsewhere). Margins of
+    // run and waits reach the 3 s answer timeout (then one retry elsewhere). Margins of
     // 2× on both metrics; the others stay far from that.
     for other in [rr, ll, wl, p2c] {
         assert!(
