@@ -328,9 +328,7 @@ impl Core {
             .opts
             .seed
             .wrapping_add(self.next_conn.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        ConnectionOptions::new(seed, self.start_secs)
-            .reopen(reopen)
-            .own_load(self.own_load)
+        ConnectionOptions::new(seed, self.start_secs).reopen(reopen)
     }
 
     fn accepted(&mut self, stream: tokio::net::TcpStream) {
@@ -341,7 +339,8 @@ impl Core {
             return;
         };
         let id = self.next_conn;
-        let opts = self.options(false);
+        // Inbound connections are usually clients: they start with our current load.
+        let opts = self.options(false).own_load(self.own_load);
         self.next_conn += 1;
         let span = self.span(id, remote, None);
         let pc = match PeerConnection::responder(
