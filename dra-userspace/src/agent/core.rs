@@ -82,6 +82,12 @@ pub(super) struct Core {
     timeouts: Vec<Duration>,
     marked: MarkedHandler,
     sent_at: HashMap<(PeerId, u32), Duration>,
+    /// Per peer: requests written upstream and not answered yet (the `sent_at` entries of
+    /// the peer), mirrored into `peers` for the selectors (`PeerView::pending`).
+    inflight: Vec<u32>,
+    /// Our RFC 8583 Load-Value for downstream DWAs (`super::load`).
+    own_load: u16,
+    own_cpu: super::load::OwnCpu,
     stats: AgentStats,
     reported_violations: u64,
     to_abort: Vec<ConnId>,
@@ -172,6 +178,9 @@ impl Core {
             rlfs,
             marked,
             sent_at: HashMap::new(),
+            inflight: vec![0; cfg.peers.len()],
+            own_load: crate::routing::LOAD_VALUE_IDLE,
+            own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
             reported_violations: 0,
             to_abort: Vec::new(),
@@ -330,7 +339,8 @@ impl Core {
             return;
         };
         let id = self.next_conn;
-        let opts = self.options(false);
+        // Inbound connections are usually clients: they start with our current load.
+        let opts = self.options(false).own_load(self.own_load);
         self.next_conn += 1;
         let span = self.span(id, remote, None);
         let pc = match PeerConnection::responder(
@@ -1001,7 +1011,10 @@ impl Core {
             return;
         };
         if self.write(conn, &m) {
-            self.sent_at.insert((to, m.hop_by_hop), now);
+            if self.sent_at.insert((to, m.hop_by_hop), now).is_none() {
+                self.inflight[to.0] += 1;
+                self.peers.set_pending(to, self.inflight[to.0]);
+            }
             self.slots[to.0].requests_out += 1;
             self.metrics
                 .inc_request(&self.cfg.peers[to.0].name, metrics::Direction::Out);
@@ -1011,6 +1024,8 @@ impl Core {
     fn on_answer(&mut self, now: Duration, from: PeerId, ans: Message) {
         self.slots[from.0].answers_from += 1;
         if let Some(t) = self.sent_at.remove(&(from, ans.hop_by_hop)) {
+            self.inflight[from.0] = self.inflight[from.0].saturating_sub(1);
+            self.peers.set_pending(from, self.inflight[from.0]);
             self.metrics
                 .observe_answer_latency(&self.cfg.peers[from.0].name, now.saturating_sub(t));
         }
@@ -1129,8 +1144,17 @@ impl Core {
             .max(self.timeouts.iter().copied().max().unwrap_or_default())
             * 2;
         self.sent_at.retain(|_, t| now.saturating_sub(*t) < horizon);
+        // Recount what the selectors see as pending (purged entries, failed-over peers).
+        self.inflight.iter_mut().for_each(|n| *n = 0);
+        for (p, _) in self.sent_at.keys() {
+            self.inflight[p.0] += 1;
+        }
+        for (i, n) in self.inflight.iter().enumerate() {
+            self.peers.set_pending(PeerId(i), *n);
+        }
         self.bindings.purge_expired(now);
         let s = self.snapshot();
+        self.update_own_load(s.relay.pending as usize);
         let lhs = s.requests_in;
         let rhs = s.local_answers
             + s.marked_discarded
@@ -1146,6 +1170,25 @@ impl Core {
             }
             warn!(violations, "requests without exactly one outcome");
             self.reported_violations = violations;
+        }
+    }
+
+    /// Recomputes our Load-Value (`super::load`) and puts it in the next DWAs on every
+    /// connection that is not to a server (RFC 8583: a PEER report to our clients).
+    fn update_own_load(&mut self, pending: usize) {
+        let cpu = self.own_cpu.sample();
+        let value = super::load::own_load_value(pending, self.opts.pending_capacity, cpu);
+        if value != self.own_load {
+            debug!(value, pending, cpu, "own load");
+        }
+        self.own_load = value;
+        for c in self.conns.values_mut() {
+            let server = c
+                .peer
+                .is_some_and(|p| self.cfg.peers[p.0].role == CfgRole::Server);
+            if !server && c.pc.own_load() != Some(value) {
+                c.pc.set_own_load(value);
+            }
         }
     }
 

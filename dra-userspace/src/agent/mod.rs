@@ -38,6 +38,26 @@
 //! pending downstream answers are discarded and counted. The reader side is bounded
 //! too: a full core channel stops reading, and TCP flow control slows the sender.
 //!
+//! # Load (RFC 8583)
+//!
+//! - Upstream: a Load AVP about a server (PEER report with its SourceID, or HOST report
+//!   in a message it originated) in any message it sends — DWA or answer — becomes a
+//!   `PeerEvent::LoadReport`; the core stores it with its arrival time in the routing
+//!   `PeerTable` (`set_load`), where the group's selector reads it. Next to it the core
+//!   keeps, per server, the requests written upstream and not yet answered
+//!   (`PeerView::pending`, used by `p2c` to break ties), updated on every send and
+//!   answer and recounted once per second.
+//! - Downstream: the agent reports its own load in every DWA it sends to a client
+//!   (PEER report, SourceID = our Origin-Host), recomputed once per second and set on
+//!   every non-server connection ([`load::own_load_value`]):
+//!   `Load-Value = ⌊65535 × (1 − max(pending / pending_capacity, cpu / 100))⌋`, clamped
+//!   to 0..=65535, with `pending` the relay's pending table and `cpu` the process's CPU
+//!   in percent of its usable cores.
+//! - Freshness: DWRs go out only after Tw without traffic (RFC 3539 §3.4.1), so under
+//!   steady traffic no DWA arrives and a DWA-only server's load is never refreshed; only
+//!   servers that put Load in their answers give the selectors a live signal
+//!   (`docs/load-balancing.md`, "Live").
+//!
 //! # Reconnecting
 //!
 //! Servers with `connect` are dialled at start. After a failure the agent dials again
@@ -60,6 +80,7 @@
 
 mod core;
 pub mod io;
+pub mod load;
 pub mod setup;
 mod status;
 
