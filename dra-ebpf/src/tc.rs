@@ -51,8 +51,8 @@ use aya_ebpf::{
 };
 use dra_common::{
     maps::{
-        Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig, EGRESS_CARRY_MAX,
-        NO_SLOT,
+        Action, BucketKey, ClassCounters, EGRESS_CARRY_MAX, EgressFlow, EgressPeer, FlowKey,
+        GlobalConfig, NO_SLOT,
     },
     stats::Counter,
     wire::{self, ReqTypeScan, WireError},
@@ -61,8 +61,8 @@ use dra_common::{
 use crate::{
     bucket::{self, Charge},
     maps::{
-        count, EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH, GLOBAL_CONFIG,
-        SLOT_COUNTERS,
+        EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
+        GLOBAL_CONFIG, SLOT_COUNTERS, count,
     },
 };
 
@@ -146,7 +146,10 @@ pub fn egress(ctx: &TcContext) -> i32 {
 #[inline(always)]
 fn is_diameter_port(cfg: &GlobalConfig, port: u16) -> bool {
     port != 0
-        && (cfg.ports[0] == port || cfg.ports[1] == port || cfg.ports[2] == port || cfg.ports[3] == port)
+        && (cfg.ports[0] == port
+            || cfg.ports[1] == port
+            || cfg.ports[2] == port
+            || cfg.ports[3] == port)
 }
 
 #[inline(always)]
@@ -253,7 +256,14 @@ fn try_egress(ctx: &TcContext) -> Option<i32> {
 
 /// A data segment (or GSO super-packet) of a flow to a known destination.
 #[inline(always)]
-fn segment(ctx: &TcContext, key: &FlowKey, peer: &EgressPeer, payload: u32, seq: u32, len: u32) -> i32 {
+fn segment(
+    ctx: &TcContext,
+    key: &FlowKey,
+    peer: &EgressPeer,
+    payload: u32,
+    seq: u32,
+    len: u32,
+) -> i32 {
     let seg_end = seq.wrapping_add(len);
     let skb = ctx.skb.skb;
     let flow = match EGRESS_FLOWS.get_ptr_mut(key) {
@@ -312,7 +322,12 @@ fn segment(ctx: &TcContext, key: &FlowKey, peer: &EgressPeer, payload: u32, seq:
     // SAFETY: `walk_one` has the callback signature bpf_loop expects; `w` outlives
     // the call.
     unsafe {
-        bpf_loop(MAX_MSGS_PER_SKB, walk_one as *mut _, &mut w as *mut Walk as *mut _, 0);
+        bpf_loop(
+            MAX_MSGS_PER_SKB,
+            walk_one as *mut _,
+            &mut w as *mut Walk as *mut _,
+            0,
+        );
     }
     if w.lost != 0 {
         let _ = EGRESS_FLOWS.remove(key);
@@ -451,7 +466,12 @@ fn load_into_carry(w: &Walk, flow: &mut EgressFlow, have: usize, base: usize, n:
     // SAFETY: dst = carry + have, have ≤ CARRY_MAX, n ≤ CARRY_MAX: inside the
     // 2·CARRY_MAX buffer; the helper checks the skb bounds.
     let r = unsafe {
-        bpf_skb_load_bytes(w.skb as *const _, base as u32, flow.carry.as_mut_ptr().add(have) as *mut _, n as u32)
+        bpf_skb_load_bytes(
+            w.skb as *const _,
+            base as u32,
+            flow.carry.as_mut_ptr().add(have) as *mut _,
+            n as u32,
+        )
     };
     r == 0
 }
@@ -478,7 +498,9 @@ fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
     while i < 3 {
         match bucket::charge(slots[i], now, 1, false) {
             Charge::Charged { .. } => charged[i] = true,
-            Charge::Over { action: Action::Drop } => {
+            Charge::Over {
+                action: Action::Drop,
+            } => {
                 let mut j = 0;
                 while j < 3 {
                     if charged[j] {
@@ -489,7 +511,9 @@ fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
                 }
                 return false;
             }
-            Charge::Over { action: Action::Reject } => over = true,
+            Charge::Over {
+                action: Action::Reject,
+            } => over = true,
             Charge::Unlimited => {}
         }
         i += 1;
@@ -507,7 +531,9 @@ fn add(slot: u32, v: u8, len: u32) {
     if slot == NO_SLOT {
         return;
     }
-    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else { return };
+    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else {
+        return;
+    };
     // SAFETY: this CPU's value of a per-CPU array.
     let c: &mut ClassCounters = unsafe { &mut *c };
     if v == 0 {

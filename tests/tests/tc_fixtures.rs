@@ -122,7 +122,12 @@ impl Harness {
     }
 
     fn run(&mut self, input: &[u8]) -> u32 {
-        let prog: &mut SchedClassifier = self.ebpf.program_mut(dataplane::TC_PROGRAM).unwrap().try_into().unwrap();
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(dataplane::TC_PROGRAM)
+            .unwrap()
+            .try_into()
+            .unwrap();
         let mut out = vec![0u8; input.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(input);
@@ -136,7 +141,10 @@ impl Harness {
         match which {
             Which::Dest => p.info.dest_slot,
             Which::Group => p.info.group_slot,
-            Which::Class(c) => self.plan.egress_slot_of(peer, c).unwrap_or(p.info.other_slot),
+            Which::Class(c) => self
+                .plan
+                .egress_slot_of(peer, c)
+                .unwrap_or(p.info.other_slot),
         }
     }
 }
@@ -182,8 +190,8 @@ fn rows() -> Vec<Row> {
     let o1 = Frame::v4(DRA, OCS1);
     let i0 = pkt::ccr(app::GX, 1, 0);
     let l = i0.len() as u32;
-    let gy = pkt::ccr(app::GY, 1, 0);
     let mut v = Vec::new();
+    let gy = pkt::ccr(app::GY, 1, 0);
 
     v.push(Row {
         name: "not a Diameter port: passed, not counted",
@@ -193,7 +201,10 @@ fn rows() -> Vec<Row> {
     });
     v.push(Row {
         name: "destination that is no peer: passed, not counted",
-        steps: vec![(Frame::v4(DRA, "198.18.9.9").tcp(41000, 3868, 1, TCP_ACK, &[], &i0), PASS)],
+        steps: vec![(
+            Frame::v4(DRA, "198.18.9.9").tcp(41000, 3868, 1, TCP_ACK, &[], &i0),
+            PASS,
+        )],
         counters: vec![(Counter::EgressRequests, 0), (Counter::EgressUnframed, 0)],
         slots: vec![],
     });
@@ -201,11 +212,18 @@ fn rows() -> Vec<Row> {
         name: "Gx CCR-I to pcrf1: destination, group and class counted",
         steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &i0), PASS)],
         counters: vec![(Counter::EgressRequests, 1)],
-        slots: vec![("pcrf1", Which::Dest, 1, 1, 0, 0), ("pcrf1", Which::Group, 1, 1, 0, 0), ("pcrf1", GX_I, 1, 1, 0, 0)],
+        slots: vec![
+            ("pcrf1", Which::Dest, 1, 1, 0, 0),
+            ("pcrf1", Which::Group, 1, 1, 0, 0),
+            ("pcrf1", GX_I, 1, 1, 0, 0),
+        ],
     });
     v.push(Row {
         name: "Gx CCR-U: counted on the destination's other slot",
-        steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &pkt::ccr(app::GX, 2, 0)), PASS)],
+        steps: vec![
+            (syn(&p1), PASS),
+            (seg(&p1, 0, &pkt::ccr(app::GX, 2, 0)), PASS),
+        ],
         counters: vec![(Counter::EgressRequests, 1)],
         slots: vec![("pcrf1", OTHER, 1, 1, 0, 0), ("pcrf1", GX_I, 0, 0, 0, 0)],
     });
@@ -229,16 +247,29 @@ fn rows() -> Vec<Row> {
     });
     v.push(Row {
         name: "retransmission is not counted again",
-        steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &i0), PASS), (seg(&p1, 0, &i0), PASS)],
+        steps: vec![
+            (syn(&p1), PASS),
+            (seg(&p1, 0, &i0), PASS),
+            (seg(&p1, 0, &i0), PASS),
+        ],
         counters: vec![(Counter::EgressRetransmit, 1), (Counter::EgressRequests, 1)],
         slots: vec![("pcrf1", GX_I, 1, 1, 0, 0)],
     });
-    let three_gx: Vec<u8> = [pkt::ccr(app::GX, 1, 0), pkt::ccr(app::GX, 2, 1), pkt::cca(app::GX, 2)].concat();
+    let three_gx: Vec<u8> = [
+        pkt::ccr(app::GX, 1, 0),
+        pkt::ccr(app::GX, 2, 1),
+        pkt::cca(app::GX, 2),
+    ]
+    .concat();
     v.push(Row {
         name: "CCR-I + CCR-U + CCA in one skb",
         steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &three_gx), PASS)],
         counters: vec![(Counter::EgressRequests, 2), (Counter::EgressAnswers, 1)],
-        slots: vec![("pcrf1", GX_I, 1, 1, 0, 0), ("pcrf1", OTHER, 1, 1, 0, 0), ("pcrf1", Which::Dest, 2, 2, 0, 0)],
+        slots: vec![
+            ("pcrf1", GX_I, 1, 1, 0, 0),
+            ("pcrf1", OTHER, 1, 1, 0, 0),
+            ("pcrf1", Which::Dest, 2, 2, 0, 0),
+        ],
     });
     // Twelve CCR-U (more than ingress's per-pass bound) in one skb, to the
     // unlimited-class other slot of pcrf2... via pcrf1's dest (group limit 3 would
@@ -248,12 +279,19 @@ fn rows() -> Vec<Row> {
         name: "twelve requests in one skb are all counted",
         steps: vec![(syn(&o1), PASS), (seg(&o1, 0, &twelve), PASS)],
         counters: vec![(Counter::EgressRequests, 12)],
-        slots: vec![("ocs1", OTHER, 12, 12, 0, 0), ("ocs1", Which::Dest, 12, 12, 0, 0)],
+        slots: vec![
+            ("ocs1", OTHER, 12, 12, 0, 0),
+            ("ocs1", Which::Dest, 12, 12, 0, 0),
+        ],
     });
     // A message split across skbs after 60 bytes: CC-Request-Type is in the second.
     v.push(Row {
         name: "CCR-I split across two skbs: classified and counted once, in the second",
-        steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &i0[..60]), PASS), (seg(&p1, 60, &i0[60..]), PASS)],
+        steps: vec![
+            (syn(&p1), PASS),
+            (seg(&p1, 0, &i0[..60]), PASS),
+            (seg(&p1, 60, &i0[60..]), PASS),
+        ],
         counters: vec![(Counter::EgressRequests, 1), (Counter::EgressResync, 0)],
         slots: vec![("pcrf1", GX_I, 1, 1, 0, 0), ("pcrf1", OTHER, 0, 0, 0, 0)],
     });
@@ -262,7 +300,10 @@ fn rows() -> Vec<Row> {
         steps: vec![
             (syn(&p1), PASS),
             (seg(&p1, 0, &i0[..5]), PASS),
-            (seg(&p1, 5, &[&i0[5..], &pkt::ccr(app::GX, 2, 1)[..]].concat()), PASS),
+            (
+                seg(&p1, 5, &[&i0[5..], &pkt::ccr(app::GX, 2, 1)[..]].concat()),
+                PASS,
+            ),
         ],
         counters: vec![(Counter::EgressRequests, 2)],
         slots: vec![("pcrf1", GX_I, 1, 1, 0, 0), ("pcrf1", OTHER, 1, 1, 0, 0)],
@@ -309,7 +350,10 @@ fn rows() -> Vec<Row> {
             (syn(&o1), PASS),
             (seg(&o1, 0, &[&gy[..], &gy[..]].concat()), PASS),
             (seg(&o1, 2 * gy.len() as u32, &gy), SHOT),
-            (seg(&o1, 2 * gy.len() as u32, &pkt::ccr(app::GY, 2, 0)), PASS),
+            (
+                seg(&o1, 2 * gy.len() as u32, &pkt::ccr(app::GY, 2, 0)),
+                PASS,
+            ),
         ],
         counters: vec![(Counter::EgressDropped, 1), (Counter::EgressRequests, 3)],
         slots: vec![("ocs1", GY_I, 2, 2, 0, 1), ("ocs1", OTHER, 1, 1, 0, 0)],
@@ -352,9 +396,15 @@ fn rows() -> Vec<Row> {
 fn tc_classifier_passes_the_verifier() {
     let mut ebpf = dataplane::open().expect("open embedded object");
     dataplane::load_tc(&mut ebpf).expect("verifier accepts dra_tc_egress");
-    let prog: &SchedClassifier = ebpf.program(dataplane::TC_PROGRAM).unwrap().try_into().unwrap();
+    let prog: &SchedClassifier = ebpf
+        .program(dataplane::TC_PROGRAM)
+        .unwrap()
+        .try_into()
+        .unwrap();
     let info = prog.info().expect("program info");
-    let n = info.verified_instruction_count().expect("verified instruction count");
+    let n = info
+        .verified_instruction_count()
+        .expect("verified instruction count");
     println!(
         "{}: verifier processed {n} instructions; {:?} instructions after translation",
         dataplane::TC_PROGRAM,
@@ -367,33 +417,59 @@ fn tc_classifier_passes_the_verifier() {
 fn tc_fixture_table() {
     let mut h = Harness::new();
     assert_ne!(h.slot("pcrf1", Which::Group), NO_SLOT);
-    assert_eq!(h.slot("pcrf1", Which::Group), h.slot("pcrf2", Which::Group), "group slot shared");
+    assert_eq!(
+        h.slot("pcrf1", Which::Group),
+        h.slot("pcrf2", Which::Group),
+        "group slot shared"
+    );
     let rows = rows();
     let mut failures = Vec::new();
     for r in &rows {
         h.maps.reset_buckets().unwrap();
         h.maps.clear_egress_flows();
         let before = h.maps.stats().unwrap();
-        let slot_before: Vec<_> = r.slots.iter().map(|(p, w, ..)| h.maps.slot_counters(h.slot(p, *w)).unwrap()).collect();
+        let slot_before: Vec<_> = r
+            .slots
+            .iter()
+            .map(|(p, w, ..)| h.maps.slot_counters(h.slot(p, *w)).unwrap())
+            .collect();
         for (i, (p, want)) in r.steps.iter().enumerate() {
             let got = h.run(p);
             if got != *want {
-                failures.push(format!("{}: step {i}: verdict {got:#x}, want {want:#x}", r.name));
+                failures.push(format!(
+                    "{}: step {i}: verdict {got:#x}, want {want:#x}",
+                    r.name
+                ));
             }
         }
         let after = h.maps.stats().unwrap();
         let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
         if delta(Counter::EgressPackets) != r.steps.len() as u64 {
-            failures.push(format!("{}: egress packets {}, want {}", r.name, delta(Counter::EgressPackets), r.steps.len()));
+            failures.push(format!(
+                "{}: egress packets {}, want {}",
+                r.name,
+                delta(Counter::EgressPackets),
+                r.steps.len()
+            ));
         }
         for (c, want) in &r.counters {
             if delta(*c) != *want {
-                failures.push(format!("{}: counter {} delta {}, want {want}", r.name, c.name(), delta(*c)));
+                failures.push(format!(
+                    "{}: counter {} delta {}, want {want}",
+                    r.name,
+                    c.name(),
+                    delta(*c)
+                ));
             }
         }
         for ((p, w, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
             let a = h.maps.slot_counters(h.slot(p, *w)).unwrap();
-            let got = (a.seen - b.seen, a.admitted - b.admitted, a.marked - b.marked, a.dropped - b.dropped);
+            let got = (
+                a.seen - b.seen,
+                a.admitted - b.admitted,
+                a.marked - b.marked,
+                a.dropped - b.dropped,
+            );
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{w:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",
@@ -403,5 +479,11 @@ fn tc_fixture_table() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows failed:\n{}",
+        failures.len(),
+        rows.len(),
+        failures.join("\n")
+    );
 }

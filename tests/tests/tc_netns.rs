@@ -96,7 +96,18 @@ impl Lab {
         maps.write_plan(&plan).unwrap();
         let sink_addr: SocketAddr = "198.18.3.2:3868".parse().unwrap();
         let sink = Sink::start(&server, sink_addr);
-        (Lab { dra, _server: server, veth, pins, sink, sink_addr }, maps, plan)
+        (
+            Lab {
+                dra,
+                _server: server,
+                veth,
+                pins,
+                sink,
+                sink_addr,
+            },
+            maps,
+            plan,
+        )
     }
 }
 
@@ -112,21 +123,55 @@ fn egress_counts_match_the_sink() {
         every: Duration::from_micros(every_us),
         make: Box::new(move |n| pkt::ccr(app::GX, t, n)),
     };
-    let a = diam::paced_client(&lab.dra, lab.sink_addr, vec![mk(2000, rt::INITIAL as u32), mk(1000, 2)], Duration::from_secs(2), 1);
-    let b = diam::paced_client(&lab.dra, lab.sink_addr, vec![mk(500, rt::INITIAL as u32), mk(250, 2)], Duration::from_secs(2), 10);
+    let a = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![mk(2000, rt::INITIAL as u32), mk(1000, 2)],
+        Duration::from_secs(2),
+        1,
+    );
+    let b = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![mk(500, rt::INITIAL as u32), mk(250, 2)],
+        Duration::from_secs(2),
+        10,
+    );
     let n = a.log.len() + b.log.len();
-    assert_eq!(lab.sink.wait_for(n, Duration::from_secs(20)), n, "every message arrives");
+    assert_eq!(
+        lab.sink.wait_for(n, Duration::from_secs(20)),
+        n,
+        "every message arrives"
+    );
     let arr = lab.sink.snapshot();
     let i = arr.iter().filter(|x| x.class == CCR_I).count() as u64;
     let others = arr.len() as u64 - i;
     let p = plan.egress_peer("pcrf1").unwrap().info;
     let dest = maps.slot_counters(p.dest_slot).unwrap();
-    let ci = maps.slot_counters(plan.egress_slot_of("pcrf1", CCR_I).unwrap()).unwrap();
+    let ci = maps
+        .slot_counters(plan.egress_slot_of("pcrf1", CCR_I).unwrap())
+        .unwrap();
     let other = maps.slot_counters(p.other_slot).unwrap();
-    let stats: Vec<_> = maps.stats().unwrap().into_iter().filter(|(c, v)| *v > 0 && c.name().starts_with("egress")).collect();
-    println!("sink: {} messages ({i} CCR-I, {others} other); dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}", arr.len());
-    assert_eq!(p.group_slot, dra_common::maps::NO_SLOT, "no group limit configured");
-    assert_eq!(dest.seen, arr.len() as u64, "requests counted for the destination");
+    let stats: Vec<_> = maps
+        .stats()
+        .unwrap()
+        .into_iter()
+        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
+        .collect();
+    println!(
+        "sink: {} messages ({i} CCR-I, {others} other); dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
+        arr.len()
+    );
+    assert_eq!(
+        p.group_slot,
+        dra_common::maps::NO_SLOT,
+        "no group limit configured"
+    );
+    assert_eq!(
+        dest.seen,
+        arr.len() as u64,
+        "requests counted for the destination"
+    );
     assert_eq!(ci.seen, i, "CCR-I counted");
     assert_eq!(other.seen, others, "other classes counted");
     assert_eq!(dest.dropped, 0);
@@ -145,7 +190,10 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
         "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = {rate}\nburst = {burst}\naction = \"drop\"\n"
     );
     let (lab, maps, plan) = Lab::new(&config(&limit));
-    let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, rt::INITIAL as u32, n)) };
+    let s = Stream {
+        every: Duration::from_micros(1000),
+        make: Box::new(|n| pkt::ccr(app::GX, rt::INITIAL as u32, n)),
+    };
     let sent = diam::paced_client(&lab.dra, lab.sink_addr, vec![s], Duration::from_secs(3), 1);
     let n = sent.log.len();
     let got = lab.sink.wait_for(n, Duration::from_secs(120));
@@ -157,12 +205,20 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
     let last = arr.iter().map(|a| a.at).max().unwrap();
     let p = plan.egress_peer("pcrf1").unwrap().info;
     let g = maps.slot_counters(p.group_slot).unwrap();
-    let stats: Vec<_> = maps.stats().unwrap().into_iter().filter(|(c, v)| *v > 0 && c.name().starts_with("egress")).collect();
+    let stats: Vec<_> = maps
+        .stats()
+        .unwrap()
+        .into_iter()
+        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
+        .collect();
     println!(
         "police: offered {n} in {secs:.2} s; at the sink in the window {in_window} (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
         (last - sent.first).as_secs_f64()
     );
-    assert!(in_window as f64 <= allowed * 1.02, "admitted {in_window} > {allowed:.0}");
+    assert!(
+        in_window as f64 <= allowed * 1.02,
+        "admitted {in_window} > {allowed:.0}"
+    );
     assert_eq!(got, n, "every message delivered");
     let mut ids: Vec<u32> = arr.iter().map(|a| a.hop_by_hop).collect();
     ids.sort();
@@ -170,7 +226,10 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
     assert_eq!(ids.len(), n, "each exactly once");
     // Over the whole run the admissions never beat the rate either.
     let total = (last - sent.first).as_secs_f64();
-    assert!(n as f64 <= rate as f64 * total * 1.02 + burst as f64, "{n} in {total:.1} s");
+    assert!(
+        n as f64 <= rate as f64 * total * 1.02 + burst as f64,
+        "{n} in {total:.1} s"
+    );
     assert_eq!(g.admitted as usize, n, "each request admitted once");
     assert!(g.dropped > 0, "the policer dropped");
 }
