@@ -340,3 +340,54 @@ impl Plan {
             .map(|((peer, (a, c, rt)), s)| (BucketKey::new(*peer, MsgClass::new(*a, *c, *rt)), *s))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed() -> Plan {
+        let cfg = crate::config::parse(include_str!("../../../config/dra.toml"), "dra.toml").expect("seed config");
+        Plan::new(&cfg).expect("plan")
+    }
+
+    #[test]
+    fn seed_egress_group_limits_are_shared_by_members() {
+        let plan = seed();
+        let p1 = plan.egress_peer("pcrf1").expect("pcrf1 is a destination").info;
+        let p2 = plan.egress_peer("pcrf2").expect("pcrf2 is a destination").info;
+        let o1 = plan.egress_peer("ocs1").expect("ocs1 is a destination").info;
+        assert_eq!(p1.group_slot, p2.group_slot, "one PCRF group bucket");
+        assert_ne!(p1.group_slot, o1.group_slot);
+        assert_ne!(p1.dest_slot, p2.dest_slot, "per-destination counting");
+        let rate = |s: u32| plan.slots[s as usize].limit.as_ref().map(|l| l.rate);
+        assert_eq!(rate(p1.group_slot), Some(2000.0));
+        assert_eq!(rate(o1.group_slot), Some(500.0));
+        assert_eq!(rate(p1.dest_slot), None, "no per-peer egress profile: counting only");
+        // Clients are not egress destinations.
+        assert!(plan.egress_peer("pgw1").is_none());
+    }
+
+    #[test]
+    fn egress_slots_come_after_ingress_slots() {
+        let plan = seed();
+        let max_ingress = plan
+            .peers
+            .iter()
+            .flat_map(|p| [p.info.overall_slot, p.info.other_slot])
+            .chain(plan.class_slots.values().copied())
+            .max()
+            .unwrap();
+        for e in &plan.egress_peers {
+            assert!(e.info.dest_slot > max_ingress && e.info.other_slot > max_ingress);
+            assert!(plan.slots[e.info.dest_slot as usize].class_label.starts_with("egress:"));
+        }
+    }
+
+    #[test]
+    fn egress_destinations_include_the_connect_address() {
+        let plan = seed();
+        let p1 = plan.egress_peer("pcrf1").unwrap();
+        assert!(p1.prefixes.contains(&"198.18.2.2/32".parse().unwrap()));
+        assert_eq!(p1.prefixes.iter().filter(|n| **n == "198.18.2.2/32".parse::<IpNet>().unwrap()).count(), 1);
+    }
+}
