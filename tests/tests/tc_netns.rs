@@ -233,3 +233,58 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
     assert_eq!(g.admitted as usize, n, "each request admitted once");
     assert!(g.dropped > 0, "the policer dropped");
 }
+
+/// A second attach reuses the pinned link; detach removes it, and the program no
+/// longer sees the interface's traffic.
+#[test]
+fn egress_link_is_reused_and_detach_removes_it() {
+    let (lab, maps, _plan) = Lab::new(&config(""));
+    let again = lab
+        .dra
+        .enter(|| Dataplane::attach_egress(&lab.veth.a_if, &lab.pins.0))
+        .unwrap()
+        .expect("reuse");
+    assert!(again, "the pinned link is reused");
+    let s = |n: u64| Stream {
+        every: Duration::from_micros(1000),
+        make: Box::new(move |k| pkt::ccr(app::GX, 2, k + n as u32)),
+    };
+    let a = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![s(0)],
+        Duration::from_millis(200),
+        1,
+    );
+    assert_eq!(
+        lab.sink.wait_for(a.log.len(), Duration::from_secs(10)),
+        a.log.len()
+    );
+    let counted = maps
+        .stat(dra_common::stats::Counter::EgressRequests)
+        .unwrap();
+    assert_eq!(counted, a.log.len() as u64);
+
+    let removed = Dataplane::detach(Some(&lab.veth.a_if), &lab.pins.0).unwrap();
+    assert!(
+        removed
+            .iter()
+            .any(|p| p.ends_with(format!("link_egress_{}", lab.veth.a_if)))
+    );
+    assert!(!Dataplane::is_egress_pinned(&lab.veth.a_if, &lab.pins.0));
+    let b = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![s(10_000)],
+        Duration::from_millis(200),
+        1,
+    );
+    let total = a.log.len() + b.log.len();
+    assert_eq!(lab.sink.wait_for(total, Duration::from_secs(10)), total);
+    assert_eq!(
+        maps.stat(dra_common::stats::Counter::EgressRequests)
+            .unwrap(),
+        counted,
+        "detached: nothing counted any more"
+    );
+}
