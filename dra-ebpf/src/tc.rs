@@ -489,7 +489,7 @@ fn class_slot(peer: &EgressPeer, class: wire::MsgClass) -> u32 {
 
 /// Charges the request on the destination, group and class slots. False: over a
 /// `drop` bucket (charges of this request given back, counted dropped).
-#[inline(always)]
+#[inline(never)]
 fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
     let slots = [peer.dest_slot, peer.group_slot, class];
     let mut charged = [false; 3];

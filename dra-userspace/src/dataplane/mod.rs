@@ -530,6 +530,15 @@ impl Dataplane {
         for name in PINNED_MAPS {
             let _ = std::fs::remove_file(pin_dir.join(name));
         }
+        // A TC egress link of that run uses its maps, not these: remove it, so that
+        // `attach_egress` (called after this) attaches afresh on the new maps.
+        if let Ok(rd) = std::fs::read_dir(pin_dir) {
+            for entry in rd.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("link_egress_") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         for name in PINNED_MAPS {
             let map = ebpf.map(name).ok_or(DataplaneError::MissingMap { name })?;
             let path = pin_dir.join(name);
