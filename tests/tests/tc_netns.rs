@@ -130,6 +130,16 @@ fn egress_counts_match_the_sink() {
         Duration::from_secs(2),
         1,
     );
+    // The kernel releases an unpinned link after an RCU grace period: wait for the
+    // TCX egress chain to be empty before sending again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !tcx_egress(&lab).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TCX program still attached after detach"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let b = diam::paced_client(
         &lab.dra,
         lab.sink_addr,
@@ -265,6 +275,12 @@ fn egress_link_is_reused_and_detach_removes_it() {
         .unwrap();
     assert_eq!(counted, a.log.len() as u64);
 
+    assert_eq!(
+        tcx_egress(&lab),
+        vec!["dra_tc_egress".to_string()],
+        "one TCX egress program"
+    );
+
     let removed = Dataplane::detach(Some(&lab.veth.a_if), &lab.pins.0).unwrap();
     assert!(
         removed
@@ -272,6 +288,16 @@ fn egress_link_is_reused_and_detach_removes_it() {
             .any(|p| p.ends_with(format!("link_egress_{}", lab.veth.a_if)))
     );
     assert!(!Dataplane::is_egress_pinned(&lab.veth.a_if, &lab.pins.0));
+    // The kernel releases an unpinned link after an RCU grace period: wait for the
+    // TCX egress chain to be empty before sending again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !tcx_egress(&lab).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TCX program still attached after detach"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let b = diam::paced_client(
         &lab.dra,
         lab.sink_addr,
@@ -287,4 +313,22 @@ fn egress_link_is_reused_and_detach_removes_it() {
         counted,
         "detached: nothing counted any more"
     );
+}
+
+/// Names of the programs in the TCX egress chain of the lab's DRA-side veth.
+fn tcx_egress(lab: &Lab) -> Vec<String> {
+    let (_, progs) = lab
+        .dra
+        .enter(|| {
+            aya::programs::SchedClassifier::query_tcx(
+                &lab.veth.a_if,
+                aya::programs::TcAttachType::Egress,
+            )
+        })
+        .unwrap()
+        .expect("query TCX");
+    progs
+        .iter()
+        .map(|p| p.name_as_str().unwrap_or("?").to_string())
+        .collect()
 }

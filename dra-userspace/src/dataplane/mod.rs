@@ -569,8 +569,10 @@ impl Dataplane {
         Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: false, _ebpf: Some(ebpf) })
     }
 
-    /// Removes everything pinned for `iface` in `pin_dir` (the link — which detaches
-    /// the program — and the maps). Returns what was removed.
+    /// Removes everything pinned for `iface` in `pin_dir` (the XDP and TC egress
+    /// links — which detaches the programs — and the maps). Returns what was
+    /// removed. The kernel releases an unpinned link after an RCU grace period, so
+    /// the programs may see a few more packets after this returns.
     pub fn detach(iface: Option<&str>, pin_dir: &Path) -> Result<Vec<PathBuf>, DataplaneError> {
         let mut removed = Vec::new();
         let Ok(rd) = std::fs::read_dir(pin_dir) else { return Ok(removed) };
