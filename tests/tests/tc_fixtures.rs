@@ -23,6 +23,8 @@ const SHOT: u32 = 2;
 /// pcrf1, pcrf2 in group pcrf: egress group limit 1/s burst 3, drop (shared).
 /// pcrf1: Gx CCR-I egress profile 1000/s (reject: counted, never policed here).
 /// ocs1 (IPv4 + IPv6) in group ocs: Gy CCR-I 1/s burst 2, drop.
+/// ocs2 in group ocs: its own egress limit 1/s burst 1, reject (not policed here:
+/// over-limit requests pass and count as `marked`).
 const CONFIG: &str = r#"
 [global]
 origin_host = "dra.lab.example"
@@ -63,6 +65,21 @@ addresses = ["198.18.2.4", "2001:db8:2::4"]
 role = "server"
 group = "ocs"
 connect = "198.18.2.4:3868"
+
+[[peer]]
+name = "ocs2"
+origin_host = "ocs2.ocs.lab.example"
+realm = "ocs.lab.example"
+role = "server"
+group = "ocs"
+connect = "198.18.2.5:3868"
+
+[[peer_rate_limit_profile]]
+peer = "ocs2"
+direction = "egress"
+rate = 1
+burst = 1
+action = "reject"
 
 [[peer_group]]
 name = "pcrf"
@@ -357,6 +374,23 @@ fn rows() -> Vec<Row> {
         ],
         counters: vec![(Counter::EgressDropped, 1), (Counter::EgressRequests, 3)],
         slots: vec![("ocs1", GY_I, 2, 2, 0, 1), ("ocs1", OTHER, 1, 1, 0, 0)],
+    });
+    let o2 = Frame::v4(DRA, "198.18.2.5");
+    let gy_u = pkt::ccr(app::GY, 2, 0);
+    v.push(Row {
+        name: "reject limit: over-limit requests pass, counted marked",
+        steps: vec![
+            (syn(&o2), PASS),
+            (
+                seg(&o2, 0, &[&gy_u[..], &gy_u[..], &gy_u[..]].concat()),
+                PASS,
+            ),
+        ],
+        counters: vec![(Counter::EgressDropped, 0), (Counter::EgressRequests, 3)],
+        slots: vec![
+            ("ocs2", Which::Dest, 3, 1, 2, 0),
+            ("ocs2", OTHER, 3, 1, 2, 0),
+        ],
     });
     let o6 = Frame::v4("2001:db8:2::1", "2001:db8:2::4");
     v.push(Row {
