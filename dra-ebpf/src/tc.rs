@@ -6,8 +6,10 @@
 //! Design:
 //! * Parse Ethernet (up to two VLAN tags in the data; a tag the driver holds out of
 //!   band is not in the data and needs no skipping), IPv4 (IHL honoured, fragments
-//!   passed) or IPv6 (up to four extension headers), TCP to a Diameter port
-//!   (`GlobalConfig.ports`). SCTP is passed uncounted (no SCTP sockets here).
+//!   passed) or IPv6 (up to four extension headers), TCP with a Diameter port
+//!   (`GlobalConfig.ports`) on either side: the agent's connections to servers and
+//!   servers' connections to the agent. SCTP is passed uncounted (no SCTP sockets
+//!   here).
 //! * Destination address → [`EgressPeer`] through `EGRESS_PEERS_V4/V6` (LPM). Other
 //!   destinations pass untouched.
 //! * Framing with flow state (`EGRESS_FLOWS`, LRU, 5-tuple as sent), like ingress:
@@ -152,6 +154,16 @@ fn is_diameter_port(cfg: &GlobalConfig, port: u16) -> bool {
             || cfg.ports[3] == port)
 }
 
+/// Either port is a Diameter port: the agent's connection to a server (destination
+/// port), or a server's connection to the agent (source port).
+#[inline(always)]
+fn on_diameter_port(ctx: &TcContext, cfg: &GlobalConfig, tcp_off: usize) -> Option<bool> {
+    let p = load::<[u8; 4]>(ctx, tcp_off)?;
+    let sport = u16::from_be_bytes([p[0], p[1]]);
+    let dport = u16::from_be_bytes([p[2], p[3]]);
+    Some(is_diameter_port(cfg, dport) || is_diameter_port(cfg, sport))
+}
+
 #[inline(always)]
 fn try_egress(ctx: &TcContext) -> Option<i32> {
     let cfg = GLOBAL_CONFIG.get(0)?;
@@ -185,8 +197,7 @@ fn try_egress(ctx: &TcContext) -> Option<i32> {
         key.saddr[0] = u32::from_ne_bytes([h[12], h[13], h[14], h[15]]);
         key.daddr[0] = u32::from_ne_bytes(da);
         off += ihl;
-        let dport = u16::from_be(load::<u16>(ctx, off + 2)?);
-        if !is_diameter_port(cfg, dport) {
+        if !on_diameter_port(ctx, cfg, off)? {
             return Some(PASS);
         }
         peer = *EGRESS_PEERS_V4.get(Key::new(32, da))?;
@@ -212,8 +223,7 @@ fn try_egress(ctx: &TcContext) -> Option<i32> {
         if nh != IPPROTO_TCP {
             return Some(PASS);
         }
-        let dport = u16::from_be(load::<u16>(ctx, off + 2)?);
-        if !is_diameter_port(cfg, dport) {
+        if !on_diameter_port(ctx, cfg, off)? {
             return Some(PASS);
         }
         key.proto = 0x80;

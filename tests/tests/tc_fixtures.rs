@@ -375,6 +375,18 @@ fn rows() -> Vec<Row> {
         counters: vec![(Counter::EgressDropped, 1), (Counter::EgressRequests, 3)],
         slots: vec![("ocs1", GY_I, 2, 2, 0, 1), ("ocs1", OTHER, 1, 1, 0, 0)],
     });
+    v.push(Row {
+        name: "a server's connection to the agent (source port 3868): counted",
+        steps: vec![
+            (p1.tcp(3868, 45000, ISN, TCP_SYN | TCP_ACK, &[], &[]), PASS),
+            (
+                p1.tcp(3868, 45000, ISN + 1, TCP_ACK | TCP_PSH, &[], &i0),
+                PASS,
+            ),
+        ],
+        counters: vec![(Counter::EgressRequests, 1)],
+        slots: vec![("pcrf1", GX_I, 1, 1, 0, 0)],
+    });
     let o2 = Frame::v4(DRA, "198.18.2.5");
     let gy_u = pkt::ccr(app::GY, 2, 0);
     v.push(Row {
