@@ -28,6 +28,14 @@ pub mod names {
     pub const TCP_FLOWS: &str = "TCP_FLOWS";
     /// LRU hash: [`super::FlowKey`] → [`super::SctpAssoc`].
     pub const SCTP_ASSOCS: &str = "SCTP_ASSOCS";
+    /// LPM trie: IPv4 destination prefix → [`super::EgressPeer`] (TC egress).
+    pub const EGRESS_PEERS_V4: &str = "EGRESS_PEERS_V4";
+    /// LPM trie: IPv6 destination prefix → [`super::EgressPeer`] (TC egress).
+    pub const EGRESS_PEERS_V6: &str = "EGRESS_PEERS_V6";
+    /// Hash: [`super::BucketKey`] (destination peer id × class) → egress slot (u32).
+    pub const EGRESS_CLASS_SLOTS: &str = "EGRESS_CLASS_SLOTS";
+    /// LRU hash: [`super::FlowKey`] (as sent) → [`super::EgressFlow`].
+    pub const EGRESS_FLOWS: &str = "EGRESS_FLOWS";
 }
 
 /// Number of bucket slots (config, state and counters arrays).
@@ -270,6 +278,55 @@ pub struct TcpFlow {
 pub struct SctpAssoc {
     pub next_tsn: u32,
     pub ofo_drops: u32,
+}
+
+/// What the TC egress program knows of a destination (value of the egress LPM tries,
+/// keyed by destination address). Every request sent to the destination is counted
+/// on `dest_slot`, on `group_slot` (its peer group's shared egress slot, if any) and
+/// on its class slot (`EGRESS_CLASS_SLOTS`, else `other_slot`); each of these slots
+/// that has a bucket is charged. [`NO_SLOT`] means none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct EgressPeer {
+    /// The destination's peer id (same numbering as [`PeerInfo::peer_id`]).
+    pub peer_id: u32,
+    /// Per-destination slot: the peer's own egress limit, or counting only.
+    pub dest_slot: u32,
+    /// The peer group's egress slot, shared by its members ([`NO_SLOT`]: none).
+    pub group_slot: u32,
+    /// Per-destination counting slot of classes without a slot of their own.
+    pub other_slot: u32,
+}
+
+/// Bytes of an egress message kept across skbs while its class cannot be known
+/// (header or CC-Request-Type cut off by the end of the skb).
+pub const EGRESS_CARRY_MAX: usize = 192;
+/// Size of the egress carry buffer: twice [`EGRESS_CARRY_MAX`] (verifier bound, as
+/// [`CARRY_BUF`]).
+pub const EGRESS_CARRY_BUF: usize = 2 * EGRESS_CARRY_MAX;
+
+/// TC egress framing state of one flow (sequence numbers of the sent stream).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgressFlow {
+    /// Where the next Diameter header starts (at or after `processed_end`, or before
+    /// it when that message's first bytes are held in `carry`).
+    pub next_hdr: u32,
+    /// Every byte before this has been looked at; its requests counted once.
+    pub processed_end: u32,
+    /// Valid bytes in `carry` (they start at `next_hdr`).
+    pub carry_len: u16,
+    pub _pad: u16,
+    pub _pad2: u32,
+    pub carry: [u8; EGRESS_CARRY_BUF],
+}
+
+#[cfg(feature = "user")]
+mod pod_egress {
+    // SAFETY: #[repr(C)] plain data with explicit padding fields, no invalid bit
+    // patterns.
+    unsafe impl aya::Pod for super::EgressPeer {}
+    unsafe impl aya::Pod for super::EgressFlow {}
 }
 
 #[cfg(feature = "user")]

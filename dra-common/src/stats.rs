@@ -50,6 +50,16 @@ pub enum Counter {
     LateCharged,
     /// The protocol program was not installed in the jump table (setup error).
     NoProgram,
+    /// TC egress: packets seen.
+    EgressPackets,
+    /// TC egress: Diameter answers sent (never counted per slot, never policed).
+    EgressAnswers,
+    /// TC egress: segments that carried only bytes already counted.
+    EgressRetransmit,
+    /// TC egress: flow state missing, lost or invalid; framing restarted.
+    EgressResync,
+    /// TC egress: segments passed uncounted (no flow state, no header at the start).
+    EgressUnframed,
     /// Number of counters (array size).
     Count,
 }
@@ -81,6 +91,11 @@ impl Counter {
         Counter::NoPayload,
         Counter::LateCharged,
         Counter::NoProgram,
+        Counter::EgressPackets,
+        Counter::EgressAnswers,
+        Counter::EgressRetransmit,
+        Counter::EgressResync,
+        Counter::EgressUnframed,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -108,6 +123,11 @@ impl Counter {
             Counter::NoPayload => "no_payload",
             Counter::LateCharged => "late_charged",
             Counter::NoProgram => "no_program",
+            Counter::EgressPackets => "egress_packets",
+            Counter::EgressAnswers => "egress_answers",
+            Counter::EgressRetransmit => "egress_retransmit",
+            Counter::EgressResync => "egress_resync",
+            Counter::EgressUnframed => "egress_unframed",
             Counter::Count => "count",
         }
     }

@@ -12,10 +12,15 @@ mod bucket;
 mod bytes;
 mod maps;
 mod sctp;
+mod tc;
 mod tcp;
 mod xdp;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 
 /// XDP ingress on the DRA's client-facing interface: parse, peer lookup, dispatch.
 #[xdp]
@@ -36,6 +41,13 @@ pub fn dra_xdp_tcp(ctx: XdpContext) -> u32 {
 #[xdp]
 pub fn dra_xdp_sctp(ctx: XdpContext) -> u32 {
     xdp::sctp_entry(&ctx)
+}
+
+/// TC egress (TCX) on the interface facing the servers: per-destination counting and
+/// policing of the requests the agent sends.
+#[classifier]
+pub fn dra_tc_egress(ctx: TcContext) -> i32 {
+    tc::egress(&ctx)
 }
 
 /// The benchmarks' baseline: a program that only passes (`cargo xtask bench xdp`).

@@ -86,3 +86,27 @@ pub fn count_n(c: Counter, n: u64) {
         unsafe { *p += n };
     }
 }
+
+// ---- TC egress (see tc.rs) ----
+
+/// Destination prefix → what the egress program counts and charges for it.
+#[map(name = "EGRESS_PEERS_V4")]
+pub static EGRESS_PEERS_V4: LpmTrie<Ipv4Key, dra_common::maps::EgressPeer> =
+    LpmTrie::with_max_entries(MAX_PEER_PREFIXES, 0);
+
+#[map(name = "EGRESS_PEERS_V6")]
+pub static EGRESS_PEERS_V6: LpmTrie<Ipv6Key, dra_common::maps::EgressPeer> =
+    LpmTrie::with_max_entries(MAX_PEER_PREFIXES, 0);
+
+/// (destination peer id, class) → egress slot.
+#[map(name = "EGRESS_CLASS_SLOTS")]
+pub static EGRESS_CLASS_SLOTS: HashMap<BucketKey, u32> = HashMap::with_max_entries(MAX_CLASS_SLOTS, 0);
+
+/// Framing state of the flows the agent sends on.
+#[map(name = "EGRESS_FLOWS")]
+pub static EGRESS_FLOWS: LruHashMap<FlowKey, dra_common::maps::EgressFlow> =
+    LruHashMap::with_max_entries(MAX_FLOWS, 0);
+
+/// Scratch space to build a new egress flow (too large for the BPF stack).
+#[map(name = "EGRESS_SCRATCH")]
+pub static EGRESS_SCRATCH: PerCpuArray<dra_common::maps::EgressFlow> = PerCpuArray::with_max_entries(1, 0);

@@ -8,19 +8,23 @@ use std::path::{Path, PathBuf};
 
 use aya::{
     maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, PerCpuArray},
-    programs::{links::FdLink, Xdp, XdpMode},
+    programs::{
+        links::FdLink,
+        tc::{TcAttachOptions, TcAttachType},
+        LinkOrder, SchedClassifier, Xdp, XdpMode,
+    },
     Ebpf,
 };
 use dra_common::{
     maps::{
-        names, BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key, Ipv6Key,
-        PeerInfo, SctpAssoc, TcpFlow,
+        names, BucketConfig, BucketKey, BucketState, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig,
+        Ipv4Key, Ipv6Key, PeerInfo, SctpAssoc, TcpFlow,
     },
     stats::Counter,
 };
 use ipnet::IpNet;
 
-pub use plan::{Plan, PlanError, Slot};
+pub use plan::{Plan, PlanError, PlannedEgress, Slot};
 
 /// The eBPF object built by build.rs from dra-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dra"));
@@ -34,8 +38,11 @@ pub const JUMP_MAP: &str = "JUMP";
 /// Default pin directory.
 pub const PIN_DIR: &str = dra_common::maps::PIN_DIR;
 
+/// Name of the TC egress program in the object.
+pub const TC_PROGRAM: &str = "dra_tc_egress";
+
 /// Maps the agent writes or reads (all pinned).
-const PINNED_MAPS: [&str; 14] = [
+const PINNED_MAPS: [&str; 19] = [
     names::PEERS_V4,
     names::PEERS_V6,
     names::CLASS_SLOTS,
@@ -50,6 +57,11 @@ const PINNED_MAPS: [&str; 14] = [
     "PKT_META",
     "LEDGER_SCRATCH",
     "FLOW_SCRATCH",
+    names::EGRESS_PEERS_V4,
+    names::EGRESS_PEERS_V6,
+    names::EGRESS_CLASS_SLOTS,
+    names::EGRESS_FLOWS,
+    "EGRESS_SCRATCH",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +90,12 @@ pub enum DataplaneError {
     Attach {
         iface: String,
         mode: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("attaching TC egress (TCX) to {iface}")]
+    AttachEgress {
+        iface: String,
         #[source]
         source: aya::programs::ProgramError,
     },
@@ -164,6 +182,17 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
     Ok(())
 }
 
+/// Loads (verifies) the TC egress classifier.
+pub fn load_tc(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let name = TC_PROGRAM;
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .ok_or(DataplaneError::MissingProgram { name })?
+        .try_into()
+        .map_err(|source| DataplaneError::Program { name, source })?;
+    prog.load().map_err(|source| DataplaneError::Program { name, source })
+}
+
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 fn is_bpffs(p: &Path) -> bool {
@@ -198,6 +227,10 @@ fn link_pin(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("link_{iface}"))
 }
 
+fn egress_link_pin(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("link_egress_{iface}"))
+}
+
 /// The fast path's maps, from a fresh load or from the pins of an earlier run.
 pub struct Maps {
     peers_v4: LpmTrie<MapData, Ipv4Key, PeerInfo>,
@@ -210,6 +243,10 @@ pub struct Maps {
     global: Array<MapData, GlobalConfig>,
     tcp_flows: HashMap<MapData, FlowKey, TcpFlow>,
     sctp_assocs: HashMap<MapData, FlowKey, SctpAssoc>,
+    egress_v4: LpmTrie<MapData, Ipv4Key, EgressPeer>,
+    egress_v6: LpmTrie<MapData, Ipv6Key, EgressPeer>,
+    egress_class_slots: HashMap<MapData, BucketKey, u32>,
+    egress_flows: HashMap<MapData, FlowKey, EgressFlow>,
 }
 
 macro_rules! typed {
@@ -232,6 +269,10 @@ impl Maps {
             global: typed!(get(names::GLOBAL_CONFIG)?, names::GLOBAL_CONFIG, Array),
             tcp_flows: typed!(get(names::TCP_FLOWS)?, names::TCP_FLOWS, HashMap),
             sctp_assocs: typed!(get(names::SCTP_ASSOCS)?, names::SCTP_ASSOCS, HashMap),
+            egress_v4: typed!(get(names::EGRESS_PEERS_V4)?, names::EGRESS_PEERS_V4, LpmTrie),
+            egress_v6: typed!(get(names::EGRESS_PEERS_V6)?, names::EGRESS_PEERS_V6, LpmTrie),
+            egress_class_slots: typed!(get(names::EGRESS_CLASS_SLOTS)?, names::EGRESS_CLASS_SLOTS, HashMap),
+            egress_flows: typed!(get(names::EGRESS_FLOWS)?, names::EGRESS_FLOWS, HashMap),
         })
     }
 
@@ -303,8 +344,74 @@ impl Maps {
         for k in stale {
             let _ = self.class_slots.remove(&k);
         }
+        self.write_egress(plan)?;
         self.global.set(0, plan.global, 0).map_err(e(names::GLOBAL_CONFIG))?;
         Ok(())
+    }
+
+    /// Writes the egress destinations and class slots of the plan (new entries
+    /// first, then stale ones removed). Part of [`Maps::write_plan`].
+    pub fn write_egress(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
+        let e = |name| move |source| DataplaneError::Map { name, source };
+        let mut want4 = std::collections::HashSet::new();
+        let mut want6 = std::collections::HashSet::new();
+        for p in &plan.egress_peers {
+            for net in &p.prefixes {
+                match net {
+                    IpNet::V4(n) => {
+                        want4.insert((n.prefix_len() as u32, n.network().octets()));
+                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
+                        self.egress_v4.insert(&k, p.info, 0).map_err(e(names::EGRESS_PEERS_V4))?;
+                    }
+                    IpNet::V6(n) => {
+                        want6.insert((n.prefix_len() as u32, n.network().octets()));
+                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
+                        self.egress_v6.insert(&k, p.info, 0).map_err(e(names::EGRESS_PEERS_V6))?;
+                    }
+                }
+            }
+        }
+        let stale4: Vec<_> = self
+            .egress_v4
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want4.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for k in stale4 {
+            let _ = self.egress_v4.remove(&k);
+        }
+        let stale6: Vec<_> = self
+            .egress_v6
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want6.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for k in stale6 {
+            let _ = self.egress_v6.remove(&k);
+        }
+        for (k, s) in plan.egress_class_entries() {
+            self.egress_class_slots.insert(k, s, 0).map_err(e(names::EGRESS_CLASS_SLOTS))?;
+        }
+        let wanted: std::collections::HashSet<BucketKey> = plan.egress_class_entries().map(|(k, _)| k).collect();
+        let stale: Vec<BucketKey> =
+            self.egress_class_slots.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+        for k in stale {
+            let _ = self.egress_class_slots.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// The egress flows the TC program tracks and their framing state.
+    pub fn egress_flows(&self) -> Vec<(FlowKey, EgressFlow)> {
+        self.egress_flows.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Forgets all egress flow state (flows resynchronise).
+    pub fn clear_egress_flows(&mut self) {
+        let keys: Vec<FlowKey> = self.egress_flows.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.egress_flows.remove(&k);
+        }
     }
 
     /// Rewrites one slot's rate (the dynamic controller), keeping its tokens.
@@ -423,6 +530,15 @@ impl Dataplane {
         for name in PINNED_MAPS {
             let _ = std::fs::remove_file(pin_dir.join(name));
         }
+        // A TC egress link of that run uses its maps, not these: remove it, so that
+        // `attach_egress` (called after this) attaches afresh on the new maps.
+        if let Ok(rd) = std::fs::read_dir(pin_dir) {
+            for entry in rd.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("link_egress_") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         for name in PINNED_MAPS {
             let map = ebpf.map(name).ok_or(DataplaneError::MissingMap { name })?;
             let path = pin_dir.join(name);
@@ -453,8 +569,10 @@ impl Dataplane {
         Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: false, _ebpf: Some(ebpf) })
     }
 
-    /// Removes everything pinned for `iface` in `pin_dir` (the link — which detaches
-    /// the program — and the maps). Returns what was removed.
+    /// Removes everything pinned for `iface` in `pin_dir` (the XDP and TC egress
+    /// links — which detaches the programs — and the maps). Returns what was
+    /// removed. The kernel releases an unpinned link after an RCU grace period, so
+    /// the programs may see a few more packets after this returns.
     pub fn detach(iface: Option<&str>, pin_dir: &Path) -> Result<Vec<PathBuf>, DataplaneError> {
         let mut removed = Vec::new();
         let Ok(rd) = std::fs::read_dir(pin_dir) else { return Ok(removed) };
@@ -462,7 +580,7 @@ impl Dataplane {
             let p = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_link = name.starts_with("link_");
-            if is_link && iface.is_some_and(|i| name != format!("link_{i}")) {
+            if is_link && iface.is_some_and(|i| name != format!("link_{i}") && name != format!("link_egress_{i}")) {
                 continue;
             }
             std::fs::remove_file(&p).map_err(|source| DataplaneError::Io { path: p.clone(), source })?;
@@ -470,6 +588,50 @@ impl Dataplane {
         }
         let _ = std::fs::remove_dir(pin_dir);
         Ok(removed)
+    }
+
+    /// Attaches the TC egress program to `iface` through TCX (egress, last in the
+    /// TCX chain) and pins its link as `link_egress_<iface>` in `pin_dir`, or reuses
+    /// the link an earlier run pinned. The program uses the maps pinned in `pin_dir`
+    /// (those of [`Dataplane::attach`], which must come first when both are used;
+    /// missing pins are created), so one [`Maps`] reads and writes both directions.
+    /// Returns true when an earlier run's link was reused. [`Dataplane::detach`]
+    /// removes the link (detaching the program).
+    pub fn attach_egress(iface: &str, pin_dir: &Path) -> Result<bool, DataplaneError> {
+        let link = egress_link_pin(pin_dir, iface);
+        if link.exists() {
+            return Ok(true);
+        }
+        if EBPF_OBJECT.is_empty() {
+            return Err(DataplaneError::NoObject);
+        }
+        ensure_bpffs(pin_dir)?;
+        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io { path: pin_dir.into(), source })?;
+        let paths: Vec<(&'static str, PathBuf)> = PINNED_MAPS.iter().map(|n| (*n, pin_dir.join(n))).collect();
+        let mut loader = aya::EbpfLoader::new();
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(DataplaneError::Load)?;
+        load_tc(&mut ebpf)?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(TC_PROGRAM)
+            .ok_or(DataplaneError::MissingProgram { name: TC_PROGRAM })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name: TC_PROGRAM, source })?;
+        let id = prog
+            .attach_with_options(iface, TcAttachType::Egress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+            .map_err(|source| DataplaneError::AttachEgress { iface: iface.into(), source })?;
+        let tc_link = prog.take_link(id).map_err(|source| DataplaneError::Program { name: TC_PROGRAM, source })?;
+        let fd_link: FdLink =
+            tc_link.try_into().map_err(|source| DataplaneError::Link { iface: iface.into(), source })?;
+        fd_link.pin(&link).map_err(|source| DataplaneError::Pin { path: link.clone(), source })?;
+        Ok(false)
+    }
+
+    /// Whether a pinned TC egress link for `iface` exists.
+    pub fn is_egress_pinned(iface: &str, pin_dir: &Path) -> bool {
+        egress_link_pin(pin_dir, iface).exists()
     }
 
     /// The maps (the programs stay attached through their pinned link).

@@ -14,16 +14,26 @@
 //! * classes a DRL profile names always have a slot (they are what the controller
 //!   rewrites);
 //! * a connection guard (`connection_rate`) gets a slot per peer.
+//!
+//! Egress (TC, after every ingress slot so ingress indices do not move):
+//! * every destination — a server peer, or a peer an egress profile names directly
+//!   or through its group — gets an [`EgressPeer`] keyed by its addresses and the
+//!   address it is connected to (`connect`);
+//! * a destination's `dest_slot` carries its own egress `peer_rate_limit_profile`
+//!   (or only counts); its `group_slot` is its group's egress profile, one slot
+//!   shared by the members; `other_slot` counts classes without a slot;
+//! * each egress `message_rate_limit_profile` gets one slot per target (a group's
+//!   shared), with the same "any request type" expansion as ingress.
 
 use std::collections::BTreeMap;
 
 use dra_common::{
-    maps::{BucketConfig, BucketKey, GlobalConfig, PeerInfo, UnknownPeerPolicy, MAX_SLOTS, NO_SLOT},
+    maps::{BucketConfig, BucketKey, EgressPeer, GlobalConfig, PeerInfo, UnknownPeerPolicy, MAX_SLOTS, NO_SLOT},
     wire::MsgClass,
 };
 use ipnet::IpNet;
 
-use crate::config::{Config, Direction, Limit, RequestType, Target, UnknownPeer};
+use crate::config::{Config, Direction, Limit, RequestType, Role, Target, UnknownPeer};
 
 /// One slot of the bucket arrays and what it stands for.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +66,15 @@ pub struct PlannedPeer {
     pub prefixes: Vec<IpNet>,
 }
 
+/// A destination as planned for the TC egress program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedEgress {
+    pub name: String,
+    pub info: EgressPeer,
+    /// Destination prefixes (config addresses and the `connect` address).
+    pub prefixes: Vec<IpNet>,
+}
+
 /// Everything the fast path's maps hold, derived from a config.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -64,6 +83,21 @@ pub struct Plan {
     pub slots: Vec<Slot>,
     /// (peer id, class) → slot.
     pub class_slots: BTreeMap<(u32, ClassKey), u32>,
+    /// Destinations of the TC egress program.
+    pub egress_peers: Vec<PlannedEgress>,
+    /// (destination peer id, class) → egress slot.
+    pub egress_class_slots: BTreeMap<(u32, ClassKey), u32>,
+}
+
+/// Expands "any request type" entries to the specific types without their own slot.
+fn expand_any(classes: &mut BTreeMap<ClassKey, u32>) {
+    let any: Vec<(ClassKey, u32)> =
+        classes.iter().filter(|((_, _, rt), _)| *rt == RequestType::Any.wire()).map(|(k, s)| (*k, *s)).collect();
+    for ((a, c, _), s) in any {
+        for rt in 1..=4u8 {
+            classes.entry((a, c, rt)).or_insert(s);
+        }
+    }
 }
 
 /// Orderable form of [`MsgClass`].
@@ -173,6 +207,81 @@ impl Plan {
                 prefixes: peer.addresses.clone(),
             });
         }
+        // ---- egress ----
+        let mut group_egress: BTreeMap<String, u32> = BTreeMap::new();
+        for p in &cfg.peer_rate_limits {
+            if p.direction != Direction::Egress {
+                continue;
+            }
+            if let Target::Group(g) = &p.target {
+                group_egress.insert(g.clone(), push(g, "egress:all".into(), Some(p.limit.clone())));
+            }
+        }
+        let mut group_egress_class: BTreeMap<(String, ClassKey), u32> = BTreeMap::new();
+        for m in &cfg.message_rate_limits {
+            if m.direction != Direction::Egress {
+                continue;
+            }
+            if let Target::Group(g) = &m.target {
+                let c = m.msg_class();
+                let s = push(g, format!("egress:{}", class_label(c)), Some(m.limit.clone()));
+                group_egress_class.insert((g.clone(), key(c)), s);
+            }
+        }
+        let names_egress = |peer: &crate::config::Peer| {
+            let t = Target::Peer(peer.name.clone());
+            let by_group = |x: &Target| peer.group.as_ref().is_some_and(|g| *x == Target::Group(g.clone()));
+            cfg.peer_rate_limits.iter().any(|p| p.direction == Direction::Egress && (p.target == t || by_group(&p.target)))
+                || cfg
+                    .message_rate_limits
+                    .iter()
+                    .any(|m| m.direction == Direction::Egress && (m.target == t || by_group(&m.target)))
+        };
+        let mut egress_peers = Vec::new();
+        let mut egress_class_slots = BTreeMap::new();
+        for (i, peer) in cfg.peers.iter().enumerate() {
+            if peer.role != Role::Server && !names_egress(peer) {
+                continue;
+            }
+            let id = i as u32 + 1;
+            let own = cfg
+                .peer_rate_limits
+                .iter()
+                .find(|p| p.direction == Direction::Egress && p.target == Target::Peer(peer.name.clone()));
+            let dest_slot = push(&peer.name, "egress:all".into(), own.map(|p| p.limit.clone()));
+            let group_slot = peer.group.as_ref().and_then(|g| group_egress.get(g)).copied().unwrap_or(NO_SLOT);
+            let other_slot = push(&peer.name, "egress:other".into(), None);
+            let mut classes: BTreeMap<ClassKey, u32> = BTreeMap::new();
+            for m in &cfg.message_rate_limits {
+                if m.direction == Direction::Egress && m.target == Target::Peer(peer.name.clone()) {
+                    let c = m.msg_class();
+                    classes.insert(key(c), push(&peer.name, format!("egress:{}", class_label(c)), Some(m.limit.clone())));
+                }
+            }
+            if let Some(g) = &peer.group {
+                for ((gname, c), s) in &group_egress_class {
+                    if gname == g {
+                        classes.entry(*c).or_insert(*s);
+                    }
+                }
+            }
+            expand_any(&mut classes);
+            for (c, s) in classes {
+                egress_class_slots.insert((id, c), s);
+            }
+            let mut prefixes = peer.addresses.clone();
+            if let Some(a) = peer.connect {
+                let net = IpNet::from(a.ip());
+                if !prefixes.contains(&net) {
+                    prefixes.push(net);
+                }
+            }
+            egress_peers.push(PlannedEgress {
+                name: peer.name.clone(),
+                info: EgressPeer { peer_id: id, dest_slot, group_slot, other_slot },
+                prefixes,
+            });
+        }
         if slots.len() as u64 > MAX_SLOTS as u64 {
             return Err(PlanError::TooManySlots { max: MAX_SLOTS });
         }
@@ -191,7 +300,7 @@ impl Plan {
             },
             enabled: 1,
         };
-        Ok(Plan { global, peers, slots, class_slots })
+        Ok(Plan { global, peers, slots, class_slots, egress_peers, egress_class_slots })
     }
 
     /// The peer's planned entry, by name.
@@ -205,10 +314,80 @@ impl Plan {
         self.class_slots.get(&(p.info.peer_id, key(class))).copied()
     }
 
+    /// The planned egress destination, by peer name.
+    pub fn egress_peer(&self, name: &str) -> Option<&PlannedEgress> {
+        self.egress_peers.iter().find(|p| p.name == name)
+    }
+
+    /// The egress slot of a destination × class (None if the class has no slot of
+    /// its own: it counts on the destination's `other_slot`).
+    pub fn egress_slot_of(&self, peer: &str, class: MsgClass) -> Option<u32> {
+        let p = self.egress_peer(peer)?;
+        self.egress_class_slots.get(&(p.info.peer_id, key(class))).copied()
+    }
+
+    /// The egress class-slot map entries.
+    pub fn egress_class_entries(&self) -> impl Iterator<Item = (BucketKey, u32)> + '_ {
+        self.egress_class_slots
+            .iter()
+            .map(|((peer, (a, c, rt)), s)| (BucketKey::new(*peer, MsgClass::new(*a, *c, *rt)), *s))
+    }
+
     /// The class-slot map entries.
     pub fn class_entries(&self) -> impl Iterator<Item = (BucketKey, u32)> + '_ {
         self.class_slots
             .iter()
             .map(|((peer, (a, c, rt)), s)| (BucketKey::new(*peer, MsgClass::new(*a, *c, *rt)), *s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed() -> Plan {
+        let cfg = crate::config::parse(include_str!("../../../config/dra.toml"), "dra.toml").expect("seed config");
+        Plan::new(&cfg).expect("plan")
+    }
+
+    #[test]
+    fn seed_egress_group_limits_are_shared_by_members() {
+        let plan = seed();
+        let p1 = plan.egress_peer("pcrf1").expect("pcrf1 is a destination").info;
+        let p2 = plan.egress_peer("pcrf2").expect("pcrf2 is a destination").info;
+        let o1 = plan.egress_peer("ocs1").expect("ocs1 is a destination").info;
+        assert_eq!(p1.group_slot, p2.group_slot, "one PCRF group bucket");
+        assert_ne!(p1.group_slot, o1.group_slot);
+        assert_ne!(p1.dest_slot, p2.dest_slot, "per-destination counting");
+        let rate = |s: u32| plan.slots[s as usize].limit.as_ref().map(|l| l.rate);
+        assert_eq!(rate(p1.group_slot), Some(2000.0));
+        assert_eq!(rate(o1.group_slot), Some(500.0));
+        assert_eq!(rate(p1.dest_slot), None, "no per-peer egress profile: counting only");
+        // Clients are not egress destinations.
+        assert!(plan.egress_peer("pgw1").is_none());
+    }
+
+    #[test]
+    fn egress_slots_come_after_ingress_slots() {
+        let plan = seed();
+        let max_ingress = plan
+            .peers
+            .iter()
+            .flat_map(|p| [p.info.overall_slot, p.info.other_slot])
+            .chain(plan.class_slots.values().copied())
+            .max()
+            .unwrap();
+        for e in &plan.egress_peers {
+            assert!(e.info.dest_slot > max_ingress && e.info.other_slot > max_ingress);
+            assert!(plan.slots[e.info.dest_slot as usize].class_label.starts_with("egress:"));
+        }
+    }
+
+    #[test]
+    fn egress_destinations_include_the_connect_address() {
+        let plan = seed();
+        let p1 = plan.egress_peer("pcrf1").unwrap();
+        assert!(p1.prefixes.contains(&"198.18.2.2/32".parse().unwrap()));
+        assert_eq!(p1.prefixes.iter().filter(|n| **n == "198.18.2.2/32".parse::<IpNet>().unwrap()).count(), 1);
     }
 }

@@ -1,0 +1,575 @@
+//! TC egress (TCX) on the interface facing the servers (PCRF/OCS): count the requests
+//! the agent sends per destination peer and per class, and police them with the
+//! destination's egress buckets — a safety net behind the agent's own limiter (or in
+//! front of a DRA that is not ours).
+//!
+//! Design:
+//! * Parse Ethernet (up to two VLAN tags in the data; a tag the driver holds out of
+//!   band is not in the data and needs no skipping), IPv4 (IHL honoured, fragments
+//!   passed) or IPv6 (up to four extension headers), TCP with a Diameter port
+//!   (`GlobalConfig.ports`) on either side: the agent's connections to servers and
+//!   servers' connections to the agent. SCTP is passed uncounted (no SCTP sockets
+//!   here).
+//! * Destination address → [`EgressPeer`] through `EGRESS_PEERS_V4/V6` (LPM). Other
+//!   destinations pass untouched.
+//! * Framing with flow state (`EGRESS_FLOWS`, LRU, 5-tuple as sent), like ingress:
+//!   `processed_end` (bytes before it were looked at once) and `next_hdr` (where
+//!   the next header starts). Bytes before `processed_end` are retransmissions and
+//!   are never counted again. Every message whose class becomes known in this skb
+//!   is counted here: a message cut by the end of the skb before its header or its
+//!   CC-Request-Type keeps its first bytes (≤ [`EGRESS_CARRY_MAX`]) in the flow and
+//!   is classified, counted and judged in the skb that completes it (its
+//!   continuation is what gets dropped when it is over the limit — the server only
+//!   sees a message once all of it arrived). A CC-Request-Type beyond the first
+//!   [`EGRESS_CARRY_MAX`] bytes of its message counts as request type 0 (never a
+//!   guessed class), as on ingress.
+//! * skb data may be non-linear (GSO super-packets of up to 64 KiB, page frags):
+//!   every read goes through `bpf_skb_load_bytes`, which reads frags too, so no
+//!   `bpf_skb_pull_data` (it would linearise 64 KiB per packet) is needed.
+//! * Messages per skb: walked with `bpf_loop` (one message per callback, up to
+//!   [`MAX_MSGS_PER_SKB`]); the verifier checks the body once, not per iteration.
+//!   More headers than that: the flow's state is dropped and it resynchronises.
+//! * Policing: each request is charged on every slot of its destination that has a
+//!   bucket (destination, group, class). Over a `drop` bucket: the skb is shot
+//!   (TC_ACT_SHOT). The local TCP stack then keeps the bytes unsent and sends them
+//!   again (tcp_write_xmit stops at the failed skb, so nothing later is sent
+//!   before them: no hole is created). Requests before the over-limit one in the
+//!   same skb stay charged and are committed (`processed_end` moves to the dropped
+//!   request), so the resend charges each request exactly once and a GSO
+//!   super-packet with more requests than the burst still makes progress.
+//!   Over a `reject` bucket: not policed here (the agent's limiter answers those);
+//!   the request passes and is counted `marked` (= over the limit, passed).
+//! * Holes (bytes after `processed_end` missing: state lost or LRU-evicted): the
+//!   flow resynchronises on an skb that starts with a valid header; others pass
+//!   uncounted (`EgressUnframed`).
+//! * Verdicts: TC_ACT_UNSPEC (TCX "next": later TCX programs still run) or
+//!   TC_ACT_SHOT.
+
+use aya_ebpf::{
+    bindings::{__sk_buff, TC_ACT_SHOT, TC_ACT_UNSPEC},
+    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_skb_load_bytes},
+    maps::lpm_trie::Key,
+    programs::TcContext,
+};
+use dra_common::{
+    maps::{
+        Action, BucketKey, ClassCounters, EGRESS_CARRY_MAX, EgressFlow, EgressPeer, FlowKey,
+        GlobalConfig, NO_SLOT,
+    },
+    stats::Counter,
+    wire::{self, ReqTypeScan, WireError},
+};
+
+use crate::{
+    bucket::{self, Charge},
+    maps::{
+        EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
+        GLOBAL_CONFIG, SLOT_COUNTERS, count,
+    },
+};
+
+/// Verdict that lets the packet go on (TCX: next program, then the stack).
+pub const PASS: i32 = TC_ACT_UNSPEC;
+/// Verdict that drops the packet.
+pub const SHOT: i32 = TC_ACT_SHOT as i32;
+
+/// Messages walked per skb (bpf_loop iterations).
+pub const MAX_MSGS_PER_SKB: u32 = 1024;
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+const IPPROTO_TCP: u8 = 6;
+const MAX_VLAN_TAGS: usize = 2;
+const MAX_IPV6_EXT: usize = 4;
+/// Largest packet offset ever read (a GSO packet is at most 64 KiB + headers).
+const MAX_SKB_OFF: usize = 0x1_ffff;
+
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+
+#[inline(always)]
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+#[inline(always)]
+fn seq_le(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) <= 0
+}
+
+#[inline(always)]
+fn load<T: Copy>(ctx: &TcContext, off: usize) -> Option<T> {
+    if off > MAX_SKB_OFF {
+        return None;
+    }
+    ctx.load::<T>(off).ok()
+}
+
+/// What the walk over one skb shares with its `bpf_loop` callback (on the stack).
+#[repr(C)]
+struct Walk {
+    skb: *mut __sk_buff,
+    flow: *mut EgressFlow,
+    peer: EgressPeer,
+    now: u64,
+    /// Sequence number of the skb's first payload byte, and one past its last.
+    seq: u32,
+    seg_end: u32,
+    /// skb offset of the payload; payload length.
+    payload: u32,
+    len: u32,
+    /// Payload offset of the first byte not processed before.
+    fresh: u32,
+    /// Where the message being looked at starts.
+    pos: u32,
+    /// 1 while the first message is the carried one.
+    carried: u32,
+    /// 1: the walk stopped with a message carried into the next skb.
+    carry_set: u32,
+    /// 1: the flow's state was dropped (invalid bytes).
+    lost: u32,
+    /// 1: a request was over a drop limit.
+    shot: u32,
+}
+
+/// The program: every exit passes except a policed request's skb.
+#[inline(always)]
+pub fn egress(ctx: &TcContext) -> i32 {
+    count(Counter::EgressPackets);
+    match try_egress(ctx) {
+        Some(v) => v,
+        None => PASS,
+    }
+}
+
+#[inline(always)]
+fn is_diameter_port(cfg: &GlobalConfig, port: u16) -> bool {
+    port != 0
+        && (cfg.ports[0] == port
+            || cfg.ports[1] == port
+            || cfg.ports[2] == port
+            || cfg.ports[3] == port)
+}
+
+/// Either port is a Diameter port: the agent's connection to a server (destination
+/// port), or a server's connection to the agent (source port).
+#[inline(always)]
+fn on_diameter_port(ctx: &TcContext, cfg: &GlobalConfig, tcp_off: usize) -> Option<bool> {
+    let p = load::<[u8; 4]>(ctx, tcp_off)?;
+    let sport = u16::from_be_bytes([p[0], p[1]]);
+    let dport = u16::from_be_bytes([p[2], p[3]]);
+    Some(is_diameter_port(cfg, dport) || is_diameter_port(cfg, sport))
+}
+
+#[inline(always)]
+fn try_egress(ctx: &TcContext) -> Option<i32> {
+    let cfg = GLOBAL_CONFIG.get(0)?;
+    if cfg.enabled == 0 {
+        return Some(PASS);
+    }
+    // L2: Ethernet and up to two VLAN tags.
+    let mut off = ETH_HLEN;
+    let mut proto = u16::from_be(load::<u16>(ctx, 12)?);
+    let mut i = 0;
+    while i < MAX_VLAN_TAGS {
+        i += 1;
+        if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
+            proto = u16::from_be(load::<u16>(ctx, off + 2)?);
+            off += 4;
+        }
+    }
+    let mut key = FlowKey::default();
+    let peer: EgressPeer;
+    if proto == ETH_P_IP {
+        let h = load::<[u8; 20]>(ctx, off)?;
+        let ihl = ((h[0] & 0x0f) as usize) * 4;
+        if h[0] >> 4 != 4 || ihl < 20 || h[9] != IPPROTO_TCP {
+            return Some(PASS);
+        }
+        // A fragment: nothing to frame.
+        if (h[6] & 0x3f) != 0 || h[7] != 0 {
+            return Some(PASS);
+        }
+        let da = [h[16], h[17], h[18], h[19]];
+        key.saddr[0] = u32::from_ne_bytes([h[12], h[13], h[14], h[15]]);
+        key.daddr[0] = u32::from_ne_bytes(da);
+        off += ihl;
+        if !on_diameter_port(ctx, cfg, off)? {
+            return Some(PASS);
+        }
+        peer = *EGRESS_PEERS_V4.get(Key::new(32, da))?;
+    } else if proto == ETH_P_IPV6 {
+        let mut nh = load::<u8>(ctx, off + 6)?;
+        let sa = load::<[u32; 4]>(ctx, off + 8)?;
+        let da = load::<[u8; 16]>(ctx, off + 24)?;
+        key.saddr = sa;
+        off += 40;
+        let mut k = 0;
+        while k < MAX_IPV6_EXT {
+            k += 1;
+            match nh {
+                // Hop-by-Hop, Routing, Destination Options.
+                0 | 43 | 60 => {
+                    let e = load::<[u8; 2]>(ctx, off)?;
+                    nh = e[0];
+                    off += (e[1] as usize + 1) * 8;
+                }
+                _ => break,
+            }
+        }
+        if nh != IPPROTO_TCP {
+            return Some(PASS);
+        }
+        if !on_diameter_port(ctx, cfg, off)? {
+            return Some(PASS);
+        }
+        key.proto = 0x80;
+        peer = *EGRESS_PEERS_V6.get(Key::new(128, da))?;
+        key.daddr = [
+            u32::from_ne_bytes([da[0], da[1], da[2], da[3]]),
+            u32::from_ne_bytes([da[4], da[5], da[6], da[7]]),
+            u32::from_ne_bytes([da[8], da[9], da[10], da[11]]),
+            u32::from_ne_bytes([da[12], da[13], da[14], da[15]]),
+        ];
+    } else {
+        return Some(PASS);
+    }
+    key.proto |= IPPROTO_TCP;
+    let h = load::<[u8; 14]>(ctx, off)?;
+    key.sport = u16::from_be_bytes([h[0], h[1]]);
+    key.dport = u16::from_be_bytes([h[2], h[3]]);
+    let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+    let doff = ((h[12] >> 4) as usize) * 4;
+    let tflags = h[13];
+    if doff < 20 {
+        return Some(PASS);
+    }
+    if tflags & TCP_RST != 0 {
+        let _ = EGRESS_FLOWS.remove(&key);
+        return Some(PASS);
+    }
+    if tflags & TCP_SYN != 0 {
+        new_flow(&key, seq.wrapping_add(1));
+        return Some(PASS);
+    }
+    let payload = off + doff;
+    let total = ctx.len() as usize;
+    if payload >= total || payload > MAX_SKB_OFF {
+        return Some(PASS);
+    }
+    let len = (total - payload) as u32;
+    Some(segment(ctx, &key, &peer, payload as u32, seq, len))
+}
+
+/// A data segment (or GSO super-packet) of a flow to a known destination.
+#[inline(always)]
+fn segment(
+    ctx: &TcContext,
+    key: &FlowKey,
+    peer: &EgressPeer,
+    payload: u32,
+    seq: u32,
+    len: u32,
+) -> i32 {
+    let seg_end = seq.wrapping_add(len);
+    let skb = ctx.skb.skb;
+    let flow = match EGRESS_FLOWS.get_ptr_mut(key) {
+        Some(f) => f,
+        None => {
+            if !starts_with_header(skb, payload, len) {
+                count(Counter::EgressUnframed);
+                return PASS;
+            }
+            count(Counter::EgressResync);
+            match new_flow(key, seq) {
+                Some(f) => f,
+                None => return PASS,
+            }
+        }
+    };
+    // SAFETY: the LRU value stays valid for this program run.
+    let fl = unsafe { &mut *flow };
+    let mut pe = fl.processed_end;
+    if seq_le(seg_end, pe) {
+        count(Counter::EgressRetransmit);
+        return PASS;
+    }
+    // A hole (state lost), or a header before processed_end without its bytes in
+    // the carry (inconsistent): start again from this skb if it begins a message.
+    if seq_lt(pe, seq) || (fl.carry_len == 0 && seq_lt(fl.next_hdr, pe)) {
+        if !starts_with_header(skb, payload, len) {
+            let _ = EGRESS_FLOWS.remove(key);
+            count(Counter::EgressUnframed);
+            return PASS;
+        }
+        count(Counter::EgressResync);
+        fl.next_hdr = seq;
+        fl.processed_end = seq;
+        fl.carry_len = 0;
+        pe = seq;
+    }
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let mut w = Walk {
+        skb,
+        flow,
+        peer: *peer,
+        now,
+        seq,
+        seg_end,
+        payload,
+        len,
+        fresh: pe.wrapping_sub(seq),
+        pos: fl.next_hdr,
+        carried: (fl.carry_len != 0) as u32,
+        carry_set: 0,
+        lost: 0,
+        shot: 0,
+    };
+    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `w` outlives
+    // the call.
+    unsafe {
+        bpf_loop(
+            MAX_MSGS_PER_SKB,
+            walk_one as *mut _,
+            &mut w as *mut Walk as *mut _,
+            0,
+        );
+    }
+    if w.lost != 0 {
+        let _ = EGRESS_FLOWS.remove(key);
+        return PASS;
+    }
+    if w.shot != 0 {
+        // Commit the requests before the dropped one; the resend judges the rest.
+        fl.next_hdr = w.pos;
+        if seq_lt(fl.processed_end, w.pos) {
+            fl.processed_end = w.pos;
+        }
+        count(Counter::EgressDropped);
+        return SHOT;
+    }
+    if w.carry_set == 0 && seq_lt(w.pos, seg_end) {
+        // More headers than one walk may take: give up framing; the flow resyncs.
+        let _ = EGRESS_FLOWS.remove(key);
+        count(Counter::EgressResync);
+        return PASS;
+    }
+    fl.next_hdr = w.pos;
+    fl.processed_end = seg_end;
+    PASS
+}
+
+#[inline(always)]
+fn starts_with_header(skb: *mut __sk_buff, payload: u32, len: u32) -> bool {
+    if len < 12 {
+        return false;
+    }
+    let mut b = [0u8; 12];
+    // SAFETY: 12 bytes into a stack array; the helper checks the skb bounds.
+    let r = unsafe { bpf_skb_load_bytes(skb as *const _, payload, b.as_mut_ptr() as *mut _, 12) };
+    r == 0 && wire::parse_header(&&b[..], 0).is_ok()
+}
+
+/// One message of the walk. Returns 0 to go on, 1 to stop.
+#[inline(never)]
+extern "C" fn walk_one(_i: u64, w: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: bpf_loop passes back the `Walk` given to it.
+    let w = unsafe { &mut *(w as *mut Walk) };
+    if step(w) { 0 } else { 1 }
+}
+
+/// Classifies (and charges) the message at `w.pos`. Its first bytes — those carried
+/// from earlier skbs, then this skb's, up to EGRESS_CARRY_MAX in all — are copied
+/// into the flow's carry buffer and classified there: one helper call, and a plain
+/// buffer the verifier bounds cheaply (reading the skb piecewise, with a branch per
+/// read for carry/skb/straddling, exceeded the verifier's budget).
+#[inline(always)]
+fn step(w: &mut Walk) -> bool {
+    if !seq_lt(w.pos, w.seg_end) {
+        return false;
+    }
+    // SAFETY: the flow value stays valid for this program run.
+    let flow = unsafe { &mut *w.flow };
+    let carried = w.carried != 0;
+    w.carried = 0;
+    let mut have = 0usize;
+    let tail_off = if carried {
+        have = flow.carry_len as usize;
+        w.fresh
+    } else {
+        w.pos.wrapping_sub(w.seq)
+    };
+    if tail_off >= w.len || have >= EGRESS_CARRY_MAX {
+        w.lost = 1;
+        return false;
+    }
+    let tail_len = (w.len - tail_off) as usize;
+    let room = EGRESS_CARRY_MAX - have;
+    let n = if tail_len < room { tail_len } else { room };
+    if !load_into_carry(w, flow, have, (w.payload + tail_off) as usize, n) {
+        w.lost = 1;
+        return false;
+    }
+    let mut total = have + n;
+    if total > EGRESS_CARRY_MAX {
+        total = EGRESS_CARRY_MAX;
+    }
+    let Some(view) = flow.carry.get(..total) else {
+        w.lost = 1;
+        return false;
+    };
+    // The skb ended before the carry window filled: the rest may come next.
+    let skb_ended = n == tail_len;
+    let c = match wire::classify(&view, 0) {
+        Ok(c) => c,
+        Err(WireError::Truncated) if skb_ended => {
+            // Fewer than 12 header bytes so far: keep them.
+            flow.carry_len = total as u16;
+            w.carry_set = 1;
+            return false;
+        }
+        Err(_) => {
+            count(Counter::EgressResync);
+            w.lost = 1;
+            return false;
+        }
+    };
+    let mlen = c.header.length;
+    if !c.header.is_request() {
+        count(Counter::EgressAnswers);
+    } else {
+        let truncated = matches!(c.req_type, Some(ReqTypeScan::Truncated));
+        if truncated && skb_ended && total < EGRESS_CARRY_MAX {
+            // CC-Request-Type still to come: classify when the next skb brings it.
+            flow.carry_len = total as u16;
+            w.carry_set = 1;
+            return false;
+        }
+        // (CC-Request-Type beyond the carry window: request type 0.)
+        let slot = class_slot(&w.peer, c.class);
+        if !admit(&w.peer, slot, mlen, w.now) {
+            // carry_len is unchanged: a carried message stays carried as it was.
+            w.shot = 1;
+            return false;
+        }
+        count(Counter::EgressRequests);
+    }
+    flow.carry_len = 0;
+    w.pos = w.pos.wrapping_add(mlen);
+    true
+}
+
+/// Copies `n` skb bytes at `base` into the flow's carry after the `have` it holds.
+#[inline(always)]
+fn load_into_carry(w: &Walk, flow: &mut EgressFlow, have: usize, base: usize, n: usize) -> bool {
+    // Verifier workaround (as tcp.rs append_carry): re-check after a barrier so the
+    // bounds sit on the registers passed to the helper.
+    let have = core::hint::black_box(have);
+    let n = core::hint::black_box(n);
+    if n == 0 || have > EGRESS_CARRY_MAX || n > EGRESS_CARRY_MAX {
+        return n == 0;
+    }
+    // SAFETY: dst = carry + have, have ≤ CARRY_MAX, n ≤ CARRY_MAX: inside the
+    // 2·CARRY_MAX buffer; the helper checks the skb bounds.
+    let r = unsafe {
+        bpf_skb_load_bytes(
+            w.skb as *const _,
+            base as u32,
+            flow.carry.as_mut_ptr().add(have) as *mut _,
+            n as u32,
+        )
+    };
+    r == 0
+}
+
+/// Counting slot of a request class sent to this destination.
+#[inline(always)]
+fn class_slot(peer: &EgressPeer, class: wire::MsgClass) -> u32 {
+    let key = BucketKey::new(peer.peer_id, class);
+    // SAFETY: read-only copy of a u32 value.
+    match unsafe { EGRESS_CLASS_SLOTS.get(key) } {
+        Some(s) => *s,
+        None => peer.other_slot,
+    }
+}
+
+/// Charges the request on the destination, group and class slots. False: over a
+/// `drop` bucket (charges of this request given back, counted dropped).
+#[inline(never)]
+fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
+    let slots = [peer.dest_slot, peer.group_slot, class];
+    let mut charged = [false; 3];
+    let mut over = false;
+    let mut i = 0;
+    while i < 3 {
+        match bucket::charge(slots[i], now, 1, false) {
+            Charge::Charged { .. } => charged[i] = true,
+            Charge::Over {
+                action: Action::Drop,
+            } => {
+                let mut j = 0;
+                while j < 3 {
+                    if charged[j] {
+                        bucket::refund(slots[j], 1);
+                    }
+                    add(slots[j], 0, len);
+                    j += 1;
+                }
+                return false;
+            }
+            Charge::Over {
+                action: Action::Reject,
+            } => over = true,
+            Charge::Unlimited => {}
+        }
+        i += 1;
+    }
+    let v = if over { 2 } else { 1 };
+    add(slots[0], v, len);
+    add(slots[1], v, len);
+    add(slots[2], v, len);
+    true
+}
+
+/// Counts one request on a slot: `v` 0 dropped, 1 admitted, 2 over a reject limit.
+#[inline(always)]
+fn add(slot: u32, v: u8, len: u32) {
+    if slot == NO_SLOT {
+        return;
+    }
+    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: this CPU's value of a per-CPU array.
+    let c: &mut ClassCounters = unsafe { &mut *c };
+    if v == 0 {
+        c.dropped += 1;
+        return;
+    }
+    c.seen += 1;
+    if v == 1 {
+        c.admitted += 1;
+    } else {
+        c.marked += 1;
+    }
+    c.bytes += len as u64;
+}
+
+/// Fresh state for `key` whose next header starts at `seq` (built in a per-CPU
+/// scratch slot: too large for the BPF stack).
+#[inline(always)]
+fn new_flow(key: &FlowKey, seq: u32) -> Option<*mut EgressFlow> {
+    let p = EGRESS_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scratch value; carry bytes need no initialisation.
+    let st = unsafe { &mut *p };
+    st.next_hdr = seq;
+    st.processed_end = seq;
+    st.carry_len = 0;
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    EGRESS_FLOWS.insert(key, &*st, 0).ok()?;
+    EGRESS_FLOWS.get_ptr_mut(key)
+}

@@ -1,0 +1,324 @@
+//! The TC egress program on real TCP between network namespaces: a client in
+//! namespace A (standing for the DRA) sends Diameter requests to a sink in
+//! namespace B (standing for a PCRF), with the classifier attached through TCX on
+//! the egress of A's veth. Addresses from 198.18.0.0/15 only; namespaces and pins
+//! are removed on drop, also on panic.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use dra::dataplane::{Dataplane, Maps, Plan};
+use dra_common::wire::{MsgClass, app, cc_request_type as rt};
+use dra_tests::{
+    diam::{self, Sink, Stream},
+    netns::{Netns, VethPair, unique},
+    pkt,
+};
+
+/// A pin directory under bpffs, removed on drop (which detaches the TCX link).
+struct Pins(PathBuf);
+
+impl Pins {
+    fn new() -> Pins {
+        Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-tc-"))))
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = Dataplane::detach(None, &self.0);
+    }
+}
+
+struct Lab {
+    dra: Netns,
+    _server: Netns,
+    veth: VethPair,
+    pins: Pins,
+    sink: Sink,
+    sink_addr: SocketAddr,
+}
+
+/// pcrf1 (group pcrf) with an egress group limit, and a Gx CCR-I egress profile
+/// on pcrf1 (high rate, reject: a counting class slot, never policed here).
+fn config(group_limit: &str) -> String {
+    format!(
+        r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+
+[[listener]]
+address = "198.18.3.1:3868"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+role = "server"
+group = "pcrf"
+connect = "198.18.3.2:3868"
+
+[[peer_group]]
+name = "pcrf"
+
+[[route]]
+realm = "*"
+group = "pcrf"
+
+[[message_rate_limit_profile]]
+peer = "pcrf1"
+direction = "egress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 100000
+
+{group_limit}
+"#
+    )
+}
+
+impl Lab {
+    fn new(cfg: &str) -> (Lab, Maps, Plan) {
+        let dra = Netns::new("tca").unwrap();
+        let server = Netns::new("tcb").unwrap();
+        let veth = VethPair::new(&dra, "198.18.3.1/24", &server, "198.18.3.2/24").unwrap();
+        let pins = Pins::new();
+        let reused = dra
+            .enter(|| Dataplane::attach_egress(&veth.a_if, &pins.0))
+            .unwrap()
+            .expect("attach TC egress through TCX");
+        assert!(!reused);
+        assert!(Dataplane::is_egress_pinned(&veth.a_if, &pins.0));
+        let mut maps = Maps::open_pinned(&pins.0).expect("pinned maps");
+        let cfg = dra::config::parse(cfg, "tc_netns.toml").unwrap();
+        let plan = Plan::new(&cfg).unwrap();
+        maps.write_plan(&plan).unwrap();
+        let sink_addr: SocketAddr = "198.18.3.2:3868".parse().unwrap();
+        let sink = Sink::start(&server, sink_addr);
+        (
+            Lab {
+                dra,
+                _server: server,
+                veth,
+                pins,
+                sink,
+                sink_addr,
+            },
+            maps,
+            plan,
+        )
+    }
+}
+
+const CCR_I: MsgClass = MsgClass::gx_ccr(rt::INITIAL);
+
+/// Counting: CCR-I and CCR-U, one write per message and ten per write (multi-message
+/// and GSO skbs). What the sink received per class equals the program's counters
+/// for the destination, its group and the classes.
+#[test]
+fn egress_counts_match_the_sink() {
+    let (lab, maps, plan) = Lab::new(&config(""));
+    let mk = |every_us: u64, t: u32| Stream {
+        every: Duration::from_micros(every_us),
+        make: Box::new(move |n| pkt::ccr(app::GX, t, n)),
+    };
+    let a = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![mk(2000, rt::INITIAL as u32), mk(1000, 2)],
+        Duration::from_secs(2),
+        1,
+    );
+    let b = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![mk(500, rt::INITIAL as u32), mk(250, 2)],
+        Duration::from_secs(2),
+        10,
+    );
+    let n = a.log.len() + b.log.len();
+    assert_eq!(
+        lab.sink.wait_for(n, Duration::from_secs(20)),
+        n,
+        "every message arrives"
+    );
+    let arr = lab.sink.snapshot();
+    let i = arr.iter().filter(|x| x.class == CCR_I).count() as u64;
+    let others = arr.len() as u64 - i;
+    let p = plan.egress_peer("pcrf1").unwrap().info;
+    let dest = maps.slot_counters(p.dest_slot).unwrap();
+    let ci = maps
+        .slot_counters(plan.egress_slot_of("pcrf1", CCR_I).unwrap())
+        .unwrap();
+    let other = maps.slot_counters(p.other_slot).unwrap();
+    let stats: Vec<_> = maps
+        .stats()
+        .unwrap()
+        .into_iter()
+        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
+        .collect();
+    println!(
+        "sink: {} messages ({i} CCR-I, {others} other); dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
+        arr.len()
+    );
+    assert_eq!(
+        p.group_slot,
+        dra_common::maps::NO_SLOT,
+        "no group limit configured"
+    );
+    assert_eq!(
+        dest.seen,
+        arr.len() as u64,
+        "requests counted for the destination"
+    );
+    assert_eq!(ci.seen, i, "CCR-I counted");
+    assert_eq!(other.seen, others, "other classes counted");
+    assert_eq!(dest.dropped, 0);
+    assert!(maps.egress_flows().len() >= 2, "two connections tracked");
+    let _ = (&lab.veth, &lab.pins);
+}
+
+/// Policing: group limit 200/s burst 20 (drop), offered 1000/s for 3 s. The admitted
+/// count at the sink within the offer window stays ≤ rate × seconds + burst (+2 %),
+/// and every message is delivered exactly once in the end (TCP sends the dropped
+/// bytes again).
+#[test]
+fn egress_police_limits_the_rate_and_loses_nothing() {
+    let (rate, burst) = (200u32, 20u32);
+    let limit = format!(
+        "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = {rate}\nburst = {burst}\naction = \"drop\"\n"
+    );
+    let (lab, maps, plan) = Lab::new(&config(&limit));
+    let s = Stream {
+        every: Duration::from_micros(1000),
+        make: Box::new(|n| pkt::ccr(app::GX, rt::INITIAL as u32, n)),
+    };
+    let sent = diam::paced_client(&lab.dra, lab.sink_addr, vec![s], Duration::from_secs(3), 1);
+    let n = sent.log.len();
+    let got = lab.sink.wait_for(n, Duration::from_secs(120));
+    let arr = lab.sink.snapshot();
+    let end = sent.last;
+    let in_window = arr.iter().filter(|a| a.at <= end).count();
+    let secs = (end - sent.first).as_secs_f64();
+    let allowed = rate as f64 * secs + burst as f64;
+    let last = arr.iter().map(|a| a.at).max().unwrap();
+    let p = plan.egress_peer("pcrf1").unwrap().info;
+    let g = maps.slot_counters(p.group_slot).unwrap();
+    let stats: Vec<_> = maps
+        .stats()
+        .unwrap()
+        .into_iter()
+        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
+        .collect();
+    println!(
+        "police: offered {n} in {secs:.2} s; at the sink in the window {in_window} (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
+        (last - sent.first).as_secs_f64()
+    );
+    assert!(
+        in_window as f64 <= allowed * 1.02,
+        "admitted {in_window} > {allowed:.0}"
+    );
+    assert_eq!(got, n, "every message delivered");
+    let mut ids: Vec<u32> = arr.iter().map(|a| a.hop_by_hop).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "each exactly once");
+    // Over the whole run the admissions never beat the rate either.
+    let total = (last - sent.first).as_secs_f64();
+    assert!(
+        n as f64 <= rate as f64 * total * 1.02 + burst as f64,
+        "{n} in {total:.1} s"
+    );
+    assert_eq!(g.admitted as usize, n, "each request admitted once");
+    assert!(g.dropped > 0, "the policer dropped");
+}
+
+/// A second attach reuses the pinned link; detach removes it, and the program no
+/// longer sees the interface's traffic.
+#[test]
+fn egress_link_is_reused_and_detach_removes_it() {
+    let (lab, maps, _plan) = Lab::new(&config(""));
+    let again = lab
+        .dra
+        .enter(|| Dataplane::attach_egress(&lab.veth.a_if, &lab.pins.0))
+        .unwrap()
+        .expect("reuse");
+    assert!(again, "the pinned link is reused");
+    let s = |n: u64| Stream {
+        every: Duration::from_micros(1000),
+        make: Box::new(move |k| pkt::ccr(app::GX, 2, k + n as u32)),
+    };
+    let a = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![s(0)],
+        Duration::from_millis(200),
+        1,
+    );
+    assert_eq!(
+        lab.sink.wait_for(a.log.len(), Duration::from_secs(10)),
+        a.log.len()
+    );
+    let counted = maps
+        .stat(dra_common::stats::Counter::EgressRequests)
+        .unwrap();
+    assert_eq!(counted, a.log.len() as u64);
+
+    assert_eq!(
+        tcx_egress(&lab),
+        vec!["dra_tc_egress".to_string()],
+        "one TCX egress program"
+    );
+
+    let removed = Dataplane::detach(Some(&lab.veth.a_if), &lab.pins.0).unwrap();
+    assert!(
+        removed
+            .iter()
+            .any(|p| p.ends_with(format!("link_egress_{}", lab.veth.a_if)))
+    );
+    assert!(!Dataplane::is_egress_pinned(&lab.veth.a_if, &lab.pins.0));
+    // The kernel releases an unpinned link after an RCU grace period: wait for the
+    // TCX egress chain to be empty before sending again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !tcx_egress(&lab).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TCX program still attached after detach"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let b = diam::paced_client(
+        &lab.dra,
+        lab.sink_addr,
+        vec![s(10_000)],
+        Duration::from_millis(200),
+        1,
+    );
+    let total = a.log.len() + b.log.len();
+    assert_eq!(lab.sink.wait_for(total, Duration::from_secs(10)), total);
+    assert_eq!(
+        maps.stat(dra_common::stats::Counter::EgressRequests)
+            .unwrap(),
+        counted,
+        "detached: nothing counted any more"
+    );
+}
+
+/// Names of the programs in the TCX egress chain of the lab's DRA-side veth.
+fn tcx_egress(lab: &Lab) -> Vec<String> {
+    let (_, progs) = lab
+        .dra
+        .enter(|| {
+            aya::programs::SchedClassifier::query_tcx(
+                &lab.veth.a_if,
+                aya::programs::TcAttachType::Egress,
+            )
+        })
+        .unwrap()
+        .expect("query TCX");
+    progs
+        .iter()
+        .map(|p| p.name_as_str().unwrap_or("?").to_string())
+        .collect()
+}
