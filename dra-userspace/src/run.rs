@@ -99,6 +99,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let mut dataplane = None;
     if let Some(iface) = &iface {
         let mut dp = Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?;
+        // TC egress (counting and optional policing per upstream destination) only
+        // where the operator names the upstream interface.
+        if let Some(eg) = &cfg.fast_path.egress_interface {
+            let reused = Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
+            info!(iface = %eg, reused, "egress program attached (TCX)");
+        }
         dp.maps.write_plan(&plan).map_err(RunError::Dataplane)?;
         info!(iface, reused = dp.reused, pin_dir = %opts.pin_dir.display(), "fast path attached");
         dataplane = Some(dp);
@@ -153,6 +159,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     if opts.detach_on_exit
         && let Some(iface) = &iface
     {
+        if let Some(eg) = cfg.fast_path.egress_interface.as_deref().filter(|eg| *eg != iface.as_str()) {
+            Dataplane::detach(Some(eg), &opts.pin_dir).map_err(RunError::Dataplane)?;
+        }
         let removed = Dataplane::detach(Some(iface), &opts.pin_dir).map_err(RunError::Dataplane)?;
         info!(removed = removed.len(), "fast path detached");
     } else if iface.is_some() {
