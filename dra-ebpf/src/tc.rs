@@ -71,7 +71,7 @@ use crate::{
 /// Verdict that lets the packet go on (TCX: next program, then the stack).
 pub const PASS: i32 = TC_ACT_UNSPEC;
 /// Verdict that drops the packet.
-pub const SHOT: i32 = TC_ACT_SHOT as i32;
+pub const SHOT: i32 = TC_ACT_SHOT;
 
 /// Messages walked per skb (bpf_loop iterations).
 pub const MAX_MSGS_PER_SKB: u32 = 1024;
@@ -248,7 +248,7 @@ fn try_egress(ctx: &TcContext) -> Option<i32> {
         return Some(PASS);
     }
     if tflags & TCP_RST != 0 {
-        let _ = EGRESS_FLOWS.remove(&key);
+        let _ = EGRESS_FLOWS.remove(key);
         return Some(PASS);
     }
     if tflags & TCP_SYN != 0 {
