@@ -114,6 +114,10 @@ struct ServerArgs {
     /// Seed for latency sampling.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Put the current RFC 8583 Load AVP (type PEER, SourceID = Origin-Host) in every
+    /// CCA, not only in DWAs (RFC 8583 §5 allows it in any answer): `true` or `false`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    load_in_answers: bool,
     /// Print the server counters as JSON every N seconds on stderr (0 = never).
     #[arg(long, default_value_t = 0)]
     stats_every: u64,
@@ -168,6 +172,7 @@ async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.strict_sessions = !a.lenient_sessions;
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;
+    cfg.load_in_answers = a.load_in_answers;
     let h = server::run(cfg).await?;
     eprintln!(
         "dra-loadgen server {} listening on {}",

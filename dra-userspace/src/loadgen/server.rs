@@ -13,6 +13,11 @@
 //! and `n` = CCRs in service plus queued: 65535 when idle, 32767 when exactly at
 //! capacity, and falling further as the queue grows (higher = less loaded, RFC 8583
 //! §7.3).
+//!
+//! With [`ServerConfig::load_in_answers`] (default on) every answer to an application
+//! request (every CCA) carries the same Load AVP, computed when the answer is sent, so a
+//! DRA sees the queue per answer and not only once per Tw of silence (RFC 8583 §5: a
+//! reporting node may put Load in any answer).
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -33,7 +38,7 @@ use tokio::time::Instant;
 use super::resp::{RespClient, RespError};
 use super::{AllowList, loadgen_peer_config};
 use crate::diameter::peer::{
-    ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent,
+    ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent, peer_load_avp,
 };
 use crate::diameter::{Framer, Message, answer_for, result_code};
 use crate::routing::SplitMix64;
@@ -160,13 +165,16 @@ pub struct ServerConfig {
     pub strict_sessions: bool,
     /// Watchdog interval Tw (≥ 6 s).
     pub tw: Duration,
+    /// Add the current Load AVP (type PEER, SourceID = `origin_host`) to every CCA, not
+    /// only to DWAs (RFC 8583 §5 allows Load in any answer). Default on.
+    pub load_in_answers: bool,
     /// Seed for latency sampling and identifiers.
     pub seed: u64,
 }
 
 impl ServerConfig {
     /// Defaults: any peer, fixed 1 ms, 1000 concurrent, no rate limit, queueing, no
-    /// Redis, strict sessions, Tw 30 s.
+    /// Redis, strict sessions, Tw 30 s, Load in every CCA.
     pub fn new(listen: SocketAddr, origin_host: &str, origin_realm: &str) -> ServerConfig {
         ServerConfig {
             listen,
@@ -182,6 +190,7 @@ impl ServerConfig {
             redis_prefix: "loadgen:session:".to_owned(),
             strict_sessions: true,
             tw: Duration::from_secs(30),
+            load_in_answers: true,
             seed: 1,
         }
     }
@@ -407,6 +416,18 @@ impl Shared {
             s.redis_del += 1;
         }
         result_code::SUCCESS
+    }
+
+    /// An answer to an application request, with our Load when configured.
+    fn answer(&self, req: &Message, rc: u32, msg: Option<&str>) -> Message {
+        let host = &self.cfg.origin_host;
+        let ans = answer_for(req, rc, host, &self.cfg.origin_realm, msg, None);
+        if self.cfg.load_in_answers {
+            // RFC 8583 §5 / §7.1: Load (type PEER, SourceID = us) in any answer.
+            ans.with(peer_load_avp(self.load_value(), host))
+        } else {
+            ans
+        }
     }
 
     fn snapshot(&self) -> ServerStats {
@@ -650,8 +671,6 @@ fn handle_app(
     if !req.is_request() {
         return;
     }
-    let host = &shared.cfg.origin_host;
-    let realm = &shared.cfg.origin_realm;
     // RFC 6733 §7.1.3: 3001 for a command we do not serve, 3007 for an application.
     let early = if req.command_code != cmd::CREDIT_CONTROL {
         Some(result_code::COMMAND_UNSUPPORTED)
@@ -661,7 +680,7 @@ fn handle_app(
         None
     };
     if let Some(rc) = early {
-        let _ = tx.send(answer_for(&req, rc, host, realm, None, None).encode());
+        let _ = tx.send(shared.answer(&req, rc, None).encode());
         return;
     }
     {
@@ -683,15 +702,9 @@ fn handle_app(
             .entry(rc)
             .or_default() += 1;
         let msg = (rc == result_code::TOO_BUSY).then_some("over capacity");
-        let cca = answer_for(
-            &req,
-            rc,
-            &shared.cfg.origin_host,
-            &shared.cfg.origin_realm,
-            msg,
-            None,
-        );
-        let _ = tx.send(cca.encode());
+        // The Load is computed here, after this request left service: it reflects the
+        // CCRs still in service or queued.
+        let _ = tx.send(shared.answer(&req, rc, msg).encode());
     });
 }
 
@@ -705,6 +718,117 @@ pub(crate) fn name_id(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diameter::peer::peer_load_value;
+    use crate::diameter::{Avp, avp_code as c};
+
+    /// Connects as `pgw1.test.example`, completes CER/CEA, sends `n` CCR-Is at once and
+    /// returns the CCAs in arrival order.
+    async fn ccas_for_burst(srv: &ServerHandle, n: u32) -> Vec<Message> {
+        let addr = srv.local_addr();
+        let host = "pgw1.test.example";
+        let mut sock = TcpStream::connect(addr).await.expect("connect");
+        let cfg = Arc::new(loadgen_peer_config(
+            host,
+            "test.example",
+            addr.ip(),
+            Duration::from_secs(30),
+        ));
+        let mut pc = PeerConnection::initiator(
+            cfg,
+            Arc::new(AllowList::default()),
+            addr.ip(),
+            ConnectionOptions::new(1, 0),
+        )
+        .expect("peer");
+        let t0 = Instant::now();
+        pc.handle_connected(t0.elapsed());
+        let (mut framer, mut buf) = (Framer::new(), vec![0u8; 64 * 1024]);
+        let (mut open, mut sent, mut ccas) = (false, false, Vec::new());
+        while ccas.len() < n as usize {
+            while let Some(m) = pc.poll_transmit() {
+                sock.write_all(&m.encode()).await.expect("write");
+            }
+            while let Some(e) = pc.poll_event() {
+                open |= matches!(e, PeerEvent::Opened { .. });
+            }
+            if open && !sent {
+                let mut burst = Vec::new();
+                for i in 0..n {
+                    // RFC 4006 §3.1: a minimal Gx CCR-I.
+                    let ccr = Message::request(cmd::CREDIT_CONTROL, app::GX, 100 + i, 200 + i)
+                        .proxiable()
+                        .with(Avp::utf8(c::SESSION_ID, &format!("{host};1;{i}")).mandatory())
+                        .with(Avp::u32(c::AUTH_APPLICATION_ID, app::GX).mandatory())
+                        .with(Avp::utf8(c::ORIGIN_HOST, host).mandatory())
+                        .with(Avp::utf8(c::ORIGIN_REALM, "test.example").mandatory())
+                        .with(Avp::utf8(c::DESTINATION_REALM, "pcrf.example").mandatory())
+                        .with(Avp::enumerated(c::CC_REQUEST_TYPE, 1).mandatory())
+                        .with(Avp::u32(c::CC_REQUEST_NUMBER, 0).mandatory());
+                    burst.extend_from_slice(&ccr.encode());
+                }
+                sock.write_all(&burst).await.expect("write");
+                sent = true;
+            }
+            let r = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
+                .await
+                .expect("server answers")
+                .expect("read");
+            assert!(r > 0, "server closed the connection");
+            framer.push(&buf[..r]);
+            while let Some(f) = framer.next_message().expect("frame") {
+                let m = Message::decode(&f).expect("decode");
+                if m.command_code == cmd::CREDIT_CONTROL && !m.is_request() {
+                    ccas.push(m);
+                } else {
+                    let _ = pc.handle_message(t0.elapsed(), m);
+                }
+            }
+        }
+        ccas
+    }
+
+    fn one_slot_server(load_in_answers: bool) -> ServerConfig {
+        let mut cfg = ServerConfig::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            "pcrf1.example",
+            "pcrf.example",
+        );
+        cfg.max_concurrent = 1;
+        cfg.latency = LatencyDist::Fixed(Duration::from_millis(20));
+        cfg.load_in_answers = load_in_answers;
+        cfg
+    }
+
+    // Single-threaded runtime: a CCA's Load is computed before the next queued CCR
+    // runs, so the values are exact.
+    #[tokio::test]
+    async fn every_cca_carries_the_load_of_the_queue_behind_it() {
+        let srv = run(one_slot_server(true)).await.expect("server");
+        let ccas = ccas_for_burst(&srv, 3).await;
+        let values: Vec<u16> = ccas
+            .iter()
+            .map(|m| {
+                assert_eq!(m.result_code(), Some(result_code::SUCCESS));
+                peer_load_value(m, "pcrf1.example").expect("Load AVP about the server")
+            })
+            .collect();
+        // C = 1; behind the first answer two CCRs still wait, behind the second one, and
+        // the last leaves the server idle: 65535 × 1 / (1 + n).
+        assert_eq!(values, vec![21845, 32768, 65535]);
+        assert_eq!(srv.load_value(), 65535);
+        srv.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn load_in_answers_off_leaves_ccas_without_load() {
+        let srv = run(one_slot_server(false)).await.expect("server");
+        let ccas = ccas_for_burst(&srv, 2).await;
+        for m in &ccas {
+            assert_eq!(m.result_code(), Some(result_code::SUCCESS));
+            assert!(m.find(c::LOAD).is_none(), "Load AVP in a CCA: {m:?}");
+        }
+        srv.shutdown().await;
+    }
 
     #[test]
     fn latency_parses_and_samples_in_range() {
