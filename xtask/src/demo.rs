@@ -54,23 +54,52 @@ fn interrupted() -> Result<()> {
 struct Proc {
     name: String,
     child: Option<Child>,
+    status: Option<std::process::ExitStatus>,
 }
 
 impl Proc {
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    fn new(name: &str, child: Child) -> Proc {
+        Proc { name: name.to_owned(), child: Some(child), status: None }
     }
 
+    /// Its exit status, once it has exited (reaped here, remembered).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        if self.status.is_none()
+            && let Some(c) = self.child.as_mut()
+            && let Ok(Some(st)) = c.try_wait()
+        {
+            self.status = Some(st);
+            self.child = None;
+        }
+        self.status
+    }
+
+    /// SIGINT, up to `grace` to exit, then SIGKILL; the exit status.
     fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        if self.exited().is_some() {
+            return self.status;
+        }
         let mut c = self.child.take()?;
-        lab::stop_pid(c.id() as i32, libc::SIGINT, grace);
-        c.wait().ok()
+        // SAFETY: kill(2) on our own, not yet reaped child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if let Ok(Some(st)) = c.try_wait() {
+                self.status = Some(st);
+                return self.status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("xtask: {} did not stop in {grace:?}: killed", self.name);
+        let _ = c.kill();
+        self.status = c.wait().ok();
+        self.status
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        if self.exited().is_none() && self.child.is_some() {
             eprintln!("xtask: stopping {}", self.name);
             self.stop(Duration::from_secs(5));
         }
@@ -347,7 +376,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         .args(["--iface", DRA_CLIENT_IF, "--pin-dir", PIN_DIR, "--detach-on-exit"])
         .env("RUST_LOG", "info");
     let dra_log = out.join("dra.log");
-    let mut dra = Proc { name: "dra run".into(), child: Some(spawn_to(&dra_log, "dra", &mut dra_cmd)?) };
+    let mut dra = Proc::new("dra run", spawn_to(&dra_log, "dra", &mut dra_cmd)?);
     eprintln!("xtask: dra run in {NS_DRA}: XDP on {DRA_CLIENT_IF}, pins in {PIN_DIR}, log {}", dra_log.display());
     // Ready: metrics up, upstreams open, CPU source delivering.
     let end = Instant::now() + Duration::from_secs(40);
@@ -381,7 +410,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
             .arg("--summary-json")
             .arg(out.join(format!("{peer}-summary.json")));
         let child = spawn_to(&out.join(format!("{peer}.log")), peer, &mut c)?;
-        clients.push(Proc { name: peer.into(), child: Some(child) });
+        clients.push(Proc::new(peer, child));
     }
     // SAFETY: isatty(3) on fd 1 only reads its state.
     let tty = unsafe { libc::isatty(1) } == 1;
@@ -437,7 +466,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     // Stop the agent (DPR to its peers, detach), then the servers (they print stats).
     let st = dra.stop(Duration::from_secs(10));
     if !st.is_some_and(|s| s.success()) {
-        eprintln!("xtask: dra run ended with {st:?}; log {}", dra_log.display());
+        bail!("dra run did not exit cleanly on SIGINT ({st:?}); log {}", dra_log.display());
     }
     for s in UPSTREAMS {
         if let Ok(p) = std::fs::read_to_string(Path::new(lab::STATE_DIR).join(format!("{s}.pid")))
@@ -622,7 +651,7 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..r_max)
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("msgs/s").draw().map_err(|x| e(&x))?;
+    c.configure_mesh().x_desc("t (s)").y_desc("msgs/s").y_label_formatter(&|v| format!("{v:.0}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
     let lines: [(&str, &str, usize, RGBColor); 6] = [
         ("pgw1 offered", "pgw1", 0, RGBColor(31, 119, 180)),
         ("pgw1 admitted", "pgw1", 1, RGBColor(44, 160, 44)),
@@ -646,7 +675,7 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..100.0)
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("throttle %").draw().map_err(|x| e(&x))?;
+    c.configure_mesh().x_desc("t (s)").y_desc("throttle %").y_label_formatter(&|v| format!("{v:.0}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
     c.draw_series(LineSeries::new(rows.iter().map(|r| (r.t, r.throttle)), RED.stroke_width(2))).map_err(|x| e(&x))?;
     // 3. CPU with the thresholds.
     let cpu_max = rows.iter().map(|r| r.cpu).fold(profile.thresholds.iter().map(|t| t.0).fold(0.0, f64::max), f64::max) * 1.2;
@@ -657,7 +686,7 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..cpu_max.max(1.0))
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("CPU %").draw().map_err(|x| e(&x))?;
+    c.configure_mesh().x_desc("t (s)").y_desc("CPU %").y_label_formatter(&|v| format!("{v:.1}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
     for (cpu, _) in &profile.thresholds {
         c.draw_series(LineSeries::new([(0.0, *cpu), (t_max, *cpu)], RGBColor(180, 180, 180))).map_err(|x| e(&x))?;
     }
