@@ -288,9 +288,9 @@ fn wait_redis() -> Result<()> {
 pub fn down() -> Vec<String> {
     let mut removed = Vec::new();
     for (name, pid) in recorded_pids() {
-        if let Some(exe) = exe_of(pid) {
+        if exe_of(pid).is_some() {
             stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
-            removed.push(format!("process {name} (pid {pid}, {exe})"));
+            removed.push(format!("process {name} (pid {pid})"));
         }
     }
     for ns in namespaces() {
@@ -358,7 +358,9 @@ pub fn status() -> Vec<String> {
     }
     for (name, pid) in recorded_pids() {
         let state = if exe_of(pid).is_some() { "running" } else { "gone" };
-        out.push(format!("recorded {name}: pid {pid} {state} (log {})", log_file(&name).display()));
+        let log = log_file(&name);
+        let log = if log.exists() { format!(" (log {})", log.display()) } else { String::new() };
+        out.push(format!("recorded {name}: pid {pid} {state}{log}"));
     }
     if Path::new(PIN_DIR).exists() {
         let n = std::fs::read_dir(PIN_DIR).map(|r| r.count()).unwrap_or(0);
