@@ -694,3 +694,50 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPOSITION: &str = "\
+# HELP dra_fastpath_requests_total requests
+# TYPE dra_fastpath_requests_total counter
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"seen\"} 900
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"} 300
+dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 400
+dra_throttle_percent{peer=\"pgw1\"} 40
+dra_db_cpu_percent 4.5
+";
+
+    #[test]
+    fn metrics_are_read_by_name_and_labels() {
+        let s = Snap { series: parse_metrics(EXPOSITION) };
+        assert_eq!(s.sum("dra_fastpath_requests_total", &[("peer", "pgw1"), ("outcome", "seen")]), 900.0);
+        assert_eq!(s.sum("dra_fastpath_requests_total", &[("class", "gx_ccr_i"), ("outcome", "seen")]), 1300.0);
+        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
+        assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
+        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
+        let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
+        assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
+    }
+
+    #[test]
+    fn per_second_rates_come_from_counter_deltas() {
+        let a = Snap { series: parse_metrics(EXPOSITION) };
+        let b = Snap { series: parse_metrics(&EXPOSITION.replace("} 900", "} 1800").replace("} 300", "} 500")) };
+        let row = rates(&a, &b, 2.0, 10.0, "storm");
+        assert_eq!(row.peers["pgw1"]["gx_ccr_i"], [450.0, 0.0, 100.0]);
+        assert_eq!(row.throttle, 40.0);
+    }
+
+    #[test]
+    fn the_lab_config_keeps_the_seed_apart_from_the_documented_keys() {
+        let root = crate::workspace_root();
+        let lab = read_profile(&root.join(LAB_CONFIG)).unwrap();
+        let seed = read_profile(&root.join("config/dra.toml")).unwrap();
+        assert_eq!(lab.hold, "10s");
+        assert_eq!(lab.step, seed.step);
+        let throttles = |p: &Profile| p.thresholds.iter().map(|t| t.1).collect::<Vec<_>>();
+        assert_eq!(throttles(&lab), throttles(&seed), "the demo profile keeps the seed's throttle column");
+    }
+}
