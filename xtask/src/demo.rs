@@ -558,7 +558,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
     let pgw2_3002 = o.last.sum("dra_answers_total", &[("peer", "pgw2"), ("result_code", "3002")]);
     let pgw2_throttle_max = o.last.sum("dra_throttle_percent", &[("peer", "pgw2")]);
     let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
-    let _ = writeln!(s, "\npeak DB CPU {peak_cpu:.1} %, peak pgw1 throttle {peak_throttle:.0} %");
+    let _ = writeln!(s, "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %");
     let _ = writeln!(
         s,
         "throttle engaged at t = {} s, back to 0 at t = {} s; final throttle {final_throttle:.0} %",
