@@ -385,6 +385,9 @@ impl Drop for LabGuard {
 pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("up") => {
+            if !namespaces().is_empty() {
+                bail!("a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`");
+            }
             if let Err(e) = up(bins) {
                 down();
                 return Err(e);
