@@ -414,6 +414,15 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     }
     // SAFETY: isatty(3) on fd 1 only reads its state.
     let tty = unsafe { libc::isatty(1) } == 1;
+    if !tty {
+        println!(
+            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, seed 30 s), step {} %; \
+             CPU source = the lab's Redis",
+            profile.describe(),
+            profile.hold,
+            profile.step
+        );
+    }
     let t0 = Instant::now();
     let mut prev = (Instant::now(), scrape()?);
     let mut rows = Vec::new();
