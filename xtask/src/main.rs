@@ -1,5 +1,7 @@
 //! `cargo xtask <setup|build|test|run|demo|bench|lab>`: orchestration only.
 
+mod demo;
+mod lab;
 mod toolchain;
 
 use std::{
@@ -17,7 +19,8 @@ usage: cargo xtask <command> [args]
   test             clippy (userspace + eBPF), unit + property tests, fuzz smoke,
                    privileged netns tests (root)
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
-  demo             the seed story on the built-in lab
+  demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
+  lab up|down|status  the lab topology in network namespaces dralab-* (root)
   fuzz [SECS]      run the wire-scanner fuzz target (default 30 s)
   bench [N]        both benchmarks below (root); N goes to the XDP one
   bench xdp [N]    XDP ns/packet per case vs bare XDP_PASS, N runs each
@@ -169,7 +172,17 @@ fn real_main() -> Result<()> {
         "demo" => {
             toolchain::ensure()?;
             build(true)?;
-            demo()
+            demo::run(&workspace_root())
+        }
+        "lab" => {
+            if !is_root() {
+                bail!("the lab builds network namespaces: run it as root");
+            }
+            if rest.first().is_some_and(|a| a == "up") {
+                toolchain::ensure()?;
+                build(true)?;
+            }
+            lab::cmd(rest, &lab::Bins::release(&workspace_root()))
         }
         "fuzz" => {
             toolchain::ensure_fuzz()?;
@@ -219,19 +232,4 @@ fn real_main() -> Result<()> {
             std::process::exit(2);
         }
     }
-}
-
-/// What exists so far of the demo: validate the seed config and load the fast path.
-fn demo() -> Result<()> {
-    eprintln!(
-        "xtask demo: the lab, load generator and live view are not built yet (see issues).\n\
-         What exists now: the seed config is validated and the XDP program is loaded into the\n\
-         kernel (verifier) — nothing else is shown."
-    );
-    let bin = workspace_root().join("target/release/dra");
-    step("dra check-config config/dra.toml", Command::new(&bin).args(["check-config", "config/dra.toml"]).current_dir(workspace_root()))?;
-    if is_root() {
-        step("dra verify (load the eBPF programs)", Command::new(&bin).arg("verify"))?;
-    }
-    Ok(())
 }

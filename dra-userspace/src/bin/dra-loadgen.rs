@@ -35,6 +35,10 @@ struct ClientArgs {
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
+    /// Source address of the connections (several gateways on one host each need
+    /// their own: a DRA tells peers apart by source address).
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
     /// Scenario TOML file (phases, rates, bursts, flush, reconnect storms).
     #[arg(long)]
     scenario: PathBuf,
@@ -139,6 +143,7 @@ fn main() -> anyhow::Result<()> {
 async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     let scenario = Scenario::load(&a.scenario).context("loading the scenario")?;
     let mut cfg = ClientConfig::new(a.connect, a.peers);
+    cfg.bind = a.bind;
     cfg.origin_host_pattern = a.origin_host;
     cfg.origin_realm = a.origin_realm;
     cfg.tw = Duration::from_secs(a.tw);

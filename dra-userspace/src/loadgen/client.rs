@@ -31,6 +31,9 @@ use crate::diameter::{Framer, Message};
 pub struct ClientConfig {
     /// The DRA (or server) to connect to.
     pub connect: SocketAddr,
+    /// Source address of every connection (None = chosen by the kernel). A DRA tells
+    /// peers apart by source address, so several gateways on one host need their own.
+    pub bind: Option<std::net::IpAddr>,
     /// Number of gateway peers (connections).
     pub peers: usize,
     /// Origin-Host pattern; `{n}` becomes 1..=peers (e.g. "pgw{n}.lab.example").
@@ -58,6 +61,7 @@ impl ClientConfig {
     pub fn new(connect: SocketAddr, peers: usize) -> ClientConfig {
         ClientConfig {
             connect,
+            bind: None,
             peers,
             origin_host_pattern: "pgw{n}.lab.example".to_owned(),
             origin_realm: "lab.example".to_owned(),
@@ -138,6 +142,7 @@ struct PeerCtx {
     origin_host: String,
     origin_realm: String,
     connect: SocketAddr,
+    bind: Option<std::net::IpAddr>,
     tw: Duration,
     destination_realm: String,
     destination_host: Option<String>,
@@ -187,6 +192,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             origin_host: host.clone(),
             origin_realm: cfg.origin_realm.clone(),
             connect: cfg.connect,
+            bind: cfg.bind,
             tw: cfg.tw,
             destination_realm: scenario.destination_realm.clone(),
             destination_host: scenario.destination_host.clone(),
@@ -393,6 +399,14 @@ enum End {
     Stop,
 }
 
+/// Connects to `to`, from `bind` (any port) when given.
+async fn connect(to: SocketAddr, bind: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(ip) = bind else { return TcpStream::connect(to).await };
+    let sock = if ip.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    sock.bind(SocketAddr::new(ip, 0))?;
+    sock.connect(to).await
+}
+
 async fn peer_task(
     ctx: PeerCtx,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
@@ -401,7 +415,7 @@ async fn peer_task(
     let mut n = 0u64;
     loop {
         let stream = tokio::select! {
-            s = TcpStream::connect(ctx.connect) => s.ok(),
+            s = connect(ctx.connect, ctx.bind) => s.ok(),
             _ = tokio::time::sleep(Duration::from_secs(5)) => None,
         };
         let end = match stream {

@@ -1,0 +1,423 @@
+//! `cargo xtask lab up|down|status`: the seed topology in network namespaces.
+//!
+//! ```text
+//!  dralab-gw                     dralab-dra                          dralab-pcrf1 198.18.2.2
+//!  198.18.1.2 (pgw1)  dralab-gw0 ══ dralab-cli  198.18.1.1:3868      dralab-pcrf2 198.18.2.3
+//!  198.18.1.3 (pgw2)  (veth)        XDP here     dralab-br 198.18.2.1 ══ dralab-ocs1  198.18.2.4
+//!                                                redis 127.0.0.1:6379, 198.18.2.1:6379
+//! ```
+//!
+//! Both gateways live in one namespace (`dralab-gw`) with two addresses on one veth:
+//! the agent tells them apart by source address (`dra-loadgen client --bind`), and the
+//! fast path sees both on the one client-facing interface it is attached to. Every name
+//! starts with [`PREFIX`], so `lab down` finds everything again after a crash; the pids
+//! of the processes `lab up` starts are kept in [`STATE_DIR`].
+//!
+//! Processes are started in a namespace by entering only its *network* namespace
+//! (setns in pre_exec), never with `ip netns exec`: that also gives the process a
+//! private /sys, so the pins of `dra run` would vanish with it.
+
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// Prefix of every namespace and interface the lab creates.
+pub const PREFIX: &str = "dralab-";
+/// Pid files and logs of the lab's processes.
+pub const STATE_DIR: &str = "/run/dra-lab";
+/// Where `dra run` pins the fast path in the lab.
+pub const PIN_DIR: &str = "/sys/fs/bpf/dra-lab";
+/// The gateways' namespace (pgw1 198.18.1.2, pgw2 198.18.1.3).
+pub const NS_GW: &str = "dralab-gw";
+/// The agent's namespace (listener 198.18.1.1:3868, Redis, metrics 127.0.0.1:9100).
+pub const NS_DRA: &str = "dralab-dra";
+/// The client-facing interface in [`NS_DRA`], where XDP is attached.
+pub const DRA_CLIENT_IF: &str = "dralab-cli";
+/// Redis as seen from the server namespaces (it also listens on 127.0.0.1 in NS_DRA).
+pub const REDIS_FOR_SERVERS: &str = "198.18.2.1:6379";
+
+/// A simulated upstream server: namespace suffix, address, Origin-Host, realm.
+pub struct Server {
+    pub name: &'static str,
+    pub v4: &'static str,
+    pub v6: &'static str,
+    pub origin_host: &'static str,
+    pub realm: &'static str,
+}
+
+/// The upstream servers of config/dra.toml.
+pub const SERVERS: [Server; 3] = [
+    Server { name: "pcrf1", v4: "198.18.2.2", v6: "2001:db8:2::2", origin_host: "pcrf1.pcrf.lab.example", realm: "pcrf.lab.example" },
+    Server { name: "pcrf2", v4: "198.18.2.3", v6: "2001:db8:2::3", origin_host: "pcrf2.pcrf.lab.example", realm: "pcrf.lab.example" },
+    Server { name: "ocs1", v4: "198.18.2.4", v6: "2001:db8:2::4", origin_host: "ocs1.ocs.lab.example", realm: "ocs.lab.example" },
+];
+
+/// Runs a command, failing with its stderr.
+pub fn sh(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("spawn {args:?}"))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip -n NS ARGS…` (a netlink operation inside NS, no private /sys involved).
+fn ipn(ns: &str, args: &[&str]) -> Result<String> {
+    let mut v = vec!["ip", "-n", ns];
+    v.extend_from_slice(args);
+    sh(&v)
+}
+
+/// The lab's namespaces that exist now.
+pub fn namespaces() -> Vec<String> {
+    let out = sh(&["ip", "netns", "list"]).unwrap_or_default();
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(PREFIX))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A command whose process runs inside network namespace `ns`, in its own session
+/// (so a Ctrl-C at the terminal reaches only xtask, which stops it in order).
+pub fn command_in(ns: &str, program: &Path) -> Result<Command> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+    let fd: OwnedFd = f.into();
+    let raw = fd.as_raw_fd();
+    let mut cmd = Command::new(program);
+    cmd.stdin(Stdio::null());
+    // SAFETY: setns(2) and setsid(2) only, between fork and exec; both are
+    // async-signal-safe. `fd` is moved into the closure, so it stays open until exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep = &fd;
+            if libc::setns(raw, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::setsid();
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// Runs `f` on a thread that has entered network namespace `ns`.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+    use std::os::fd::AsRawFd;
+    let target = std::fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on a valid netns fd; affects only this short-lived thread.
+            if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns into {ns}: {}", std::io::Error::last_os_error());
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("thread in {ns} panicked"))?
+    })
+}
+
+fn pid_file(name: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{name}.pid"))
+}
+
+/// Where a lab process writes its stdout/stderr.
+pub fn log_file(name: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{name}.log"))
+}
+
+/// Starts `cmd` with output to the lab log `name` and records its pid.
+pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
+    let log = std::fs::File::create(log_file(name)).with_context(|| format!("create {}", log_file(name).display()))?;
+    let child = cmd
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
+    std::fs::write(pid_file(name), format!("{}\n", child.id()))?;
+    Ok(child)
+}
+
+/// The executable of a running process, if it is still alive.
+fn exe_of(pid: i32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string())
+}
+
+/// Sends `sig` to `pid`, then waits up to `grace` for it to exit; SIGKILL after that.
+pub fn stop_pid(pid: i32, sig: i32, grace: Duration) {
+    // SAFETY: kill(2) on a pid we started (checked by the caller).
+    unsafe { libc::kill(pid, sig) };
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        // A child of ours stays a zombie until reaped: reap without blocking.
+        // SAFETY: waitpid on a specific pid with WNOHANG; ECHILD if it is not our child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The pid files of the state dir: (name, pid).
+fn recorded_pids() -> Vec<(String, i32)> {
+    let Ok(rd) = std::fs::read_dir(STATE_DIR) else { return Vec::new() };
+    let mut v: Vec<(String, i32)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let name = p.file_stem()?.to_str()?.to_owned();
+            (p.extension()? == "pid").then_some(())?;
+            let pid = std::fs::read_to_string(&p).ok()?.trim().parse().ok()?;
+            Some((name, pid))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The binaries the lab runs.
+pub struct Bins {
+    pub dra: PathBuf,
+    pub loadgen: PathBuf,
+}
+
+impl Bins {
+    /// The release binaries of this workspace.
+    pub fn release(root: &Path) -> Bins {
+        Bins { dra: root.join("target/release/dra"), loadgen: root.join("target/release/dra-loadgen") }
+    }
+}
+
+/// Builds the topology and starts Redis and the simulated servers. On error the
+/// caller runs [`down`].
+pub fn up(bins: &Bins) -> Result<()> {
+    if !namespaces().is_empty() {
+        bail!("a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`");
+    }
+    if !bins.loadgen.exists() {
+        bail!("{} not found: run `cargo xtask build` first", bins.loadgen.display());
+    }
+    std::fs::create_dir_all(STATE_DIR).with_context(|| format!("create {STATE_DIR}"))?;
+    let all: Vec<String> =
+        [NS_GW, NS_DRA].into_iter().map(str::to_owned).chain(SERVERS.iter().map(|s| format!("{PREFIX}{}", s.name))).collect();
+    for ns in &all {
+        sh(&["ip", "netns", "add", ns])?;
+        ipn(ns, &["link", "set", "lo", "up"])?;
+    }
+    // Gateways ⇄ DRA: one veth, XDP on the DRA side.
+    sh(&["ip", "link", "add", "dralab-gw0", "netns", NS_GW, "type", "veth", "peer", "name", DRA_CLIENT_IF, "netns", NS_DRA])?;
+    for a in ["198.18.1.2/24", "198.18.1.3/24"] {
+        ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0"])?;
+    }
+    for a in ["2001:db8:1::2/64", "2001:db8:1::3/64"] {
+        ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0", "nodad"])?;
+    }
+    ipn(NS_DRA, &["addr", "add", "198.18.1.1/24", "dev", DRA_CLIENT_IF])?;
+    ipn(NS_DRA, &["addr", "add", "2001:db8:1::1/64", "dev", DRA_CLIENT_IF, "nodad"])?;
+    ipn(NS_GW, &["link", "set", "dralab-gw0", "up"])?;
+    ipn(NS_DRA, &["link", "set", DRA_CLIENT_IF, "up"])?;
+    // DRA ⇄ servers: a bridge in the DRA namespace, one veth per server.
+    ipn(NS_DRA, &["link", "add", "dralab-br", "type", "bridge"])?;
+    ipn(NS_DRA, &["addr", "add", "198.18.2.1/24", "dev", "dralab-br"])?;
+    ipn(NS_DRA, &["addr", "add", "2001:db8:2::1/64", "dev", "dralab-br", "nodad"])?;
+    ipn(NS_DRA, &["link", "set", "dralab-br", "up"])?;
+    for s in &SERVERS {
+        let ns = format!("{PREFIX}{}", s.name);
+        let dra_side = format!("dralab-s-{}", s.name);
+        sh(&["ip", "link", "add", &dra_side, "netns", NS_DRA, "type", "veth", "peer", "name", &ns, "netns", &ns])?;
+        ipn(NS_DRA, &["link", "set", &dra_side, "master", "dralab-br", "up"])?;
+        ipn(&ns, &["addr", "add", &format!("{}/24", s.v4), "dev", &ns])?;
+        ipn(&ns, &["addr", "add", &format!("{}/64", s.v6), "dev", &ns, "nodad"])?;
+        ipn(&ns, &["link", "set", &ns, "up"])?;
+    }
+    // Redis: the session-binding DB and the DRL CPU source, inside the DRA namespace.
+    let mut redis = command_in(NS_DRA, Path::new("redis-server"))?;
+    redis.args(["--port", "6379", "--bind", "127.0.0.1", "198.18.2.1", "--protected-mode", "no", "--save", "", "--appendonly", "no"]);
+    redis.args(["--dir", STATE_DIR]);
+    spawn_logged("redis", &mut redis)?;
+    wait_redis()?;
+    // The simulated PCRFs and OCS, each writing a Redis key per session.
+    for s in &SERVERS {
+        let ns = format!("{PREFIX}{}", s.name);
+        let mut c = command_in(&ns, &bins.loadgen)?;
+        c.args(["server", "--listen", &format!("{}:3868", s.v4), "--origin-host", s.origin_host, "--origin-realm", s.realm]);
+        c.args(["--latency", "exp:2ms", "--redis", REDIS_FOR_SERVERS, "--tw", "6"]);
+        spawn_logged(s.name, &mut c)?;
+    }
+    Ok(())
+}
+
+fn wait_redis() -> Result<()> {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        let ok = in_netns(NS_DRA, || {
+            use std::io::{Read, Write};
+            let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:6379") else { return false };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut buf = [0u8; 16];
+            s.write_all(b"PING\r\n").is_ok() && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+        })?;
+        if ok {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("redis-server did not answer in {NS_DRA}; log: {}", log_file("redis").display())
+}
+
+/// Removes everything of the lab: processes (recorded pids, then anything still
+/// running in a lab namespace), namespaces (their veths and XDP go with them), the
+/// pinned fast path, the state dir. Idempotent; returns what it removed.
+pub fn down() -> Vec<String> {
+    let mut removed = Vec::new();
+    for (name, pid) in recorded_pids() {
+        if exe_of(pid).is_some() {
+            stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
+            removed.push(format!("process {name} (pid {pid})"));
+        }
+    }
+    for ns in namespaces() {
+        // Anything left in a lab namespace was started for the lab (e.g. after a crash
+        // lost the pid files).
+        if let Ok(pids) = sh(&["ip", "netns", "pids", &ns]) {
+            for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
+                removed.push(format!("process {pid} in {ns}"));
+            }
+        }
+        match sh(&["ip", "netns", "del", &ns]) {
+            Ok(_) => removed.push(format!("namespace {ns}")),
+            Err(e) => eprintln!("lab down: {e:#}"),
+        }
+    }
+    // Links are created inside the namespaces; a half-built `up` may still leave one here.
+    if let Ok(links) = sh(&["ip", "-o", "link", "show"]) {
+        for l in links.lines() {
+            if let Some(name) = l.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
+                && name.starts_with(PREFIX)
+                && sh(&["ip", "link", "del", &name]).is_ok()
+            {
+                removed.push(format!("link {name}"));
+            }
+        }
+    }
+    if Path::new(PIN_DIR).exists() {
+        match std::fs::remove_dir_all(PIN_DIR) {
+            Ok(()) => removed.push(format!("pinned objects {PIN_DIR}")),
+            Err(e) => eprintln!("lab down: remove {PIN_DIR}: {e}"),
+        }
+    }
+    if Path::new(STATE_DIR).exists() && std::fs::remove_dir_all(STATE_DIR).is_ok() {
+        removed.push(format!("state dir {STATE_DIR}"));
+    }
+    removed
+}
+
+/// What of the lab exists now, as printable lines.
+pub fn status() -> Vec<String> {
+    let mut out = Vec::new();
+    let nss = namespaces();
+    if nss.is_empty() {
+        out.push("no lab namespaces".to_owned());
+    }
+    for ns in &nss {
+        out.push(format!("namespace {ns}"));
+        if let Ok(a) = ipn(ns, &["-br", "addr", "show"]) {
+            for l in a.lines().filter(|l| !l.starts_with("lo ")) {
+                out.push(format!("    {}", l.split_whitespace().collect::<Vec<_>>().join("  ")));
+            }
+        }
+        if let Ok(l) = ipn(ns, &["link", "show"]) {
+            for line in l.lines().filter(|l| l.contains("xdp")) {
+                out.push(format!("    XDP: {}", line.trim()));
+            }
+        }
+        if let Ok(p) = sh(&["ip", "netns", "pids", ns]) {
+            for pid in p.split_whitespace() {
+                let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
+                out.push(format!("    pid {pid}: {}", cmd.trim()));
+            }
+        }
+    }
+    for (name, pid) in recorded_pids() {
+        let state = if exe_of(pid).is_some() { "running" } else { "gone" };
+        let log = log_file(&name);
+        let log = if log.exists() { format!(" (log {})", log.display()) } else { String::new() };
+        out.push(format!("recorded {name}: pid {pid} {state}{log}"));
+    }
+    if Path::new(PIN_DIR).exists() {
+        let n = std::fs::read_dir(PIN_DIR).map(|r| r.count()).unwrap_or(0);
+        out.push(format!("pinned: {PIN_DIR} ({n} objects)"));
+    } else {
+        out.push(format!("pinned: none ({PIN_DIR} absent)"));
+    }
+    out
+}
+
+/// Removes the lab when dropped (also on error and panic).
+pub struct LabGuard;
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let removed = down();
+        eprintln!("xtask: lab removed ({} items)", removed.len());
+    }
+}
+
+/// `cargo xtask lab up|down|status`.
+pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some("up") => {
+            if !namespaces().is_empty() {
+                bail!("a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`");
+            }
+            if let Err(e) = up(bins) {
+                down();
+                return Err(e);
+            }
+            for l in status() {
+                println!("{l}");
+            }
+            println!(
+                "\nlab up. Start the agent in {NS_DRA} (network namespace only, e.g. `nsenter --net=/run/netns/{NS_DRA} \\\n  \
+                 target/release/dra run --config config/lab/dra-lab.toml --iface {DRA_CLIENT_IF} --pin-dir {PIN_DIR}`),\n\
+                 gateways from {NS_GW} (`dra-loadgen client --bind 198.18.1.2 --connect 198.18.1.1:3868 …`)."
+            );
+            Ok(())
+        }
+        Some("down") => {
+            let removed = down();
+            if removed.is_empty() {
+                println!("nothing to remove");
+            }
+            for r in removed {
+                println!("removed {r}");
+            }
+            Ok(())
+        }
+        Some("status") => {
+            for l in status() {
+                println!("{l}");
+            }
+            Ok(())
+        }
+        _ => bail!("usage: cargo xtask lab <up|down|status>"),
+    }
+}
