@@ -259,6 +259,9 @@ pub fn up(bins: &Bins) -> Result<()> {
         let mut c = command_in(&ns, &bins.loadgen)?;
         c.args(["server", "--listen", &format!("{}:3868", s.v4), "--origin-host", s.origin_host, "--origin-realm", s.realm]);
         c.args(["--latency", "exp:2ms", "--redis", REDIS_FOR_SERVERS, "--tw", "6"]);
+        // Several Redis commands per CCR, as a session DB with several records per
+        // session: enough work that the storm visibly loads Redis on a small VM.
+        c.args(["--redis-extra-ops", "8"]);
         spawn_logged(s.name, &mut c)?;
     }
     Ok(())

@@ -109,6 +109,10 @@ struct ServerArgs {
     /// Redis key prefix.
     #[arg(long, default_value = "loadgen:session:")]
     redis_prefix: String,
+    /// Extra Redis commands per CCR (pipelined HINCRBY on <key>:state), to load the
+    /// DB like a session store with several records per session. 0 = only SET/DEL.
+    #[arg(long, default_value_t = 0)]
+    redis_extra_ops: u32,
     /// Answer CCR-U/T for unknown sessions with 2001 instead of 5002.
     #[arg(long)]
     lenient_sessions: bool,
@@ -174,6 +178,7 @@ async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.max_queue = a.max_queue;
     cfg.redis = a.redis;
     cfg.redis_prefix = a.redis_prefix;
+    cfg.redis_extra_ops = a.redis_extra_ops;
     cfg.strict_sessions = !a.lenient_sessions;
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;

@@ -129,6 +129,30 @@ impl RespClient {
         Ok(RespClient { tx })
     }
 
+    /// Sends several commands back to back (one pipeline) and waits for all replies;
+    /// the first error, if any, is returned.
+    pub async fn pipeline(&self, cmds: &[Vec<&[u8]>]) -> Result<(), RespError> {
+        let mut waiting = Vec::with_capacity(cmds.len());
+        for args in cmds {
+            let (tx, rx) = oneshot::channel();
+            self.tx.send((encode_command(args), tx)).map_err(|_| RespError::Closed)?;
+            waiting.push(rx);
+        }
+        let mut first_err = None;
+        for rx in waiting {
+            match rx.await.map_err(|_| RespError::Closed)? {
+                Ok(Reply::Error(message)) => {
+                    first_err.get_or_insert(RespError::Server { message });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Sends one command and waits for its reply; a `-ERR` reply is an error.
     pub async fn command(&self, args: &[&[u8]]) -> Result<Reply, RespError> {
         let (tx, rx) = oneshot::channel();

@@ -160,6 +160,10 @@ pub struct ServerConfig {
     pub redis: Option<SocketAddr>,
     /// Key prefix; the key is prefix + Session-Id.
     pub redis_prefix: String,
+    /// Extra Redis work per CCR, as a session DB with several records per session
+    /// does: this many `HINCRBY <key>:state fN 1` commands, pipelined, on every CCR;
+    /// the state key is deleted with the session on CCR-T. 0 = only SET/DEL.
+    pub redis_extra_ops: u32,
     /// Answer 5002 DIAMETER_UNKNOWN_SESSION_ID to CCR-U/T of sessions this server did not
     /// open (a DRA that breaks stickiness shows up here).
     pub strict_sessions: bool,
@@ -188,6 +192,7 @@ impl ServerConfig {
             max_queue: None,
             redis: None,
             redis_prefix: "loadgen:session:".to_owned(),
+            redis_extra_ops: 0,
             strict_sessions: true,
             tw: Duration::from_secs(30),
             load_in_answers: true,
@@ -359,11 +364,27 @@ impl Shared {
         rc
     }
 
+    /// The configured extra Redis commands for one CCR (see `redis_extra_ops`).
+    async fn redis_extra(&self, sid: &str) -> bool {
+        let (Some(r), n) = (&self.redis, self.cfg.redis_extra_ops) else { return true };
+        if n == 0 {
+            return true;
+        }
+        let key = format!("{}{sid}:state", self.cfg.redis_prefix);
+        let fields: Vec<String> = (0..n).map(|k| format!("f{k}")).collect();
+        let cmds: Vec<Vec<&[u8]>> =
+            fields.iter().map(|f| vec![&b"HINCRBY"[..], key.as_bytes(), f.as_bytes(), &b"1"[..]]).collect();
+        r.pipeline(&cmds).await.is_ok()
+    }
+
     async fn apply_session(&self, req: &Message) -> u32 {
         let Some(sid) = req.session_id().map(str::to_owned) else {
             return result_code::MISSING_AVP;
         };
         let kind = req.cc_request_type().unwrap_or(0);
+        if (1..=3).contains(&kind) && !self.redis_extra(&sid).await {
+            return self.redis_done(false, false);
+        }
         let strict = self.cfg.strict_sessions;
         match kind {
             1 => {
@@ -395,7 +416,8 @@ impl Shared {
                     && let Some(r) = &self.redis
                 {
                     let key = format!("{}{sid}", self.cfg.redis_prefix);
-                    let res = r.command(&[b"DEL", key.as_bytes()]).await;
+                    let state = format!("{key}:state");
+                    let res = r.command(&[b"DEL", key.as_bytes(), state.as_bytes()]).await;
                     return self.redis_done(res.is_ok(), false);
                 }
             }
