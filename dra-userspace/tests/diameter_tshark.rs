@@ -3,44 +3,11 @@
 
 mod diameter_fixtures;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 
 use diameter_fixtures as fx;
-use dra::diameter::pcap::{PcapWriter, tshark_available};
+use dra::diameter::pcap::tshark_available;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
-
-/// A temp file removed on drop (also on panic).
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if std::env::var_os("DRA_KEEP_PCAP").is_none() {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
-fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
-    let mut w = PcapWriter::new(
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40_001),
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 3868),
-    );
-    for (from_client, bytes) in exchange {
-        if *from_client {
-            w.client_to_server(bytes);
-        } else {
-            w.server_to_client(bytes);
-        }
-    }
-    let file = TempFile(
-        std::env::temp_dir().join(format!("dra-diameter-{name}-{}.pcap", std::process::id())),
-    );
-    w.write_to(&file.0).expect("write pcap");
-    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
-}
 
 #[test]
 fn tshark_decodes_every_message_cleanly() {
@@ -170,4 +137,9 @@ fn assert_clean(decoded: &str) {
     if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
         panic!("{problem}");
     }
+}
+
+/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
+fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
+    dra::diameter::pcap::tshark_decode_exchange(&format!("diameter-{name}"), exchange).expect("tshark")
 }

@@ -4,47 +4,15 @@
 
 mod peer_support;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use dra::diameter::pcap::{PcapWriter, tshark_available};
+use dra::diameter::pcap::tshark_available;
 use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
 use peer_support::*;
 
 /// A temp file removed on drop (also on panic).
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if std::env::var_os("DRA_KEEP_PCAP").is_none() {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-/// Writes the messages as one TCP connection (client = PGW side) and returns tshark's
-/// verbose decode.
-fn tshark_decode(wire: &[Wire]) -> String {
-    let mut w = PcapWriter::new(
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40_002),
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 3868),
-    );
-    for m in wire {
-        let bytes = m.msg.encode();
-        if m.from_client {
-            w.client_to_server(&bytes);
-        } else {
-            w.server_to_client(&bytes);
-        }
-    }
-    let file = TempFile(std::env::temp_dir().join(format!("dra-peer-{}.pcap", std::process::id())));
-    w.write_to(&file.0).expect("write pcap");
-    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
-}
-
 /// Every kind of message the state machine sends, from real exchanges.
 fn exchanges() -> Vec<Wire> {
     let mut wire = Vec::new();
@@ -173,4 +141,10 @@ fn assert_clean(decoded: &str) {
     if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
         panic!("{problem}");
     }
+}
+
+/// Writes the messages as one TCP connection and returns tshark's verbose decode.
+fn tshark_decode(wire: &[Wire]) -> String {
+    let exchange: Vec<(bool, Vec<u8>)> = wire.iter().map(|m| (m.from_client, m.msg.encode())).collect();
+    dra::diameter::pcap::tshark_decode_exchange("peer", &exchange).expect("tshark")
 }

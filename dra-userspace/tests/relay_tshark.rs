@@ -4,49 +4,16 @@
 
 mod diameter_fixtures;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use diameter_fixtures as fx;
-use dra::diameter::pcap::{PcapWriter, tshark_available};
+use dra::diameter::pcap::tshark_available;
 use dra::diameter::{Avp, Message, avp_code, result_code};
 use dra::relay::{
     DownstreamRef, Expired, RejectProfile, Relay, RelayConfig, RetryOutcome, reject_marked,
 };
 use dra::routing::PeerId;
 use dra_common::wire::flags;
-
-/// A temp file removed on drop (also on panic).
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if std::env::var_os("DRA_KEEP_PCAP").is_none() {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
-fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
-    let mut w = PcapWriter::new(
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40_002),
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 3868),
-    );
-    for (from_client, bytes) in exchange {
-        if *from_client {
-            w.client_to_server(bytes);
-        } else {
-            w.server_to_client(bytes);
-        }
-    }
-    let file = TempFile(
-        std::env::temp_dir().join(format!("dra-relay-{name}-{}.pcap", std::process::id())),
-    );
-    w.write_to(&file.0).expect("write pcap");
-    dra::diameter::pcap::tshark_verbose(&file.0).expect("run tshark")
-}
 
 /// (flags line, Hop-by-Hop line, Result-Code or "") of each Diameter PDU, in order.
 fn pdus(decoded: &str) -> Vec<(String, String, String)> {
@@ -263,4 +230,9 @@ fn assert_clean(decoded: &str) {
     if let Some(problem) = dra::diameter::pcap::tshark_problem(decoded) {
         panic!("{problem}");
     }
+}
+
+/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
+fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
+    dra::diameter::pcap::tshark_decode_exchange(&format!("relay-{name}"), exchange).expect("tshark")
 }

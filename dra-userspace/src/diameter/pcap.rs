@@ -219,3 +219,27 @@ pub fn tshark_problem(decoded: &str) -> Option<String> {
     }
     None
 }
+
+/// Writes `exchange` ((from_client, encoded message) in order) as one TCP connection
+/// into a temporary pcap, decodes it with [`tshark_verbose`] and removes the file
+/// (kept when `DRA_KEEP_PCAP` is set). `tag` names the file.
+pub fn tshark_decode_exchange(tag: &str, exchange: &[(bool, Vec<u8>)]) -> std::io::Result<String> {
+    let mut w = PcapWriter::new(
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(198, 18, 0, 1), 40_001),
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(198, 18, 0, 2), 3868),
+    );
+    for (from_client, bytes) in exchange {
+        if *from_client {
+            w.client_to_server(bytes);
+        } else {
+            w.server_to_client(bytes);
+        }
+    }
+    let path = std::env::temp_dir().join(format!("dra-{tag}-{}.pcap", std::process::id()));
+    w.write_to(&path)?;
+    let out = tshark_verbose(&path);
+    if std::env::var_os("DRA_KEEP_PCAP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    out
+}

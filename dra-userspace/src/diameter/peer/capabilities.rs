@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use dra_common::wire::{app, cmd, flags};
 
-use super::config::{ApplicationId, PeerConfig, VendorSpecificApplicationId};
+use super::config::{ApplicationId, PeerConfig, VendorSpecificApplicationId, advertised};
 use crate::diameter::error::AvpDataError;
 use crate::diameter::{Avp, Dictionary, Message, avp_code as c, result_code};
 
@@ -186,34 +186,12 @@ impl PeerIdentity {
 
     /// Every advertised Auth-Application-Id, plain and vendor-specific, without 0.
     pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        let vendor =
-            self.vendor_specific_application_ids
-                .iter()
-                .filter_map(|v| match v.application {
-                    ApplicationId::Auth(id) => Some(id),
-                    ApplicationId::Acct(_) => None,
-                });
-        self.auth_application_ids
-            .iter()
-            .copied()
-            .chain(vendor)
-            .filter(|&id| id != app::COMMON)
+        advertised(&self.auth_application_ids, &self.vendor_specific_application_ids, true)
     }
 
     /// Every advertised Acct-Application-Id, plain and vendor-specific, without 0.
     pub fn acct_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        let vendor =
-            self.vendor_specific_application_ids
-                .iter()
-                .filter_map(|v| match v.application {
-                    ApplicationId::Acct(id) => Some(id),
-                    ApplicationId::Auth(_) => None,
-                });
-        self.acct_application_ids
-            .iter()
-            .copied()
-            .chain(vendor)
-            .filter(|&id| id != app::COMMON)
+        advertised(&self.acct_application_ids, &self.vendor_specific_application_ids, false)
     }
 }
 

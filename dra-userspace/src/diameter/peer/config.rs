@@ -161,34 +161,12 @@ impl PeerConfig {
     /// Every advertised Auth-Application-Id, plain and vendor-specific, without the
     /// common application 0 (RFC 6733 §5.3: the base protocol is not advertised).
     pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        let vendor =
-            self.vendor_specific_application_ids
-                .iter()
-                .filter_map(|v| match v.application {
-                    ApplicationId::Auth(id) => Some(id),
-                    ApplicationId::Acct(_) => None,
-                });
-        self.auth_application_ids
-            .iter()
-            .copied()
-            .chain(vendor)
-            .filter(|&id| id != app::COMMON)
+        advertised(&self.auth_application_ids, &self.vendor_specific_application_ids, true)
     }
 
     /// Every advertised Acct-Application-Id, plain and vendor-specific, without 0.
     pub fn acct_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        let vendor =
-            self.vendor_specific_application_ids
-                .iter()
-                .filter_map(|v| match v.application {
-                    ApplicationId::Acct(id) => Some(id),
-                    ApplicationId::Auth(_) => None,
-                });
-        self.acct_application_ids
-            .iter()
-            .copied()
-            .chain(vendor)
-            .filter(|&id| id != app::COMMON)
+        advertised(&self.acct_application_ids, &self.vendor_specific_application_ids, false)
     }
 }
 
@@ -227,4 +205,18 @@ pub enum PeerConfigError {
         /// The field name.
         name: &'static str,
     },
+}
+
+/// Plain and vendor-specific application ids of one kind (`auth` or acct), without
+/// the common application 0 (RFC 6733 §5.3: the base protocol is not advertised).
+pub(crate) fn advertised<'a>(
+    plain: &'a [u32],
+    vendor_specific: &'a [VendorSpecificApplicationId],
+    auth: bool,
+) -> impl Iterator<Item = u32> + 'a {
+    let vendor = vendor_specific.iter().filter_map(move |v| match (v.application, auth) {
+        (ApplicationId::Auth(id), true) | (ApplicationId::Acct(id), false) => Some(id),
+        _ => None,
+    });
+    plain.iter().copied().chain(vendor).filter(|&id| id != app::COMMON)
 }
