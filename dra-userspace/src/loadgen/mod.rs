@@ -4,6 +4,7 @@
 //!   doing real CER/CEA and watchdogs through [`crate::diameter::peer::PeerConnection`],
 //!   sending Gx/Gy CCR-I/U/T that follow session life cycles at the rates of a
 //!   [`scenario::Scenario`], measuring answers, latency, timeouts.
+//! - [`script`]: scripted peers and servers, one message at a time, for tests and tools.
 //! - [`server`]: a PCRF/OCS answering CCR after a latency distribution within a
 //!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
 //!   session.
@@ -14,6 +15,7 @@
 pub mod client;
 pub mod resp;
 pub mod scenario;
+pub mod script;
 pub mod server;
 pub mod session;
 pub mod stats;
