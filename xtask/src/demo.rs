@@ -567,6 +567,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
     let pgw2_3002 = o.last.sum("dra_answers_total", &[("peer", "pgw2"), ("result_code", "3002")]);
     let pgw2_throttle_max = o.last.sum("dra_throttle_percent", &[("peer", "pgw2")]);
     let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
+    let ocs_answers = o.last.sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
     let _ = writeln!(s, "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %");
     let _ = writeln!(
         s,
@@ -585,6 +586,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
         ("pgw1 requests were rejected while throttled", pgw1_throttled_rejects > 0.0),
         ("reversal stepped the throttle back to 0 before the end", final_throttle == 0.0 && peak_throttle > 0.0),
         ("pgw2 was never throttled dynamically", pgw2_throttle_max == 0.0),
+        ("Gy traffic was relayed to ocs1 and answered", ocs_answers > 0.0),
         ("every request was answered (no timeouts, none unanswered)", lost == 0 && violations == 0.0),
     ];
     let _ = writeln!(s, "\nstory checks:");

@@ -144,7 +144,8 @@ struct PeerCtx {
     connect: SocketAddr,
     bind: Option<std::net::IpAddr>,
     tw: Duration,
-    destination_realm: String,
+    /// Destination-Realm of Gx and Gy requests.
+    destination_realm: [String; 2],
     destination_host: Option<String>,
     service_context_id: String,
     timeout: Duration,
@@ -194,7 +195,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             connect: cfg.connect,
             bind: cfg.bind,
             tw: cfg.tw,
-            destination_realm: scenario.destination_realm.clone(),
+            destination_realm: [App::Gx, App::Gy].map(|a| scenario.destination_realm_of(a).to_owned()),
             destination_host: scenario.destination_host.clone(),
             service_context_id: scenario.service_context_id.clone(),
             timeout,
@@ -529,7 +530,7 @@ async fn connection(
                     }
                     let hbh = pc.next_hop_by_hop();
                     let e2e = pc.next_end_to_end();
-                    let m = build_ccr(&s, &ctx.origin_host, &ctx.origin_realm, &ctx.destination_realm,
+                    let m = build_ccr(&s, &ctx.origin_host, &ctx.origin_realm, &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
                         ctx.destination_host.as_deref(), &ctx.service_context_id, hbh, e2e);
                     let sent = Instant::now();
                     pending.insert(hbh, (s.key, s.class, sent));

@@ -281,8 +281,11 @@ pub struct Scenario {
     /// Name shown in the summary.
     #[serde(default)]
     pub name: String,
-    /// Destination-Realm of every CCR.
+    /// Destination-Realm of every CCR (of Gx CCRs when `gy_destination_realm` is set).
     pub destination_realm: String,
+    /// Destination-Realm of Gy CCRs, when the OCS realm differs from the PCRF's.
+    #[serde(default)]
+    pub gy_destination_realm: Option<String>,
     /// Destination-Host of every CCR, when set.
     #[serde(default)]
     pub destination_host: Option<String>,
@@ -297,6 +300,16 @@ pub struct Scenario {
     pub reconnect_delay_ms: u64,
     /// The phases, in order.
     pub phase: Vec<Phase>,
+}
+
+impl Scenario {
+    /// The Destination-Realm of requests of `app`.
+    pub fn destination_realm_of(&self, app: App) -> &str {
+        match (app, &self.gy_destination_realm) {
+            (App::Gy, Some(r)) => r,
+            _ => &self.destination_realm,
+        }
+    }
 }
 
 /// A scenario that cannot be loaded or makes no sense.
@@ -525,6 +538,19 @@ flush = "gx"
 reconnect = true
 burst = [{ at_s = 0.5, class = "gx_ccr_t", count = 30 }]
 "#;
+
+    #[test]
+    fn gy_goes_to_its_own_realm_when_one_is_given() {
+        let s = Scenario::from_toml(TEXT).unwrap();
+        assert_eq!(s.destination_realm_of(App::Gy), "pcrf.example.net");
+        let t = TEXT.replace(
+            "destination_realm = \"pcrf.example.net\"",
+            "destination_realm = \"pcrf.example.net\"\ngy_destination_realm = \"ocs.example.net\"",
+        );
+        let s = Scenario::from_toml(&t).unwrap();
+        assert_eq!(s.destination_realm_of(App::Gx), "pcrf.example.net");
+        assert_eq!(s.destination_realm_of(App::Gy), "ocs.example.net");
+    }
 
     #[test]
     fn rates_ramps_and_bursts_integrate() {
