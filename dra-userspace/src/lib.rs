@@ -5,6 +5,7 @@ pub mod agent;
 pub mod config;
 pub mod control;
 pub mod dataplane;
+pub mod limiter;
 pub mod diameter;
 pub mod drl;
 pub mod loadgen;

@@ -4,6 +4,12 @@
 //! The Diameter agent ([`crate::agent`]: listeners, peers, routing, relay, marked
 //! answers, egress RLF, control socket) runs on the same runtime; at SIGINT/SIGTERM it
 //! sends DPR to every open peer before the process exits.
+//!
+//! Who enforces the ingress limits: with an interface (`--iface` or `[fast_path]
+//! interface`) the XDP program; without one the agent itself ([`crate::limiter`],
+//! built from the same [`Plan`], same semantics), so configured limits always apply.
+//! Either way the dynamic controller rewrites the rates and the counters are published
+//! as the `dra_fastpath_*` metrics.
 
 use std::{
     path::PathBuf,
@@ -21,6 +27,7 @@ use crate::{
     control::{effective_rate, SampleLoop},
     dataplane::{AttachMode, Dataplane, DataplaneError, Maps, Plan, PlanError},
     drl::{self, DrlError, DrlTarget},
+    limiter::Limiter,
     metrics::{self, Metrics},
 };
 
@@ -57,13 +64,19 @@ pub enum RunError {
 /// What the run loop shares between its tasks.
 struct Shared {
     maps: Option<Maps>,
+    /// The agent's own limiter, when no fast path is attached.
+    limiter: Option<Arc<Limiter>>,
     plan: Plan,
     metrics: Metrics,
 }
 
 impl Shared {
-    /// Copies the fast path's counters into the metrics.
+    /// Copies the fast path's (or the userspace limiter's) counters into the metrics.
     fn publish_fastpath(&self) {
+        if let Some(l) = &self.limiter {
+            self.metrics.set_fastpath_global(&l.global_counters());
+            self.metrics.set_fastpath_classes(l.class_counters());
+        }
         let Some(maps) = &self.maps else { return };
         if let Ok(stats) = maps.stats() {
             self.metrics.set_fastpath_global(&stats);
@@ -80,6 +93,9 @@ impl Shared {
     fn apply_throttle(&mut self, targets: &[DrlTarget], throttle: u8) {
         for t in targets {
             let rate = effective_rate(t.static_rate, throttle);
+            if let Some(l) = &self.limiter {
+                l.set_rate(&t.slot, rate);
+            }
             if let Some(maps) = &mut self.maps
                 && let Err(e) = maps.set_rate(&t.slot, rate)
             {
@@ -108,12 +124,19 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         dp.maps.write_plan(&plan).map_err(RunError::Dataplane)?;
         info!(iface, reused = dp.reused, pin_dir = %opts.pin_dir.display(), "fast path attached");
         dataplane = Some(dp);
-    } else {
-        info!("no fast path interface configured: agent only");
     }
+    // Without XDP the agent enforces the same limits itself (before decoding).
+    let limiter = match &dataplane {
+        Some(_) => None,
+        None => {
+            info!("no fast path interface: the agent enforces the limits in userspace");
+            Some(Arc::new(Limiter::new(&plan)))
+        }
+    };
     let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
     let maps = dataplane.map(Dataplane::into_maps);
-    let shared = Arc::new(Mutex::new(Shared { maps, plan, metrics: metrics.clone() }));
+    let shared =
+        Arc::new(Mutex::new(Shared { maps, limiter: limiter.clone(), plan, metrics: metrics.clone() }));
     // Static rates first (a restart after throttling must not keep a stale rate).
     shared.lock().expect("lock").apply_throttle(&targets, 0);
 
@@ -130,7 +153,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             (Some(p), false) => Some(spawn_controller(p, targets.clone(), shared.clone(), stop.clone())?),
             _ => None,
         };
-        let agent = crate::agent::start(cfg.clone(), crate::agent::AgentOptions::default(), metrics.clone())
+        let agent_opts = crate::agent::AgentOptions { limiter, ..Default::default() };
+        let agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())
             .await
             .map_err(RunError::Agent)?;
         info!(listeners = ?agent.listen_addrs(), "diameter agent running");

@@ -361,6 +361,7 @@ impl Core {
             self.io_tx.clone(),
             self.opts.max_message_size,
             self.opts.write_queue,
+            self.opts.limiter.clone(),
             span.clone(),
         ) {
             Ok(io) => io,
@@ -467,6 +468,9 @@ impl Core {
             self.io_tx.clone(),
             self.opts.max_message_size,
             self.opts.write_queue,
+            // Our own outbound connections: the fast path sees their traffic arrive
+            // on an ephemeral port, never limited.
+            None,
             span.clone(),
         ) {
             Ok(io) => io,

@@ -1,7 +1,14 @@
 //! Per-connection I/O tasks: a reader (TCP → Framer → decode → core) and a writer
 //! (bounded queue → TCP). No protocol logic: the core owns every `PeerConnection`.
+//!
+//! Without the XDP fast path the reader also applies the ingress limits
+//! ([`crate::limiter`]) to each framed message before decoding it: an over-limit
+//! request is marked in its flags byte, exactly as XDP marks it, so the core's marked
+//! path answers it; one over a `drop` limit is discarded here (no decode, no channel
+//! send).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
@@ -10,6 +17,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, debug};
 
 use crate::diameter::{DecodeError, Framer, FramingError, Message, decode};
+use crate::limiter::{Limiter, Source};
 
 /// A connection id, unique for the agent's lifetime (never reused).
 pub type ConnId = u64;
@@ -58,25 +66,39 @@ pub struct ConnIo {
     pub remote: SocketAddr,
 }
 
-/// Spawns the reader and writer tasks of `stream`.
+/// Spawns the reader and writer tasks of `stream`. With `limiter` (accepted
+/// connections when no fast path is attached) the reader enforces the ingress limits
+/// of the connection's source ([`Limiter::source`]: remote address, local port).
 pub fn spawn(
     conn: ConnId,
     stream: TcpStream,
     events: mpsc::Sender<IoEvent>,
     max_message_size: usize,
     write_queue: usize,
+    limiter: Option<Arc<Limiter>>,
     span: tracing::Span,
 ) -> std::io::Result<ConnIo> {
     let remote = stream.peer_addr()?;
+    let local_port = stream.local_addr()?.port();
+    let limits = limiter.and_then(|l| match l.source(remote.ip(), local_port) {
+        Source::NotDiameter => None,
+        src => Some((l, src)),
+    });
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
-    let reader = tokio::spawn(reader(conn, rd, events, max_message_size).instrument(span));
+    let reader = tokio::spawn(reader(conn, rd, events, max_message_size, limits).instrument(span));
     Ok(ConnIo { tx, reader, remote })
 }
 
-async fn reader(conn: ConnId, mut rd: OwnedReadHalf, events: mpsc::Sender<IoEvent>, max: usize) {
+async fn reader(
+    conn: ConnId,
+    mut rd: OwnedReadHalf,
+    events: mpsc::Sender<IoEvent>,
+    max: usize,
+    limits: Option<(Arc<Limiter>, Source)>,
+) {
     let mut framer = Framer::with_max_message_size(max);
     let mut buf = vec![0u8; 64 * 1024];
     let why = 'outer: loop {
@@ -88,7 +110,14 @@ async fn reader(conn: ConnId, mut rd: OwnedReadHalf, events: mpsc::Sender<IoEven
         framer.push(&buf[..n]);
         loop {
             match framer.next_message() {
-                Ok(Some(frame)) => {
+                Ok(Some(mut frame)) => {
+                    if let Some((l, src)) = &limits
+                        && !l.filter(src, &mut frame, l.now_ns())
+                    {
+                        // Over a `drop` limit (or an unknown source under `drop`): as
+                        // XDP_DROP, the core never sees it.
+                        continue;
+                    }
                     let len = frame.len();
                     let msg = decode(&frame).map_err(Box::new);
                     // Bounded channel: a busy core slows the reader, and TCP slows the peer.

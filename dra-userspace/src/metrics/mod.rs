@@ -25,6 +25,9 @@
 //!
 //! ## Fast path (snapshots of the BPF per-CPU maps, summed over CPUs)
 //!
+//! Without XDP the agent's own limiter ([`crate::limiter`]) publishes the same families
+//! (its global counters per message, the subset it has an equivalent for).
+//!
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
 //! | `dra_fastpath_requests_total` | counter | `peer`, `class`, `outcome` | requests `seen`, `admitted`, `marked` (answered by the agent), `dropped` |

@@ -1,0 +1,361 @@
+//! Without the XDP fast path the agent enforces the configured ingress limits itself
+//! (`dra::limiter`): over real loopback TCP, a gateway that sends more CCR-I than its
+//! limit allows gets the excess answered 3002 by the agent (`reject`) or never
+//! answered (`drop`), while the server sees only what was admitted.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dra::diameter::peer::{ConnectionOptions, Handled, PeerConnection, PeerEvent};
+use dra::diameter::{Avp, Framer, Message, avp_code, result_code};
+use dra::limiter::Limiter;
+use dra::loadgen::server::{ServerConfig, ServerHandle};
+use dra::loadgen::{AllowList, loadgen_peer_config};
+use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const DRA_HOST: &str = "dra.test.example";
+const REALM: &str = "test.example";
+const PCRF_REALM: &str = "pcrf.test.example";
+const PCRF_HOST: &str = "pcrf1.pcrf.test.example";
+const PGW_HOST: &str = "pgw1.test.example";
+/// A second gateway without `addresses`: the limiter (as XDP) cannot identify it.
+const PGW2_HOST: &str = "pgw2.test.example";
+/// Requests sent back to back; the limit's burst admits [`BURST`] of them.
+const SENT: usize = 20;
+const BURST: usize = 5;
+/// Bound on waiting for what must happen (never reached when the agent works).
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind((LOCALHOST, 0))
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The agent's config: listeners on 127.0.0.1 and ::1, client `pgw1` at 127.0.0.1 with
+/// a Gx CCR-I limit of 0.1/s, burst 5 (nothing refills during the test), client `pgw2`
+/// without addresses and with the same limit, server `pcrf1`.
+fn agent_toml(pcrf: SocketAddr, action: &str) -> String {
+    let port = free_port();
+    // Answer settings exist only for `reject` (the config refuses them with `drop`).
+    let answer = if action == "reject" {
+        "result_code = 3002\nerror_message = \"rate limit exceeded: pgw1 Gx CCR-I\"\n"
+    } else {
+        ""
+    };
+    format!(
+        "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{port}]\n\n\
+         [[listener]]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tcp\"\n\n\
+         [[listener]]\naddress = \"[::1]:{port}\"\ntransport = \"tcp\"\n\n\
+         [[peer]]\nname = \"pgw2\"\norigin_host = \"{PGW2_HOST}\"\nrealm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n\
+         [[peer]]\nname = \"pgw1\"\norigin_host = \"{PGW_HOST}\"\nrealm = \"{REALM}\"\naddresses = [\"127.0.0.1\"]\nrole = \"client\"\n\n\
+         [[peer]]\nname = \"pcrf1\"\norigin_host = \"{PCRF_HOST}\"\nrealm = \"{PCRF_REALM}\"\naddresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{pcrf}\"\n\n\
+         [[peer_group]]\nname = \"pcrf\"\nanswer_timeout = \"5s\"\nselection = \"round_robin\"\n\n\
+         [[route]]\nrealm = \"{PCRF_REALM}\"\napplication = \"gx\"\ngroup = \"pcrf\"\n\n\
+         [[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\napplication = \"gx\"\ncommand = \"ccr\"\n\
+         request_type = \"initial\"\nrate = 0.1\nburst = {BURST}\naction = \"{action}\"\n{answer}\n\
+         [[message_rate_limit_profile]]\npeer = \"pgw2\"\ndirection = \"ingress\"\napplication = \"gx\"\ncommand = \"ccr\"\n\
+         request_type = \"initial\"\nrate = 0.1\nburst = {BURST}\naction = \"{action}\"\n"
+    )
+}
+
+struct Lab {
+    agent: dra::agent::AgentHandle,
+    server: ServerHandle,
+    limiter: Arc<Limiter>,
+    plan: dra::dataplane::Plan,
+}
+
+impl Lab {
+    async fn start(action: &str) -> Lab {
+        let mut scfg = ServerConfig::new(SocketAddr::new(LOCALHOST, 0), PCRF_HOST, PCRF_REALM);
+        scfg.strict_sessions = false;
+        let server = dra::loadgen::server::run(scfg).await.expect("server");
+        let text = agent_toml(server.local_addr(), action);
+        let cfg = dra::config::parse(&text, "test.toml")
+            .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let plan = dra::dataplane::Plan::new(&cfg).expect("plan");
+        let limiter = Arc::new(Limiter::new(&plan));
+        let opts = dra::agent::AgentOptions {
+            tc: Some(Duration::from_millis(200)),
+            limiter: Some(limiter.clone()),
+            ..Default::default()
+        };
+        let agent = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())
+            .await
+            .expect("agent");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let s = agent.status().await.expect("status");
+            if s.lines()
+                .any(|l| l.contains(" server ") && l.contains(" open "))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "pcrf1 never opened:\n{s}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Lab {
+            agent,
+            server,
+            limiter,
+            plan,
+        }
+    }
+
+    fn ccr_i_counters(&self) -> dra_common::maps::ClassCounters {
+        let slot = self
+            .plan
+            .slot_of("pgw1", MsgClass::gx_ccr(cc_request_type::INITIAL))
+            .expect("CCR-I slot");
+        self.limiter.slot_counters(slot).expect("counters")
+    }
+}
+
+/// A gateway over a raw TCP connection driven by `PeerConnection` (as dra-loadgen's
+/// client): CER/CEA, then CCRs written back to back, answers collected.
+struct Gateway {
+    pc: PeerConnection,
+    stream: TcpStream,
+    framer: Framer,
+    start: Instant,
+    answers: Vec<Message>,
+    /// Our Origin-Host.
+    host: &'static str,
+}
+
+impl Gateway {
+    async fn connect(to: SocketAddr, host: &'static str) -> Gateway {
+        let stream = TcpStream::connect(to).await.expect("connect");
+        let local = stream.local_addr().expect("local").ip();
+        let cfg = Arc::new(loadgen_peer_config(
+            host,
+            REALM,
+            local,
+            Duration::from_secs(30),
+        ));
+        let pc = PeerConnection::initiator(
+            cfg,
+            Arc::new(AllowList::default()),
+            to.ip(),
+            ConnectionOptions::new(7, 0),
+        )
+        .expect("peer connection");
+        let mut g = Gateway {
+            pc,
+            stream,
+            framer: Framer::new(),
+            start: Instant::now(),
+            answers: Vec::new(),
+            host,
+        };
+        g.pc.handle_connected(g.start.elapsed());
+        let deadline = Instant::now() + PATIENCE;
+        while !g.pc.is_open() {
+            g.flush().await;
+            assert!(g.read_until(deadline).await, "CEA never came");
+        }
+        g
+    }
+
+    async fn flush(&mut self) {
+        while let Some(m) = self.pc.poll_transmit() {
+            self.stream.write_all(&m.encode()).await.expect("write");
+        }
+        while self
+            .pc
+            .poll_event()
+            .is_some_and(|e| !matches!(e, PeerEvent::Closed { .. }))
+        {}
+    }
+
+    /// Reads once (until `deadline`); application answers are kept. False on timeout.
+    async fn read_until(&mut self, deadline: Instant) -> bool {
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = match tokio::time::timeout_at(deadline, self.stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(r) => r.expect("read"),
+        };
+        assert_ne!(n, 0, "the agent closed the connection");
+        self.framer.push(&buf[..n]);
+        while let Some(f) = self.framer.next_message().expect("framing") {
+            let m = Message::decode(&f).expect("decode");
+            if let Handled::Application(a) = self.pc.handle_message(self.start.elapsed(), m)
+                && !a.is_request()
+            {
+                self.answers.push(a);
+            }
+        }
+        self.flush().await;
+        true
+    }
+
+    /// Sends `n` Gx CCR-I (distinct sessions) in one write.
+    async fn send_ccr_i(&mut self, n: usize) {
+        let mut bytes = Vec::new();
+        for i in 0..n {
+            let m = Message::request(
+                cmd::CREDIT_CONTROL,
+                app::GX,
+                self.pc.next_hop_by_hop(),
+                self.pc.next_end_to_end(),
+            )
+            .proxiable()
+            .with(Avp::utf8(avp_code::SESSION_ID, &format!("{};limits;{i}", self.host)).mandatory())
+            .with(Avp::u32(avp_code::AUTH_APPLICATION_ID, app::GX).mandatory())
+            .with(Avp::utf8(avp_code::ORIGIN_HOST, self.host).mandatory())
+            .with(Avp::utf8(avp_code::ORIGIN_REALM, REALM).mandatory())
+            .with(Avp::utf8(avp_code::DESTINATION_REALM, PCRF_REALM).mandatory())
+            .with(
+                Avp::enumerated(
+                    avp_code::CC_REQUEST_TYPE,
+                    i32::from(cc_request_type::INITIAL),
+                )
+                .mandatory(),
+            )
+            .with(Avp::u32(avp_code::CC_REQUEST_NUMBER, 0).mandatory());
+            bytes.extend_from_slice(&m.encode());
+        }
+        self.stream.write_all(&bytes).await.expect("write");
+    }
+
+    /// Reads until `n` answers arrived (panics after [`PATIENCE`]).
+    async fn wait_answers(&mut self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.answers.len() < n {
+            assert!(
+                self.read_until(deadline).await,
+                "{} of {n} answers",
+                self.answers.len()
+            );
+        }
+    }
+
+    fn count(&self, code: u32, origin: &str) -> usize {
+        self.answers
+            .iter()
+            .filter(|a| a.result_code() == Some(code) && a.origin_host() == Some(origin))
+            .count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_answers_the_excess_3002_from_the_agent() {
+    let lab = Lab::start("reject").await;
+    let mut gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
+    gw.send_ccr_i(SENT).await;
+    gw.wait_answers(SENT).await;
+    assert_eq!(
+        gw.count(result_code::SUCCESS, PCRF_HOST),
+        BURST,
+        "admitted: relayed to the server"
+    );
+    assert_eq!(
+        gw.count(result_code::UNABLE_TO_DELIVER, DRA_HOST),
+        SENT - BURST,
+        "marked: answered by the agent"
+    );
+    let rejected = gw
+        .answers
+        .iter()
+        .find(|a| a.origin_host() == Some(DRA_HOST))
+        .expect("a 3002");
+    assert_eq!(
+        rejected
+            .find(avp_code::ERROR_MESSAGE)
+            .and_then(|a| a.as_utf8().ok()),
+        Some("rate limit exceeded: pgw1 Gx CCR-I")
+    );
+    assert_eq!(
+        lab.server.stats().ccr_received.values().sum::<u64>(),
+        BURST as u64,
+        "the server saw only the admitted"
+    );
+    let c = lab.ccr_i_counters();
+    assert_eq!(
+        (c.seen, c.admitted, c.marked, c.dropped),
+        (SENT as u64, BURST as u64, (SENT - BURST) as u64, 0)
+    );
+    let s = lab.agent.stats().await.expect("stats");
+    assert_eq!(s.marked_answered, (SENT - BURST) as u64);
+    assert!(s.invariant_ok(), "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_discards_the_excess_unanswered() {
+    let lab = Lab::start("drop").await;
+    let mut gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
+    gw.send_ccr_i(SENT).await;
+    gw.wait_answers(BURST).await;
+    // The reader judges the frames in order; wait until it has judged all of them.
+    let deadline = Instant::now() + PATIENCE;
+    while lab.ccr_i_counters().dropped < (SENT - BURST) as u64 {
+        assert!(Instant::now() < deadline, "{:?}", lab.ccr_i_counters());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Nothing more comes (a short grace: the dropped requests never reached the core).
+    let _ = gw
+        .read_until(Instant::now() + Duration::from_millis(300))
+        .await;
+    assert_eq!(gw.answers.len(), BURST, "only the admitted are answered");
+    assert_eq!(gw.count(result_code::SUCCESS, PCRF_HOST), BURST);
+    let c = lab.ccr_i_counters();
+    assert_eq!(
+        (c.seen, c.admitted, c.marked, c.dropped),
+        (BURST as u64, BURST as u64, 0, (SENT - BURST) as u64)
+    );
+    let s = lab.agent.stats().await.expect("stats");
+    assert_eq!(
+        s.requests_in, BURST as u64,
+        "dropped requests never reached the core"
+    );
+    assert_eq!(s.marked_answered, 0);
+    assert!(s.invariant_ok(), "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_source_passes_uncharged_as_in_xdp() {
+    // pgw2 has a limit but no `addresses`: neither XDP nor the agent's limiter can
+    // tell its traffic from any other source's, so `unknown_peer = "pass"` applies.
+    let lab = Lab::start("reject").await;
+    let v6 = *lab
+        .agent
+        .listen_addrs()
+        .iter()
+        .find(|a| a.is_ipv6())
+        .expect("[::1] listener");
+    let mut gw = Gateway::connect(v6, PGW2_HOST).await;
+    gw.send_ccr_i(SENT).await;
+    gw.wait_answers(SENT).await;
+    assert_eq!(
+        gw.count(result_code::SUCCESS, PCRF_HOST),
+        SENT,
+        "none limited"
+    );
+    let slot = lab
+        .plan
+        .slot_of("pgw2", MsgClass::gx_ccr(cc_request_type::INITIAL))
+        .expect("pgw2 CCR-I slot");
+    assert_eq!(
+        lab.limiter.slot_counters(slot).expect("counters").seen,
+        0,
+        "nothing charged to pgw2"
+    );
+    let g = lab.limiter.global_counters();
+    // The CER and the 20 CCR-I.
+    assert!(
+        g.contains(&(dra_common::stats::Counter::UnknownPeerPass, SENT as u64 + 1)),
+        "{g:?}"
+    );
+    assert!(
+        g.contains(&(dra_common::stats::Counter::Requests, 0)),
+        "{g:?}"
+    );
+}
