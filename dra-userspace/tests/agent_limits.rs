@@ -3,18 +3,16 @@
 //! limit allows gets the excess answered 3002 by the agent (`reject`) or never
 //! answered (`drop`), while the server sees only what was admitted.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dra::diameter::peer::{ConnectionOptions, Handled, PeerConnection, PeerEvent};
-use dra::diameter::{Avp, Framer, Message, avp_code, result_code};
+use dra::diameter::{Message, avp_code, result_code};
 use dra::limiter::Limiter;
+use dra::loadgen::loadgen_peer_config;
+use dra::loadgen::script::{ScriptedPeer, Tap, cc, ccr};
 use dra::loadgen::server::{ServerConfig, ServerHandle};
-use dra::loadgen::{AllowList, loadgen_peer_config};
 use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -119,127 +117,76 @@ impl Lab {
     }
 }
 
-/// A gateway over a raw TCP connection driven by `PeerConnection` (as dra-loadgen's
-/// client): CER/CEA, then CCRs written back to back, answers collected.
+/// A gateway: the project's simulator (`dra::loadgen::script`) after CER/CEA writes
+/// CCRs back to back in one write; the answers are read from its tap.
 struct Gateway {
-    pc: PeerConnection,
-    stream: TcpStream,
-    framer: Framer,
-    start: Instant,
-    answers: Vec<Message>,
+    peer: ScriptedPeer,
+    tap: Tap,
     /// Our Origin-Host.
     host: &'static str,
 }
 
 impl Gateway {
     async fn connect(to: SocketAddr, host: &'static str) -> Gateway {
-        let stream = TcpStream::connect(to).await.expect("connect");
-        let local = stream.local_addr().expect("local").ip();
-        let cfg = Arc::new(loadgen_peer_config(
-            host,
-            REALM,
-            local,
-            Duration::from_secs(30),
-        ));
-        let pc = PeerConnection::initiator(
-            cfg,
-            Arc::new(AllowList::default()),
-            to.ip(),
-            ConnectionOptions::new(7, 0),
-        )
-        .expect("peer connection");
-        let mut g = Gateway {
-            pc,
-            stream,
-            framer: Framer::new(),
-            start: Instant::now(),
-            answers: Vec::new(),
-            host,
+        let local = if to.is_ipv6() {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        } else {
+            LOCALHOST
         };
-        g.pc.handle_connected(g.start.elapsed());
-        let deadline = Instant::now() + PATIENCE;
-        while !g.pc.is_open() {
-            g.flush().await;
-            assert!(g.read_until(deadline).await, "CEA never came");
-        }
-        g
-    }
-
-    async fn flush(&mut self) {
-        while let Some(m) = self.pc.poll_transmit() {
-            self.stream.write_all(&m.encode()).await.expect("write");
-        }
-        while self
-            .pc
-            .poll_event()
-            .is_some_and(|e| !matches!(e, PeerEvent::Closed { .. }))
-        {}
-    }
-
-    /// Reads once (until `deadline`); application answers are kept. False on timeout.
-    async fn read_until(&mut self, deadline: Instant) -> bool {
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = match tokio::time::timeout_at(deadline, self.stream.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(r) => r.expect("read"),
-        };
-        assert_ne!(n, 0, "the agent closed the connection");
-        self.framer.push(&buf[..n]);
-        while let Some(f) = self.framer.next_message().expect("framing") {
-            let m = Message::decode(&f).expect("decode");
-            if let Handled::Application(a) = self.pc.handle_message(self.start.elapsed(), m)
-                && !a.is_request()
-            {
-                self.answers.push(a);
-            }
-        }
-        self.flush().await;
-        true
+        let tap = Tap::default();
+        let cfg = loadgen_peer_config(host, REALM, local, Duration::from_secs(30));
+        let peer = ScriptedPeer::connect(to, cfg, DRA_HOST, Some(tap.clone()))
+            .await
+            .unwrap_or_else(|rc| panic!("CER refused ({rc})"));
+        Gateway { peer, tap, host }
     }
 
     /// Sends `n` Gx CCR-I (distinct sessions) in one write.
-    async fn send_ccr_i(&mut self, n: usize) {
+    async fn send_ccr_i(&self, n: usize) {
         let mut bytes = Vec::new();
         for i in 0..n {
-            let m = Message::request(
-                cmd::CREDIT_CONTROL,
+            let mut m = ccr(
+                &format!("{};limits;{i}", self.host),
                 app::GX,
-                self.pc.next_hop_by_hop(),
-                self.pc.next_end_to_end(),
-            )
-            .proxiable()
-            .with(Avp::utf8(avp_code::SESSION_ID, &format!("{};limits;{i}", self.host)).mandatory())
-            .with(Avp::u32(avp_code::AUTH_APPLICATION_ID, app::GX).mandatory())
-            .with(Avp::utf8(avp_code::ORIGIN_HOST, self.host).mandatory())
-            .with(Avp::utf8(avp_code::ORIGIN_REALM, REALM).mandatory())
-            .with(Avp::utf8(avp_code::DESTINATION_REALM, PCRF_REALM).mandatory())
-            .with(
-                Avp::enumerated(
-                    avp_code::CC_REQUEST_TYPE,
-                    i32::from(cc_request_type::INITIAL),
-                )
-                .mandatory(),
-            )
-            .with(Avp::u32(avp_code::CC_REQUEST_NUMBER, 0).mandatory());
+                self.host,
+                REALM,
+                PCRF_REALM,
+                cc::INITIAL,
+                0,
+            );
+            m.hop_by_hop = 1000 + i as u32;
             bytes.extend_from_slice(&m.encode());
         }
-        self.stream.write_all(&bytes).await.expect("write");
+        assert!(self.peer.send_bytes(bytes).await, "connection gone");
     }
 
-    /// Reads until `n` answers arrived (panics after [`PATIENCE`]).
-    async fn wait_answers(&mut self, n: usize) {
+    /// The CCAs received so far.
+    fn answers(&self) -> Vec<Message> {
+        self.tap
+            .lock()
+            .expect("tap")
+            .iter()
+            .filter(|(sent, _)| !sent)
+            .filter_map(|(_, b)| Message::decode(b).ok())
+            .filter(|m| m.command_code == cmd::CREDIT_CONTROL && !m.is_request())
+            .collect()
+    }
+
+    /// Waits until `n` answers arrived (panics after [`PATIENCE`]).
+    async fn wait_answers(&self, n: usize) {
         let deadline = Instant::now() + PATIENCE;
-        while self.answers.len() < n {
+        while self.answers().len() < n {
             assert!(
-                self.read_until(deadline).await,
+                Instant::now() < deadline,
                 "{} of {n} answers",
-                self.answers.len()
+                self.answers().len()
             );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     fn count(&self, code: u32, origin: &str) -> usize {
-        self.answers
+        self.answers()
             .iter()
             .filter(|a| a.result_code() == Some(code) && a.origin_host() == Some(origin))
             .count()
@@ -249,7 +196,7 @@ impl Gateway {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_answers_the_excess_3002_from_the_agent() {
     let lab = Lab::start("reject").await;
-    let mut gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
+    let gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
     gw.send_ccr_i(SENT).await;
     gw.wait_answers(SENT).await;
     assert_eq!(
@@ -263,8 +210,8 @@ async fn reject_answers_the_excess_3002_from_the_agent() {
         "marked: answered by the agent"
     );
     let rejected = gw
-        .answers
-        .iter()
+        .answers()
+        .into_iter()
         .find(|a| a.origin_host() == Some(DRA_HOST))
         .expect("a 3002");
     assert_eq!(
@@ -291,7 +238,7 @@ async fn reject_answers_the_excess_3002_from_the_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drop_discards_the_excess_unanswered() {
     let lab = Lab::start("drop").await;
-    let mut gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
+    let gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
     gw.send_ccr_i(SENT).await;
     gw.wait_answers(BURST).await;
     // The reader judges the frames in order; wait until it has judged all of them.
@@ -301,10 +248,8 @@ async fn drop_discards_the_excess_unanswered() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Nothing more comes (a short grace: the dropped requests never reached the core).
-    let _ = gw
-        .read_until(Instant::now() + Duration::from_millis(300))
-        .await;
-    assert_eq!(gw.answers.len(), BURST, "only the admitted are answered");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.answers().len(), BURST, "only the admitted are answered");
     assert_eq!(gw.count(result_code::SUCCESS, PCRF_HOST), BURST);
     let c = lab.ccr_i_counters();
     assert_eq!(
@@ -331,7 +276,7 @@ async fn an_unknown_source_passes_uncharged_as_in_xdp() {
         .iter()
         .find(|a| a.is_ipv6())
         .expect("[::1] listener");
-    let mut gw = Gateway::connect(v6, PGW2_HOST).await;
+    let gw = Gateway::connect(v6, PGW2_HOST).await;
     gw.send_ccr_i(SENT).await;
     gw.wait_answers(SENT).await;
     assert_eq!(

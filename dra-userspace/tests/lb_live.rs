@@ -21,17 +21,16 @@
 //! assertions below follow from that (see each one).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use dra::diameter::peer::{ConnectionOptions, Handled, PeerConnection, PeerEvent, peer_load_value};
-use dra::diameter::{Avp, Framer, Message, avp_code};
+use dra::diameter::peer::peer_load_value;
+use dra::diameter::{Avp, Message, avp_code};
 use dra::loadgen::client::{self, ClientConfig};
+use dra::loadgen::loadgen_peer_config;
 use dra::loadgen::scenario::{Class, Scenario};
+use dra::loadgen::script::ScriptedPeer;
 use dra::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
-use dra::loadgen::{AllowList, loadgen_peer_config};
 use dra_common::wire::{app, cmd};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DRA_HOST: &str = "dra.test.example";
 const REALM: &str = "test.example";
@@ -392,53 +391,19 @@ async fn agent_reports_its_own_load_in_downstream_dwas() {
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.local_addr()).collect();
     let agent = start_agent(&addrs[..1], "round_robin").await;
     let addr = agent.listen_addrs()[0];
-    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let host = format!("pgw1.{REALM}");
-    let cfg = Arc::new(loadgen_peer_config(&host, REALM, addr.ip(), TW));
-    let mut pc = PeerConnection::initiator(
-        cfg,
-        Arc::new(AllowList::default()),
-        addr.ip(),
-        ConnectionOptions::new(1, 0),
-    )
-    .expect("peer");
-    let t0 = tokio::time::Instant::now();
-    pc.handle_connected(t0.elapsed());
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 4096];
-    let (mut open, mut dwr_sent, mut dwa) = (false, false, None);
-    while dwa.is_none() {
-        while let Some(m) = pc.poll_transmit() {
-            sock.write_all(&m.encode()).await.expect("write");
-        }
-        while let Some(e) = pc.poll_event() {
-            if let PeerEvent::Opened { .. } = e {
-                open = true;
-            }
-        }
-        if open && !dwr_sent {
-            // RFC 6733 §5.5.1: our DWR; the agent answers DWA + its RFC 8583 Load.
-            let dwr = Message::request(cmd::DEVICE_WATCHDOG, app::COMMON, 91, 92)
-                .with(Avp::utf8(avp_code::ORIGIN_HOST, &host).mandatory())
-                .with(Avp::utf8(avp_code::ORIGIN_REALM, REALM).mandatory());
-            sock.write_all(&dwr.encode()).await.expect("write");
-            dwr_sent = true;
-        }
-        let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
-            .await
-            .expect("agent answers")
-            .expect("read");
-        assert!(n > 0, "agent closed the connection");
-        framer.push(&buf[..n]);
-        while let Some(f) = framer.next_message().expect("frame") {
-            let m = Message::decode(&f).expect("decode");
-            if m.command_code == cmd::DEVICE_WATCHDOG && !m.is_request() && m.hop_by_hop == 91 {
-                dwa = Some(m.clone());
-            }
-            let _ = matches!(pc.handle_message(t0.elapsed(), m), Handled::Consumed);
-        }
-    }
-    let dwa = dwa.expect("dwa");
+    let cfg = loadgen_peer_config(&host, REALM, addr.ip(), TW);
+    let pgw = ScriptedPeer::connect(addr, cfg, DRA_HOST, None)
+        .await
+        .expect("CER accepted");
+    // RFC 6733 §5.5.1: our DWR; the agent answers DWA + its RFC 8583 Load.
+    let dwr = Message::request(cmd::DEVICE_WATCHDOG, app::COMMON, 0, 92)
+        .with(Avp::utf8(avp_code::ORIGIN_HOST, &host).mandatory())
+        .with(Avp::utf8(avp_code::ORIGIN_REALM, REALM).mandatory());
+    let dwa = tokio::time::timeout(Duration::from_secs(5), pgw.request(dwr))
+        .await
+        .expect("agent answers");
+    let dwa = dwa.expect("a DWA");
     assert_eq!(dwa.result_code(), Some(2001));
     let value = peer_load_value(&dwa, DRA_HOST).expect("Load AVP about the agent");
     // Nothing pending; the CPU share of this idle test process is far below half.

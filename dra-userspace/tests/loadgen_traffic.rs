@@ -1,16 +1,15 @@
 //! dra-loadgen client ↔ server over real TCP on 127.0.0.1.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use dra::diameter::peer::{ConnectionOptions, Handled, PeerConnection, PeerEvent, peer_load_value};
-use dra::diameter::{Avp, Framer, Message, avp_code};
+use dra::diameter::peer::peer_load_value;
+use dra::diameter::{Avp, Message, avp_code};
 use dra::loadgen::client::{self, ClientConfig};
+use dra::loadgen::loadgen_peer_config;
 use dra::loadgen::scenario::{Class, Scenario};
+use dra::loadgen::script::ScriptedPeer;
 use dra::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
-use dra::loadgen::{AllowList, loadgen_peer_config};
 use dra_common::wire::{app, cmd};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn server_cfg(host: &str) -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap(), host, "pcrf.lab.example")
@@ -24,60 +23,24 @@ fn within(actual: u64, expected: f64, tol: f64) -> bool {
 async fn cer_cea_and_dwa_carries_the_servers_load() {
     let srv = server::run(server_cfg("pcrf1.lab.example")).await.unwrap();
     let addr = srv.local_addr();
-    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let cfg = Arc::new(loadgen_peer_config(
+    let cfg = loadgen_peer_config(
         "probe.lab.example",
         "lab.example",
         addr.ip(),
         Duration::from_secs(30),
-    ));
-    let mut pc = PeerConnection::initiator(
-        cfg,
-        Arc::new(AllowList::default()),
-        addr.ip(),
-        ConnectionOptions::new(1, 0),
-    )
-    .unwrap();
-    let t0 = tokio::time::Instant::now();
-    pc.handle_connected(t0.elapsed());
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 4096];
-    let mut opened_host = None;
-    let mut dwa = None;
-    let mut dwr_sent = false;
-    while dwa.is_none() {
-        while let Some(m) = pc.poll_transmit() {
-            sock.write_all(&m.encode()).await.unwrap();
-        }
-        while let Some(e) = pc.poll_event() {
-            if let PeerEvent::Opened { identity, .. } = e {
-                opened_host = Some(identity.origin_host.clone());
-            }
-        }
-        if opened_host.is_some() && !dwr_sent {
-            // RFC 6733 §5.5.1: a DWR from us; the server answers DWA + RFC 8583 Load.
-            let dwr = Message::request(cmd::DEVICE_WATCHDOG, app::COMMON, 77, 78)
-                .with(Avp::utf8(avp_code::ORIGIN_HOST, "probe.lab.example").mandatory())
-                .with(Avp::utf8(avp_code::ORIGIN_REALM, "lab.example").mandatory());
-            sock.write_all(&dwr.encode()).await.unwrap();
-            dwr_sent = true;
-        }
-        let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "server closed the connection");
-        framer.push(&buf[..n]);
-        while let Some(f) = framer.next_message().unwrap() {
-            let m = Message::decode(&f).unwrap();
-            if m.command_code == cmd::DEVICE_WATCHDOG && !m.is_request() && m.hop_by_hop == 77 {
-                dwa = Some(m.clone());
-            }
-            let _ = matches!(pc.handle_message(t0.elapsed(), m), Handled::Consumed);
-        }
-    }
-    assert_eq!(opened_host.as_deref(), Some("pcrf1.lab.example"));
-    let dwa = dwa.unwrap();
+    );
+    // The CEA must come from pcrf1.lab.example: the probe accepts no other host.
+    let probe = ScriptedPeer::connect(addr, cfg, "pcrf1.lab.example", None)
+        .await
+        .expect("CER accepted by pcrf1.lab.example");
+    // RFC 6733 §5.5.1: a DWR from us; the server answers DWA + RFC 8583 Load.
+    let dwr = Message::request(cmd::DEVICE_WATCHDOG, app::COMMON, 0, 78)
+        .with(Avp::utf8(avp_code::ORIGIN_HOST, "probe.lab.example").mandatory())
+        .with(Avp::utf8(avp_code::ORIGIN_REALM, "lab.example").mandatory());
+    let dwa = tokio::time::timeout(Duration::from_secs(5), probe.request(dwr))
+        .await
+        .unwrap();
+    let dwa = dwa.expect("a DWA");
     assert_eq!(dwa.result_code(), Some(2001));
     // Idle server: full Load-Value.
     assert_eq!(peer_load_value(&dwa, "pcrf1.lab.example"), Some(65535));
