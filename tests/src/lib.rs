@@ -2,6 +2,6 @@
 //! removed (RAII, also on panic), addresses only from 198.18.0.0/15 and 2001:db8::/32.
 
 pub mod agent;
-pub mod diam;
 pub mod netns;
 pub mod pkt;
+pub mod sim;

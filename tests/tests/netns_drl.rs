@@ -1,7 +1,9 @@
 //! Dynamic rate limiting through the real agent path: the `dra` binary attaches
 //! XDP in a test namespace, reads the DB CPU from a `file` source, and rewrites
 //! the bucket rates in the pinned maps, which the test reads back; and the closed
-//! loop, where the admitted rate at a sink follows the throttle.
+//! loop, where the admitted rate at a sink follows the throttle. Client and sink are
+//! the project's simulator (`dra::loadgen::script`); each connection starts with
+//! CER/CEA (base protocol, passed by the fast path and not in any CCR count).
 
 use std::{
     net::SocketAddr,
@@ -10,12 +12,11 @@ use std::{
 };
 
 use dra::dataplane::{Dataplane, Maps, Plan};
-use dra_common::wire::{MsgClass, app, cc_request_type as rt};
+use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::{
     agent::Agent,
-    diam::{self, Sink, Stream},
     netns::{Netns, VethPair, unique},
-    pkt,
+    sim::{PGW1, ScriptedPeer, ScriptedServer, Sim, gx_ccrs},
 };
 
 struct Pins(PathBuf);
@@ -134,6 +135,24 @@ fn rate_of(maps: &Maps, slot: u32) -> f64 {
     if c.interval_ns == 0 { f64::INFINITY } else { (1e9 / c.interval_ns as f64).round() }
 }
 
+/// The sink on the second Diameter port of the DRA namespace (the agent owns 3868).
+const SINK_ADDR: &str = "198.18.1.1:3869";
+/// Its Origin-Host/-Realm.
+const SINK: (&str, &str) = ("sink.lab.example", "lab.example");
+
+impl DrlLab {
+    /// The sink in the DRA namespace: accepts pgw1, never answers a CCR.
+    fn sink(&self, sim: &Sim) -> ScriptedServer {
+        sim.sink(&self.dra_ns, SINK_ADDR.parse().unwrap(), SINK, PGW1.0)
+    }
+
+    /// pgw1 (198.18.1.2) connected to the sink, CER/CEA done.
+    fn pgw1(&self, sim: &Sim) -> ScriptedPeer {
+        let addr: SocketAddr = SINK_ADDR.parse().unwrap();
+        sim.connect(&self.client, "198.18.1.2".parse().unwrap(), addr, PGW1, SINK.0, None)
+    }
+}
+
 fn set_cpu(file: &std::path::Path, v: f64) {
     std::fs::write(file, format!("{v}\n")).unwrap();
 }
@@ -191,16 +210,15 @@ fn admitted_rate_follows_the_db_cpu() {
     let lab = DrlLab::new("l", 200, true);
     let slot = lab.slot("pgw1", rt::INITIAL);
     let (mut agent, maps) = lab.start_agent("agent.log", slot, 200.0);
-    let (cpu, client, dra_ns) = (&lab.cpu, &lab.client, &lab.dra_ns);
-    // The sink listens on the second Diameter port (the agent owns 3868).
-    let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
-    let sink = Sink::start(dra_ns, addr);
-    let client_name = client.name.clone();
-    let flood = std::thread::spawn(move || {
-        let ns = Netns::attach_existing(&client_name);
-        let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
-        diam::paced_client(&ns, addr, vec![s], Duration::from_secs(16), 1)
-    });
+    let cpu = &lab.cpu;
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
+    let flood = sim.spawn_paced(
+        lab.pgw1(&sim),
+        vec![gx_ccrs(Duration::from_micros(1000), rt::INITIAL)],
+        Duration::from_secs(16),
+        1,
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let mut changes = Vec::new();
     let mut wait_for = |want: f64| {
@@ -213,9 +231,9 @@ fn admitted_rate_follows_the_db_cpu() {
     set_cpu(cpu, 40.0);
     wait_for(160.0);
     wait_for(200.0);
-    let sent = flood.join().unwrap();
-    assert_eq!(sink.wait_for(sent.log.len(), Duration::from_secs(10)), sent.log.len(), "every CCR-I arrives");
-    let arr = sink.snapshot();
+    let sent = sim.join(flood);
+    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len(), "every CCR-I arrives");
+    let arr = sink.arrivals.snapshot();
     for (at, rate) in &changes {
         // Skip 0.5 s after the change (the bucket's burst drains in ~25 ms), count 2 s.
         let (from, to) = (*at + Duration::from_millis(500), *at + Duration::from_millis(2500));
@@ -234,16 +252,16 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     let lab = DrlLab::new("s", 200, true);
     let slot = lab.slot("pgw1", rt::INITIAL);
     let (mut first, _maps) = lab.start_agent("agent1.log", slot, 200.0);
-    let (client, dra_ns, veth, pins, tmp) = (&lab.client, &lab.dra_ns, &lab.veth, &lab.pins, &lab.tmp);
+    let (dra_ns, veth, pins, tmp) = (&lab.dra_ns, &lab.veth, &lab.pins, &lab.tmp);
     let args: Vec<&str> = lab.args.iter().map(String::as_str).collect();
-    let addr: SocketAddr = "198.18.1.1:3869".parse().unwrap();
-    let sink = Sink::start(dra_ns, addr);
-    let client_name = client.name.clone();
-    let flood = std::thread::spawn(move || {
-        let ns = Netns::attach_existing(&client_name);
-        let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
-        diam::paced_client(&ns, addr, vec![s], Duration::from_secs(8), 1)
-    });
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
+    let flood = sim.spawn_paced(
+        lab.pgw1(&sim),
+        vec![gx_ccrs(Duration::from_micros(1000), rt::INITIAL)],
+        Duration::from_secs(8),
+        1,
+    );
     std::thread::sleep(Duration::from_secs(3));
     first.kill();
     assert!(Dataplane::is_pinned(&veth.b_if, &pins.0), "the program stays attached after a crash");
@@ -254,9 +272,9 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
         "restarted agent did not reuse the pinned fast path; log:\n{}",
         second.log_text()
     );
-    let sent = flood.join().unwrap();
-    assert_eq!(sink.wait_for(sent.log.len(), Duration::from_secs(10)), sent.log.len());
-    let unmarked = sink.snapshot().iter().filter(|a| !a.marked).count();
+    let sent = sim.join(flood);
+    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len());
+    let unmarked = sink.arrivals.snapshot().iter().filter(|a| !a.marked).count();
     let expected = 200.0 * (sent.last - sent.first).as_secs_f64() + 20.0;
     println!("restart: {} CCR-I, unmarked {unmarked}, expected {expected:.0}", sent.log.len());
     assert!(((unmarked as f64 - expected) / expected).abs() <= 0.02, "unmarked {unmarked} vs {expected:.0}");

@@ -1,20 +1,21 @@
 //! The fast path on real TCP between network namespaces: a client namespace sends
 //! to a Diameter sink in the DRA namespace, whose veth has the XDP programs
-//! attached. Addresses from 198.18.0.0/15 only; namespaces and pins are removed on
-//! drop, also on panic.
+//! attached. Client and sink are the project's simulator (`dra::loadgen::script`):
+//! each connection starts with CER/CEA, which the fast path passes (base protocol);
+//! every count below is of CCRs only. Addresses from 198.18.0.0/15 only; namespaces
+//! and pins are removed on drop, also on panic.
 
 use std::{
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     path::PathBuf,
     time::{Duration, Instant},
 };
 
 use dra::dataplane::{AttachMode, Dataplane, Maps, Plan};
-use dra_common::wire::{MsgClass, app, cc_request_type as rt};
+use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::{
-    diam::{self, Sink, Stream},
     netns::{Netns, VethPair, sh, unique},
-    pkt,
+    sim::{Arrival, PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, Stream, gx_ccrs},
 };
 
 /// A pin directory under bpffs, removed on drop.
@@ -38,7 +39,11 @@ struct Lab {
     veth: VethPair,
     pins: Pins,
     sink_addr: SocketAddr,
+    client_ip: IpAddr,
 }
+
+/// Origin-Host/-Realm of the sink (it stands for the DRA's listener).
+const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
 
 fn config(action: &str, rate: u32, burst: u32) -> String {
     format!(
@@ -91,7 +96,14 @@ impl Lab {
         // (veth otherwise uses CHECKSUM_PARTIAL and trusts it).
         client.exec(&["ethtool", "-K", &veth.a_if, "tx", "off"]).unwrap();
         dra.exec(&["ethtool", "-K", &veth.b_if, "rx", "off"]).unwrap();
-        Lab { client, dra, veth, pins: Pins::new(), sink_addr: "198.18.1.1:3868".parse().unwrap() }
+        Lab {
+            client,
+            dra,
+            veth,
+            pins: Pins::new(),
+            sink_addr: "198.18.1.1:3868".parse().unwrap(),
+            client_ip: "198.18.1.2".parse().unwrap(),
+        }
     }
 
     fn attach(&self, cfg: &str) -> (Maps, Plan) {
@@ -106,14 +118,24 @@ impl Lab {
         maps.write_plan(&plan).unwrap();
         (maps, plan)
     }
+
+    /// The sink in the DRA namespace: accepts pgw1, never answers a CCR.
+    fn sink(&self, sim: &Sim) -> ScriptedServer {
+        sim.sink(&self.dra, self.sink_addr, DRA, PGW1.0)
+    }
+
+    /// A new pgw1 connection from the client namespace to the sink (CER/CEA done).
+    fn connect(&self, sim: &Sim) -> ScriptedPeer {
+        sim.connect(&self.client, self.client_ip, self.sink_addr, PGW1, DRA.0, None)
+    }
 }
 
 fn ccr_i() -> Stream {
-    Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) }
+    gx_ccrs(Duration::from_micros(1000), rt::INITIAL)
 }
 
 fn ccr_u() -> Stream {
-    Stream { every: Duration::from_millis(10), make: Box::new(|n| pkt::ccr(app::GX, 2, n)) }
+    gx_ccrs(Duration::from_millis(10), rt::UPDATE)
 }
 
 const CCR_I: MsgClass = MsgClass::gx_ccr(rt::INITIAL);
@@ -125,8 +147,8 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 }
 
 /// CCR-U latency (send → sink arrival) by hop-by-hop id.
-fn latencies(sent: &diam::Sent, arrivals: &[diam::Arrival], class: MsgClass) -> Vec<Duration> {
-    let sent_at: std::collections::HashMap<u32, Instant> = sent.log.iter().map(|(t, n)| (0x100 + *n, *t)).collect();
+fn latencies(sent: &Sent, arrivals: &[Arrival], class: MsgClass) -> Vec<Duration> {
+    let sent_at: std::collections::HashMap<u32, Instant> = sent.log.iter().map(|(t, n)| (*n, *t)).collect();
     arrivals
         .iter()
         .filter(|a| a.class == class)
@@ -142,18 +164,19 @@ fn reject_mode_marks_exactly_the_excess() {
     let lab = Lab::new();
     let (rate, burst) = (200u32, 20u32);
     let (maps, plan) = lab.attach(&config("reject", rate, burst));
-    let sink = Sink::start(&lab.dra, lab.sink_addr);
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
 
     // Baseline: CCR-U alone.
-    let base = diam::paced_client(&lab.client, lab.sink_addr, vec![ccr_u()], Duration::from_secs(2), 1);
-    assert_eq!(sink.wait_for(base.log.len(), Duration::from_secs(5)), base.log.len());
-    let base_lat = latencies(&base, &sink.snapshot(), CCR_U);
-    let before = sink.snapshot().len();
+    let base = sim.paced(&lab.connect(&sim), vec![ccr_u()], Duration::from_secs(2), 1);
+    assert_eq!(sink.arrivals.wait_for_blocking(base.log.len(), Duration::from_secs(5)), base.log.len());
+    let base_lat = latencies(&base, &sink.arrivals.snapshot(), CCR_U);
+    let before = sink.arrivals.len();
 
-    let sent = diam::paced_client(&lab.client, lab.sink_addr, vec![ccr_i(), ccr_u()], Duration::from_secs(10), 1);
+    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i(), ccr_u()], Duration::from_secs(10), 1);
     let total = before + sent.log.len();
-    assert_eq!(sink.wait_for(total, Duration::from_secs(10)), total, "every message arrives (no stall)");
-    let arr: Vec<_> = sink.snapshot().into_iter().skip(before).collect();
+    assert_eq!(sink.arrivals.wait_for_blocking(total, Duration::from_secs(10)), total, "every message arrives (no stall)");
+    let arr: Vec<_> = sink.arrivals.snapshot().into_iter().skip(before).collect();
     let i_all = arr.iter().filter(|a| a.class == CCR_I).count();
     let i_unmarked = arr.iter().filter(|a| a.class == CCR_I && !a.marked).count();
     let u_marked = arr.iter().filter(|a| a.class == CCR_U && a.marked).count();
@@ -185,25 +208,20 @@ fn several_connections_share_the_peer_bucket() {
     let lab = Lab::new();
     let (rate, burst) = (200u32, 20u32);
     let (_maps, _plan) = lab.attach(&config("reject", rate, burst));
-    let sink = Sink::start(&lab.dra, lab.sink_addr);
-    let t = Instant::now();
-    let handles: Vec<_> = (0..3)
-        .map(|_| {
-            let (client, addr) = (lab.client.name.clone(), lab.sink_addr);
-            std::thread::spawn(move || {
-                let ns = Netns::attach_existing(&client);
-                let s = Stream { every: Duration::from_micros(2000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
-                diam::paced_client(&ns, addr, vec![s], Duration::from_secs(5), 1)
-            })
-        })
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
+    // Three connections (CER/CEA done), then the three paced runs at once.
+    let peers: Vec<_> = (0..3).map(|_| lab.connect(&sim)).collect();
+    let runs: Vec<_> = peers
+        .into_iter()
+        .map(|p| sim.spawn_paced(p, vec![gx_ccrs(Duration::from_micros(2000), rt::INITIAL)], Duration::from_secs(5), 1))
         .collect();
-    let sent: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let sent: Vec<_> = runs.into_iter().map(|r| sim.join(r)).collect();
     let n: usize = sent.iter().map(|s| s.log.len()).sum();
-    assert_eq!(sink.wait_for(n, Duration::from_secs(10)), n);
+    assert_eq!(sink.arrivals.wait_for_blocking(n, Duration::from_secs(10)), n);
     let first = sent.iter().map(|s| s.first).min().unwrap();
     let last = sent.iter().map(|s| s.last).max().unwrap();
-    let _ = t;
-    let arr = sink.snapshot();
+    let arr = sink.arrivals.snapshot();
     let conns: std::collections::HashSet<usize> = arr.iter().map(|a| a.conn).collect();
     assert_eq!(conns.len(), 3, "three connections");
     let unmarked = arr.iter().filter(|a| !a.marked).count();
@@ -219,11 +237,11 @@ fn coalesced_writes_get_no_more_than_the_limit() {
     let lab = Lab::new();
     let (rate, burst) = (100u32, 10u32);
     let (_maps, _plan) = lab.attach(&config("reject", rate, burst));
-    let sink = Sink::start(&lab.dra, lab.sink_addr);
-    let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
-    let sent = diam::paced_client(&lab.client, lab.sink_addr, vec![s], Duration::from_secs(5), 10);
-    assert_eq!(sink.wait_for(sent.log.len(), Duration::from_secs(10)), sent.log.len());
-    let unmarked = sink.snapshot().iter().filter(|a| !a.marked).count();
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
+    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i()], Duration::from_secs(5), 10);
+    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len());
+    let unmarked = sink.arrivals.snapshot().iter().filter(|a| !a.marked).count();
     let allowed = rate as f64 * (sent.last - sent.first).as_secs_f64() + burst as f64;
     println!("coalesced: {} CCR-I in writes of 10; unmarked {unmarked}, allowed {allowed:.0}", sent.log.len());
     assert!(unmarked as f64 <= allowed * 1.02, "unmarked {unmarked} > allowed {allowed:.0}");
@@ -237,14 +255,14 @@ fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
     let lab = Lab::new();
     let (rate, burst) = (200u32, 20u32);
     let (maps, plan) = lab.attach(&config("drop", rate, burst));
-    let sink = Sink::start(&lab.dra, lab.sink_addr);
+    let sim = Sim::new();
+    let sink = lab.sink(&sim);
     let window = Duration::from_secs(10);
-    let s = Stream { every: Duration::from_micros(1000), make: Box::new(|n| pkt::ccr(app::GX, 1, n)) };
-    let sent = diam::paced_client(&lab.client, lab.sink_addr, vec![s], window, 1);
+    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i()], window, 1);
     let end_of_offer = sent.last;
     let n = sent.log.len();
-    let got = sink.wait_for(n, Duration::from_secs(120));
-    let arr = sink.snapshot();
+    let got = sink.arrivals.wait_for_blocking(n, Duration::from_secs(120));
+    let arr = sink.arrivals.snapshot();
     let in_window = arr.iter().filter(|a| a.at <= end_of_offer).count();
     let secs = (end_of_offer - sent.first).as_secs_f64();
     let limit = rate as f64 * secs + burst as f64;

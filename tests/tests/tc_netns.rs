@@ -1,17 +1,24 @@
 //! The TC egress program on real TCP between network namespaces: a client in
 //! namespace A (standing for the DRA) sends Diameter requests to a sink in
 //! namespace B (standing for a PCRF), with the classifier attached through TCX on
-//! the egress of A's veth. Addresses from 198.18.0.0/15 only; namespaces and pins
-//! are removed on drop, also on panic.
+//! the egress of A's veth. Client and sink are the project's simulator
+//! (`dra::loadgen::script`): each connection starts with CER/CEA. The egress program
+//! charges and counts every request, the CER too (on the destination, the group and
+//! the "other" class), so the expectations below add the base-protocol requests the
+//! client wrote, counted from its tap. Addresses from 198.18.0.0/15 only; namespaces
+//! and pins are removed on drop, also on panic.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use dra::dataplane::{Dataplane, Maps, Plan};
-use dra_common::wire::{MsgClass, app, cc_request_type as rt};
+use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::{
-    diam::{self, Sink, Stream},
     netns::{Netns, VethPair, unique},
-    pkt,
+    sim::{ScriptedPeer, ScriptedServer, Sim, Tap, base_requests_sent, gx_ccrs},
 };
 
 /// A pin directory under bpffs, removed on drop (which detaches the TCX link).
@@ -34,9 +41,16 @@ struct Lab {
     _server: Netns,
     veth: VethPair,
     pins: Pins,
-    sink: Sink,
+    sim: Sim,
+    sink: ScriptedServer,
     sink_addr: SocketAddr,
+    /// Every message the lab's clients wrote.
+    tap: Tap,
 }
+
+/// Origin-Host/-Realm of the client (the DRA) and of the sink (pcrf1).
+const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
+const PCRF1: (&str, &str) = ("pcrf1.pcrf.lab.example", "pcrf.lab.example");
 
 /// pcrf1 (group pcrf) with an egress group limit, and a Gx CCR-I egress profile
 /// on pcrf1 (high rate, reject: a counting class slot, never policed here).
@@ -95,19 +109,40 @@ impl Lab {
         let plan = Plan::new(&cfg).unwrap();
         maps.write_plan(&plan).unwrap();
         let sink_addr: SocketAddr = "198.18.3.2:3868".parse().unwrap();
-        let sink = Sink::start(&server, sink_addr);
+        let sim = Sim::new();
+        let sink = sim.sink(&server, sink_addr, PCRF1, DRA.0);
         (
             Lab {
                 dra,
                 _server: server,
                 veth,
                 pins,
+                sim,
                 sink,
                 sink_addr,
+                tap: Tap::default(),
             },
             maps,
             plan,
         )
+    }
+
+    /// A new connection from the DRA namespace (198.18.3.1) to pcrf1, CER/CEA done.
+    fn connect(&self) -> ScriptedPeer {
+        let from: IpAddr = "198.18.3.1".parse().unwrap();
+        self.sim.connect(
+            &self.dra,
+            from,
+            self.sink_addr,
+            DRA,
+            PCRF1.0,
+            Some(self.tap.clone()),
+        )
+    }
+
+    /// Base-protocol requests (CERs) the lab's clients wrote so far.
+    fn base_requests(&self) -> u64 {
+        base_requests_sent(&self.tap) as u64
     }
 }
 
@@ -119,31 +154,28 @@ const CCR_I: MsgClass = MsgClass::gx_ccr(rt::INITIAL);
 #[test]
 fn egress_counts_match_the_sink() {
     let (lab, maps, plan) = Lab::new(&config(""));
-    let mk = |every_us: u64, t: u32| Stream {
-        every: Duration::from_micros(every_us),
-        make: Box::new(move |n| pkt::ccr(app::GX, t, n)),
-    };
-    let a = diam::paced_client(
-        &lab.dra,
-        lab.sink_addr,
-        vec![mk(2000, rt::INITIAL as u32), mk(1000, 2)],
+    let mk = |every_us: u64, t: u8| gx_ccrs(Duration::from_micros(every_us), t);
+    let a = lab.sim.paced(
+        &lab.connect(),
+        vec![mk(2000, rt::INITIAL), mk(1000, rt::UPDATE)],
         Duration::from_secs(2),
         1,
     );
-    let b = diam::paced_client(
-        &lab.dra,
-        lab.sink_addr,
-        vec![mk(500, rt::INITIAL as u32), mk(250, 2)],
+    let b = lab.sim.paced(
+        &lab.connect(),
+        vec![mk(500, rt::INITIAL), mk(250, rt::UPDATE)],
         Duration::from_secs(2),
         10,
     );
     let n = a.log.len() + b.log.len();
     assert_eq!(
-        lab.sink.wait_for(n, Duration::from_secs(20)),
+        lab.sink
+            .arrivals
+            .wait_for_blocking(n, Duration::from_secs(20)),
         n,
         "every message arrives"
     );
-    let arr = lab.sink.snapshot();
+    let arr = lab.sink.arrivals.snapshot();
     let i = arr.iter().filter(|x| x.class == CCR_I).count() as u64;
     let others = arr.len() as u64 - i;
     let p = plan.egress_peer("pcrf1").unwrap().info;
@@ -158,10 +190,13 @@ fn egress_counts_match_the_sink() {
         .into_iter()
         .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
         .collect();
+    // The CER of each connection is a request of class "other" to pcrf1 as well.
+    let cers = lab.base_requests();
     println!(
-        "sink: {} messages ({i} CCR-I, {others} other); dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
+        "sink: {} CCRs ({i} CCR-I, {others} other) + {cers} CERs; dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
         arr.len()
     );
+    assert_eq!(cers, 2, "one CER per connection, no DWR or DPR");
     assert_eq!(
         p.group_slot,
         dra_common::maps::NO_SLOT,
@@ -169,11 +204,11 @@ fn egress_counts_match_the_sink() {
     );
     assert_eq!(
         dest.seen,
-        arr.len() as u64,
+        arr.len() as u64 + cers,
         "requests counted for the destination"
     );
     assert_eq!(ci.seen, i, "CCR-I counted");
-    assert_eq!(other.seen, others, "other classes counted");
+    assert_eq!(other.seen, others + cers, "other classes counted");
     assert_eq!(dest.dropped, 0);
     assert!(maps.egress_flows().len() >= 2, "two connections tracked");
     let _ = (&lab.veth, &lab.pins);
@@ -190,14 +225,18 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
         "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = {rate}\nburst = {burst}\naction = \"drop\"\n"
     );
     let (lab, maps, plan) = Lab::new(&config(&limit));
-    let s = Stream {
-        every: Duration::from_micros(1000),
-        make: Box::new(|n| pkt::ccr(app::GX, rt::INITIAL as u32, n)),
-    };
-    let sent = diam::paced_client(&lab.dra, lab.sink_addr, vec![s], Duration::from_secs(3), 1);
+    let sent = lab.sim.paced(
+        &lab.connect(),
+        vec![gx_ccrs(Duration::from_micros(1000), rt::INITIAL)],
+        Duration::from_secs(3),
+        1,
+    );
     let n = sent.log.len();
-    let got = lab.sink.wait_for(n, Duration::from_secs(120));
-    let arr = lab.sink.snapshot();
+    let got = lab
+        .sink
+        .arrivals
+        .wait_for_blocking(n, Duration::from_secs(120));
+    let arr = lab.sink.arrivals.snapshot();
     let end = sent.last;
     let in_window = arr.iter().filter(|a| a.at <= end).count();
     let secs = (end - sent.first).as_secs_f64();
@@ -230,7 +269,11 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
         n as f64 <= rate as f64 * total * 1.02 + burst as f64,
         "{n} in {total:.1} s"
     );
-    assert_eq!(g.admitted as usize, n, "each request admitted once");
+    // The CER went through the group bucket before the CCRs (it only leaves the CCRs
+    // one token less, so the window bound above holds as it is).
+    let cers = lab.base_requests();
+    assert_eq!(cers, 1, "one CER, no DWR or DPR");
+    assert_eq!(g.admitted, n as u64 + cers, "each request admitted once");
     assert!(g.dropped > 0, "the policer dropped");
 }
 
@@ -245,25 +288,23 @@ fn egress_link_is_reused_and_detach_removes_it() {
         .unwrap()
         .expect("reuse");
     assert!(again, "the pinned link is reused");
-    let s = |n: u64| Stream {
-        every: Duration::from_micros(1000),
-        make: Box::new(move |k| pkt::ccr(app::GX, 2, k + n as u32)),
-    };
-    let a = diam::paced_client(
-        &lab.dra,
-        lab.sink_addr,
-        vec![s(0)],
-        Duration::from_millis(200),
-        1,
-    );
+    let s = || gx_ccrs(Duration::from_micros(1000), rt::UPDATE);
+    let a = lab
+        .sim
+        .paced(&lab.connect(), vec![s()], Duration::from_millis(200), 1);
     assert_eq!(
-        lab.sink.wait_for(a.log.len(), Duration::from_secs(10)),
+        lab.sink
+            .arrivals
+            .wait_for_blocking(a.log.len(), Duration::from_secs(10)),
         a.log.len()
     );
     let counted = maps
         .stat(dra_common::stats::Counter::EgressRequests)
         .unwrap();
-    assert_eq!(counted, a.log.len() as u64);
+    // The CCR-Us and the connection's CER.
+    let cers = lab.base_requests();
+    assert_eq!(cers, 1, "one CER, no DWR or DPR");
+    assert_eq!(counted, a.log.len() as u64 + cers);
 
     assert_eq!(
         tcx_egress(&lab),
@@ -288,15 +329,22 @@ fn egress_link_is_reused_and_detach_removes_it() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let b = diam::paced_client(
-        &lab.dra,
-        lab.sink_addr,
-        vec![s(10_000)],
-        Duration::from_millis(200),
-        1,
+    // A new connection: its CER is not counted either.
+    let b = lab
+        .sim
+        .paced(&lab.connect(), vec![s()], Duration::from_millis(200), 1);
+    assert_eq!(
+        lab.base_requests(),
+        2,
+        "the second connection's CER went out"
     );
     let total = a.log.len() + b.log.len();
-    assert_eq!(lab.sink.wait_for(total, Duration::from_secs(10)), total);
+    assert_eq!(
+        lab.sink
+            .arrivals
+            .wait_for_blocking(total, Duration::from_secs(10)),
+        total
+    );
     assert_eq!(
         maps.stat(dra_common::stats::Counter::EgressRequests)
             .unwrap(),

@@ -11,6 +11,13 @@
 //! - [`ScriptedServer`]: accepts connections and answers every application request with
 //!   a [`Handler`] (default: 2001 with its own Origin-Host, so a test sees who served
 //!   what).
+//! - [`ScriptedServer::sink`]: the same, but it never answers application requests (a
+//!   peer that is stuck, or a counting sink for the fast-path tests).
+//! - [`ArrivalLog`]: every application request a server received: when, its class as
+//!   the kernel fast path classifies it ([`dra_common::wire::classify`]), whether the
+//!   fast path marked it, its Hop-by-Hop id and on which accepted connection.
+//! - [`paced`]: sends streams of requests at fixed intervals over a scripted peer,
+//!   `batch` messages per write, and logs when each was sent.
 //! - [`Tap`]: every message a scripted peer wrote or read, for pcap/tshark checks.
 
 use std::collections::HashMap;
@@ -29,7 +36,7 @@ use crate::diameter::peer::{
 };
 use crate::diameter::{Avp, Framer, Message, answer_for, avp_code, decode, result_code};
 use crate::routing::PeerId;
-use dra_common::wire::app;
+use dra_common::wire::{self, MsgClass, app};
 
 /// Messages seen by a scripted peer: (written by it?, bytes).
 pub type Tap = Arc<Mutex<Vec<(bool, Vec<u8>)>>>;
@@ -55,6 +62,88 @@ fn directory(host: &str) -> Arc<StaticPeerDirectory> {
             "::/0".parse().expect("net"),
         ],
     ))
+}
+
+/// One application request as it arrived at a [`ScriptedServer`].
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    /// When the read that completed it returned.
+    pub at: Instant,
+    /// Its class, by the fast path's own scanner.
+    pub class: MsgClass,
+    /// The fast path's rate-limit mark was set.
+    pub marked: bool,
+    /// Its Hop-by-Hop id.
+    pub hop_by_hop: u32,
+    /// Index of the connection it came on, in the order the server accepted them.
+    pub conn: usize,
+}
+
+/// Every application request (Application-Id not 0, so no CER, DWR or DPR: RFC 6733
+/// §2.4) a [`ScriptedServer`] received, in arrival order. Requests are logged from the
+/// raw bytes, before decoding, so also one the server could not decode.
+#[derive(Clone, Default)]
+pub struct ArrivalLog(Arc<Mutex<Vec<Arrival>>>);
+
+impl ArrivalLog {
+    /// A copy of the log so far.
+    pub fn snapshot(&self) -> Vec<Arrival> {
+        self.0.lock().expect("arrivals").clone()
+    }
+
+    /// Requests logged so far.
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("arrivals").len()
+    }
+
+    /// Nothing logged yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until `n` requests arrived or `timeout` passed; returns the count.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> usize {
+        let end = Instant::now() + timeout;
+        loop {
+            let c = self.len();
+            if c >= n || Instant::now() >= end {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// As [`ArrivalLog::wait_for`], blocking this thread (for callers outside the
+    /// runtime that drives the server; never call it on that runtime).
+    pub fn wait_for_blocking(&self, n: usize, timeout: Duration) -> usize {
+        let end = Instant::now() + timeout;
+        loop {
+            let c = self.len();
+            if c >= n || Instant::now() >= end {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Logs `frame` (one whole message) if it is an application request.
+    fn record(&self, frame: &[u8], at: Instant, conn: usize) {
+        if frame.len() < 16 {
+            return;
+        }
+        let Ok(c) = wire::classify(&frame, 0) else { return };
+        // RFC 6733 §2.4: Application-Id 0 is the base protocol (CER, DWR, DPR).
+        if !c.header.is_request() || c.header.application_id == app::COMMON {
+            return;
+        }
+        self.0.lock().expect("arrivals").push(Arrival {
+            at,
+            class: c.class,
+            marked: c.header.is_marked(),
+            hop_by_hop: u32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]),
+            conn,
+        });
+    }
 }
 
 enum Cmd {
@@ -108,7 +197,7 @@ impl ScriptedPeer {
         )
         .map_err(|_| 0u32)?;
         let (tx, rx) = oneshot::channel();
-        let peer = spawn_driver(stream, pc, None, tap, Some(tx));
+        let peer = spawn_driver(stream, pc, None, tap, Some(tx), None);
         match rx.await {
             Ok(Ok(())) => Ok(peer),
             Ok(Err(rc)) => Err(rc),
@@ -166,9 +255,10 @@ fn spawn_driver(
     handler: Option<Handler>,
     tap: Option<Tap>,
     opened: Option<oneshot::Sender<Result<(), u32>>>,
+    arrivals: Option<(ArrivalLog, usize)>,
 ) -> ScriptedPeer {
     let (tx, rx) = mpsc::channel(1024);
-    let task = tokio::spawn(drive(stream, pc, handler, tap, opened, rx));
+    let task = tokio::spawn(drive(stream, pc, handler, tap, opened, arrivals, rx));
     ScriptedPeer {
         cmd: tx,
         task: Arc::new(task),
@@ -181,6 +271,7 @@ async fn drive(
     handler: Option<Handler>,
     tap: Option<Tap>,
     mut opened: Option<oneshot::Sender<Result<(), u32>>>,
+    arrivals: Option<(ArrivalLog, usize)>,
     mut rx: mpsc::Receiver<Cmd>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -266,9 +357,13 @@ async fn drive(
             },
             r = rd.read(&mut buf) => {
                 let n = match r { Ok(0) | Err(_) => { pc.handle_closed(start.elapsed()); continue; } Ok(n) => n };
+                let at = Instant::now();
                 framer.push(&buf[..n]);
                 while let Ok(Some(frame)) = framer.next_message() {
                     record(false, &frame);
+                    if let Some((log, conn)) = &arrivals {
+                        log.record(&frame, at, *conn);
+                    }
                     let Ok(msg) = decode(&frame) else { continue };
                     let now = start.elapsed();
                     if !msg.is_request() && let Some(tx) = pending.remove(&msg.hop_by_hop) {
@@ -313,6 +408,8 @@ pub struct ScriptedServer {
     pub host: String,
     /// Counters.
     pub stats: Arc<ScriptStats>,
+    /// Every application request received, on every connection.
+    pub arrivals: ArrivalLog,
     conns: Arc<Mutex<Vec<ScriptedPeer>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -349,6 +446,18 @@ impl ScriptedServer {
         Self::with_handler(listen, cfg, dra_host, tap, handler, stats).await
     }
 
+    /// As [`ScriptedServer::start`], but application requests are never answered (only
+    /// logged in [`ScriptedServer::arrivals`]); CER, DWR and DPR still are.
+    pub async fn sink(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        tap: Option<Tap>,
+    ) -> std::io::Result<ScriptedServer> {
+        let silent: Handler = Arc::new(|_: &Message| None);
+        Self::with_handler(listen, cfg, dra_host, tap, silent, Arc::default()).await
+    }
+
     /// As [`ScriptedServer::start`] with a custom handler (which does its own counting).
     pub async fn with_handler(
         listen: SocketAddr,
@@ -365,7 +474,10 @@ impl ScriptedServer {
         let dir = directory(dra_host);
         let conns: Arc<Mutex<Vec<ScriptedPeer>>> = Arc::default();
         let c2 = conns.clone();
+        let arrivals = ArrivalLog::default();
+        let log = arrivals.clone();
         let task = tokio::spawn(async move {
+            let mut index = 0usize;
             let mut seed = 1u64;
             while let Ok((s, remote)) = lst.accept().await {
                 seed += 1;
@@ -377,7 +489,15 @@ impl ScriptedServer {
                 ) else {
                     continue;
                 };
-                let p = spawn_driver(s, pc, Some(handler.clone()), tap.clone(), None);
+                let p = spawn_driver(
+                    s,
+                    pc,
+                    Some(handler.clone()),
+                    tap.clone(),
+                    None,
+                    Some((log.clone(), index)),
+                );
+                index += 1;
                 c2.lock().expect("conns").push(p);
             }
         });
@@ -385,6 +505,7 @@ impl ScriptedServer {
             addr,
             host,
             stats,
+            arrivals,
             conns,
             task,
         })
@@ -414,6 +535,88 @@ impl Drop for ScriptedServer {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A paced stream: every `every`, one message built by `make(n)`, where `n` counts the
+/// messages of one [`paced`] run across all its streams, from 1.
+pub struct Stream {
+    /// Interval between two messages of this stream.
+    pub every: Duration,
+    /// Builds message `n` (its Hop-by-Hop id is replaced by `n`).
+    pub make: Box<dyn Fn(u32) -> Message + Send + Sync>,
+}
+
+/// What a [`paced`] run sent.
+#[derive(Clone, Debug)]
+pub struct Sent {
+    /// When the first message was built (the run's start if none was).
+    pub first: Instant,
+    /// When the last message was built (the run's start if none was).
+    pub last: Instant,
+    /// (when it was built, just before its write; its Hop-by-Hop id) per message, in
+    /// sending order.
+    pub log: Vec<(Instant, u32)>,
+}
+
+/// The connection of a [`paced`] run closed before everything was written.
+#[derive(Debug, thiserror::Error)]
+#[error("the connection closed after {sent} paced messages had been built")]
+pub struct PacedClosed {
+    /// Messages built (and logged) before the failed write.
+    pub sent: usize,
+}
+
+/// Sends `streams` over `peer` for `duration`, `batch` messages per write (1: one
+/// write per message). Each stream is due at the start and every `every` after;
+/// when the sender wakes late it catches up at once, so the number of messages
+/// depends only on `duration` and the intervals, and `first`/`last` are the build
+/// times of the first and last message. Message `n` gets Hop-by-Hop id `n`. The
+/// answers, if any, are read and dropped. A partial batch is written at the end.
+pub async fn paced(
+    peer: &ScriptedPeer,
+    streams: Vec<Stream>,
+    duration: Duration,
+    batch: usize,
+) -> Result<Sent, PacedClosed> {
+    let batch = batch.max(1);
+    let start = Instant::now();
+    let mut next: Vec<Instant> = streams.iter().map(|_| start).collect();
+    let mut n = 0u32;
+    let mut log = Vec::new();
+    let mut pending = Vec::new();
+    let mut pending_n = 0;
+    while start.elapsed() < duration {
+        let now = Instant::now();
+        for (i, st) in streams.iter().enumerate() {
+            while next[i] <= now {
+                n += 1;
+                let mut m = (st.make)(n);
+                m.hop_by_hop = n;
+                let b = m.encode();
+                log.push((Instant::now(), n));
+                pending.extend_from_slice(&b);
+                pending_n += 1;
+                next[i] += st.every;
+                if pending_n >= batch {
+                    if !peer.send_bytes(std::mem::take(&mut pending)).await {
+                        return Err(PacedClosed { sent: log.len() });
+                    }
+                    pending_n = 0;
+                }
+            }
+        }
+        let Some(wake) = next.iter().min() else { break };
+        let d = wake.saturating_duration_since(Instant::now());
+        if !d.is_zero() {
+            tokio::time::sleep(d.min(Duration::from_millis(1))).await;
+        }
+    }
+    if !pending.is_empty() && !peer.send_bytes(pending).await {
+        return Err(PacedClosed { sent: log.len() });
+    }
+    let first = log.first().map_or(start, |l| l.0);
+    let last = log.last().map_or(start, |l| l.0);
+    Ok(Sent { first, last, log })
 }
 
 /// CC-Request-Type values (RFC 4006 §8.3).
