@@ -12,6 +12,7 @@
 //! tokio shells are tested over real TCP in `tests/loadgen_*.rs`.
 
 pub mod client;
+pub mod closed;
 pub mod resp;
 pub mod scenario;
 pub mod server;
