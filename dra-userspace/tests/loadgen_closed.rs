@@ -51,7 +51,10 @@ async fn every_closed_loop_request_is_answered_2001_by_an_inline_server() {
     // known when its CCR-T came.
     assert_eq!(stats.cer_accepted, peers as u64);
     assert_eq!(stats.answered, BTreeMap::from([(2001, r.total_sent)]));
-    let (i, t) = (stats.ccr_received[&1], stats.ccr_received.get(&3).copied().unwrap_or(0));
+    let (i, t) = (
+        stats.ccr_received[&1],
+        stats.ccr_received.get(&3).copied().unwrap_or(0),
+    );
     assert_eq!(i + t, r.total_sent);
     assert_eq!(stats.unknown_session, 0);
     assert_eq!(stats.duplicate_session, 0);
@@ -101,7 +104,13 @@ async fn a_refused_cer_fails_the_run() {
     srv.shutdown().await;
     // RFC 6733 §5.3: 3010 DIAMETER_UNKNOWN_PEER.
     assert!(
-        matches!(err, closed::ClosedError::Refused { result_code: 3010, .. }),
+        matches!(
+            err,
+            closed::ClosedError::Refused {
+                result_code: 3010,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }

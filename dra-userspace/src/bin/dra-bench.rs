@@ -226,7 +226,9 @@ async fn load(relay: SocketAddr, args: &Args, name: &'static str) -> Result<Rela
     cfg.destination_realm = SERVER_REALM.to_owned();
     cfg.warmup = Duration::from_secs(args.warmup);
     cfg.measure = Duration::from_secs(args.seconds);
-    let r = closed::run(cfg).await.with_context(|| format!("{name}: clients"))?;
+    let r = closed::run(cfg)
+        .await
+        .with_context(|| format!("{name}: clients"))?;
     if r.answered_with(result_code::SUCCESS) == 0 {
         bail!("{name}: no request answered 2001");
     }
@@ -500,7 +502,10 @@ fn main() -> Result<()> {
             eprintln!("servers answered {answered} CCRs");
             match r {
                 Ok(r) => results.push(r),
-                Err(e) => bail!("{e:#}\n{}", std::fs::read_to_string(&log).unwrap_or_default()),
+                Err(e) => bail!(
+                    "{e:#}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
             }
         }
         anyhow::Ok(results)

@@ -34,7 +34,7 @@ use super::{AllowList, loadgen_peer_config};
 use crate::diameter::peer::{
     ConnectionOptions, DisconnectCause, Handled, PeerConfigError, PeerConnection, PeerEvent,
 };
-use crate::diameter::{Avp, FramingError, Framer, Message, encode_into};
+use crate::diameter::{Avp, Framer, FramingError, Message, encode_into};
 
 /// CC-Request-Type INITIAL_REQUEST (RFC 4006 §8.3).
 const CCR_I: i32 = 1;
@@ -483,7 +483,13 @@ impl ClosedPeer {
 
     /// Appends slot `s`'s next request to `out`, with identifiers from `ids`
     /// (Hop-by-Hop, End-to-End).
-    fn send(&mut self, s: usize, now: Instant, ids: &mut impl FnMut() -> (u32, u32), out: &mut Vec<u8>) {
+    fn send(
+        &mut self,
+        s: usize,
+        now: Instant,
+        ids: &mut impl FnMut() -> (u32, u32),
+        out: &mut Vec<u8>,
+    ) {
         let (hbh, e2e) = ids();
         let slot = &mut self.slots[s];
         let k = slot.next;
@@ -542,7 +548,10 @@ impl ClosedPeer {
         *self.report.total_answered.entry(rc).or_default() += 1;
         if self.window.counts(sent, now) {
             *self.report.answered.entry(rc).or_default() += 1;
-            let us = now.duration_since(sent).as_micros().clamp(1, MAX_LATENCY_US as u128);
+            let us = now
+                .duration_since(sent)
+                .as_micros()
+                .clamp(1, MAX_LATENCY_US as u128);
             let _ = self.report.latency_us.record(us as u64);
         }
         // The session ends with its CCR-T whatever the answer (a gateway forgets it).
@@ -567,9 +576,14 @@ pub async fn run(cfg: ClosedConfig) -> Result<ClosedReport, ClosedError> {
     if cfg.peers == 0 || cfg.window == 0 || cfg.measure.is_zero() {
         return Err(ClosedError::Empty);
     }
-    loadgen_peer_config(&cfg.origin_host(0), &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
-        .validate()
-        .map_err(|source| ClosedError::Peer { source })?;
+    loadgen_peer_config(
+        &cfg.origin_host(0),
+        &cfg.origin_realm,
+        cfg.connect.ip(),
+        cfg.tw,
+    )
+    .validate()
+    .map_err(|source| ClosedError::Peer { source })?;
     let now = Instant::now();
     let window = Window {
         from: now + cfg.warmup,
@@ -702,7 +716,9 @@ async fn peer(
                         }
                         return Ok(core.into_report());
                     }
-                    return Err(ClosedError::Closed { origin_host: host.clone() });
+                    return Err(ClosedError::Closed {
+                        origin_host: host.clone(),
+                    });
                 }
                 _ => {}
             }
@@ -726,9 +742,7 @@ async fn peer(
             return Ok(core.into_report());
         }
         let limit = if disconnecting { give_up } else { hard_end };
-        let deadline = pc
-            .poll_timeout()
-            .map_or(limit, |t| (start + t).min(limit));
+        let deadline = pc.poll_timeout().map_or(limit, |t| (start + t).min(limit));
         tokio::select! {
             r = rd.read(&mut buf) => {
                 let n = match r {
@@ -864,7 +878,9 @@ mod tests {
             let (_, req) = messages(&out).pop().expect("one request");
             kinds.push((
                 req.cc_request_type().expect("type"),
-                req.find(c::CC_REQUEST_NUMBER).and_then(|a| a.as_u32().ok()).expect("number"),
+                req.find(c::CC_REQUEST_NUMBER)
+                    .and_then(|a| a.as_u32().ok())
+                    .expect("number"),
                 req.session_id().expect("sid").to_owned(),
             ));
             out.clear();
@@ -874,7 +890,12 @@ mod tests {
         let sid = |n| format!("pgw1.lab.example;1700000000;0;0000000{n}");
         assert_eq!(
             kinds,
-            [(1, 0, sid(1)), (3, 1, sid(1)), (1, 0, sid(2)), (3, 1, sid(2))]
+            [
+                (1, 0, sid(1)),
+                (3, 1, sid(1)),
+                (1, 0, sid(2)),
+                (3, 1, sid(2))
+            ]
         );
     }
 
@@ -904,7 +925,11 @@ mod tests {
         assert_eq!(r.sent, 2);
         assert_eq!(r.answered, BTreeMap::from([(5030, 1)]));
         assert_eq!(r.latency_us.len(), 1);
-        assert!((29_900..=30_100).contains(&r.latency_us.max()), "{}", r.latency_us.max());
+        assert!(
+            (29_900..=30_100).contains(&r.latency_us.max()),
+            "{}",
+            r.latency_us.max()
+        );
         assert_eq!(r.total_sent, 3);
         assert_eq!(r.total_answered, BTreeMap::from([(2001, 2), (5030, 1)]));
         assert_eq!(r.unanswered, 0);
@@ -957,12 +982,16 @@ mod tests {
     fn reports_merge_counts_and_latencies() {
         let t0 = Instant::now();
         let one = |rc: u32| {
-            let mut p =
-                ClosedPeer::new("pgw1.lab.example", &template(), 2, window_at(t0, 0, 1000));
+            let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 2, window_at(t0, 0, 1000));
             let (mut ids, mut out) = (counter(), Vec::new());
             p.start(t0, &mut ids, &mut out);
             let (_, req) = messages(&out).remove(0);
-            p.on_frame(&answer(&req, rc), t0 + Duration::from_millis(5), &mut ids, &mut Vec::new());
+            p.on_frame(
+                &answer(&req, rc),
+                t0 + Duration::from_millis(5),
+                &mut ids,
+                &mut Vec::new(),
+            );
             p.into_report()
         };
         let mut r = ClosedReport::empty(2, 2, Duration::from_secs(1));
