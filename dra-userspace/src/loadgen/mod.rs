@@ -4,6 +4,9 @@
 //!   doing real CER/CEA and watchdogs through [`crate::diameter::peer::PeerConnection`],
 //!   sending Gx/Gy CCR-I/U/T that follow session life cycles at the rates of a
 //!   [`scenario::Scenario`], measuring answers, latency, timeouts.
+//! - [`closed`]: the same gateways at a fixed concurrency (closed loop, W requests in
+//!   flight per peer, CCR-I/CCR-T per slot), measuring requests/s and latency; the
+//!   relay benchmark's clients.
 //! - [`server`]: a PCRF/OCS answering CCR after a latency distribution within a
 //!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
 //!   session.
