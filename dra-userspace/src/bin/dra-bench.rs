@@ -10,30 +10,26 @@
 //!   servers (answer 2001 at once)           ◀── (the relay dials the servers)
 //! ```
 //!
-//! Clients and servers share one single-threaded runtime in the bench process (so the
-//! simulators use at most one core, the same for both relays). The agent runs in this
+//! The simulators are `dra-loadgen`'s: clients are [`dra::loadgen::closed`] peers,
+//! servers are [`dra::loadgen::server`] servers with zero latency (answered inline).
+//! They share one single-threaded runtime in the bench process (so the simulators use
+//! at most one core, the same for both relays). The agent runs in this
 //! process on its own multi-threaded runtime whose threads live in the relay namespace;
 //! freeDiameter runs as a child process in that namespace. Needs root (namespaces).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use dra::diameter::peer::{ConnectionOptions, Handled, PeerConnection, PeerEvent};
-use dra::diameter::{Avp, Framer, Message, answer_for, avp_code, decode, result_code};
-use dra::loadgen::{AllowList, loadgen_peer_config};
-use hdrhistogram::Histogram;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use dra::diameter::result_code;
+use dra::loadgen::closed::{self, ClosedConfig};
+use dra::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
 
 const SIM_IP: &str = "198.18.0.1";
 const RELAY_IP: &str = "198.18.0.2";
@@ -44,9 +40,6 @@ const REALM: &str = "test.example";
 const SERVER_REALM: &str = "pcrf.test.example";
 const AGENT_HOST: &str = "dra.test.example";
 const FD_HOST: &str = "fd.test.example";
-/// Gx (3GPP TS 29.212).
-const GX: u32 = 16_777_238;
-const CCR: u32 = 272;
 
 #[derive(Parser, Debug)]
 #[command(about = "Relay benchmark: dra agent vs freeDiameter, same simulators, same run")]
@@ -168,286 +161,50 @@ impl Drop for TempDir {
     }
 }
 
-// ---------------------------------------------------------------- servers
+// ---------------------------------------------------------------- simulators
 
-/// A server simulator: CER/CEA and DWR/DWA through [`PeerConnection`], every
-/// application request answered 2001 at once (no per-request task or timer).
-struct SimServer {
-    host: String,
-    addr: SocketAddr,
-    open: Arc<AtomicUsize>,
-}
-
-async fn start_server(i: usize) -> Result<SimServer> {
-    let host = format!("srv{i}.{SERVER_REALM}");
-    let addr: SocketAddr = format!("{SIM_IP}:{}", SERVER_BASE_PORT + i as u16).parse()?;
-    let lst = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("bind {addr}"))?;
-    let open = Arc::new(AtomicUsize::new(0));
-    let cfg = Arc::new(loadgen_peer_config(
-        &host,
-        SERVER_REALM,
-        addr.ip(),
-        Duration::from_secs(30),
-    ));
-    let o = open.clone();
-    let h = host.clone();
-    tokio::spawn(async move {
-        let mut n = 0u64;
-        while let Ok((s, remote)) = lst.accept().await {
-            n += 1;
-            tokio::spawn(serve(s, remote.ip(), cfg.clone(), h.clone(), o.clone(), n));
-        }
-    });
-    Ok(SimServer { host, addr, open })
-}
-
-async fn serve(
-    stream: TcpStream,
-    remote: IpAddr,
-    cfg: Arc<dra::diameter::peer::PeerConfig>,
-    host: String,
-    open: Arc<AtomicUsize>,
-    n: u64,
-) {
-    let _ = stream.set_nodelay(true);
-    let start = Instant::now();
-    let Ok(mut pc) = PeerConnection::responder(
-        cfg,
-        Arc::new(AllowList::default()),
-        remote,
-        ConnectionOptions::new(n, 1_700_000_000),
-    ) else {
-        return;
-    };
-    let (mut rd, mut wr) = stream.into_split();
-    pc.handle_connected(start.elapsed());
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut out = Vec::with_capacity(256 * 1024);
-    let mut counted = false;
-    loop {
-        while let Some(m) = pc.poll_transmit() {
-            out.extend_from_slice(&m.encode());
-        }
-        let mut closed = false;
-        while let Some(e) = pc.poll_event() {
-            match e {
-                PeerEvent::Opened { .. } => {
-                    counted = true;
-                    open.fetch_add(1, Ordering::SeqCst);
-                }
-                PeerEvent::Closed { .. } => closed = true,
-                _ => {}
-            }
-        }
-        if !out.is_empty() {
-            if wr.write_all(&out).await.is_err() {
-                break;
-            }
-            out.clear();
-        }
-        if closed {
-            break;
-        }
-        let deadline = pc
-            .poll_timeout()
-            .map_or(start + Duration::from_secs(3600), |t| start + t);
-        tokio::select! {
-            r = rd.read(&mut buf) => {
-                let now = start.elapsed();
-                let n = match r { Ok(0) | Err(_) => { pc.handle_closed(now); continue; } Ok(n) => n };
-                framer.push(&buf[..n]);
-                while let Ok(Some(frame)) = framer.next_message() {
-                    let Ok(msg) = decode(&frame) else { continue };
-                    match pc.handle_message(now, msg) {
-                        Handled::Consumed => {}
-                        Handled::CerReceived { .. } => pc.accept_cer(now),
-                        Handled::Application(req) => {
-                            if req.is_request() {
-                                let a = answer_for(&req, result_code::SUCCESS, &host, SERVER_REALM, None, None);
-                                let _ = dra::diameter::encode_into(&a, &mut out);
-                            }
-                        }
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline.into()) => pc.handle_timeout(start.elapsed()),
-        }
+/// The server simulators for one relay run: `dra-loadgen` servers answering every CCR
+/// 2001 at once (zero latency: answered inline, no per-request task or timer), no Load
+/// AVP in CCAs (as a plain server), and lenient about sessions: freeDiameter's
+/// `rt_default` spreads a session's CCR-I and CCR-T over both servers.
+async fn start_servers(args: &Args) -> Result<Vec<ServerHandle>> {
+    let mut servers = Vec::new();
+    for i in 1..=args.servers {
+        let host = format!("srv{i}.{SERVER_REALM}");
+        let addr: SocketAddr = format!("{SIM_IP}:{}", SERVER_BASE_PORT + i as u16).parse()?;
+        let mut cfg = ServerConfig::new(addr, &host, SERVER_REALM);
+        cfg.latency = LatencyDist::Fixed(Duration::ZERO);
+        cfg.strict_sessions = false;
+        cfg.load_in_answers = false;
+        cfg.seed = i as u64;
+        servers.push(
+            server::run(cfg)
+                .await
+                .with_context(|| format!("server {host} on {addr}"))?,
+        );
     }
-    if counted {
-        open.fetch_sub(1, Ordering::SeqCst);
-    }
+    Ok(servers)
 }
 
-// ---------------------------------------------------------------- clients
-
-/// What one client connection measured.
-struct ConnResult {
-    hist: Histogram<u64>,
-    ok: u64,
-    other: u64,
-}
-
-/// Measurement window of one run.
-#[derive(Clone, Copy)]
-struct Window {
-    from: Instant,
-    to: Instant,
-}
-
-fn ccr_bytes(sid: &str, host: &str, kind: u32, number: u32) -> Vec<u8> {
-    Message::request(CCR, GX, 0, 0)
-        .proxiable()
-        .with(Avp::utf8(avp_code::SESSION_ID, sid).mandatory())
-        .with(Avp::utf8(avp_code::ORIGIN_HOST, host).mandatory())
-        .with(Avp::utf8(avp_code::ORIGIN_REALM, REALM).mandatory())
-        .with(Avp::utf8(avp_code::DESTINATION_REALM, SERVER_REALM).mandatory())
-        .with(Avp::u32(avp_code::AUTH_APPLICATION_ID, GX).mandatory())
-        .with(Avp::enumerated(avp_code::CC_REQUEST_TYPE, kind as i32).mandatory())
-        .with(Avp::u32(avp_code::CC_REQUEST_NUMBER, number).mandatory())
-        .encode()
-}
-
-/// One gateway connection, closed loop: `window` slots, each with one request in
-/// flight; a slot alternates CCR-I and CCR-T of its own session (so the agent's Gx
-/// bindings are created and removed, as in service).
-async fn client(relay: SocketAddr, idx: usize, window: usize, w: Window) -> Result<ConnResult> {
-    let host = format!("client{idx}.{REALM}");
-    // The relay may still be opening its listener (freeDiameter binds after dialling).
+/// Waits until the relay has opened a connection (CER accepted) to every server.
+async fn wait_servers(servers: &[ServerHandle], what: &str) -> Result<()> {
     let t0 = Instant::now();
-    let stream = loop {
-        match TcpStream::connect(relay).await {
-            Ok(s) => break s,
-            Err(e) if t0.elapsed() > Duration::from_secs(10) => {
-                return Err(e).with_context(|| format!("connect {relay}"));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+    while servers.iter().any(|s| s.stats().cer_accepted == 0) {
+        if t0.elapsed() > Duration::from_secs(20) {
+            bail!("{what} did not connect to every server");
         }
-    };
-    stream.set_nodelay(true)?;
-    let local = stream.local_addr()?.ip();
-    let start = Instant::now();
-    let mut pc = PeerConnection::initiator(
-        Arc::new(loadgen_peer_config(
-            &host,
-            REALM,
-            local,
-            Duration::from_secs(30),
-        )),
-        Arc::new(AllowList::default()),
-        relay.ip(),
-        ConnectionOptions::new(idx as u64 + 7, 1_700_000_000),
-    )?;
-    let (mut rd, mut wr) = stream.into_split();
-    pc.handle_connected(start.elapsed());
-    // Per slot: CCR-I and CCR-T templates; identifiers patched per send.
-    let templates: Vec<[Vec<u8>; 2]> = (0..window)
-        .map(|s| {
-            let sid = format!("{host};bench;{s}");
-            [ccr_bytes(&sid, &host, 1, 0), ccr_bytes(&sid, &host, 3, 1)]
-        })
-        .collect();
-    let mut phase = vec![0usize; window];
-    let mut pending: HashMap<u32, (usize, Instant)> = HashMap::with_capacity(window * 2);
-    let mut res = ConnResult {
-        hist: Histogram::new_with_bounds(1, 60_000_000, 3)?,
-        ok: 0,
-        other: 0,
-    };
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
-    let mut e2e: u32 = (idx as u32) << 24;
-    let mut opened = false;
-    let mut started = false;
-    let send = |slot: usize,
-                phase: &[usize],
-                pc: &mut PeerConnection,
-                e2e: &mut u32,
-                out: &mut Vec<u8>,
-                pending: &mut HashMap<u32, (usize, Instant)>| {
-        let hbh = pc.next_hop_by_hop();
-        *e2e = e2e.wrapping_add(1);
-        let t = &templates[slot][phase[slot]];
-        let at = out.len();
-        out.extend_from_slice(t);
-        out[at + 12..at + 16].copy_from_slice(&hbh.to_be_bytes());
-        out[at + 16..at + 20].copy_from_slice(&e2e.to_be_bytes());
-        pending.insert(hbh, (slot, Instant::now()));
-    };
-    let hard_end = w.to + Duration::from_secs(3);
-    loop {
-        while let Some(m) = pc.poll_transmit() {
-            out.extend_from_slice(&m.encode());
-        }
-        while let Some(e) = pc.poll_event() {
-            match e {
-                PeerEvent::Opened { .. } => opened = true,
-                PeerEvent::Rejected {
-                    result_code,
-                    error_message,
-                } => {
-                    bail!("{host}: CER refused {result_code} {error_message:?}")
-                }
-                PeerEvent::Closed { .. } => bail!("{host}: connection closed"),
-                _ => {}
-            }
-        }
-        if opened && !started {
-            started = true;
-            for s in 0..window {
-                send(s, &phase, &mut pc, &mut e2e, &mut out, &mut pending);
-            }
-        }
-        if !out.is_empty() {
-            wr.write_all(&out).await?;
-            out.clear();
-        }
-        let now = Instant::now();
-        if now >= w.to && pending.is_empty() || now >= hard_end {
-            return Ok(res);
-        }
-        let deadline = pc
-            .poll_timeout()
-            .map_or(hard_end, |t| (start + t).min(hard_end));
-        tokio::select! {
-            r = rd.read(&mut buf) => {
-                let n = match r { Ok(0) | Err(_) => bail!("{host}: relay closed the connection"), Ok(n) => n };
-                framer.push(&buf[..n]);
-                let now = Instant::now();
-                let since = now.duration_since(start);
-                while let Some(frame) = framer.next_message()? {
-                    let is_req = frame[4] & 0x80 != 0;
-                    let hbh = u32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]);
-                    if !is_req && let Some((slot, sent)) = pending.remove(&hbh) {
-                        pc.handle_traffic(since);
-                        let msg = decode(&frame)?;
-                        if sent >= w.from && now < w.to {
-                            let _ = res.hist.record(now.duration_since(sent).as_micros().max(1) as u64);
-                            if msg.result_code() == Some(result_code::SUCCESS) {
-                                res.ok += 1;
-                            } else {
-                                res.other += 1;
-                            }
-                        }
-                        phase[slot] ^= 1;
-                        if now < w.to {
-                            send(slot, &phase, &mut pc, &mut e2e, &mut out, &mut pending);
-                        }
-                        continue;
-                    }
-                    let msg = decode(&frame)?;
-                    match pc.handle_message(since, msg) {
-                        Handled::CerReceived { .. } => pc.accept_cer(since),
-                        Handled::Consumed | Handled::Application(_) => {}
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline.into()) => pc.handle_timeout(start.elapsed()),
-        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok(())
+}
+
+/// Stops the servers; returns the CCAs they sent.
+async fn stop_servers(servers: Vec<ServerHandle>) -> u64 {
+    let mut answered = 0;
+    for s in servers {
+        answered += s.shutdown().await.answered.values().sum::<u64>();
+    }
+    answered
 }
 
 /// What one relay achieved.
@@ -460,51 +217,34 @@ struct RelayResult {
     non_2001: u64,
 }
 
+/// The closed-loop clients against `relay`: `client{n}.test.example`, `window` Gx
+/// requests in flight each.
 async fn load(relay: SocketAddr, args: &Args, name: &'static str) -> Result<RelayResult> {
-    let now = Instant::now();
-    let w = Window {
-        from: now + Duration::from_secs(args.warmup),
-        to: now + Duration::from_secs(args.warmup + args.seconds),
-    };
-    let mut tasks = Vec::new();
-    for i in 1..=args.clients {
-        tasks.push(tokio::spawn(client(relay, i, args.window, w)));
-    }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut ok, mut other) = (0, 0);
-    for t in tasks {
-        let r = t.await??;
-        hist.add(&r.hist)?;
-        ok += r.ok;
-        other += r.other;
-    }
-    if ok == 0 {
+    let mut cfg = ClosedConfig::new(relay, args.clients, args.window);
+    cfg.origin_host_pattern = format!("client{{n}}.{REALM}");
+    cfg.origin_realm = REALM.to_owned();
+    cfg.destination_realm = SERVER_REALM.to_owned();
+    cfg.warmup = Duration::from_secs(args.warmup);
+    cfg.measure = Duration::from_secs(args.seconds);
+    let r = closed::run(cfg)
+        .await
+        .with_context(|| format!("{name}: clients"))?;
+    if r.answered_with(result_code::SUCCESS) == 0 {
         bail!("{name}: no request answered 2001");
     }
     Ok(RelayResult {
         name,
-        rps: (ok + other) as f64 / args.seconds as f64,
-        p50_ms: hist.value_at_quantile(0.50) as f64 / 1000.0,
-        p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
-        answered: ok + other,
-        non_2001: other,
+        rps: r.requests_per_s(),
+        p50_ms: r.latency_ms(0.50),
+        p99_ms: r.latency_ms(0.99),
+        answered: r.answered_total(),
+        non_2001: r.answered_total() - r.answered_with(result_code::SUCCESS),
     })
-}
-
-async fn wait_servers(servers: &[SimServer], want: usize, what: &str) -> Result<()> {
-    let t0 = Instant::now();
-    while servers.iter().any(|s| s.open.load(Ordering::SeqCst) < want) {
-        if t0.elapsed() > Duration::from_secs(20) {
-            bail!("{what} did not connect to every server");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------- the agent
 
-fn agent_toml(args: &Args, servers: &[SimServer]) -> String {
+fn agent_toml(args: &Args, servers: &[ServerHandle]) -> String {
     let mut t = format!(
         "[global]\norigin_host = \"{AGENT_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{AGENT_PORT}]\n\n\
          [[listener]]\naddress = \"{RELAY_IP}:{AGENT_PORT}\"\ntransport = \"tcp\"\n\n"
@@ -518,8 +258,8 @@ fn agent_toml(args: &Args, servers: &[SimServer]) -> String {
         t.push_str(&format!(
             "[[peer]]\nname = \"srv{}\"\norigin_host = \"{}\"\nrealm = \"{SERVER_REALM}\"\naddresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{}\"\n\n",
             i + 1,
-            s.host,
-            s.addr
+            s.origin_host(),
+            s.local_addr()
         ));
     }
     t.push_str(&format!(
@@ -620,7 +360,7 @@ impl Drop for FdRun {
 /// enabled (default), `rt_default` sending realm `pcrf.test.example` to the servers,
 /// the DCCA dictionaries, no accounting or debug extensions; clients admitted without
 /// TLS by `acl_wl` (ALLOW_IPSEC).
-fn fd_conf(dir: &Path, args: &Args, servers: &[SimServer]) -> Result<PathBuf> {
+fn fd_conf(dir: &Path, args: &Args, servers: &[ServerHandle]) -> Result<PathBuf> {
     let crt = dir.join("fd.crt");
     let key = dir.join("fd.key");
     let out = Command::new("openssl")
@@ -648,7 +388,7 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[SimServer]) -> Result<PathBuf> {
     for s in servers {
         r.push_str(&format!(
             "dr=\"{SERVER_REALM}\" : \"{}\" += 100 ;\n",
-            s.host
+            s.origin_host()
         ));
     }
     std::fs::write(&rt, r)?;
@@ -667,9 +407,9 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[SimServer]) -> Result<PathBuf> {
     for s in servers {
         c.push_str(&format!(
             "ConnectPeer = \"{}\" {{ ConnectTo = \"{}\"; Port = {}; No_TLS; }};\n",
-            s.host,
-            s.addr.ip(),
-            s.addr.port()
+            s.origin_host(),
+            s.local_addr().ip(),
+            s.local_addr().port()
         ));
     }
     let p = dir.join("fd.conf");
@@ -726,29 +466,29 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     let results = rt.block_on(async {
-        let mut servers = Vec::new();
-        for i in 1..=args.servers {
-            servers.push(start_server(i).await?);
-        }
         let mut results = Vec::new();
         if run_agent {
+            let servers = start_servers(&args).await?;
             let agent =
                 AgentRun::start(&relay_ns, agent_toml(&args, &servers), args.agent_threads)?;
-            wait_servers(&servers, 1, "the agent").await?;
+            wait_servers(&servers, "the agent").await?;
             let relay: SocketAddr = format!("{RELAY_IP}:{AGENT_PORT}").parse()?;
             eprintln!(
                 "dra agent: {} clients × {} in flight …",
                 args.clients, args.window
             );
-            results.push(load(relay, &args, "dra agent").await?);
+            let r = load(relay, &args, "dra agent").await;
             drop(agent);
-            wait_servers(&servers, 0, "").await.ok();
+            let answered = stop_servers(servers).await;
+            eprintln!("servers answered {answered} CCRs");
+            results.push(r?);
         }
         if run_fd {
+            let servers = start_servers(&args).await?;
             let conf = fd_conf(&dir.0, &args, &servers)?;
             let log = dir.0.join("fd.log");
             let fd = start_fd(&relay_ns, &conf, &log)?;
-            if let Err(e) = wait_servers(&servers, 1, "freeDiameter").await {
+            if let Err(e) = wait_servers(&servers, "freeDiameter").await {
                 bail!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
             }
             let relay: SocketAddr = format!("{RELAY_IP}:{FD_PORT}").parse()?;
@@ -758,9 +498,14 @@ fn main() -> Result<()> {
             );
             let r = load(relay, &args, "freeDiameter 1.2.1").await;
             drop(fd);
+            let answered = stop_servers(servers).await;
+            eprintln!("servers answered {answered} CCRs");
             match r {
                 Ok(r) => results.push(r),
-                Err(e) => bail!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default()),
+                Err(e) => bail!(
+                    "{e:#}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
             }
         }
         anyhow::Ok(results)

@@ -8,11 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use dra::loadgen::client::{self, ClientConfig};
+use dra::loadgen::closed::{self, ClosedConfig};
 use dra::loadgen::scenario::Scenario;
 use dra::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
 
-/// Diameter simulator: gateways (client) sending Gx/Gy CCR-I/U/T from a scenario, and
-/// PCRF/OCS servers answering them. Scenario format: docs/loadgen.md.
+/// Diameter simulator: gateways sending Gx/Gy CCR-I/U/T from a scenario (client) or at a
+/// fixed concurrency (closed), and PCRF/OCS servers answering them (server). Scenario
+/// format: docs/loadgen.md.
 #[derive(Parser, Debug)]
 #[command(name = "dra-loadgen", version)]
 struct Cli {
@@ -25,6 +27,10 @@ enum Mode {
     /// Act as N gateways (PGW): CER, watchdog, CCR traffic per the scenario; print a
     /// summary.
     Client(ClientArgs),
+    /// Act as N gateways at a fixed concurrency (closed loop): each keeps --window Gx
+    /// requests in flight, alternating CCR-I and CCR-T of a session per slot; measure
+    /// requests/s and latency (warm-up, then a measured window). No scenario.
+    Closed(ClosedArgs),
     /// Act as a PCRF/OCS: answer CER, DWR (with RFC 8583 Load), CCR (after a latency,
     /// within a capacity).
     Server(ServerArgs),
@@ -45,7 +51,7 @@ struct ClientArgs {
     /// Number of gateway peers, each its own TCP connection and Origin-Host.
     #[arg(long, default_value_t = 4)]
     peers: usize,
-    /// Origin-Host pattern; {n} becomes 1..=peers.
+    /// Origin-Host pattern: the n in braces (as in the default) becomes 1..=peers.
     #[arg(long, default_value = "pgw{n}.lab.example")]
     origin_host: String,
     /// Origin-Realm of the peers.
@@ -71,6 +77,54 @@ struct ClientArgs {
     /// scenario's request timeout).
     #[arg(long)]
     drain: Option<f64>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ClosedArgs {
+    /// Address of the DRA (or a server) to connect to.
+    #[arg(long, default_value = "127.0.0.1:3868")]
+    connect: SocketAddr,
+    /// Source address of the connections (a DRA tells peers apart by source address).
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    /// Number of gateway peers, each its own TCP connection and Origin-Host.
+    #[arg(long, default_value_t = 4)]
+    peers: usize,
+    /// Requests in flight per peer: a new one leaves as soon as an answer comes back
+    /// (total in flight = peers × window).
+    #[arg(long, default_value_t = 25)]
+    window: usize,
+    /// Measured seconds, after the warm-up (fractions allowed).
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Warm-up seconds from the start (connect, CER/CEA, load running, nothing
+    /// recorded).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds to wait for answers still in flight after the measured window; then DPR.
+    #[arg(long, default_value_t = 3.0)]
+    drain: f64,
+    /// Origin-Host pattern: the n in braces (as in the default) becomes 1..=peers.
+    #[arg(long, default_value = "pgw{n}.lab.example")]
+    origin_host: String,
+    /// Origin-Realm of the peers.
+    #[arg(long, default_value = "lab.example")]
+    origin_realm: String,
+    /// Destination-Realm of every CCR.
+    #[arg(long, default_value = "pcrf.lab.example")]
+    destination_realm: String,
+    /// Destination-Host of every CCR (none when absent).
+    #[arg(long)]
+    destination_host: Option<String>,
+    /// Watchdog interval Tw in seconds (at least 6, RFC 3539): DWR after Tw idle.
+    #[arg(long, default_value_t = 30)]
+    tw: u64,
+    /// Seed for Hop-by-Hop and End-to-End identifiers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the summary as JSON to this file ("-" = stdout instead of the text).
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -139,6 +193,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         match cli.mode {
             Mode::Client(a) => run_client(a).await,
+            Mode::Closed(a) => run_closed(a).await,
             Mode::Server(a) => run_server(a).await,
         }
     })
@@ -161,6 +216,35 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
         Some(p) => {
             std::fs::write(&p, serde_json::to_string_pretty(&report)?)
                 .with_context(|| format!("writing {}", p.display()))?;
+            print!("{}", report.to_text());
+        }
+        None => print!("{}", report.to_text()),
+    }
+    Ok(())
+}
+
+fn seconds(what: &str, s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s}"))
+}
+
+async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
+    let mut cfg = ClosedConfig::new(a.connect, a.peers, a.window);
+    cfg.bind = a.bind;
+    cfg.origin_host_pattern = a.origin_host;
+    cfg.origin_realm = a.origin_realm;
+    cfg.destination_realm = a.destination_realm;
+    cfg.destination_host = a.destination_host;
+    cfg.measure = seconds("seconds", a.seconds)?;
+    cfg.warmup = seconds("warmup", a.warmup)?;
+    cfg.drain = seconds("drain", a.drain)?;
+    cfg.tw = Duration::from_secs(a.tw);
+    cfg.seed = a.seed;
+    let report = closed::run(cfg).await?;
+    let json = serde_json::to_string_pretty(&report.to_json())?;
+    match a.summary_json {
+        Some(p) if p.as_os_str() == "-" => println!("{json}"),
+        Some(p) => {
+            std::fs::write(&p, json).with_context(|| format!("writing {}", p.display()))?;
             print!("{}", report.to_text());
         }
         None => print!("{}", report.to_text()),

@@ -4,6 +4,9 @@
 //!   doing real CER/CEA and watchdogs through [`crate::diameter::peer::PeerConnection`],
 //!   sending Gx/Gy CCR-I/U/T that follow session life cycles at the rates of a
 //!   [`scenario::Scenario`], measuring answers, latency, timeouts.
+//! - [`closed`]: the same gateways at a fixed concurrency (closed loop, W requests in
+//!   flight per peer, CCR-I/CCR-T per slot), measuring requests/s and latency; the
+//!   relay benchmark's clients.
 //! - [`script`]: scripted peers and servers, one message at a time, for tests and tools.
 //! - [`server`]: a PCRF/OCS answering CCR after a latency distribution within a
 //!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
@@ -13,6 +16,7 @@
 //! tokio shells are tested over real TCP in `tests/loadgen_*.rs`.
 
 pub mod client;
+pub mod closed;
 pub mod resp;
 pub mod scenario;
 pub mod script;

@@ -114,6 +114,15 @@ impl FromStr for LatencyDist {
 }
 
 impl LatencyDist {
+    /// Whether every sample is zero (no service time at all).
+    pub fn is_zero(&self) -> bool {
+        match *self {
+            LatencyDist::Fixed(d) => d.is_zero(),
+            LatencyDist::Uniform { max, .. } => max.is_zero(),
+            LatencyDist::Exponential { mean } => mean.is_zero(),
+        }
+    }
+
     /// One service time.
     pub fn sample(&self, rng: &mut SplitMix64) -> Duration {
         // Uniform in [0, 1) with 53 bits.
@@ -377,6 +386,33 @@ impl Shared {
         r.pipeline(&cmds).await.is_ok()
     }
 
+    /// The session table's part of one CCR (no I/O): `Err(rc)` answers at once.
+    fn track_session(&self, sid: &str, kind: u32) -> Result<(), u32> {
+        match kind {
+            1 => {
+                if !self.sessions.lock().expect("sessions").insert(sid.to_owned()) {
+                    self.stats.lock().expect("stats").duplicate_session += 1;
+                }
+            }
+            2 | 3 => {
+                let known = if kind == 3 {
+                    self.sessions.lock().expect("sessions").remove(sid)
+                } else {
+                    self.sessions.lock().expect("sessions").contains(sid)
+                };
+                if !known {
+                    self.stats.lock().expect("stats").unknown_session += 1;
+                    if self.cfg.strict_sessions {
+                        // RFC 4006 §5.5 / RFC 6733 §7.1.5: 5002 for a session we do not have.
+                        return Err(result_code::UNKNOWN_SESSION_ID);
+                    }
+                }
+            }
+            _ => return Err(result_code::INVALID_AVP_VALUE),
+        }
+        Ok(())
+    }
+
     async fn apply_session(&self, req: &Message) -> u32 {
         let Some(sid) = req.session_id().map(str::to_owned) else {
             return result_code::MISSING_AVP;
@@ -385,45 +421,49 @@ impl Shared {
         if (1..=3).contains(&kind) && !self.redis_extra(&sid).await {
             return self.redis_done(false, false);
         }
-        let strict = self.cfg.strict_sessions;
-        match kind {
-            1 => {
-                if !self.sessions.lock().expect("sessions").insert(sid.clone()) {
-                    self.stats.lock().expect("stats").duplicate_session += 1;
-                }
-                if let Some(r) = &self.redis {
-                    let key = format!("{}{sid}", self.cfg.redis_prefix);
-                    let res = r
-                        .command(&[b"SET", key.as_bytes(), self.cfg.origin_host.as_bytes()])
-                        .await;
-                    return self.redis_done(res.is_ok(), true);
-                }
-            }
-            2 | 3 => {
-                let known = if kind == 3 {
-                    self.sessions.lock().expect("sessions").remove(&sid)
-                } else {
-                    self.sessions.lock().expect("sessions").contains(&sid)
-                };
-                if !known {
-                    self.stats.lock().expect("stats").unknown_session += 1;
-                    if strict {
-                        // RFC 4006 §5.5 / RFC 6733 §7.1.5: 5002 for a session we do not have.
-                        return result_code::UNKNOWN_SESSION_ID;
-                    }
-                }
-                if kind == 3
-                    && let Some(r) = &self.redis
-                {
-                    let key = format!("{}{sid}", self.cfg.redis_prefix);
-                    let state = format!("{key}:state");
-                    let res = r.command(&[b"DEL", key.as_bytes(), state.as_bytes()]).await;
-                    return self.redis_done(res.is_ok(), false);
-                }
-            }
-            _ => return result_code::INVALID_AVP_VALUE,
+        if let Err(rc) = self.track_session(&sid, kind) {
+            return rc;
         }
-        result_code::SUCCESS
+        match (kind, &self.redis) {
+            (1, Some(r)) => {
+                let key = format!("{}{sid}", self.cfg.redis_prefix);
+                let res = r
+                    .command(&[b"SET", key.as_bytes(), self.cfg.origin_host.as_bytes()])
+                    .await;
+                self.redis_done(res.is_ok(), true)
+            }
+            (3, Some(r)) => {
+                let key = format!("{}{sid}", self.cfg.redis_prefix);
+                let state = format!("{key}:state");
+                let res = r.command(&[b"DEL", key.as_bytes(), state.as_bytes()]).await;
+                self.redis_done(res.is_ok(), false)
+            }
+            _ => result_code::SUCCESS,
+        }
+    }
+
+    /// Whether CCRs are answered inline, in the connection's task: zero service time and
+    /// nothing that can make a CCR wait (no Redis, no rate limit). At most one CCR is then
+    /// in service at a time, so `max_concurrent` (≥ 1) never binds either.
+    fn answers_inline(&self) -> bool {
+        self.cfg.latency.is_zero() && self.redis.is_none() && self.cfg.max_rate.is_none()
+    }
+
+    /// Serves one CCR at once (see [`Shared::answers_inline`]); returns its Result-Code.
+    fn serve_ccr_now(&self, req: &Message) -> u32 {
+        self.in_service.fetch_add(1, Ordering::Relaxed);
+        let rc = match req.session_id() {
+            None => result_code::MISSING_AVP,
+            Some(sid) => match self.track_session(sid, req.cc_request_type().unwrap_or(0)) {
+                Ok(()) => result_code::SUCCESS,
+                Err(rc) => rc,
+            },
+        };
+        self.in_service.fetch_sub(1, Ordering::Relaxed);
+        let mut s = self.stats.lock().expect("stats");
+        s.max_busy = s.max_busy.max(1);
+        *s.answered.entry(rc).or_default() += 1;
+        rc
     }
 
     fn redis_done(&self, ok: bool, set: bool) -> u32 {
@@ -639,6 +679,9 @@ async fn serve_conn(
     pc.handle_connected(shared.start.elapsed());
     let mut framer = Framer::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    // Inline answers of one read, written together.
+    let inline = shared.answers_inline();
+    let mut batch: Vec<u8> = Vec::new();
     'outer: loop {
         let deadline = pc.poll_timeout().map(|d| shared.start + d);
         tokio::select! {
@@ -670,8 +713,14 @@ async fn serve_conn(
                             pc.accept_cer(now);
                             shared.stats.lock().expect("stats").cer_accepted += 1;
                         }
-                        Handled::Application(req) => handle_app(&shared, req, &tx, &mut rng),
+                        Handled::Application(req) => {
+                            let out = if inline { Some(&mut batch) } else { None };
+                            handle_app(&shared, req, &tx, out, &mut rng);
+                        }
                     }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(16 * 1024)));
                 }
             }
         }
@@ -684,10 +733,13 @@ async fn serve_conn(
     let _ = writer.await;
 }
 
+/// Answers an application request: at once into `inline` when given (see
+/// [`Shared::answers_inline`]), otherwise from a task after the service time.
 fn handle_app(
     shared: &Arc<Shared>,
     req: Message,
     tx: &mpsc::UnboundedSender<Vec<u8>>,
+    inline: Option<&mut Vec<u8>>,
     rng: &mut SplitMix64,
 ) {
     if !req.is_request() {
@@ -710,6 +762,11 @@ fn handle_app(
         *s.ccr_received
             .entry(req.cc_request_type().unwrap_or(0))
             .or_default() += 1;
+    }
+    if let Some(out) = inline {
+        let rc = shared.serve_ccr_now(&req);
+        let _ = crate::diameter::encode_into(&shared.answer(&req, rc, None), out);
+        return;
     }
     let delay = shared.cfg.latency.sample(rng);
     let shared = shared.clone();
