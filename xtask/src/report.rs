@@ -143,6 +143,8 @@ pub fn machine(root: &Path) -> Value {
         "cpu_model": model,
         "cpus": cpus,
         "load_average": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        // The gateways' TCP reacts to `drop` (P5) with this congestion control.
+        "tcp_congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default().trim(),
         "git_commit": commit,
         "git_dirty": dirty,
     })
