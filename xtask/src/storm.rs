@@ -126,6 +126,33 @@ pub fn proc_stat_cpu_ticks(stat: &str) -> Result<u64> {
     Ok(utime + stime)
 }
 
+/// Busy and total jiffies of the first (`cpu`) line of `/proc/stat`: busy = total −
+/// idle − iowait (proc(5): user nice system idle iowait irq softirq steal …).
+pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no aggregate cpu line")?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>().context("cpu line")?;
+    ensure!(v.len() >= 5, "cpu line too short");
+    // guest/guest_nice (fields 9, 10) are already counted in user/nice.
+    let total: u64 = v.iter().take(8).sum();
+    Ok((total - v[3] - v[4], total))
+}
+
+/// Busy CPU seconds of the whole machine so far (all CPUs).
+fn machine_busy_s() -> Result<f64> {
+    let s = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
+    Ok(proc_stat_busy_total(&s)?.0 as f64 / clock_ticks_per_s())
+}
+
+/// CPU seconds used so far by every process in the lab's namespaces (agent, Redis,
+/// simulators, load generator).
+fn lab_processes_cpu_s() -> f64 {
+    lab::namespaces()
+        .iter()
+        .flat_map(|ns| lab::sh(&["ip", "netns", "pids", ns]).unwrap_or_default().split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+        .filter_map(|pid| cpu_seconds(pid).ok())
+        .sum()
+}
+
 fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf only reads a system constant.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -521,6 +548,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let i_end = m_end - Duration::from_secs(SKIP_LAST as u64);
     wait_until(m_start, &mut dra, &mut client, &dra_log, &client_log)?;
     let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
+    let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
     let snap_m0 = demo::scrape()?;
     wait_until(i_start, &mut dra, &mut client, &dra_log, &client_log)?;
     let snap_i0 = demo::scrape()?;
@@ -528,6 +556,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let snap_i1 = demo::scrape()?;
     wait_until(m_end, &mut dra, &mut client, &dra_log, &client_log)?;
     let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
+    let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
     let snap_m1 = demo::scrape()?;
     // The client stops after its last phase plus a drain of one request timeout. With
     // `drop` its TCP connection can be far behind (the sender's congestion control
@@ -607,6 +636,13 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
             "note": "fast-path counters are copied into the metrics once per second; the interior snapshots are a whole number of seconds apart",
         },
         "agent_requests_in_per_s": requests_in_per_s,
+        "machine_during_measure": {
+            "busy_cpu_s_all_cpus": busy1 - busy0,
+            "lab_processes_cpu_s": lab1 - lab0,
+            "other_cpu_s": (busy1 - busy0) - (lab1 - lab0),
+            "load_average_start": load0, "load_average_end": load1,
+            "note": "other = machine busy − the lab's processes: other jobs on the machine plus kernel time not charged to a process (softirq: the lab's packets, XDP)",
+        },
         "client_ccr_u_per_second_p99_ms": { "median": median(&u_p99), "max": u_p99.iter().copied().fold(f64::NAN, f64::max), "values": u_p99 },
         "client_end": client_end,
         "client_summary": summary,
@@ -634,6 +670,10 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
         summary,
         json,
     })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 fn dra_pid(p: &Proc) -> Result<u32> {
@@ -713,9 +753,13 @@ fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
     (v, row)
 }
 
-/// Whether a run limited CCR-I: admitted at most [`LIMITED_MAX_FACTOR`] × L.
-pub fn limited(admitted_per_s: Option<f64>, limit: f64) -> bool {
-    admitted_per_s.is_some_and(|a| a <= LIMITED_MAX_FACTOR * limit)
+/// Whether a run is seen to limit CCR-I: the agent's own counters (any family with
+/// labels peer, class, outcome) show over-limit requests dropped or marked, and it
+/// admitted at most [`LIMITED_MAX_FACTOR`] × L. A run without such counters cannot be
+/// verified and does not count as limited.
+pub fn limited(admitted_per_s: Option<f64>, limit: f64, by_outcome: &BTreeMap<String, f64>) -> bool {
+    let refused: f64 = by_outcome.iter().filter(|(k, _)| k.ends_with("/dropped") || k.ends_with("/marked")).map(|(_, v)| v).sum();
+    refused > 0.0 && admitted_per_s.is_some_and(|a| a <= LIMITED_MAX_FACTOR * limit)
 }
 
 /// P5 from the two drop runs.
@@ -724,13 +768,15 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
     let q = ratio(us.cpu_s, xdp.cpu_s);
     let (ax, sx) = xdp.admitted_at_agent();
     let (au, su) = us.admitted_at_agent();
-    let (lx, lu) = (limited(ax, l), limited(au, l));
+    let (lx, lu) = (limited(ax, l, &xdp.metrics_measure), limited(au, l, &us.metrics_measure));
     let valid = lx && lu && xdp.fast_path && !us.fast_path;
     let met = q.map(|q| valid && q >= GOAL_P5_MIN_RATIO);
     let note = if valid {
         format!(
-            "both runs limited CCR-I (admitted ≤ {LIMITED_MAX_FACTOR} L): XDP run {}/s ({sx}), userspace run {}/s ({su}); \
-             the agent read {:.0} requests/s from pgw1 in the XDP run and {:.0}/s in the userspace run",
+            "both runs limited CCR-I (the agent's counters show refused requests, admitted ≤ {LIMITED_MAX_FACTOR} L): \
+             XDP run {}/s ({sx}), userspace run {}/s ({su}); the agent read {:.0} requests/s from pgw1 in the XDP \
+             run and {:.0}/s in the userspace run. With drop, the sender's TCP slows down under the policer, so an \
+             XDP run can admit less than L.",
             fmt_opt(ax, 0),
             fmt_opt(au, 0),
             xdp.requests_in_per_s,
@@ -739,8 +785,9 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
     } else {
         format!(
             "NOT A VALID COMPARISON: CCR-I limited in the XDP run: {lx} ({}/s, {sx}), in the userspace run: {lu} \
-             ({}/s, {su}); limited = admitted ≤ {LIMITED_MAX_FACTOR} L = {:.0}/s, XDP attached in run 1 and not in \
-             run 2. Without a userspace limiter in `dra run` the fast-path-less run forwards the whole storm.",
+             ({}/s, {su}); limited = the agent's counters (labels peer, class, outcome) show dropped/marked CCR-I \
+             and admitted ≤ {LIMITED_MAX_FACTOR} L = {:.0}/s; XDP attached in run 1 and not in run 2. Without a \
+             userspace limiter in `dra run` the fast-path-less run forwards the whole storm.",
             fmt_opt(ax, 0),
             fmt_opt(au, 0),
             LIMITED_MAX_FACTOR * l
@@ -758,7 +805,8 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
             "ccr_i_admitted_per_s": admitted,
             "ccr_i_admitted_source": source,
             "ccr_i_by_outcome_measure": r.metrics_measure,
-            "limited": limited(admitted, l),
+            "ccr_i_admitted_fraction_of_limit": admitted.map(|a| a / l),
+            "limited": limited(admitted, l, &r.metrics_measure),
         })
     };
     let v = json!({
@@ -869,6 +917,14 @@ mod tests {
         proc_stat_cpu_ticks(&s).unwrap();
     }
 
+    #[test]
+    fn machine_busy_leaves_out_idle_and_iowait() {
+        let stat = "cpu  100 5 50 1000 20 3 7 2 9 0\ncpu0 50 2 25 500 10 1 3 1 0 0\nintr 1 2\n";
+        // total = 100+5+50+1000+20+3+7+2 (guest not added again), busy = total − idle − iowait.
+        assert_eq!(proc_stat_busy_total(stat).unwrap(), (167, 1187));
+        assert!(proc_stat_busy_total("intr 1 2").is_err());
+    }
+
     const ROWS: &str = r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":400,"answered":{"2001":400}}}}
 {"t":6,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":510,"3002":4490}}}}
 {"t":7,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":502,"3002":4498}}}}
@@ -912,10 +968,14 @@ not json
 
     #[test]
     fn a_run_limited_when_it_admitted_at_most_1_2_l() {
-        assert!(limited(Some(500.0), 500.0));
-        assert!(limited(Some(190.0), 500.0), "TCP back-pressure below L still limited");
-        assert!(!limited(Some(4800.0), 500.0), "a run that forwarded the storm did not limit");
-        assert!(!limited(None, 500.0));
+        let refused = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 900.0)]);
+        let none = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 0.0)]);
+        assert!(limited(Some(500.0), 500.0, &refused));
+        assert!(limited(Some(190.0), 500.0, &refused), "TCP back-pressure below L still limited");
+        assert!(!limited(Some(4800.0), 500.0, &refused), "a run that forwarded the storm did not limit");
+        assert!(!limited(Some(231.0), 500.0, &BTreeMap::new()), "no counters of the agent: not verified");
+        assert!(!limited(Some(231.0), 500.0, &none), "nothing refused: low throughput is not limiting");
+        assert!(!limited(None, 500.0, &refused));
     }
 
     #[test]
