@@ -821,7 +821,15 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
         "note": note,
         "source": "utime+stime of `dra run` over the measure phase (/proc/<pid>/stat, sysconf(_SC_CLK_TCK))",
     });
-    let measured = format!("{}× ({:.2} s vs {:.2} s CPU){}", fmt_opt(q, 2), us.cpu_s, xdp.cpu_s, if valid { "" } else { " — INVALID: see note" });
+    let measured = format!(
+        "{}× ({:.2} s vs {:.2} s CPU; CCR-I admitted {} vs {} /s){}",
+        fmt_opt(q, 2),
+        us.cpu_s,
+        xdp.cpu_s,
+        fmt_opt(au, 0),
+        fmt_opt(ax, 0),
+        if valid { "" } else { " — INVALID: see note" }
+    );
     let row = TableRow { metric: "P5 agent CPU in 10× storm: userspace limiting ÷ XDP drop".into(), measured, goal: format!("≥ {GOAL_P5_MIN_RATIO}×"), met };
     (v, row)
 }
