@@ -23,12 +23,12 @@ use anyhow::{Context, Result, bail};
 use crate::lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR};
 
 const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
-const METRICS_ADDR: &str = "127.0.0.1:9100";
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
-const UPSTREAMS: [&str; 3] = ["pcrf1", "pcrf2", "ocs1"];
+pub(crate) const UPSTREAMS: [&str; 3] = ["pcrf1", "pcrf2", "ocs1"];
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -36,14 +36,14 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() {
+pub(crate) fn install_signal_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic (async-signal-safe).
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
 }
 
-fn interrupted() -> Result<()> {
+pub(crate) fn interrupted() -> Result<()> {
     if STOP.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
@@ -51,19 +51,24 @@ fn interrupted() -> Result<()> {
 }
 
 /// A process of the demo, stopped (SIGINT, then SIGKILL) when dropped.
-struct Proc {
+pub(crate) struct Proc {
     name: String,
     child: Option<Child>,
     status: Option<std::process::ExitStatus>,
 }
 
 impl Proc {
-    fn new(name: &str, child: Child) -> Proc {
+    pub(crate) fn new(name: &str, child: Child) -> Proc {
         Proc { name: name.to_owned(), child: Some(child), status: None }
     }
 
+    /// Its pid while it has not been reaped.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Its exit status, once it has exited (reaped here, remembered).
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
         if self.status.is_none()
             && let Some(c) = self.child.as_mut()
             && let Ok(Some(st)) = c.try_wait()
@@ -75,7 +80,7 @@ impl Proc {
     }
 
     /// SIGINT, up to `grace` to exit, then SIGKILL; the exit status.
-    fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
         if self.exited().is_some() {
             return self.status;
         }
@@ -110,13 +115,13 @@ impl Drop for Proc {
 
 /// One sample of a Prometheus text exposition.
 #[derive(Clone, Debug)]
-struct Series {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) value: f64,
 }
 
-fn parse_metrics(text: &str) -> Vec<Series> {
+pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
         let (head, value) = match line.rsplit_once(' ') {
@@ -143,13 +148,13 @@ fn parse_metrics(text: &str) -> Vec<Series> {
 }
 
 #[derive(Clone, Debug)]
-struct Snap {
-    series: Vec<Series>,
+pub(crate) struct Snap {
+    pub(crate) series: Vec<Series>,
 }
 
 impl Snap {
     /// Sum of the series `name` whose labels include all of `want`.
-    fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
         self.series
             .iter()
             .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v)))
@@ -181,7 +186,7 @@ fn http_get_metrics() -> Result<String> {
 }
 
 /// Fetches the agent's metrics from inside the dra namespace.
-fn scrape() -> Result<Snap> {
+pub(crate) fn scrape() -> Result<Snap> {
     let text = lab::in_netns(NS_DRA, http_get_metrics)??;
     Ok(Snap { series: parse_metrics(&text) })
 }
@@ -318,7 +323,7 @@ fn scenario_secs(path: &Path) -> Result<f64> {
         .unwrap_or(0.0))
 }
 
-fn timestamp() -> String {
+pub(crate) fn timestamp() -> String {
     lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"]).map(|s| s.trim().to_owned()).unwrap_or_else(|_| "now".into())
 }
 
@@ -490,7 +495,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
 }
 
 /// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
-fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
+pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
     let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
     let child = cmd.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("start {name}"))?;
     std::fs::write(Path::new(lab::STATE_DIR).join(format!("{name}.pid")), format!("{}\n", child.id()))?;

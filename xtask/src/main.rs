@@ -2,6 +2,8 @@
 
 mod demo;
 mod lab;
+mod report;
+mod storm;
 mod toolchain;
 
 use std::{
@@ -22,10 +24,15 @@ usage: cargo xtask <command> [args]
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
   fuzz [SECS]      run the wire-scanner fuzz target (default 30 s)
-  bench [N]        both benchmarks below (root); N goes to the XDP one
-  bench xdp [N]    XDP ns/packet per case vs bare XDP_PASS, N runs each
-  bench relay [ARGS]  relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
+  bench [N]        every benchmark below (root, ~6 min); N goes to the XDP one. Writes
+                   bench/results/<YYYY-MM-DD>.json and .md (P1-P5 table) and prints it
+  bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
+  bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
                    flight (`bench relay --help`); writes bench/results/relay-latest.json
+  bench storm      P3-P5 on the lab with dra run + dra-loadgen (~2.5 min; refuses to run
+                   while a lab is up): CCR-I admitted-rate error under a 10x storm, CCR-U
+                   p99 storm/no storm, agent CPU XDP drop vs userspace limiting;
+                   writes bench/results/storm-latest.json (docs/bench.md)
   sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
 
@@ -202,24 +209,41 @@ fn real_main() -> Result<()> {
                 bail!("the benchmarks load eBPF programs and create network namespaces: run them as root");
             }
             let (which, rest) = match rest.split_first() {
-                Some((w, r)) if w == "xdp" || w == "relay" => (w.as_str(), r),
+                Some((w, r)) if w == "xdp" || w == "relay" || w == "storm" => (w.as_str(), r),
                 _ => ("all", rest),
             };
-            if which != "relay" {
+            let root = workspace_root();
+            if which == "storm" && !rest.is_empty() {
+                bail!("bench storm takes no arguments (its configs are config/bench/*.toml)");
+            }
+            if which == "storm" || which == "all" {
+                // Before anything long runs: no lab may be up, the configs must agree.
+                storm::preflight(&root)?;
+            }
+            let since = std::time::SystemTime::now();
+            if which == "all" || which == "xdp" {
                 // `bench N` keeps its old meaning: N XDP runs per case.
                 step(
-                    "bench xdp",
+                    "bench xdp (P1)",
                     cargo().args(["run", "--release", "-p", "dra-tests", "--bin", "xdp-bench", "--"]).args(rest),
                 )?;
             }
-            if which != "xdp" {
+            if which == "all" || which == "relay" {
                 let relay_args = if which == "relay" { rest } else { &[] };
                 step(
-                    "bench relay",
+                    "bench relay (P2)",
                     cargo()
                         .args(["run", "--release", "-p", "dra-userspace", "--bin", "dra-bench", "--"])
                         .args(relay_args),
                 )?;
+            }
+            if which == "all" || which == "storm" {
+                build(true)?;
+                eprintln!("xtask: bench storm (P3, P4, P5)");
+                storm::run(&root)?;
+            }
+            if which == "all" {
+                report::aggregate(&root, since)?;
             }
             Ok(())
         }

@@ -1,0 +1,283 @@
+//! The benchmark results of one `cargo xtask bench`: machine context, P1–P5 in
+//! `bench/results/<YYYY-MM-DD>.json` and a markdown table in `bench/results/<YYYY-MM-DD>.md`.
+//!
+//! P1 and P2 are read back from the files their binaries have just written
+//! (`xdp-latest.json`, `relay-latest.json`), P3–P5 from `storm-latest.json`; a file older
+//! than the start of this `bench` is refused (the table never mixes runs).
+
+use std::{
+    fmt::Write as _,
+    path::Path,
+    time::SystemTime,
+};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::lab;
+
+/// P1 output of `tests/src/bin/xdp-bench.rs`.
+pub const XDP_LATEST: &str = "bench/results/xdp-latest.json";
+/// P2 output of `dra-userspace/src/bin/dra-bench.rs`.
+pub const RELAY_LATEST: &str = "bench/results/relay-latest.json";
+/// P2 goal: dra agent req/s ÷ freeDiameter req/s at least this.
+pub const GOAL_P2_MIN_RATIO: f64 = 3.0;
+
+/// One line of the results table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableRow {
+    pub metric: String,
+    pub measured: String,
+    pub goal: String,
+    /// None: no goal (reported only) or not measurable.
+    pub met: Option<bool>,
+}
+
+impl TableRow {
+    /// As stored in the JSON files.
+    pub fn to_json(&self) -> Value {
+        json!({ "metric": self.metric, "measured": self.measured, "goal": self.goal, "met": self.met })
+    }
+
+    /// Back from [`TableRow::to_json`].
+    pub fn from_json(v: &Value) -> Option<TableRow> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        Some(TableRow { metric: s("metric")?, measured: s("measured")?, goal: s("goal")?, met: v.get("met").and_then(Value::as_bool) })
+    }
+}
+
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The markdown table: metric, measured, goal, met?
+pub fn render_markdown(rows: &[TableRow]) -> String {
+    let mut s = String::from("| metric | measured | goal | met? |\n|---|---|---|---|\n");
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        let _ = writeln!(s, "| {} | {} | {} | {met} |", cell(&r.metric), cell(&r.measured), cell(&r.goal));
+    }
+    s
+}
+
+/// P1 rows from the xdp-bench JSON: one per case, ns/packet and ratio to bare XDP_PASS.
+pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
+    let cases = xdp.get("cases").and_then(Value::as_array).context("xdp results: no cases")?;
+    let pass = cases
+        .iter()
+        .find(|c| c.get("ratio_to_pass").and_then(Value::as_f64) == Some(1.0))
+        .and_then(|c| c.get("ns_per_packet").and_then(Value::as_f64));
+    let runs = xdp.get("runs").and_then(Value::as_u64).unwrap_or(0);
+    let mut rows = Vec::new();
+    for c in cases {
+        let name = c.get("case").and_then(Value::as_str).context("case without name")?;
+        let ns = c.get("ns_per_packet").and_then(Value::as_f64).context("case without ns_per_packet")?;
+        let r = c.get("ratio_to_pass").and_then(Value::as_f64).context("case without ratio_to_pass")?;
+        if r == 1.0 {
+            continue;
+        }
+        rows.push(TableRow {
+            metric: format!("P1 XDP ns/pkt: {name}"),
+            measured: format!(
+                "{ns:.1} ns = {r:.2}× bare XDP_PASS ({} ns, {runs} runs)",
+                pass.map_or("-".into(), |p| format!("{p:.1}"))
+            ),
+            goal: "— (reported)".into(),
+            met: None,
+        });
+    }
+    Ok(rows)
+}
+
+/// P2 row from the relay-bench JSON.
+pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
+    let results = relay.get("results").and_then(Value::as_array).context("relay results: no results")?;
+    let rps = |prefix: &str| {
+        results
+            .iter()
+            .find(|r| r.get("relay").and_then(Value::as_str).is_some_and(|n| n.starts_with(prefix)))
+            .and_then(|r| r.get("requests_per_s").and_then(Value::as_f64))
+    };
+    let (agent, fd) = (rps("dra agent"), rps("freeDiameter"));
+    let q = match (agent, fd) {
+        (Some(a), Some(f)) if f > 0.0 => Some(a / f),
+        _ => None,
+    };
+    let met = q.map(|q| q >= GOAL_P2_MIN_RATIO);
+    let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+    let row = TableRow {
+        metric: "P2 relayed req/s: dra agent ÷ freeDiameter".into(),
+        measured: format!("{}× ({} vs {} req/s)", q.map_or("-".into(), |q| format!("{q:.2}")), n(agent), n(fd)),
+        goal: format!("≥ {GOAL_P2_MIN_RATIO}×"),
+        met,
+    };
+    Ok((row, met, q))
+}
+
+fn first_line(args: &[&str]) -> String {
+    lab::sh(args).map(|s| s.trim().to_owned()).unwrap_or_else(|e| format!("unknown ({e:#})"))
+}
+
+/// Date, kernel, CPU model and count, git commit.
+pub fn machine(root: &Path) -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown".to_owned(), |(_, m)| m.trim().to_owned());
+    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let root_s = root.display().to_string();
+    let commit = first_line(&["git", "-C", &root_s, "rev-parse", "HEAD"]);
+    // Results files are rewritten by the bench itself: they do not make the tree dirty.
+    let dirty = lab::sh(&["git", "-C", &root_s, "status", "--porcelain", "--", ".", ":!bench/results"])
+        .map(|s| !s.trim().is_empty())
+        .ok();
+    json!({
+        "date": first_line(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        "kernel": first_line(&["uname", "-r"]),
+        "cpu_model": model,
+        "cpus": cpus,
+        "load_average": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        // The gateways' TCP reacts to `drop` (P5) with this congestion control.
+        "tcp_congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default().trim(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    })
+}
+
+fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
+    let p = root.join(rel);
+    let modified = std::fs::metadata(&p).and_then(|m| m.modified()).with_context(|| format!("{}", p.display()))?;
+    if modified < since {
+        bail!("{} was not rewritten by this run (older than its start): refusing to aggregate", p.display());
+    }
+    let text = std::fs::read_to_string(&p)?;
+    serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))
+}
+
+/// After `bench` ran xdp, relay and storm: writes `bench/results/<date>.json` and
+/// `.md` and prints the table.
+pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
+    let xdp = read_fresh(root, XDP_LATEST, since)?;
+    let relay = read_fresh(root, RELAY_LATEST, since)?;
+    let storm = read_fresh(root, crate::storm::LATEST, since)?;
+    let mut table = p1_rows(&xdp)?;
+    let (p2row, p2met, p2q) = p2_row(&relay)?;
+    table.push(p2row);
+    let storm_rows: Vec<TableRow> =
+        storm.get("table").and_then(Value::as_array).context("storm results: no table")?.iter().filter_map(TableRow::from_json).collect();
+    if storm_rows.len() != 3 {
+        bail!("storm results: expected 3 table rows (P3, P4, P5), found {}", storm_rows.len());
+    }
+    table.extend(storm_rows);
+    let machine = machine(root);
+    let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
+    let doc = json!({
+        "machine": machine,
+        "p1": { "source": XDP_LATEST, "goal": "reported (no goal)", "results": xdp },
+        "p2": { "source": RELAY_LATEST, "ratio": p2q, "goal_min_ratio": GOAL_P2_MIN_RATIO, "met": p2met, "results": relay },
+        "p3": storm.get("p3"),
+        "p4": storm.get("p4"),
+        "p5": storm.get("p5"),
+        "storm_runs": storm.get("runs"),
+        "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
+    });
+    let json_path = root.join(format!("bench/results/{date}.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n").with_context(|| format!("write {}", json_path.display()))?;
+    let md = render_report(&machine, &table, storm.pointer("/p5/note").and_then(Value::as_str));
+    let md_path = root.join(format!("bench/results/{date}.md"));
+    std::fs::write(&md_path, &md).with_context(|| format!("write {}", md_path.display()))?;
+    print!("\n{md}");
+    println!("written {} and {}", json_path.display(), md_path.display());
+    Ok(())
+}
+
+/// The markdown file: machine line, table, P5 note.
+pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>) -> String {
+    let g = |k: &str| machine.get(k).map_or("?".to_owned(), |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    let mut s = format!(
+        "# cargo xtask bench — {}\n\nKernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
+        g("date"),
+        g("kernel"),
+        g("cpus"),
+        g("cpu_model"),
+        g("load_average"),
+        g("git_commit"),
+        if machine.get("git_dirty").and_then(Value::as_bool) == Some(true) { " (with uncommitted changes)" } else { "" }
+    );
+    s.push_str(&render_markdown(table));
+    if let Some(n) = p5_note {
+        let _ = writeln!(s, "\nP5: {n}");
+    }
+    s.push_str("\nHow each number is measured: docs/bench.md.\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_marks_missed_goals_and_escapes_pipes() {
+        let rows = [
+            TableRow { metric: "P2 a|b".into(), measured: "5.43×".into(), goal: "≥ 3×".into(), met: Some(true) },
+            TableRow { metric: "P4".into(), measured: "2.10×".into(), goal: "≤ 1.5×".into(), met: Some(false) },
+            TableRow { metric: "P1".into(), measured: "38 ns".into(), goal: "— (reported)".into(), met: None },
+        ];
+        let md = render_markdown(&rows);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "| metric | measured | goal | met? |");
+        assert_eq!(lines[1], "|---|---|---|---|");
+        assert_eq!(lines[2], "| P2 a\\|b | 5.43× | ≥ 3× | yes |");
+        assert_eq!(lines[3], "| P4 | 2.10× | ≤ 1.5× | **no** |");
+        assert_eq!(lines[4], "| P1 | 38 ns | — (reported) | — |");
+        assert_eq!(lines.len(), 5);
+        for r in &rows {
+            assert_eq!(TableRow::from_json(&r.to_json()).as_ref(), Some(r));
+        }
+    }
+
+    #[test]
+    fn p1_and_p2_rows_come_from_the_bench_files_formats() {
+        let xdp: Value = serde_json::from_str(
+            r#"{"runs":1000,"cases":[{"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
+                {"case":"CCR-U admitted","ns_per_packet":260.0,"ratio_to_pass":6.5}]}"#,
+        )
+        .unwrap();
+        let rows = p1_rows(&xdp).unwrap();
+        assert_eq!(rows.len(), 1, "the bare case is the reference, not a row");
+        assert_eq!(rows[0].metric, "P1 XDP ns/pkt: CCR-U admitted");
+        assert_eq!(rows[0].measured, "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)");
+        assert_eq!(rows[0].met, None);
+        let relay: Value = serde_json::from_str(
+            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},{"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
+        )
+        .unwrap();
+        let (row, met, q) = p2_row(&relay).unwrap();
+        assert_eq!(q, Some(2.5));
+        assert_eq!(met, Some(false), "2.5× misses the 3× goal and says so");
+        assert_eq!(row.measured, "2.50× (50000 vs 20000 req/s)");
+    }
+
+    #[test]
+    fn the_committed_result_files_still_parse() {
+        let root = crate::workspace_root();
+        let xdp: Value = serde_json::from_str(&std::fs::read_to_string(root.join(XDP_LATEST)).unwrap()).unwrap();
+        assert!(!p1_rows(&xdp).unwrap().is_empty());
+        let relay: Value = serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap()).unwrap();
+        assert!(p2_row(&relay).unwrap().2.is_some());
+    }
+
+    #[test]
+    fn the_report_names_the_machine() {
+        let m = json!({"date": "2026-11-30T20:00:00Z", "kernel": "6.1.0", "cpus": 2, "cpu_model": "Xeon", "load_average": "1 2 3", "git_commit": "abc", "git_dirty": false});
+        let md = render_report(&m, &[], Some("both runs limited"));
+        assert!(md.starts_with("# cargo xtask bench — 2026-11-30T20:00:00Z\n\nKernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"));
+        assert!(md.contains("\nP5: both runs limited\n"));
+    }
+}
