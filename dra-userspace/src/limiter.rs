@@ -19,10 +19,14 @@
 //! * classification is [`dra_common::wire::classify`], the scanner the kernel runs.
 //!
 //! Over-limit requests are marked with [`flags::RATE_LIMIT_MARK`] (action `reject`:
-//! the agent's marked path answers them) or discarded (action `drop`: no answer, as
-//! XDP_DROP; a TCP sender does not retransmit a message the agent read, so the
-//! gateway's own answer timeout applies). Userspace has no packets: each message is
-//! judged on its own (the kernel's "all-or-nothing per packet" has no equivalent).
+//! the agent's marked path answers them) or held back (action `drop`): as XDP_DROP on
+//! TCP is back-pressure, not loss (the sender retransmits; DESIGN §3), the reader
+//! stops reading that connection until the buckets have room for the held request
+//! ([`Filter::Hold`], [`Limiter::retry`]), so TCP flow control slows the sender and
+//! nothing is lost. A held request counts once as `dropped`, and as seen/admitted
+//! when it passes. Userspace has no packets: each message is judged on its own (the
+//! kernel's "all-or-nothing per packet" has no equivalent). An unknown source under
+//! `unknown_peer = "drop"` is the one case where messages are discarded.
 //!
 //! The DRL controller rewrites rates live with [`Limiter::set_rate`] (the slot keeps
 //! its TAT, as `Maps::set_rate` keeps the kernel's state).
@@ -31,7 +35,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     net::IpAddr,
     sync::atomic::{AtomicU64, Ordering},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use dra_common::{
@@ -88,6 +92,18 @@ pub enum Verdict {
     Mark,
     /// Over a `drop` limit: discard.
     Drop,
+}
+
+/// What the reader does with one framed message ([`Limiter::filter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Filter {
+    /// Deliver it (possibly marked).
+    Pass,
+    /// Discard it (an unknown source under `unknown_peer = "drop"`).
+    Discard,
+    /// Over a `drop` limit: keep it, read nothing more from the connection, and ask
+    /// [`Limiter::retry`] again after [`Limiter::hold_for`].
+    Hold,
 }
 
 /// How the limiter treats one connection, decided once when it is accepted.
@@ -291,29 +307,69 @@ impl Limiter {
     /// Judges one framed message from `src` at `now_ns` and applies the verdict to the
     /// frame: sets the mark bit for [`Verdict::Mark`]. Returns false when the frame
     /// must be discarded.
-    pub fn filter(&self, src: &Source, frame: &mut [u8], now_ns: u64) -> bool {
+    pub fn filter(&self, src: &Source, frame: &mut [u8], now_ns: u64) -> Filter {
         match src {
-            Source::NotDiameter => true,
+            Source::NotDiameter => Filter::Pass,
             Source::UnknownPass => {
                 self.globals.unknown_pass.fetch_add(1, Ordering::Relaxed);
-                true
+                Filter::Pass
             }
             Source::DropAll => {
                 self.globals.unknown_drop.fetch_add(1, Ordering::Relaxed);
-                false
+                Filter::Discard
             }
             Source::Peer(peer) => match self.admit(peer, frame, now_ns) {
-                Verdict::Admit => true,
+                Verdict::Admit => Filter::Pass,
                 Verdict::Mark => {
-                    // The flags byte is the first of the second header word (RFC 6733 §3).
-                    if let Some(f) = frame.get_mut(4) {
-                        *f |= flags::RATE_LIMIT_MARK;
-                    }
-                    true
+                    mark(frame);
+                    Filter::Pass
                 }
-                Verdict::Drop => false,
+                Verdict::Drop => Filter::Hold,
             },
         }
+    }
+
+    /// A held request again (see [`Filter::Hold`]): true when it now fits (counted as
+    /// seen and admitted, or marked if its limit became `reject` meanwhile), false if
+    /// it is still over its `drop` limit (not counted again).
+    pub fn retry(&self, src: &Source, frame: &mut [u8], now_ns: u64) -> bool {
+        let Source::Peer(peer) = src else { return true };
+        let Ok(c) = wire::classify(&&*frame, 0) else { return true };
+        let slot = self.class_slot(peer, c.class);
+        let v = self.decide(peer, slot, now_ns);
+        if v == Verdict::Drop {
+            return false;
+        }
+        let len = u64::from(c.header.length);
+        for s in [self.slot(slot), self.slot(peer.overall_slot)].into_iter().flatten() {
+            s.count(v, len);
+        }
+        if v == Verdict::Mark {
+            self.globals.marked.fetch_add(1, Ordering::Relaxed);
+            mark(frame);
+        }
+        true
+    }
+
+    /// How long a held request from `src` should wait before the next
+    /// [`Limiter::retry`]: until the fuller of its peer's overall bucket and its class
+    /// bucket would take it (at least 1 ms, at most 100 ms so that a rate raised
+    /// meanwhile is seen soon).
+    pub fn hold_for(&self, src: &Source, frame: &[u8], now_ns: u64) -> Duration {
+        let mut wait = 0u64;
+        if let (Source::Peer(peer), Ok(c)) = (src, wire::classify(&frame, 0)) {
+            let slot = self.class_slot(peer, c.class);
+            for s in [self.slot(slot), self.slot(peer.overall_slot)].into_iter().flatten() {
+                let cfg = s.config();
+                // GCRA: it fits once tat − now ≤ tolerance.
+                let ready = s.tat.load(Ordering::Relaxed).saturating_sub(cfg.tolerance_ns);
+                wait = wait.max(ready.saturating_sub(now_ns));
+            }
+        }
+        Duration::from_nanos(wait).clamp(
+            Duration::from_millis(1),
+            Duration::from_millis(100),
+        )
     }
 
     /// Admission of one framed message from `peer` at `now_ns` (charges the buckets,
@@ -439,6 +495,14 @@ impl Limiter {
     }
 }
 
+/// Sets the in-band mark, as the kernel does: the flags byte is the first of the
+/// second header word (RFC 6733 §3).
+fn mark(frame: &mut [u8]) {
+    if let Some(f) = frame.get_mut(4) {
+        *f |= flags::RATE_LIMIT_MARK;
+    }
+}
+
 fn verdict_of(action: Action) -> Verdict {
     match action {
         Action::Drop => Verdict::Drop,
@@ -543,7 +607,7 @@ mod tests {
             "not a Diameter port"
         );
         let mut f = ccr(app::GX, 1);
-        assert!(!l.filter(&Source::DropAll, &mut f, 0));
+        assert_eq!(l.filter(&Source::DropAll, &mut f, 0), Filter::Discard);
         let g = l.global_counters();
         assert!(g.contains(&(Counter::UnknownPeerDrop, 1)), "{g:?}");
     }
@@ -559,18 +623,18 @@ mod tests {
         let mut marks = Vec::new();
         for _ in 0..5 {
             let mut f = ccr(app::GX, 1);
-            assert!(l.filter(&pgw1, &mut f, 0));
+            assert_eq!(l.filter(&pgw1, &mut f, 0), Filter::Pass);
             marks.push(f[4] & flags::RATE_LIMIT_MARK != 0);
         }
         assert_eq!(marks, [false, false, false, true, true]);
         // CCR-U has no limit of its own: counted on "other", never marked.
         let mut u = ccr(app::GX, 2);
-        assert!(l.filter(&pgw1, &mut u, 0));
+        assert_eq!(l.filter(&pgw1, &mut u, 0), Filter::Pass);
         assert_eq!(u[4] & flags::RATE_LIMIT_MARK, 0);
         // An answer is never limited nor counted per slot.
         let mut a = ccr(app::GX, 1);
         a[4] &= !flags::R;
-        assert!(l.filter(&pgw1, &mut a, 0));
+        assert_eq!(l.filter(&pgw1, &mut a, 0), Filter::Pass);
         let i = p
             .slot_of("pgw1", MsgClass::gx_ccr(cc_request_type::INITIAL))
             .expect("slot");
@@ -592,27 +656,31 @@ mod tests {
     }
 
     #[test]
-    fn drop_action_discards_the_frame() {
+    fn drop_action_holds_the_request_until_it_fits() {
         let p = plan(&GX_CCR_I.replace("burst = 3", "burst = 1\naction = \"drop\""));
         let l = Limiter::new(&p);
         let pgw1 = Source::Peer(peer(&l, "10.0.0.1"));
         let mut f = ccr(app::GX, 1);
-        assert!(l.filter(&pgw1, &mut f, 0));
+        assert_eq!(l.filter(&pgw1, &mut f, 0), Filter::Pass);
         let mut g = ccr(app::GX, 1);
-        assert!(!l.filter(&pgw1, &mut g, 0), "second within 100 ms is over");
         assert_eq!(
-            g[4] & flags::RATE_LIMIT_MARK,
-            0,
-            "a dropped frame is not marked"
+            l.filter(&pgw1, &mut g, 0),
+            Filter::Hold,
+            "second within 100 ms is over: held, not discarded"
         );
-        let mut h = ccr(app::GX, 1);
-        assert!(
-            l.filter(&pgw1, &mut h, 100 * MS),
-            "one interval later it fits"
-        );
+        assert_eq!(g[4] & flags::RATE_LIMIT_MARK, 0, "a held frame is not marked");
+        // The hint: the bucket takes it one interval (100 ms) after the first.
+        assert_eq!(l.hold_for(&pgw1, &g, 0), Duration::from_millis(100));
+        assert_eq!(l.hold_for(&pgw1, &g, 60 * MS), Duration::from_millis(40));
+        assert!(!l.retry(&pgw1, &mut g, 60 * MS), "still over");
+        assert!(l.retry(&pgw1, &mut g, 100 * MS), "one interval later it fits");
+        assert_eq!(g[4] & flags::RATE_LIMIT_MARK, 0);
         let i = p.slot_of("pgw1", MsgClass::gx_ccr(1)).expect("slot");
         let c = l.slot_counters(i).expect("counters");
+        // Held once (counted once, however many retries), then admitted.
         assert_eq!((c.seen, c.admitted, c.dropped), (2, 2, 1));
+        let o = l.slot_counters(p.peer("pgw1").expect("pgw1").info.overall_slot).expect("overall");
+        assert_eq!((o.seen, o.admitted, o.dropped), (2, 2, 1));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! Without the XDP fast path the reader also applies the ingress limits
 //! ([`crate::limiter`]) to each framed message before decoding it: an over-limit
 //! request is marked in its flags byte, exactly as XDP marks it, so the core's marked
-//! path answers it; one over a `drop` limit is discarded here (no decode, no channel
-//! send).
+//! path answers it; one over a `drop` limit is held: the reader reads nothing more
+//! from that connection until the buckets take it (back-pressure through TCP flow
+//! control, as XDP_DROP is through retransmission; nothing is lost).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, debug};
 
 use crate::diameter::{DecodeError, Framer, FramingError, Message, decode};
-use crate::limiter::{Limiter, Source};
+use crate::limiter::{Filter, Limiter, Source};
 
 /// A connection id, unique for the agent's lifetime (never reused).
 pub type ConnId = u64;
@@ -111,12 +112,17 @@ async fn reader(
         loop {
             match framer.next_message() {
                 Ok(Some(mut frame)) => {
-                    if let Some((l, src)) = &limits
-                        && !l.filter(src, &mut frame, l.now_ns())
-                    {
-                        // Over a `drop` limit (or an unknown source under `drop`): as
-                        // XDP_DROP, the core never sees it.
-                        continue;
+                    if let Some((l, src)) = &limits {
+                        match l.filter(src, &mut frame, l.now_ns()) {
+                            Filter::Pass => {}
+                            // An unknown source under `unknown_peer = "drop"`.
+                            Filter::Discard => continue,
+                            Filter::Hold => {
+                                while !l.retry(src, &mut frame, l.now_ns()) {
+                                    tokio::time::sleep(l.hold_for(src, &frame, l.now_ns())).await;
+                                }
+                            }
+                        }
                     }
                     let len = frame.len();
                     let msg = decode(&frame).map_err(Box::new);

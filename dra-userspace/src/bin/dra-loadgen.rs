@@ -210,6 +210,19 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     cfg.progress = !a.quiet;
     cfg.seed = a.seed;
     cfg.drain = a.drain.map(Duration::from_secs_f64);
+    // SIGINT/SIGTERM end the scenario early; the summary still covers what ran.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    cfg.stop = Some(stop_rx);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("dra-loadgen: stopping early (signal); waiting for answers in flight");
+        let _ = stop_tx.send(true);
+    });
     let report = client::run(cfg, scenario).await?;
     match a.summary_json {
         Some(p) if p.as_os_str() == "-" => println!("{}", serde_json::to_string_pretty(&report)?),

@@ -53,6 +53,10 @@ pub struct ClientConfig {
     /// After the last phase, wait this long at most for answers in flight (default: the
     /// scenario's request timeout).
     pub drain: Option<Duration>,
+    /// Ends the scenario early when it turns `true` (e.g. on SIGINT): nothing more is
+    /// scheduled, answers in flight are awaited as after the last phase, and the report
+    /// covers what ran.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ClientConfig {
@@ -71,6 +75,7 @@ impl ClientConfig {
             rows_tx: None,
             progress: false,
             drain: None,
+            stop: None,
         }
     }
 
@@ -104,6 +109,9 @@ pub enum ClientError {
         source: crate::diameter::peer::PeerConfigError,
     },
 }
+
+/// How long a stopping peer may take to write what it has queued (its DPR last).
+const STOP_FLUSH: Duration = Duration::from_secs(2);
 
 enum Cmd {
     Send(Send),
@@ -209,8 +217,10 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     }
     drop(ev_tx);
 
-    let end = scenario.duration();
+    let mut end = scenario.duration();
     let drain = cfg.drain.unwrap_or(timeout);
+    let mut stop = cfg.stop.clone();
+    let mut stopped = false;
     let name = scenario.name.clone();
     let mut sched = Schedule::new(scenario);
     let mut pool = SessionPool::new(start_secs as u32, cfg.seed);
@@ -245,9 +255,16 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
                 }
             }
             _ = tick.tick() => {}
+            r = async { match stop.as_mut() { Some(s) => s.changed().await, None => std::future::pending().await } }, if !stopped => {
+                // A closed sender (Err) or `true`: stop. `false` changes nothing.
+                if r.is_err() || stop.as_ref().is_some_and(|s| *s.borrow()) {
+                    stopped = true;
+                    end = end.min(start.elapsed());
+                }
+            }
         }
         let now = start.elapsed();
-        let due = sched.advance(now);
+        let due = if stopped { Default::default() } else { sched.advance(now) };
         for e in due.events {
             match e {
                 Event::Flush(f) => pool.flush(f),
@@ -581,7 +598,12 @@ async fn connection(
                 let _ = tx.send(m.encode());
             }
             drop(tx);
-            let _ = writer.await;
+            // A backlog the network does not take (e.g. a peer whose segments are
+            // dropped) must not keep the client from ending: give the DPR a moment.
+            let abort = writer.abort_handle();
+            if tokio::time::timeout(STOP_FLUSH, writer).await.is_err() {
+                abort.abort();
+            }
         }
         End::Reconnect => writer.abort(),
     }
