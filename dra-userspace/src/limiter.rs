@@ -352,17 +352,20 @@ impl Limiter {
     }
 
     /// How long a held request from `src` should wait before the next
-    /// [`Limiter::retry`]: until the fuller of its peer's overall bucket and its class
-    /// bucket would take it (at least 1 ms, at most 100 ms so that a rate raised
-    /// meanwhile is seen soon).
+    /// [`Limiter::retry`]: until its peer's overall bucket and its class bucket both
+    /// have room for half their burst again (one message with a burst of 1), so that a
+    /// held connection wakes once per half burst rather than once per message; at least
+    /// 1 ms, at most 100 ms (a rate raised meanwhile is seen soon). Waiting longer than
+    /// the first fit changes no count: every message is still charged by the GCRA.
     pub fn hold_for(&self, src: &Source, frame: &[u8], now_ns: u64) -> Duration {
         let mut wait = 0u64;
         if let (Source::Peer(peer), Ok(c)) = (src, wire::classify(&frame, 0)) {
             let slot = self.class_slot(peer, c.class);
             for s in [self.slot(slot), self.slot(peer.overall_slot)].into_iter().flatten() {
                 let cfg = s.config();
-                // GCRA: it fits once tat − now ≤ tolerance.
-                let ready = s.tat.load(Ordering::Relaxed).saturating_sub(cfg.tolerance_ns);
+                // GCRA: one message fits once tat − now ≤ τ; about half the burst
+                // (τ = (burst − 1)·T) once tat − now ≤ τ/2.
+                let ready = s.tat.load(Ordering::Relaxed).saturating_sub(cfg.tolerance_ns / 2);
                 wait = wait.max(ready.saturating_sub(now_ns));
             }
         }
@@ -669,7 +672,7 @@ mod tests {
             "second within 100 ms is over: held, not discarded"
         );
         assert_eq!(g[4] & flags::RATE_LIMIT_MARK, 0, "a held frame is not marked");
-        // The hint: the bucket takes it one interval (100 ms) after the first.
+        // The hint (burst 1): the bucket takes it one interval (100 ms) after the first.
         assert_eq!(l.hold_for(&pgw1, &g, 0), Duration::from_millis(100));
         assert_eq!(l.hold_for(&pgw1, &g, 60 * MS), Duration::from_millis(40));
         assert!(!l.retry(&pgw1, &mut g, 60 * MS), "still over");
@@ -681,6 +684,30 @@ mod tests {
         assert_eq!((c.seen, c.admitted, c.dropped), (2, 2, 1));
         let o = l.slot_counters(p.peer("pgw1").expect("pgw1").info.overall_slot).expect("overall");
         assert_eq!((o.seen, o.admitted, o.dropped), (2, 2, 1));
+    }
+
+    #[test]
+    fn a_held_connection_wakes_when_half_the_burst_is_back() {
+        // 100/s (T = 10 ms), burst 5 (τ = 40 ms), drop.
+        let p = plan(
+            &GX_CCR_I.replace("rate = 10\nburst = 3", "rate = 100\nburst = 5\naction = \"drop\""),
+        );
+        let l = Limiter::new(&p);
+        let pgw1 = Source::Peer(peer(&l, "10.0.0.1"));
+        let pass = |f: &mut Vec<u8>, now| l.filter(&pgw1, f, now) == Filter::Pass;
+        for _ in 0..5 {
+            assert!(pass(&mut ccr(app::GX, 1), 0));
+        }
+        let mut held = ccr(app::GX, 1);
+        assert_eq!(l.filter(&pgw1, &mut held, 0), Filter::Hold);
+        // One would fit at 10 ms; the reader sleeps until ~half the burst is back.
+        let wake = l.hold_for(&pgw1, &held, 0);
+        assert_eq!(wake, Duration::from_millis(30));
+        let now = 30 * MS;
+        assert!(l.retry(&pgw1, &mut held, now));
+        assert!(pass(&mut ccr(app::GX, 1), now));
+        assert!(pass(&mut ccr(app::GX, 1), now));
+        assert_eq!(l.filter(&pgw1, &mut ccr(app::GX, 1), now), Filter::Hold, "3 at once, then full");
     }
 
     #[test]
