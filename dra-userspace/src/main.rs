@@ -89,6 +89,9 @@ fn main() -> anyhow::Result<ExitCode> {
         Cmd::CheckConfig { file } => match dra::config::load(&file) {
             Ok(cfg) => {
                 println!("ok");
+                for w in cfg.warnings() {
+                    eprintln!("warning: {w}");
+                }
                 print!("{}", cfg.summary());
                 Ok(ExitCode::SUCCESS)
             }

@@ -109,6 +109,9 @@ impl Shared {
 
 /// Runs until SIGINT or SIGTERM.
 pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
+    for w in cfg.warnings() {
+        warn!("config: {w}");
+    }
     let plan = Plan::new(&cfg).map_err(RunError::Plan)?;
     let metrics = Metrics::new();
     let iface = opts.iface.clone().or_else(|| cfg.fast_path.interface.clone());

@@ -273,7 +273,22 @@ impl Limit {
 
 /// Default burst for a rate: 100 ms worth of messages, at least 1.
 pub fn default_burst(rate: f64) -> u32 {
-    let b = (rate / 10.0).ceil();
+    burst_of(rate / 10.0)
+}
+
+/// Default burst of a limit: 100 ms worth of messages for `reject`, 200 ms for `drop`
+/// (Linux's minimum TCP retransmission timeout: after a dropped segment the sender is
+/// silent that long, and a smaller bucket would admit only a fraction of the rate;
+/// docs/fast-path.md).
+pub fn default_limit_burst(rate: f64, action: Action) -> u32 {
+    match action {
+        Action::Reject => default_burst(rate),
+        Action::Drop => burst_of(rate / 5.0),
+    }
+}
+
+fn burst_of(messages: f64) -> u32 {
+    let b = messages.ceil();
     if b >= u32::MAX as f64 {
         u32::MAX
     } else if b >= 1.0 {
@@ -529,6 +544,12 @@ impl Config {
     /// DB CPU profile, routes.
     pub fn summary(&self) -> String {
         summary::render(self)
+    }
+
+    /// Valid but probably unintended settings, one line each (printed by `dra
+    /// check-config` and logged by `dra run`).
+    pub fn warnings(&self) -> Vec<String> {
+        summary::warnings(self)
     }
 }
 

@@ -409,3 +409,45 @@ fn hold_time_shorter_than_the_sample_period_is_rejected() {
         "reversal_hold_time 30s is shorter than sample_period 1m"
     );
 }
+
+#[test]
+fn drop_limits_default_to_a_burst_that_outlasts_a_tcp_retransmission_timeout() {
+    let c = ok(r#"
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 500
+action = "drop"
+"#);
+    let l = &c.message_rate_limits[0].limit;
+    assert_eq!(l.burst, 100, "200 ms of traffic for drop");
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+}
+
+#[test]
+fn a_drop_limit_with_a_small_burst_is_warned_about_and_reject_is_not() {
+    let c = ok(r#"
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 500
+burst = 10
+action = "drop"
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 1000
+burst = 10
+"#);
+    let w = c.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].starts_with("pgw1 Gx CCR-I: drop limit 500/s with burst 10"), "{}", w[0]);
+    assert!(w[0].contains("(100)"), "{}", w[0]);
+}

@@ -515,7 +515,7 @@ fn limit(
         burst: if r.burst.is_some() {
             burst
         } else {
-            default_burst(rate)
+            default_limit_burst(rate, action)
         },
         action,
         result_code: result_code?,
