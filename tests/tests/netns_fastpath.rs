@@ -250,10 +250,12 @@ fn coalesced_writes_get_no_more_than_the_limit() {
 
 /// drop: admitted (first arrivals) never exceed rate × seconds + burst by more
 /// than 2 %; every message is delivered exactly once in the end (TCP retransmits).
+/// The burst is the config's default for drop, 200 ms of traffic (a dropped segment
+/// is resent after the sender's retransmission timeout, ≥ 200 ms).
 #[test]
 fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
     let lab = Lab::new();
-    let (rate, burst) = (200u32, 20u32);
+    let (rate, burst) = (200u32, 40u32);
     let (maps, plan) = lab.attach(&config("drop", rate, burst));
     let sim = Sim::new();
     let sink = lab.sink(&sim);
