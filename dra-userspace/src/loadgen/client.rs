@@ -81,8 +81,7 @@ impl ClientConfig {
 
     /// Origin-Host of peer `i` (0-based).
     pub fn origin_host(&self, i: usize) -> String {
-        self.origin_host_pattern
-            .replace("{n}", &(i + 1).to_string())
+        super::origin_host_of(&self.origin_host_pattern, i)
     }
 }
 
@@ -168,14 +167,8 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     if cfg.peers == 0 {
         return Err(ClientError::NoPeers);
     }
-    loadgen_peer_config(
-        &cfg.origin_host(0),
-        &cfg.origin_realm,
-        cfg.connect.ip(),
-        cfg.tw,
-    )
-    .validate()
-    .map_err(|source| ClientError::Peer { source })?;
+    super::check_identity(&cfg.origin_host_pattern, &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
+        .map_err(|source| ClientError::Peer { source })?;
     let mut rows_file = match &cfg.rows_path {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
             |source| ClientError::Rows {
@@ -417,13 +410,6 @@ enum End {
     Stop,
 }
 
-/// Connects to `to`, from `bind` (any port) when given.
-async fn connect(to: SocketAddr, bind: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
-    let Some(ip) = bind else { return TcpStream::connect(to).await };
-    let sock = if ip.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    sock.bind(SocketAddr::new(ip, 0))?;
-    sock.connect(to).await
-}
 
 async fn peer_task(
     ctx: PeerCtx,
@@ -433,7 +419,7 @@ async fn peer_task(
     let mut n = 0u64;
     loop {
         let stream = tokio::select! {
-            s = connect(ctx.connect, ctx.bind) => s.ok(),
+            s = super::connect_from(ctx.bind, ctx.connect) => s.ok(),
             _ = tokio::time::sleep(Duration::from_secs(5)) => None,
         };
         let end = match stream {

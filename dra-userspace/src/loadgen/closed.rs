@@ -105,8 +105,7 @@ impl ClosedConfig {
 
     /// Origin-Host of peer `i` (0-based).
     pub fn origin_host(&self, i: usize) -> String {
-        self.origin_host_pattern
-            .replace("{n}", &(i + 1).to_string())
+        super::origin_host_of(&self.origin_host_pattern, i)
     }
 }
 
@@ -576,14 +575,8 @@ pub async fn run(cfg: ClosedConfig) -> Result<ClosedReport, ClosedError> {
     if cfg.peers == 0 || cfg.window == 0 || cfg.measure.is_zero() {
         return Err(ClosedError::Empty);
     }
-    loadgen_peer_config(
-        &cfg.origin_host(0),
-        &cfg.origin_realm,
-        cfg.connect.ip(),
-        cfg.tw,
-    )
-    .validate()
-    .map_err(|source| ClosedError::Peer { source })?;
+    super::check_identity(&cfg.origin_host_pattern, &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
+        .map_err(|source| ClosedError::Peer { source })?;
     let now = Instant::now();
     let window = Window {
         from: now + cfg.warmup,
@@ -629,19 +622,7 @@ async fn connect(
 ) -> std::io::Result<TcpStream> {
     let t0 = Instant::now();
     loop {
-        let r = match bind {
-            None => TcpStream::connect(to).await,
-            Some(ip) => {
-                let sock = if ip.is_ipv4() {
-                    tokio::net::TcpSocket::new_v4()?
-                } else {
-                    tokio::net::TcpSocket::new_v6()?
-                };
-                sock.bind(SocketAddr::new(ip, 0))?;
-                sock.connect(to).await
-            }
-        };
-        match r {
+        match super::connect_from(bind, to).await {
             Ok(s) => return Ok(s),
             Err(e) if t0.elapsed() >= timeout => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,

@@ -34,6 +34,29 @@ use crate::diameter::peer::{
 };
 use crate::routing::PeerId;
 
+/// Connects to `to`, from local address `bind` (port chosen by the system) when given:
+/// a DRA tells peers apart by source address, so gateways sharing a host bind their own.
+pub async fn connect_from(
+    bind: Option<IpAddr>,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(ip) = bind else {
+        return tokio::net::TcpStream::connect(to).await;
+    };
+    let sock = if ip.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.bind(std::net::SocketAddr::new(ip, 0))?;
+    sock.connect(to).await
+}
+
+/// Origin-Host of peer `i` (0-based) from a pattern where `{n}` is 1..=peers.
+pub fn origin_host_of(pattern: &str, i: usize) -> String {
+    pattern.replace("{n}", &(i + 1).to_string())
+}
+
 /// 3GPP vendor id (Gx is a 3GPP application).
 pub const VENDOR_3GPP: u32 = 10415;
 
@@ -58,6 +81,17 @@ pub fn loadgen_peer_config(
     c.cer_timeout = Duration::from_secs(5);
     c.dpa_timeout = Duration::from_secs(1);
     c
+}
+
+/// Checks the identity a client's first peer would use (Origin-Host from the pattern,
+/// realm, Tw) before anything connects, so a bad option fails at once with the reason.
+pub(crate) fn check_identity(
+    pattern: &str,
+    origin_realm: &str,
+    ip: IpAddr,
+    tw: Duration,
+) -> Result<(), crate::diameter::peer::PeerConfigError> {
+    loadgen_peer_config(&origin_host_of(pattern, 0), origin_realm, ip, tw).validate()
 }
 
 /// A peer directory that admits the listed Origin-Hosts (case-insensitive) from any

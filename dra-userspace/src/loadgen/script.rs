@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::diameter::peer::{
@@ -188,7 +188,7 @@ impl ScriptedPeer {
         remote_host: &str,
         tap: Option<Tap>,
     ) -> Result<ScriptedPeer, u32> {
-        let stream = connect_stream(bind, addr).await.map_err(|_| 0u32)?;
+        let stream = super::connect_from(bind, addr).await.map_err(|_| 0u32)?;
         let pc = PeerConnection::initiator(
             Arc::new(cfg),
             directory(remote_host),
@@ -238,15 +238,6 @@ impl ScriptedPeer {
     pub fn abort(&self) {
         self.task.abort();
     }
-}
-
-async fn connect_stream(bind: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let Some(ip) = bind else {
-        return TcpStream::connect(addr).await;
-    };
-    let sock = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    sock.bind(SocketAddr::new(ip, 0))?;
-    sock.connect(addr).await
 }
 
 fn spawn_driver(
