@@ -168,9 +168,15 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
     let t0 = Instant::now();
     let mut wait_rate = |want: f64, within: Duration, what: &str| -> Duration {
         let start = Instant::now();
-        let ok = agent.wait_until(within, || rate_of(&maps, pgw1_i) == want);
-        assert!(ok, "{what}: pgw1 CCR-I rate {} after {within:?}, want {want}", rate_of(&maps, pgw1_i));
-        assert_eq!(rate_of(&maps, pgw1_t), want, "{what}: CCR-T follows CCR-I");
+        // The controller writes the two classes' buckets one after the other (two map
+        // updates): wait for both, so a read between the two writes is not a failure.
+        let ok = agent.wait_until(within, || rate_of(&maps, pgw1_i) == want && rate_of(&maps, pgw1_t) == want);
+        assert!(
+            ok,
+            "{what}: pgw1 CCR-I rate {}, CCR-T rate {} after {within:?}, want {want} for both (CCR-T follows CCR-I)",
+            rate_of(&maps, pgw1_i),
+            rate_of(&maps, pgw1_t)
+        );
         assert_eq!(rate_of(&maps, pgw2_i), 200.0, "{what}: pgw2 (no DRL) keeps its static rate");
         start.elapsed()
     };
