@@ -338,21 +338,39 @@ impl Core {
         let Ok(remote) = stream.peer_addr() else {
             return;
         };
-        let id = self.next_conn;
         // Inbound connections are usually clients: they start with our current load.
         let opts = self.options(false).own_load(self.own_load);
+        let span = self.span(self.next_conn, remote, None);
+        // Accepted connections come to a Diameter port: the ingress limits apply when
+        // the agent enforces them itself.
+        let limiter = self.opts.limiter.clone();
+        self.open_conn(stream, remote, None, opts, limiter, span);
+    }
+
+    /// Sets up a connection: its `PeerConnection` (responder for an accepted one,
+    /// initiator when `peer` is the server we dialled), its I/O tasks, and starts it.
+    /// `None` (logged) if either could not be created.
+    fn open_conn(
+        &mut self,
+        stream: tokio::net::TcpStream,
+        remote: std::net::SocketAddr,
+        peer: Option<PeerId>,
+        opts: ConnectionOptions,
+        limiter: Option<Arc<crate::limiter::Limiter>>,
+        span: Span,
+    ) -> Option<ConnId> {
+        let id = self.next_conn;
         self.next_conn += 1;
-        let span = self.span(id, remote, None);
-        let pc = match PeerConnection::responder(
-            self.peer_cfg.clone(),
-            self.dir.clone(),
-            remote.ip(),
-            opts,
-        ) {
+        let (cfg, dir) = (self.peer_cfg.clone(), self.dir.clone());
+        let pc = match peer {
+            None => PeerConnection::responder(cfg, dir, remote.ip(), opts),
+            Some(_) => PeerConnection::initiator(cfg, dir, remote.ip(), opts),
+        };
+        let pc = match pc {
             Ok(pc) => pc,
             Err(e) => {
-                warn!(error = %e, "cannot create a peer connection");
-                return;
+                span.in_scope(|| warn!(error = %e, "cannot create a peer connection"));
+                return None;
             }
         };
         let io = match io::spawn(
@@ -361,30 +379,26 @@ impl Core {
             self.io_tx.clone(),
             self.opts.max_message_size,
             self.opts.write_queue,
-            self.opts.limiter.clone(),
+            limiter,
             span.clone(),
         ) {
             Ok(io) => io,
             Err(e) => {
-                span.in_scope(|| warn!(error = %e, "accepted connection unusable"));
-                return;
+                span.in_scope(|| warn!(error = %e, "connection unusable"));
+                return None;
             }
         };
-        span.in_scope(|| debug!("accepted"));
-        self.conns.insert(
-            id,
-            Conn {
-                pc,
-                io,
-                peer: None,
-                span,
-            },
-        );
+        span.in_scope(|| match peer {
+            None => debug!("accepted"),
+            Some(_) => info!("connected, sending CER"),
+        });
+        self.conns.insert(id, Conn { pc, io, peer, span });
         let now = self.now();
         if let Some(c) = self.conns.get_mut(&id) {
             c.pc.handle_connected(now);
         }
         self.drive(now, id);
+        Some(id)
     }
 
     fn dial(&mut self, peer: usize) {
@@ -445,56 +459,15 @@ impl Core {
             self.schedule_reconnect(peer, None);
             return;
         };
-        let id = self.next_conn;
         let reopen = self.slots[peer].ever_connected;
         let opts = self.options(reopen);
-        self.next_conn += 1;
-        let span = self.span(id, remote, Some(&self.cfg.peers[peer].origin_host));
-        let pc = match PeerConnection::initiator(
-            self.peer_cfg.clone(),
-            self.dir.clone(),
-            remote.ip(),
-            opts,
-        ) {
-            Ok(pc) => pc,
-            Err(e) => {
-                warn!(error = %e, "cannot create a peer connection");
-                return;
-            }
-        };
-        let io = match io::spawn(
-            id,
-            stream,
-            self.io_tx.clone(),
-            self.opts.max_message_size,
-            self.opts.write_queue,
-            // Our own outbound connections: the fast path sees their traffic arrive
-            // on an ephemeral port, never limited.
-            None,
-            span.clone(),
-        ) {
-            Ok(io) => io,
-            Err(_) => {
-                self.schedule_reconnect(peer, None);
-                return;
-            }
-        };
-        span.in_scope(|| info!("connected, sending CER"));
-        self.conns.insert(
-            id,
-            Conn {
-                pc,
-                io,
-                peer: Some(PeerId(peer)),
-                span,
-            },
-        );
-        self.slots[peer].initiator = Some(id);
-        let now = self.now();
-        if let Some(c) = self.conns.get_mut(&id) {
-            c.pc.handle_connected(now);
+        let span = self.span(self.next_conn, remote, Some(&self.cfg.peers[peer].origin_host));
+        // Our own outbound connections: the fast path sees their traffic arrive on an
+        // ephemeral port, never limited; so does the agent's limiter.
+        match self.open_conn(stream, remote, Some(PeerId(peer)), opts, None, span) {
+            Some(id) => self.slots[peer].initiator = Some(id),
+            None => self.schedule_reconnect(peer, None),
         }
-        self.drive(now, id);
     }
 
     // ----- I/O events -----
