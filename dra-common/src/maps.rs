@@ -1,7 +1,7 @@
 //! `#[repr(C)]` keys and values of the BPF maps, shared by the kernel programs and the
 //! agent, and the map names both sides use.
 
-use crate::wire::MsgClass;
+use crate::wire::{MsgClass, ScanCursor};
 
 /// Pin directory under bpffs for the programs, links and maps.
 pub const PIN_DIR: &str = "/sys/fs/bpf/dra";
@@ -36,6 +36,8 @@ pub mod names {
     pub const EGRESS_CLASS_SLOTS: &str = "EGRESS_CLASS_SLOTS";
     /// LRU hash: [`super::FlowKey`] (as sent) → [`super::EgressFlow`].
     pub const EGRESS_FLOWS: &str = "EGRESS_FLOWS";
+    /// Ring buffer of [`super::OobMark`]: requests marked out of band (XDP → agent).
+    pub const OOB_MARKS: &str = "OOB_MARKS";
 }
 
 /// Number of bucket slots (config, state and counters arrays).
@@ -223,35 +225,22 @@ pub struct FlowKey {
 /// Seqs of recently marked headers remembered per flow, so that a retransmission of a
 /// marked request is marked again.
 pub const MARK_RING: usize = 8;
-/// Bytes of a Diameter message kept across segments when its class could not be
-/// decided in the segment where it began (header or CC-Request-Type cut off).
-pub const CARRY_MAX: usize = 192;
 /// How long a hole may persist before the flow's state is presumed wrong and the
 /// flow resynchronises. Longer than a few TCP RTO back-offs (0.2 + 0.4 + 0.8 + 1.6 s)
 /// so a real loss is always retransmitted into the hole first.
 pub const MAX_HOLE_AGE_NS: u64 = 5_000_000_000;
-/// Size of the carry buffer: twice [`CARRY_MAX`], so that "append n ≤ CARRY_MAX bytes
-/// at offset ≤ CARRY_MAX" is provably in bounds for the verifier.
-pub const CARRY_BUF: usize = 2 * CARRY_MAX;
-
-/// Decision state of the message whose start is held in [`TcpFlow::carry`].
-pub mod carry_state {
-    /// No decision yet: its flags byte has not passed.
-    pub const UNDECIDED: u8 = 0;
-    /// Admitted when its flags byte passed (overall bucket charged); its class bucket
-    /// is charged, forced, once the class is known.
-    pub const ADMITTED: u8 = 1;
-    /// Marked (or an answer): nothing more to charge.
-    pub const DONE: u8 = 2;
-}
-
 /// TCP framing state of one flow (DESIGN.md §3). Sequence numbers are absolute TCP
 /// sequence numbers (compared modulo 2^32).
+///
+/// The message at `next_hdr` is *in progress* when `next_hdr` is before
+/// `processed_end`: some of its bytes have passed, its class is not known yet, and
+/// `cursor` holds what they said (and the first bytes of a scan item that the last
+/// segment cut off). Nothing of a message is kept but that: its class does not
+/// depend on where segments are cut (see [`crate::wire::MsgScan`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpFlow {
-    /// Where the next Diameter header starts. May lie beyond `processed_end` (message
-    /// body still to come) or before it (a header held in `carry`).
+    /// Where the next Diameter header starts (the message in progress, or the next one).
     pub next_hdr: u32,
     /// Every byte before this has been processed and charged exactly once.
     pub processed_end: u32,
@@ -263,21 +252,51 @@ pub struct TcpFlow {
     /// When the current hole was first seen (bpf_ktime_get_ns; 0 = no hole). A hole
     /// older than [`MAX_HOLE_AGE_NS`] means our state is wrong: the flow resyncs.
     pub hole_since_ns: u64,
-    /// Valid bytes in `carry` (they start at `next_hdr`).
-    pub carry_len: u16,
-    /// One of [`carry_state`].
-    pub carry_state: u8,
-    pub _pad: u8,
-    pub _pad2: u32,
-    pub carry: [u8; CARRY_BUF],
+    /// Classification of the message in progress.
+    pub cursor: ScanCursor,
+    pub _pad: u32,
 }
 
-/// SCTP association state: the next TSN to charge (DESIGN.md §3).
+/// A request marked out of band: over a `reject` limit, but its header's flags byte
+/// had already passed (in an earlier segment) when its class became known, so the
+/// header bit could not be set. The XDP program writes one into the `OOB_MARKS` ring
+/// before it passes the segment that completes the class; the agent reads the ring
+/// before it handles what that segment delivered, and treats the request of that
+/// connection with these ids exactly as a header-marked one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct OobMark {
+    /// The connection as XDP saw it: source = the peer.
+    pub key: FlowKey,
+    pub hop_by_hop: u32,
+    pub end_to_end: u32,
+    /// TCP sequence number of the request's first byte.
+    pub header_seq: u32,
+    pub _pad: u32,
+}
+
+/// Size of the `OOB_MARKS` ring buffer in bytes (a power of two, a multiple of the
+/// page size): 4,096 records of 56 bytes + 8 bytes of ring header.
+pub const OOB_RING_BYTES: u32 = 256 * 1024;
+
+/// SCTP association state (DESIGN.md §3): the next TSN to charge, and the Diameter
+/// message in progress — one whose first fragment (B flag) arrived but whose class
+/// was not known by the end of that fragment: its later fragments continue the scan.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SctpAssoc {
     pub next_tsn: u32,
     pub ofo_drops: u32,
+    /// 1 while a message is in progress.
+    pub in_progress: u32,
+    /// Bytes of the message in progress seen so far.
+    pub msg_off: u32,
+    /// I-DATA (RFC 8260): stream and Message Identifier of the message in progress,
+    /// whose fragments may be interleaved with other messages' chunks. (DATA fragments
+    /// of one message have consecutive TSNs, RFC 9260 §6.9.)
+    pub stream: u32,
+    pub mid: u32,
+    pub cursor: ScanCursor,
 }
 
 /// What the TC egress program knows of a destination (value of the egress LPM tries,
@@ -298,27 +317,18 @@ pub struct EgressPeer {
     pub other_slot: u32,
 }
 
-/// Bytes of an egress message kept across skbs while its class cannot be known
-/// (header or CC-Request-Type cut off by the end of the skb).
-pub const EGRESS_CARRY_MAX: usize = 192;
-/// Size of the egress carry buffer: twice [`EGRESS_CARRY_MAX`] (verifier bound, as
-/// [`CARRY_BUF`]).
-pub const EGRESS_CARRY_BUF: usize = 2 * EGRESS_CARRY_MAX;
-
-/// TC egress framing state of one flow (sequence numbers of the sent stream).
+/// TC egress framing state of one flow (sequence numbers of the sent stream). The
+/// message at `next_hdr` is in progress when `next_hdr` is before `processed_end`
+/// (as [`TcpFlow`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EgressFlow {
-    /// Where the next Diameter header starts (at or after `processed_end`, or before
-    /// it when that message's first bytes are held in `carry`).
+    /// Where the next Diameter header starts.
     pub next_hdr: u32,
     /// Every byte before this has been looked at; its requests counted once.
     pub processed_end: u32,
-    /// Valid bytes in `carry` (they start at `next_hdr`).
-    pub carry_len: u16,
-    pub _pad: u16,
-    pub _pad2: u32,
-    pub carry: [u8; EGRESS_CARRY_BUF],
+    /// Classification of the message in progress.
+    pub cursor: ScanCursor,
 }
 
 #[cfg(feature = "user")]
@@ -343,4 +353,5 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::TcpFlow {}
     unsafe impl aya::Pod for super::SctpAssoc {}
+    unsafe impl aya::Pod for super::OobMark {}
 }

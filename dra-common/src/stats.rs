@@ -45,9 +45,10 @@ pub enum Counter {
     Unframed,
     /// TCP segments without payload (handshake, ACKs) on a Diameter port.
     NoPayload,
-    /// Requests whose header had passed before their class was known; the class
-    /// bucket was charged afterwards (it may go into debt).
-    LateCharged,
+    /// Requests marked out of band: their flags byte had passed in an earlier segment
+    /// when their class became known, so the verdict went to the agent through the
+    /// `OOB_MARKS` ring buffer instead of the header bit.
+    MarkedOutOfBand,
     /// The protocol program was not installed in the jump table (setup error).
     NoProgram,
     /// TC egress: packets seen.
@@ -60,6 +61,9 @@ pub enum Counter {
     EgressResync,
     /// TC egress: segments passed uncounted (no flow state, no header at the start).
     EgressUnframed,
+    /// Segments dropped because an out-of-band mark could not be handed over (the
+    /// `OOB_MARKS` ring was full): the retransmission is judged again.
+    OobFull,
     /// Number of counters (array size).
     Count,
 }
@@ -89,13 +93,14 @@ impl Counter {
         Counter::EgressDropped,
         Counter::Unframed,
         Counter::NoPayload,
-        Counter::LateCharged,
+        Counter::MarkedOutOfBand,
         Counter::NoProgram,
         Counter::EgressPackets,
         Counter::EgressAnswers,
         Counter::EgressRetransmit,
         Counter::EgressResync,
         Counter::EgressUnframed,
+        Counter::OobFull,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -121,13 +126,14 @@ impl Counter {
             Counter::EgressDropped => "egress_dropped",
             Counter::Unframed => "unframed",
             Counter::NoPayload => "no_payload",
-            Counter::LateCharged => "late_charged",
+            Counter::MarkedOutOfBand => "marked_out_of_band",
             Counter::NoProgram => "no_program",
             Counter::EgressPackets => "egress_packets",
             Counter::EgressAnswers => "egress_answers",
             Counter::EgressRetransmit => "egress_retransmit",
             Counter::EgressResync => "egress_resync",
             Counter::EgressUnframed => "egress_unframed",
+            Counter::OobFull => "oob_full",
             Counter::Count => "count",
         }
     }

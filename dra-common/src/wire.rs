@@ -267,64 +267,6 @@ impl ReqTypeScan {
     }
 }
 
-/// Walks the AVPs of the message at `msg_off` (whose header said `msg_len` bytes)
-/// looking for CC-Request-Type (416, no vendor). Bounded by [`MAX_AVPS_SCANNED`].
-/// Vendor-flagged AVPs are skipped with their 12-byte header; padding is honoured.
-/// A zero-length, too-short or overflowing AVP is [`WireError::AvpLength`].
-#[inline(always)]
-pub fn scan_request_type<B: Bytes>(
-    b: &B,
-    msg_off: usize,
-    msg_len: u32,
-) -> Result<ReqTypeScan, WireError> {
-    let end = msg_off + msg_len as usize;
-    let mut off = msg_off + HEADER_LEN;
-    // Bounded loop: at most MAX_AVPS_SCANNED AVP headers are read.
-    let mut i = 0;
-    while i < MAX_AVPS_SCANNED {
-        i += 1;
-        if off >= end {
-            return Ok(ReqTypeScan::Absent);
-        }
-        if off + AVP_HEADER_LEN > end {
-            return Err(WireError::AvpLength);
-        }
-        let Some(code) = b.u32_at(off) else {
-            return Ok(ReqTypeScan::Truncated);
-        };
-        let Some(fl_len) = b.u32_at(off + 4) else {
-            return Ok(ReqTypeScan::Truncated);
-        };
-        let avp_len = (fl_len & MAX_LEN_FIELD) as usize;
-        let vendor = (fl_len >> 24) as u8 & avp_flags::V != 0;
-        let hdr = if vendor {
-            AVP_HEADER_LEN_VENDOR
-        } else {
-            AVP_HEADER_LEN
-        };
-        if avp_len < hdr || avp_len > end - off {
-            return Err(WireError::AvpLength);
-        }
-        if code == avp::CC_REQUEST_TYPE && !vendor {
-            // Enumerated: exactly 4 bytes of data (RFC 6733 §4.2, Integer32).
-            if avp_len != AVP_HEADER_LEN + 4 {
-                return Err(WireError::AvpLength);
-            }
-            return match b.u32_at(off + AVP_HEADER_LEN) {
-                Some(v) => Ok(ReqTypeScan::Found(v)),
-                None => Ok(ReqTypeScan::Truncated),
-            };
-        }
-        // Padding to a 32-bit boundary is not counted in the AVP length (§4.1).
-        off += (avp_len + 3) & !3;
-    }
-    if off >= end {
-        Ok(ReqTypeScan::Absent)
-    } else {
-        Ok(ReqTypeScan::BeyondBound)
-    }
-}
-
 /// The rate-limiting class of a message: application, command, and for
 /// Credit-Control the request type (0 = not a CCR or type not found).
 #[repr(C)]
@@ -359,6 +301,129 @@ impl MsgClass {
     }
 }
 
+/// Size of the buffer that collects one scan item from several pieces: twice
+/// [`MAX_ITEM_LEN`], so that "copy n ≤ MAX_ITEM_LEN bytes at offset ≤ MAX_ITEM_LEN" is
+/// provably in bounds for the kernel's verifier.
+pub const PART_BUF: usize = 2 * MAX_ITEM_LEN;
+
+/// Where [`ScanCursor::advance`] reads the bytes of a piece from (packet memory in
+/// the kernel, a slice in userspace).
+pub trait Source {
+    /// Copies `n` bytes (1 ≤ n ≤ [`MAX_ITEM_LEN`]) at offset `off` of the source to
+    /// `dst[at..at + n]` (`at` ≤ [`MAX_ITEM_LEN`]). False if they are not there.
+    fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool;
+}
+
+impl Source for &[u8] {
+    fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
+        match (self.get(off..off.saturating_add(n)), dst.get_mut(at..at.saturating_add(n))) {
+            (Some(s), Some(d)) => {
+                d.copy_from_slice(s);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What [`ScanCursor::step`] and [`ScanCursor::advance`] got to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The message is classified.
+    Done(Classified),
+    /// One item was read (`step` only): step again.
+    Read,
+    /// The scan needs bytes beyond this piece.
+    More,
+    /// The bytes are not a valid message (or not where the cursor expected them).
+    Invalid(WireError),
+}
+
+/// A [`MsgScan`] fed from pieces of a message (TCP segments, SCTP fragments): it keeps
+/// the first bytes of an item that a piece's end cut off (`part`), so the next piece
+/// completes it. Every item is copied into `part` before it is read: one code path,
+/// a plain buffer the verifier bounds cheaply. A map value in the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanCursor {
+    pub scan: MsgScan,
+    /// Bytes of the next item held in `part`.
+    pub part_len: u32,
+    pub part: [u8; PART_BUF],
+}
+
+impl Default for ScanCursor {
+    fn default() -> Self {
+        ScanCursor::new()
+    }
+}
+
+impl ScanCursor {
+    /// A cursor at the first byte of a message.
+    pub const fn new() -> ScanCursor {
+        ScanCursor { scan: MsgScan::new(), part_len: 0, part: [0; PART_BUF] }
+    }
+
+    /// Reads at most one item from message bytes `start..end` (message offsets), the
+    /// first of which is at offset `off` of `src`. The bytes before `start` must have
+    /// been given to earlier calls (except those the scan skips); bytes the scan does
+    /// not need are never read. No loop: the kernel drives it from `bpf_loop`.
+    #[inline(always)]
+    pub fn step<S: Source>(&mut self, src: &S, off: usize, start: u32, end: u32) -> Progress {
+        let (at, len) = match self.scan.need() {
+            Need::Item { at, len } => (at, len),
+            Need::Done(c) => return Progress::Done(c),
+            Need::Invalid(e) => return Progress::Invalid(e),
+        };
+        let have = self.part_len;
+        if have >= len {
+            return Progress::Invalid(WireError::Truncated);
+        }
+        // The first byte of the item still needed.
+        let from = at + have;
+        if from >= end {
+            return Progress::More;
+        }
+        if from < start {
+            // Not given before, and not in this piece.
+            return Progress::Invalid(WireError::Truncated);
+        }
+        let want = len - have;
+        let n = if want < end - from { want } else { end - from };
+        let o = off + (from - start) as usize;
+        if !src.copy(o, &mut self.part, have as usize, n as usize) {
+            return Progress::Invalid(WireError::Truncated);
+        }
+        if have + n < len {
+            self.part_len = have + n;
+            return Progress::More;
+        }
+        self.part_len = 0;
+        let Some(b) = self.part.get(..len as usize) else {
+            return Progress::Invalid(WireError::Truncated);
+        };
+        match self.scan.feed(&b, 0) {
+            Ok(()) => Progress::Read,
+            Err(e) => Progress::Invalid(e),
+        }
+    }
+
+    /// [`ScanCursor::step`] until the message is classified or the piece is used up.
+    #[inline(always)]
+    pub fn advance<S: Source>(&mut self, src: &S, off: usize, start: u32, end: u32) -> Progress {
+        // Bounded loop: one item per iteration, and a last look.
+        let mut i = 0;
+        while i <= MAX_SCAN_ITEMS {
+            i += 1;
+            match self.step(src, off, start, end) {
+                Progress::Read => {}
+                p => return p,
+            }
+        }
+        Progress::More
+    }
+}
+
 /// A classified message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Classified {
@@ -368,21 +433,295 @@ pub struct Classified {
     pub req_type: Option<ReqTypeScan>,
 }
 
-/// Parses the header at `off` and, for a Credit-Control request, scans for
-/// CC-Request-Type. Answers and other commands are classified from the header alone.
+/// Items a scan reads at most: the header, the Hop-by-Hop/End-to-End ids,
+/// [`MAX_AVPS_SCANNED`] AVP headers and one CC-Request-Type value.
+pub const MAX_SCAN_ITEMS: usize = MAX_AVPS_SCANNED + 3;
+/// Longest item a scan reads at once (the first 12 header bytes).
+pub const MAX_ITEM_LEN: usize = 12;
+
+/// Where a [`MsgScan`] is (its `phase`).
+pub mod scan_phase {
+    /// Header bytes 0..12 (version, length, flags, command, application) next.
+    pub const HEADER: u8 = 0;
+    /// Header bytes 12..20 (Hop-by-Hop and End-to-End ids) next (requests only).
+    pub const IDS: u8 = 1;
+    /// The AVP header at `at` next (Credit-Control requests only).
+    pub const AVP: u8 = 2;
+    /// The CC-Request-Type value at `at` next.
+    pub const REQ_TYPE: u8 = 3;
+    /// Classified.
+    pub const DONE: u8 = 4;
+}
+
+/// How [`ReqTypeScan`] is stored in a [`MsgScan`] (`outcome`).
+mod outcome {
+    pub const NONE: u8 = 0;
+    pub const FOUND: u8 = 1;
+    pub const ABSENT: u8 = 2;
+    pub const BEYOND: u8 = 3;
+}
+
+/// What a [`MsgScan`] needs next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Bytes `at..at + len` of the message (`len` ≤ [`MAX_ITEM_LEN`]), to be given to
+    /// [`MsgScan::feed`].
+    Item { at: u32, len: u32 },
+    /// The message is classified.
+    Done(Classified),
+    /// The bytes are not a valid message.
+    Invalid(WireError),
+}
+
+/// Classification of one Diameter message from its bytes in order, in as many pieces
+/// as the transport cuts it into, with constant state: what the bytes seen so far
+/// said, and where the next item the scan reads starts. The class is the same
+/// whatever the cuts — [`classify`] is this scan over one buffer — so the fast path
+/// (which sees segments) and the agent (which sees whole messages) agree on every
+/// message. Values the scan skips (Session-Id, Origin-Host, ...) are never read.
+///
+/// Driving it: `need()` names the next item (message offset and length); the driver
+/// reads those bytes (all of them, from wherever the transport put them) and hands them
+/// to `feed()`, until `need()` says [`Need::Done`] or [`Need::Invalid`].
+///
+/// A map value in the kernel (`#[repr(C)]`, no padding holes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MsgScan {
+    /// Message length from the header (0 until the header is read).
+    pub length: u32,
+    pub command_code: u32,
+    pub application_id: u32,
+    pub hop_by_hop: u32,
+    pub end_to_end: u32,
+    /// Message offset of the next item (AVP or CC-Request-Type value).
+    pub at: u32,
+    /// CC-Request-Type's value (when `outcome` is found).
+    pub req_value: u32,
+    pub flags: u8,
+    /// One of [`scan_phase`].
+    pub phase: u8,
+    /// AVP headers read so far.
+    pub avps: u8,
+    /// How the search for CC-Request-Type ended (private encoding of [`ReqTypeScan`]).
+    pub outcome: u8,
+}
+
+impl MsgScan {
+    /// A scan of a message whose first byte is next.
+    pub const fn new() -> MsgScan {
+        MsgScan {
+            length: 0,
+            command_code: 0,
+            application_id: 0,
+            hop_by_hop: 0,
+            end_to_end: 0,
+            at: 0,
+            req_value: 0,
+            flags: 0,
+            phase: scan_phase::HEADER,
+            avps: 0,
+            outcome: outcome::NONE,
+        }
+    }
+
+    /// The header, once read.
+    #[inline(always)]
+    pub const fn header(&self) -> Header {
+        Header {
+            version: VERSION,
+            length: self.length,
+            flags: self.flags,
+            command_code: self.command_code,
+            application_id: self.application_id,
+        }
+    }
+
+    #[inline(always)]
+    const fn scans_avps(&self) -> bool {
+        self.flags & flags::R != 0 && self.command_code == cmd::CREDIT_CONTROL
+    }
+
+    #[inline(always)]
+    fn req_type_scan(&self) -> Option<ReqTypeScan> {
+        if !self.scans_avps() {
+            return None;
+        }
+        Some(match self.outcome {
+            outcome::FOUND => ReqTypeScan::Found(self.req_value),
+            outcome::ABSENT => ReqTypeScan::Absent,
+            outcome::BEYOND => ReqTypeScan::BeyondBound,
+            _ => ReqTypeScan::Truncated,
+        })
+    }
+
+    /// The classification as far as the scan got (CC-Request-Type "truncated" while
+    /// it is still to come).
+    #[inline(always)]
+    pub fn classified(&self) -> Classified {
+        let req_type = self.req_type_scan();
+        let rt = match req_type {
+            Some(s) => s.class_byte(),
+            None => 0,
+        };
+        Classified {
+            header: self.header(),
+            class: MsgClass::new(self.application_id, self.command_code, rt),
+            req_type,
+        }
+    }
+
+    /// The next item to read, or the end of the scan.
+    #[inline(always)]
+    pub fn need(&self) -> Need {
+        match self.phase {
+            scan_phase::HEADER => Need::Item { at: 0, len: 12 },
+            scan_phase::IDS => Need::Item { at: 12, len: 8 },
+            scan_phase::AVP => {
+                // RFC 6733 §4.1: AVPs fill the message exactly.
+                if self.at >= self.length {
+                    Need::Done(self.finish(outcome::ABSENT))
+                } else if self.avps as usize >= MAX_AVPS_SCANNED {
+                    Need::Done(self.finish(outcome::BEYOND))
+                } else if self.at + AVP_HEADER_LEN as u32 > self.length {
+                    Need::Invalid(WireError::AvpLength)
+                } else {
+                    Need::Item { at: self.at, len: AVP_HEADER_LEN as u32 }
+                }
+            }
+            scan_phase::REQ_TYPE => Need::Item { at: self.at, len: 4 },
+            _ => Need::Done(self.classified()),
+        }
+    }
+
+    #[inline(always)]
+    fn finish(&self, how: u8) -> Classified {
+        let mut s = *self;
+        s.outcome = how;
+        s.phase = scan_phase::DONE;
+        s.classified()
+    }
+
+    /// Settles a [`Need::Done`] that needed no bytes (end of the AVPs, or the bound):
+    /// afterwards `phase` is [`scan_phase::DONE`].
+    #[inline(always)]
+    pub fn settle(&mut self) {
+        if self.phase == scan_phase::AVP {
+            if self.at >= self.length {
+                self.outcome = outcome::ABSENT;
+                self.phase = scan_phase::DONE;
+            } else if self.avps as usize >= MAX_AVPS_SCANNED {
+                self.outcome = outcome::BEYOND;
+                self.phase = scan_phase::DONE;
+            }
+        }
+    }
+
+    /// Reads the item [`MsgScan::need`] asked for, whose first byte is at `off` in `b`.
+    /// `Err(Truncated)` if `b` does not hold all of it (nothing changes then); any other
+    /// error means the message is invalid (RFC 6733 §3, §4.1).
+    #[inline(always)]
+    pub fn feed<B: Bytes>(&mut self, b: &B, off: usize) -> Result<(), WireError> {
+        match self.phase {
+            scan_phase::HEADER => {
+                let h = parse_header(b, off)?;
+                self.length = h.length;
+                self.flags = h.flags;
+                self.command_code = h.command_code;
+                self.application_id = h.application_id;
+                // Answers are never limited: their ids and AVPs are not needed.
+                self.phase = if h.is_request() { scan_phase::IDS } else { scan_phase::DONE };
+            }
+            scan_phase::IDS => {
+                let hbh = b.u32_at(off).ok_or(WireError::Truncated)?;
+                let e2e = b.u32_at(off + 4).ok_or(WireError::Truncated)?;
+                self.hop_by_hop = hbh;
+                self.end_to_end = e2e;
+                if self.scans_avps() {
+                    self.at = HEADER_LEN as u32;
+                    self.phase = scan_phase::AVP;
+                } else {
+                    self.phase = scan_phase::DONE;
+                }
+            }
+            scan_phase::AVP => {
+                let code = b.u32_at(off).ok_or(WireError::Truncated)?;
+                let fl_len = b.u32_at(off + 4).ok_or(WireError::Truncated)?;
+                let avp_len = fl_len & MAX_LEN_FIELD;
+                let vendor = (fl_len >> 24) as u8 & avp_flags::V != 0;
+                let hdr = if vendor { AVP_HEADER_LEN_VENDOR } else { AVP_HEADER_LEN } as u32;
+                // Too short for its own header, or running past the message (§4.1).
+                if avp_len < hdr || avp_len > self.length - self.at {
+                    return Err(WireError::AvpLength);
+                }
+                self.avps += 1;
+                if code == avp::CC_REQUEST_TYPE && !vendor {
+                    // Enumerated: exactly 4 bytes of data (RFC 6733 §4.2, Integer32).
+                    if avp_len != AVP_HEADER_LEN as u32 + 4 {
+                        return Err(WireError::AvpLength);
+                    }
+                    self.at += AVP_HEADER_LEN as u32;
+                    self.phase = scan_phase::REQ_TYPE;
+                } else {
+                    // Padding to a 32-bit boundary is not counted in the length (§4.1).
+                    self.at += (avp_len + 3) & !3;
+                }
+            }
+            scan_phase::REQ_TYPE => {
+                self.req_value = b.u32_at(off).ok_or(WireError::Truncated)?;
+                self.outcome = outcome::FOUND;
+                self.phase = scan_phase::DONE;
+            }
+            _ => {}
+        }
+        self.settle();
+        Ok(())
+    }
+
+    /// True once the scan has classified the message.
+    #[inline(always)]
+    pub const fn is_done(&self) -> bool {
+        self.phase == scan_phase::DONE
+    }
+
+    /// What the bytes seen so far tell, if they end here: nothing without the first 12
+    /// header bytes; else the header, and for a Credit-Control request "CC-Request-Type
+    /// truncated" until it is found (class byte 0).
+    #[inline(always)]
+    pub fn so_far(&self) -> Result<Classified, WireError> {
+        if self.phase == scan_phase::HEADER {
+            Err(WireError::Truncated)
+        } else {
+            Ok(self.classified())
+        }
+    }
+}
+
+/// Classifies the message at `off` of `b`: [`MsgScan`] over one buffer. Answers and
+/// other commands are classified from the header alone; for a Credit-Control request
+/// the AVPs are walked (at most [`MAX_AVPS_SCANNED`]) for CC-Request-Type (416, no
+/// vendor). Bytes that end before the scan does give the header with CC-Request-Type
+/// [`ReqTypeScan::Truncated`] (class byte 0), or `Err(Truncated)` without 12 header
+/// bytes.
 #[inline(always)]
 pub fn classify<B: Bytes>(b: &B, off: usize) -> Result<Classified, WireError> {
-    let header = parse_header(b, off)?;
-    let mut req_type = None;
-    let mut rt = 0;
-    if header.is_request() && header.command_code == cmd::CREDIT_CONTROL {
-        let scan = scan_request_type(b, off, header.length)?;
-        rt = scan.class_byte();
-        req_type = Some(scan);
+    let mut s = MsgScan::new();
+    let avail = b.len();
+    // Bounded loop: one item per iteration.
+    let mut i = 0;
+    while i < MAX_SCAN_ITEMS {
+        i += 1;
+        match s.need() {
+            Need::Item { at, len } => {
+                let start = off + at as usize;
+                if start + len as usize > avail {
+                    return s.so_far();
+                }
+                s.feed(b, start)?;
+            }
+            Need::Done(c) => return Ok(c),
+            Need::Invalid(e) => return Err(e),
+        }
     }
-    Ok(Classified {
-        header,
-        class: MsgClass::new(header.application_id, header.command_code, rt),
-        req_type,
-    })
+    Ok(s.classified())
 }

@@ -2,7 +2,7 @@
 
 use dra_common::wire::{
     self, Bytes, MsgClass, ReqTypeScan, WireError, app, avp, avp_flags, cc_request_type, cmd,
-    flags, parse_header, scan_request_type, MAX_AVPS_SCANNED,
+    flags, parse_header, MsgScan, Need, Progress, ScanCursor, MAX_AVPS_SCANNED,
 };
 use proptest::prelude::*;
 
@@ -240,7 +240,8 @@ fn scan_at_an_offset() {
     let c = wire::classify(&buf.as_slice(), first).unwrap();
     assert_eq!(c.class, MsgClass::gy_ccr(3));
     let h = parse_header(&buf.as_slice(), first).unwrap();
-    assert_eq!(scan_request_type(&buf.as_slice(), first, h.length), Ok(ReqTypeScan::Found(3)));
+    assert_eq!(h.length as usize, buf.len() - first);
+    assert_eq!(c.req_type, Some(ReqTypeScan::Found(3)));
 }
 
 #[test]
@@ -252,6 +253,55 @@ fn slice_bytes_bounds() {
     assert_eq!(b.u32_at(usize::MAX), None);
     assert_eq!(b.u8_at(4), Some(5));
     assert_eq!(b.u8_at(5), None);
+}
+
+/// The message's bytes arrive in pieces (TCP segments) cut at `cuts`, and a
+/// [`ScanCursor`] (the fast path's driver, in dra-common) classifies them. Returns
+/// what the scan knows when it is done, or when the bytes run out.
+fn scan_in_pieces(m: &[u8], cuts: &[usize]) -> Result<wire::Classified, WireError> {
+    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(m.len())).collect();
+    bounds.push(m.len());
+    bounds.sort_unstable();
+    let mut cur = ScanCursor::new();
+    let mut a = 0;
+    for &b in &bounds {
+        let piece = &m[a..b];
+        match cur.advance(&piece, 0, a as u32, b as u32) {
+            Progress::Done(c) => return Ok(c),
+            Progress::Invalid(e) => return Err(e),
+            Progress::More | Progress::Read => {}
+        }
+        a = b;
+    }
+    cur.scan.so_far()
+}
+
+#[test]
+fn every_single_cut_of_a_ccr_gives_its_class() {
+    for (app_id, rt) in [(app::GX, 1), (app::GX, 3), (app::GY, 2)] {
+        let m = ccr(app_id, rt, &[TAvp::vendor(1027, 10415, b"vendor data")]);
+        let whole = classify(&m).unwrap();
+        assert_eq!(whole.class, MsgClass::new(app_id, cmd::CREDIT_CONTROL, rt as u8));
+        for cut in 0..=m.len() {
+            assert_eq!(scan_in_pieces(&m, &[cut]), Ok(whole), "cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn scan_keeps_the_ids() {
+    let m = ccr(app::GX, 1, &[]);
+    let mut s = MsgScan::new();
+    s.feed(&m.as_slice(), 0).unwrap();
+    assert_eq!(s.need(), Need::Item { at: 12, len: 8 });
+    s.feed(&m.as_slice(), 12).unwrap();
+    assert_eq!((s.hop_by_hop, s.end_to_end), (0x1111_2222, 0x3333_4444));
+    // Answers need only the first 12 bytes.
+    let mut a = m.clone();
+    a[4] &= !flags::R;
+    let mut s = MsgScan::new();
+    s.feed(&a.as_slice(), 0).unwrap();
+    assert!(s.is_done());
 }
 
 fn arb_avp() -> impl Strategy<Value = TAvp> {
@@ -270,6 +320,37 @@ fn arb_avp() -> impl Strategy<Value = TAvp> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    /// A valid message cut anywhere, any number of times, is classified as when whole.
+    #[test]
+    fn cuts_never_change_the_class(
+        app_id in prop_oneof![Just(app::GX), Just(app::GY)],
+        req_type in 1u32..=4,
+        before in proptest::collection::vec(arb_avp(), 0..20),
+        cuts in proptest::collection::vec(0usize..2000, 0..6),
+        is_request in any::<bool>(),
+    ) {
+        let mut avps = before;
+        avps.push(TAvp::u32(avp::CC_REQUEST_TYPE, req_type));
+        let fl = if is_request { flags::R | flags::P } else { flags::P };
+        let m = message(fl, cmd::CREDIT_CONTROL, app_id, &avps);
+        prop_assert_eq!(scan_in_pieces(&m, &cuts), classify(&m));
+    }
+
+    /// Arbitrary bytes cut anywhere: same result (class or error) as in one buffer.
+    #[test]
+    fn cuts_never_change_the_outcome(
+        body in proptest::collection::vec(any::<u8>(), 0..400),
+        len in 20u32..600,
+        cuts in proptest::collection::vec(0usize..500, 0..6),
+    ) {
+        let mut m = vec![1u8];
+        m.extend_from_slice(&(len & !3).max(20).to_be_bytes()[1..]);
+        m.extend_from_slice(&[flags::R, 0, 1, 16, 1, 0, 0, 0xd6]);
+        m.extend_from_slice(&[0; 8]);
+        m.extend_from_slice(&body);
+        prop_assert_eq!(scan_in_pieces(&m, &cuts), classify(&m));
+    }
 
     /// Arbitrary bytes never panic and always finish (the loop is bounded).
     #[test]

@@ -2,7 +2,8 @@
 //! access checked against `data_end` so the verifier can prove it. (Bytes carried
 //! over from earlier segments are scanned as a plain `&[u8]` in the flow state.)
 
-use dra_common::wire::Bytes;
+use aya_ebpf::{bindings::xdp_md, helpers::bpf_xdp_load_bytes};
+use dra_common::wire::{Bytes, Source, MAX_ITEM_LEN, PART_BUF};
 
 /// Largest offset we ever read at (16 KiB: beyond any single-buffer XDP frame, jumbo
 /// frames included). Verifier workaround: a packet pointer plus a scalar only gains a
@@ -50,27 +51,6 @@ impl PacketBytes {
     }
 }
 
-impl PacketBytes {
-    /// Sets `bits` in the byte at `off`; returns the old byte.
-    #[inline(always)]
-    pub fn or_u8(&self, off: usize, bits: u8) -> Option<u8> {
-        let off = bounded(off)?;
-        let p = self.start + off;
-        // Verifier workaround: LLVM turns `p + 1 > end` into `p >= end`, from which
-        // the verifier learns no range for a zero-offset pointer; the barrier keeps
-        // the `+ 1`.
-        if opaque(p + 1) > self.end {
-            return None;
-        }
-        // SAFETY: p..p+1 is inside the packet (checked against data_end above).
-        unsafe {
-            let old = *(p as *const u8);
-            *(p as *mut u8) = old | bits;
-            Some(old)
-        }
-    }
-}
-
 impl Bytes for PacketBytes {
     #[inline(always)]
     fn len(&self) -> usize {
@@ -111,3 +91,26 @@ impl Bytes for PacketBytes {
     }
 }
 
+
+/// An XDP packet as a [`Source`] for the scan cursor: bytes copied with
+/// `bpf_xdp_load_bytes` (usable from a `bpf_loop` callback, where packet pointers are
+/// not; it also reads multi-buffer frames).
+pub struct XdpSource(pub *mut xdp_md);
+
+impl Source for XdpSource {
+    #[inline(always)]
+    fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
+        // Verifier workaround: re-check both values after an optimisation barrier so the
+        // checks sit on the registers passed to the helper (size provably ≥ 1, dst +
+        // size inside the 2·MAX_ITEM_LEN buffer).
+        let at = opaque(at);
+        let n = opaque(n);
+        if n == 0 || n > MAX_ITEM_LEN || at > MAX_ITEM_LEN || off > MAX_OFF {
+            return false;
+        }
+        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
+        // the helper checks the packet's bounds.
+        let r = unsafe { bpf_xdp_load_bytes(self.0, off as u32, dst.as_mut_ptr().add(at) as *mut _, n as u32) };
+        r == 0
+    }
+}

@@ -3,13 +3,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{lpm_trie::LpmTrie, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    maps::{lpm_trie::LpmTrie, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use dra_common::{
     maps::{
         BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key,
         Ipv6Key, PeerInfo, SctpAssoc, TcpFlow, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES,
-        MAX_SLOTS,
+        MAX_SLOTS, OOB_RING_BYTES,
     },
     stats::Counter,
 };
@@ -50,8 +50,7 @@ pub static FLOW_SCRATCH: PerCpuArray<TcpFlow> = PerCpuArray::with_max_entries(1,
 #[derive(Clone, Copy)]
 pub struct PktMeta {
     pub l4_off: u32,
-    /// How many times the TCP program has continued this packet (see tcp.rs).
-    pub depth: u32,
+    pub _pad: u32,
     pub peer: PeerInfo,
     pub key: FlowKey,
 }
@@ -65,9 +64,17 @@ pub static JUMP: ProgramArray = ProgramArray::with_max_entries(2, 0);
 pub const JUMP_TCP: u32 = 0;
 pub const JUMP_SCTP: u32 = 1;
 
-/// Per-packet ledger of charges and counts (see admit.rs).
-#[map(name = "LEDGER_SCRATCH")]
-pub static LEDGER_SCRATCH: PerCpuArray<crate::admit::Ledger> = PerCpuArray::with_max_entries(1, 0);
+/// The TCP program's walk over one segment (see tcp.rs `Walk`).
+#[map(name = "TCP_WALK")]
+pub static TCP_WALK: PerCpuArray<crate::tcp::Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// The SCTP program's walk over one packet (see sctp.rs `Walk`).
+#[map(name = "SCTP_WALK")]
+pub static SCTP_WALK: PerCpuArray<crate::sctp::Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// Requests marked out of band, for the agent (see tcp.rs).
+#[map(name = "OOB_MARKS")]
+pub static OOB_MARKS: RingBuf = RingBuf::with_byte_size(OOB_RING_BYTES, 0);
 
 #[map(name = "SCTP_ASSOCS")]
 pub static SCTP_ASSOCS: LruHashMap<FlowKey, SctpAssoc> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
@@ -110,3 +117,7 @@ pub static EGRESS_FLOWS: LruHashMap<FlowKey, dra_common::maps::EgressFlow> =
 /// Scratch space to build a new egress flow (too large for the BPF stack).
 #[map(name = "EGRESS_SCRATCH")]
 pub static EGRESS_SCRATCH: PerCpuArray<dra_common::maps::EgressFlow> = PerCpuArray::with_max_entries(1, 0);
+
+/// The TC program's walk over one skb (see tc.rs `Walk`).
+#[map(name = "TC_WALK")]
+pub static TC_WALK: PerCpuArray<crate::tc::Walk> = PerCpuArray::with_max_entries(1, 0);

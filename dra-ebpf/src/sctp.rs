@@ -1,40 +1,54 @@
-//! SCTP (RFC 9260): walk the bundled chunks of a packet (bounded). DATA (0) and
-//! I-DATA (64, RFC 8260) chunks with the B flag and PPID 46 (or 0 on a Diameter
-//! port) start a Diameter message, which is classified and charged. Every TSN is
-//! charged at most once: per association we keep the next TSN expected; a chunk
-//! below it is a retransmission; one above it is past a hole and the packet is
+//! SCTP (RFC 9260): walk the bundled chunks of a packet, one per `bpf_loop` iteration.
+//! DATA (0) and I-DATA (64, RFC 8260) chunks with the B flag and PPID 46 (or 0 on a
+//! Diameter port) start a Diameter message, which is classified and charged. Every
+//! TSN is charged at most once: per association we keep the next TSN expected; a
+//! chunk below it is a retransmission; one above it is past a hole and the packet is
 //! dropped (bounded, then the association resynchronises), as for TCP.
+//!
+//! A message may be fragmented over several DATA chunks (B on the first, E on the
+//! last), in one packet or several. Its class is found by the same
+//! [`ScanCursor`](dra_common::wire::ScanCursor) as on TCP: if the first fragment ends
+//! before CC-Request-Type, the association keeps the scan and the next fragment
+//! continues it — the DATA fragments of one message have consecutive TSNs (RFC 9260
+//! §6.9); I-DATA fragments carry the message's stream and MID. The request is decided
+//! in the packet that completes its class, so its verdict does not depend on the
+//! fragmentation. One message per association can be in progress: an I-DATA message
+//! fragmented while another is (interleaving, RFC 8260) is decided on what its first
+//! fragment shows (counted `over_bound`).
 //!
 //! Only `drop` is possible on SCTP: marking would need a CRC32c recomputation, so an
 //! over-limit request on SCTP is dropped whatever the profile says (the config
-//! refuses `reject` for SCTP peers).
+//! refuses `reject` for SCTP peers). The packet is dropped; the chunks before the
+//! dropped one stay charged (the association is committed up to its TSN), so the
+//! retransmission is not charged twice.
 //! INIT is the connection guard's SYN: over its limit it is dropped.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_md,
+    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_xdp_load_bytes},
+    programs::XdpContext,
+};
 use dra_common::{
     maps::{FlowKey, PeerInfo, SctpAssoc},
     stats::Counter,
-    wire::{self, SCTP_PPID_DIAMETER},
+    wire::{Progress, ScanCursor, SCTP_PPID_DIAMETER},
 };
 
 use crate::{
-    admit::{class_slot, decide, Ledger, Verdict},
+    admit::{class_slot, decide, publish, Verdict},
     bucket::{self, Charge},
-    bytes::PacketBytes,
-    maps::{count, SCTP_ASSOCS},
-    xdp::{load, DROP, PASS},
+    bytes::XdpSource,
+    maps::{count, SCTP_ASSOCS, SCTP_WALK},
+    xdp::{DROP, PASS},
 };
 
-/// Chunks looked at per packet.
-const MAX_CHUNKS: usize = 8;
-/// Diameter messages classified and charged per packet (further ones are counted
-/// `over_bound` and pass uncharged). Bounded by the verifier's budget: each one
-/// costs a full AVP scan.
-const MAX_MSGS: usize = 2;
-const SCTP_COMMON_HLEN: usize = 12;
+/// `bpf_loop` iterations per packet: one per chunk looked at or scan item read.
+const MAX_STEPS: u32 = 1024;
+const SCTP_COMMON_HLEN: u32 = 12;
 const CHUNK_DATA: u8 = 0;
 const CHUNK_INIT: u8 = 1;
 const CHUNK_IDATA: u8 = 64;
+const FLAG_E: u8 = 0x01;
 const FLAG_B: u8 = 0x02;
 const MAX_OFO_DROPS: u32 = 64;
 
@@ -43,144 +57,332 @@ fn tsn_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo) -> u32 {
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let mut off = sctp_off + SCTP_COMMON_HLEN;
-    let assoc = SCTP_ASSOCS.get_ptr_mut(key);
-    // Verifier workaround: plain (bool, u32) instead of Option<u32>, whose undefined
-    // payload in None LLVM spills from an uninitialised register.
-    let mut have_next = false;
-    let mut next: u32 = 0;
-    if let Some(a) = assoc {
-        have_next = true;
-        // SAFETY: the LRU value stays valid for this program run.
-        next = unsafe { (*a).next_tsn };
-    }
-    let mut advanced = false;
-    // Where the Diameter messages of this packet start (payload offset, bytes in
-    // the chunk). Classification happens after the walk, at two fixed call sites:
-    // one scan per position in the loop would exceed the verifier's budget.
-    let mut starts = [(0usize, 0usize); MAX_MSGS];
-    let mut found = 0usize;
-    let mut i = 0;
-    while i < MAX_CHUNKS {
-        i += 1;
-        let Some(ch) = load::<[u8; 4]>(ctx, off) else { break };
-        let ctype = ch[0];
-        let cflags = ch[1];
-        let clen = u16::from_be_bytes([ch[2], ch[3]]) as usize;
-        if clen < 4 {
-            count(Counter::MalformedL3);
-            return PASS;
-        }
-        if ctype == CHUNK_INIT {
-            if let Charge::Over { .. } = bucket::charge(peer.conn_slot, now, 1, false) {
-                count(Counter::SynDropped);
-                return DROP;
-            }
-            let _ = SCTP_ASSOCS.remove(key);
-            count(Counter::NoPayload);
-            return PASS;
-        }
-        if ctype == CHUNK_DATA || ctype == CHUNK_IDATA {
-            let Some(t) = load::<[u8; 4]>(ctx, off + 4) else {
-                count(Counter::MalformedL3);
-                return PASS;
-            };
-            let tsn = u32::from_be_bytes(t);
-            let expected = if have_next { next } else { tsn };
-            if tsn_lt(tsn, expected) {
-                count(Counter::Retransmit);
-            } else if tsn != expected {
-                // Past a hole: drop, so nothing is charged around it (bounded).
-                let ofo = match assoc {
-                    // SAFETY: as above.
-                    Some(a) => unsafe { (*a).ofo_drops },
-                    None => 0,
-                };
-                if ofo >= MAX_OFO_DROPS {
-                    let _ = SCTP_ASSOCS.remove(key);
-                    count(Counter::Resync);
-                    return PASS;
-                }
-                if let Some(a) = assoc {
-                    // SAFETY: as above.
-                    unsafe { (*a).ofo_drops += 1 };
-                }
-                count(Counter::OutOfOrder);
-                return DROP;
-            } else {
-                next = tsn.wrapping_add(1);
-                have_next = true;
-                advanced = true;
-                let (ppid_off, data_off) = if ctype == CHUNK_DATA { (12, 16) } else { (16, 20) };
-                if cflags & FLAG_B != 0
-                    && clen > data_off
-                    && let Some(p) = load::<[u8; 4]>(ctx, off + ppid_off)
-                {
-                    let ppid = u32::from_be_bytes(p);
-                    if ppid == SCTP_PPID_DIAMETER || ppid == 0 {
-                        if found < MAX_MSGS {
-                            starts[found] = (off + data_off, clen - data_off);
-                            found += 1;
-                        } else {
-                            count(Counter::OverBound);
-                        }
-                    }
-                }
-            }
-        }
-        off += (clen + 3) & !3;
-    }
-    let Some(led) = Ledger::get() else { return PASS };
-    let mut drop = false;
-    if found > 0 {
-        drop = judge(ctx, led, 0, starts[0], peer, now);
-    }
-    if !drop && found > 1 {
-        drop = judge(ctx, led, 1, starts[1], peer, now);
-    }
-    if drop {
-        led.refund_all(peer);
-        led.publish(peer, true);
-        count(Counter::Dropped);
-        return DROP;
-    }
-    if advanced {
-        match assoc {
-            // SAFETY: as above.
-            Some(a) => unsafe {
-                (*a).next_tsn = next;
-                (*a).ofo_drops = 0;
-            },
-            None => {
-                let _ = SCTP_ASSOCS.insert(key, SctpAssoc { next_tsn: next, ofo_drops: 0 }, 0);
-                count(Counter::Resync);
-            }
-        }
-    }
-    led.publish(peer, false);
-    PASS
+/// Walk status: go on, stop and pass, stop and drop.
+const RUNNING: u32 = 0;
+const STOP_PASS: u32 = 1;
+const STOP_DROP: u32 = 2;
+
+/// The walk over one packet: in a per-CPU map value ([`SCTP_WALK`]), not on the stack
+/// (verifier workaround, as tcp.rs `Walk`); pointers go on the stack ([`WalkRef`]).
+#[repr(C)]
+pub struct Walk {
+    peer: PeerInfo,
+    now: u64,
+    /// Packet offset of the next chunk.
+    off: u32,
+    status: u32,
+    /// 1 while the Diameter bytes of a DATA chunk are being scanned (`cur`).
+    scanning: u32,
+    /// Of the chunk being scanned: packet offset of its data, message offsets of its
+    /// first byte and one past its last, flags, stream and MID.
+    data_at: u32,
+    start: u32,
+    end: u32,
+    flags: u32,
+    stream: u32,
+    mid: u32,
+    /// 1: the chunk's message may be kept in the association if its class is still
+    /// unknown at the chunk's end.
+    keep: u32,
+    /// The association as it will be once this chunk is accepted.
+    next: SctpAssoc,
+    cur: ScanCursor,
 }
 
-/// Classifies and charges the message at `start`; true if the packet must drop.
-#[inline(always)]
-fn judge(ctx: &XdpContext, led: &mut Ledger, idx: usize, start: (usize, usize), peer: &PeerInfo, now: u64) -> bool {
-    let b = PacketBytes { start: ctx.data() + (start.0 & 0x3fff), end: ctx.data_end(), limit: start.1 };
-    match wire::classify(&b, 0) {
-        Ok(c) if c.header.is_request() => {
-            let slot = class_slot(peer, c.class);
-            // No marking on SCTP (it would need a CRC32c update): over-limit drops.
-            decide(led, idx, peer, slot, c.header.length, now) != Verdict::Admit
-        }
-        Ok(_) => {
-            count(Counter::Answers);
-            false
-        }
-        Err(_) => {
-            count(Counter::MalformedDiameter);
-            false
+/// The `bpf_loop` callback's context (on the stack): pointers only.
+#[repr(C)]
+struct WalkRef {
+    ctx: *mut xdp_md,
+    key: *const FlowKey,
+    /// The association (null until the first DATA chunk when there is none).
+    assoc: *mut SctpAssoc,
+    w: *mut Walk,
+}
+
+pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo) -> u32 {
+    let Some(wp) = SCTP_WALK.get_ptr_mut(0) else { return PASS };
+    // SAFETY: this CPU's scratch value; XDP runs to completion.
+    let w = unsafe { &mut *wp };
+    w.peer = *peer;
+    // SAFETY: helper without arguments.
+    w.now = unsafe { bpf_ktime_get_ns() };
+    w.off = sctp_off as u32 + SCTP_COMMON_HLEN;
+    w.status = RUNNING;
+    w.scanning = 0;
+    let mut r = WalkRef {
+        ctx: ctx.ctx,
+        key: key as *const FlowKey,
+        assoc: match SCTP_ASSOCS.get_ptr_mut(key) {
+            Some(a) => a,
+            None => core::ptr::null_mut(),
+        },
+        w: wp,
+    };
+    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
+    // the call.
+    unsafe {
+        bpf_loop(MAX_STEPS, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+    }
+    match w.status {
+        STOP_DROP => DROP,
+        STOP_PASS => PASS,
+        _ => {
+            if w.scanning != 0 || (w.off as usize) < ctx.data_end() - ctx.data() {
+                // More than one walk may take: resynchronise.
+                let _ = SCTP_ASSOCS.remove(key);
+                count(Counter::Resync);
+            }
+            PASS
         }
     }
+}
+
+const fn empty_assoc(tsn: u32) -> SctpAssoc {
+    SctpAssoc {
+        next_tsn: tsn,
+        ofo_drops: 0,
+        in_progress: 0,
+        msg_off: 0,
+        stream: 0,
+        mid: 0,
+        cursor: ScanCursor::new(),
+    }
+}
+
+#[inline(never)]
+extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
+    // scratch value.
+    let r = unsafe { &mut *(r as *mut WalkRef) };
+    // SAFETY: as above.
+    let w = unsafe { &mut *r.w };
+    let go = if w.scanning != 0 { scan_step(r, w) } else { chunk(r, w) };
+    if go { 0 } else { 1 }
+}
+
+#[inline(always)]
+fn load4(ctx: *mut xdp_md, off: u32) -> Option<[u8; 4]> {
+    let mut b = [0u8; 4];
+    // SAFETY: 4 bytes into a stack buffer; the helper checks the packet's bounds.
+    let r = unsafe { bpf_xdp_load_bytes(ctx, off, b.as_mut_ptr() as *mut _, 4) };
+    if r == 0 { Some(b) } else { None }
+}
+
+/// The next chunk: INIT (connection guard), DATA/I-DATA (TSN, then the Diameter
+/// bytes), others skipped. Returns true to go on.
+#[inline(always)]
+fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
+    let Some(ch) = load4(r.ctx, w.off) else { return false };
+    let ctype = ch[0];
+    let cflags = ch[1];
+    let clen = u16::from_be_bytes([ch[2], ch[3]]) as u32;
+    if clen < 4 {
+        count(Counter::MalformedL3);
+        w.status = STOP_PASS;
+        return false;
+    }
+    let this = w.off;
+    w.off = this + ((clen + 3) & !3);
+    if ctype == CHUNK_INIT {
+        if let Charge::Over { .. } = bucket::charge(w.peer.conn_slot, w.now, 1, false) {
+            count(Counter::SynDropped);
+            w.status = STOP_DROP;
+            return false;
+        }
+        // SAFETY: points at this CPU's packet metadata, valid for this program run.
+        let key = unsafe { &*r.key };
+        let _ = SCTP_ASSOCS.remove(key);
+        count(Counter::NoPayload);
+        w.status = STOP_PASS;
+        return false;
+    }
+    if ctype != CHUNK_DATA && ctype != CHUNK_IDATA {
+        return true;
+    }
+    let idata = ctype == CHUNK_IDATA;
+    let Some(t) = load4(r.ctx, this + 4) else {
+        count(Counter::MalformedL3);
+        w.status = STOP_PASS;
+        return false;
+    };
+    let tsn = u32::from_be_bytes(t);
+    if r.assoc.is_null() {
+        // No state (first packet we see, or LRU eviction): start at this TSN.
+        // SAFETY: as above.
+        let key = unsafe { &*r.key };
+        let fresh = empty_assoc(tsn);
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        if SCTP_ASSOCS.insert(key, &fresh, 0).is_err() {
+            w.status = STOP_PASS;
+            return false;
+        }
+        count(Counter::Resync);
+        match SCTP_ASSOCS.get_ptr_mut(key) {
+            Some(a) => r.assoc = a,
+            None => {
+                w.status = STOP_PASS;
+                return false;
+            }
+        }
+    }
+    // SAFETY: the LRU value stays valid for this program run.
+    let assoc = unsafe { &mut *r.assoc };
+    if tsn_lt(tsn, assoc.next_tsn) {
+        count(Counter::Retransmit);
+        return true;
+    }
+    if tsn != assoc.next_tsn {
+        // Past a hole: drop, so nothing is charged around it (bounded).
+        if assoc.ofo_drops >= MAX_OFO_DROPS {
+            // SAFETY: as above.
+            let key = unsafe { &*r.key };
+            let _ = SCTP_ASSOCS.remove(key);
+            count(Counter::Resync);
+            w.status = STOP_PASS;
+            return false;
+        }
+        assoc.ofo_drops += 1;
+        count(Counter::OutOfOrder);
+        w.status = STOP_DROP;
+        return false;
+    }
+    // Work on a copy: committed only if the packet is not dropped at this chunk.
+    w.next = *assoc;
+    w.next.next_tsn = tsn.wrapping_add(1);
+    w.next.ofo_drops = 0;
+    if start_data(r, w, this, clen, cflags, idata) {
+        w.scanning = 1;
+    } else {
+        // SAFETY: as above.
+        unsafe { *r.assoc = w.next };
+    }
+    true
+}
+
+/// Sets up the scan of an in-order DATA/I-DATA chunk's Diameter bytes. False if
+/// there is nothing to scan (not Diameter, or a fragment of a message already
+/// decided).
+#[inline(always)]
+fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata: bool) -> bool {
+    // DATA: TSN, stream (2), SSN (2), PPID (4), data. I-DATA: TSN, stream (2),
+    // reserved (2), MID (4), PPID or FSN (4), data.
+    let (data_off, ppid_off) = if idata { (20, 16) } else { (16, 12) };
+    if clen <= data_off {
+        return false;
+    }
+    let Some(sid) = load4(r.ctx, this + 8) else { return false };
+    let stream = u16::from_be_bytes([sid[0], sid[1]]) as u32;
+    let mid = if idata {
+        match load4(r.ctx, this + 12) {
+            Some(m) => u32::from_be_bytes(m),
+            None => return false,
+        }
+    } else {
+        0
+    };
+    let begin = cflags & FLAG_B != 0;
+    w.keep = 1;
+    if begin {
+        let Some(p) = load4(r.ctx, this + ppid_off) else { return false };
+        let ppid = u32::from_be_bytes(p);
+        if ppid != SCTP_PPID_DIAMETER && ppid != 0 {
+            return false;
+        }
+        if w.next.in_progress != 0 {
+            if idata {
+                // Interleaved with the message in progress (RFC 8260): that one keeps
+                // the association's scan.
+                w.keep = 0;
+            } else {
+                // DATA: the message in progress never ended (its E fragment is
+                // missing): forget it.
+                w.next.in_progress = 0;
+            }
+        }
+        w.cur = ScanCursor::new();
+        w.start = 0;
+    } else {
+        let ours = w.next.in_progress != 0 && (!idata || (w.next.stream == stream && w.next.mid == mid));
+        if !ours {
+            // A later fragment of a message already decided (or not Diameter).
+            return false;
+        }
+        w.cur = w.next.cursor;
+        w.start = w.next.msg_off;
+    }
+    w.data_at = this + data_off;
+    w.end = w.start + (clen - data_off);
+    w.flags = cflags as u32;
+    w.stream = stream;
+    w.mid = mid;
+    true
+}
+
+/// One scan item of the chunk being scanned, or its decision. Returns true to go on.
+#[inline(always)]
+fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
+    let src = XdpSource(r.ctx);
+    let c = match w.cur.step(&src, w.data_at as usize, w.start, w.end) {
+        Progress::Read => return true,
+        Progress::Done(c) => c,
+        Progress::More if w.flags as u8 & FLAG_E == 0 && w.keep != 0 => {
+            w.next.in_progress = 1;
+            w.next.msg_off = w.end;
+            w.next.stream = w.stream;
+            w.next.mid = w.mid;
+            w.next.cursor = w.cur;
+            return accept(r, w);
+        }
+        Progress::More if w.keep == 0 => {
+            // Decided on what its first fragment shows.
+            count(Counter::OverBound);
+            match w.cur.scan.so_far() {
+                Ok(c) => c,
+                Err(_) => return accept(r, w),
+            }
+        }
+        Progress::More | Progress::Invalid(_) => {
+            // Ended (E) before the scan could finish, or not Diameter.
+            count(Counter::MalformedDiameter);
+            if w.keep != 0 {
+                w.next.in_progress = 0;
+            }
+            return accept(r, w);
+        }
+    };
+    if w.keep != 0 {
+        w.next.in_progress = 0;
+    }
+    if !c.header.is_request() {
+        count(Counter::Answers);
+        return accept(r, w);
+    }
+    let slot = class_slot(&w.peer, c.class);
+    // No marking on SCTP (it would need a CRC32c update): over any limit drops.
+    let v = match decide(&w.peer, slot, w.now) {
+        Verdict::Admit => Verdict::Admit,
+        _ => Verdict::Drop,
+    };
+    publish(&w.peer, slot, c.header.length, v);
+    if v == Verdict::Drop {
+        // The association stays as it was before this chunk: the retransmission
+        // judges it again; the chunks before it stay charged.
+        count(Counter::Dropped);
+        w.status = STOP_DROP;
+        return false;
+    }
+    accept(r, w)
+}
+
+/// The chunk is done and the packet goes on: commit the association.
+#[inline(always)]
+fn accept(r: &WalkRef, w: &mut Walk) -> bool {
+    w.scanning = 0;
+    // Always set before scanning begins; the check is for the verifier, which does
+    // not know `scanning` (a map value) was 0 while `assoc` was null.
+    if !r.assoc.is_null() {
+        // SAFETY: the LRU value stays valid for this program run.
+        unsafe { *r.assoc = w.next };
+    }
+    true
 }

@@ -16,18 +16,17 @@
 //!   `processed_end` (bytes before it were looked at once) and `next_hdr` (where
 //!   the next header starts). Bytes before `processed_end` are retransmissions and
 //!   are never counted again. Every message whose class becomes known in this skb
-//!   is counted here: a message cut by the end of the skb before its header or its
-//!   CC-Request-Type keeps its first bytes (≤ [`EGRESS_CARRY_MAX`]) in the flow and
-//!   is classified, counted and judged in the skb that completes it (its
-//!   continuation is what gets dropped when it is over the limit — the server only
-//!   sees a message once all of it arrived). A CC-Request-Type beyond the first
-//!   [`EGRESS_CARRY_MAX`] bytes of its message counts as request type 0 (never a
-//!   guessed class), as on ingress.
+//!   is counted here: the same [`ScanCursor`] as on ingress classifies it across
+//!   skbs (its state kept in the flow when an skb ends first), and the request is
+//!   counted and judged in the skb that completes its class (its continuation is
+//!   what gets dropped when it is over the limit — the server only sees a message
+//!   once all of it arrived). The class never depends on where the skbs were cut.
 //! * skb data may be non-linear (GSO super-packets of up to 64 KiB, page frags):
 //!   every read goes through `bpf_skb_load_bytes`, which reads frags too, so no
 //!   `bpf_skb_pull_data` (it would linearise 64 KiB per packet) is needed.
-//! * Messages per skb: walked with `bpf_loop` (one message per callback, up to
-//!   [`MAX_MSGS_PER_SKB`]); the verifier checks the body once, not per iteration.
+//! * Messages per skb: walked with `bpf_loop` (one scan item or one decision per
+//!   callback, up to [`MAX_STEPS_PER_SKB`]); the verifier checks the body once, not
+//!   per iteration.
 //!   More headers than that: the flow's state is dropped and it resynchronises.
 //! * Policing: each request is charged on every slot of its destination that has a
 //!   bucket (destination, group, class). Over a `drop` bucket: the skb is shot
@@ -53,18 +52,18 @@ use aya_ebpf::{
 };
 use dra_common::{
     maps::{
-        Action, BucketKey, ClassCounters, EGRESS_CARRY_MAX, EgressFlow, EgressPeer, FlowKey,
-        GlobalConfig, NO_SLOT,
+        Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig,
+        NO_SLOT,
     },
     stats::Counter,
-    wire::{self, ReqTypeScan, WireError},
+    wire::{self, Progress, ScanCursor, Source, MAX_ITEM_LEN, PART_BUF},
 };
 
 use crate::{
     bucket::{self, Charge},
     maps::{
         EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
-        GLOBAL_CONFIG, SLOT_COUNTERS, count,
+        GLOBAL_CONFIG, SLOT_COUNTERS, TC_WALK, count,
     },
 };
 
@@ -73,8 +72,9 @@ pub const PASS: i32 = TC_ACT_UNSPEC;
 /// Verdict that drops the packet.
 pub const SHOT: i32 = TC_ACT_SHOT;
 
-/// Messages walked per skb (bpf_loop iterations).
-pub const MAX_MSGS_PER_SKB: u32 = 1024;
+/// `bpf_loop` iterations per skb: one per scan item read or message decided (a 64 KiB
+/// GSO super-packet of small messages may need several thousand).
+pub const MAX_STEPS_PER_SKB: u32 = 16384;
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -108,31 +108,37 @@ fn load<T: Copy>(ctx: &TcContext, off: usize) -> Option<T> {
     ctx.load::<T>(off).ok()
 }
 
-/// What the walk over one skb shares with its `bpf_loop` callback (on the stack).
+/// What the walk over one skb shares with its `bpf_loop` callback: in a per-CPU map
+/// value ([`TC_WALK`]), not on the stack (verifier workaround, as tcp.rs `Walk`); the
+/// skb pointer goes on the stack.
 #[repr(C)]
-struct Walk {
-    skb: *mut __sk_buff,
-    flow: *mut EgressFlow,
+pub struct Walk {
     peer: EgressPeer,
     now: u64,
     /// Sequence number of the skb's first payload byte, and one past its last.
     seq: u32,
     seg_end: u32,
-    /// skb offset of the payload; payload length.
+    /// skb offset of the payload.
     payload: u32,
-    len: u32,
-    /// Payload offset of the first byte not processed before.
+    /// First byte not looked at before (`processed_end` when the skb arrived).
     fresh: u32,
     /// Where the message being looked at starts.
     pos: u32,
-    /// 1 while the first message is the carried one.
-    carried: u32,
-    /// 1: the walk stopped with a message carried into the next skb.
+    /// 1: the walk stopped with a message in progress.
     carry_set: u32,
     /// 1: the flow's state was dropped (invalid bytes).
     lost: u32,
     /// 1: a request was over a drop limit.
     shot: u32,
+    /// Classification of the message at `pos`.
+    cur: ScanCursor,
+}
+
+/// The `bpf_loop` callback's context (on the stack): pointers only.
+#[repr(C)]
+struct WalkRef {
+    skb: *mut __sk_buff,
+    w: *mut Walk,
 }
 
 /// The program: every exit passes except a policed request's skb.
@@ -297,9 +303,8 @@ fn segment(
         count(Counter::EgressRetransmit);
         return PASS;
     }
-    // A hole (state lost), or a header before processed_end without its bytes in
-    // the carry (inconsistent): start again from this skb if it begins a message.
-    if seq_lt(pe, seq) || (fl.carry_len == 0 && seq_lt(fl.next_hdr, pe)) {
+    // A hole (state lost): start again from this skb if it begins a message.
+    if seq_lt(pe, seq) {
         if !starts_with_header(skb, payload, len) {
             let _ = EGRESS_FLOWS.remove(key);
             count(Counter::EgressUnframed);
@@ -308,34 +313,35 @@ fn segment(
         count(Counter::EgressResync);
         fl.next_hdr = seq;
         fl.processed_end = seq;
-        fl.carry_len = 0;
         pe = seq;
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let mut w = Walk {
-        skb,
-        flow,
-        peer: *peer,
-        now,
-        seq,
-        seg_end,
-        payload,
-        len,
-        fresh: pe.wrapping_sub(seq),
-        pos: fl.next_hdr,
-        carried: (fl.carry_len != 0) as u32,
-        carry_set: 0,
-        lost: 0,
-        shot: 0,
+    let Some(wp) = TC_WALK.get_ptr_mut(0) else {
+        return PASS;
     };
-    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `w` outlives
+    // SAFETY: this CPU's scratch value; the program runs to completion.
+    let w = unsafe { &mut *wp };
+    w.peer = *peer;
+    w.now = now;
+    w.seq = seq;
+    w.seg_end = seg_end;
+    w.payload = payload;
+    w.fresh = pe;
+    w.pos = fl.next_hdr;
+    w.carry_set = 0;
+    w.lost = 0;
+    w.shot = 0;
+    let in_progress = seq_lt(fl.next_hdr, pe);
+    w.cur = if in_progress { fl.cursor } else { ScanCursor::new() };
+    let mut r = WalkRef { skb, w: wp };
+    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
     // the call.
     unsafe {
         bpf_loop(
-            MAX_MSGS_PER_SKB,
+            MAX_STEPS_PER_SKB,
             walk_one as *mut _,
-            &mut w as *mut Walk as *mut _,
+            &mut r as *mut WalkRef as *mut _,
             0,
         );
     }
@@ -344,15 +350,23 @@ fn segment(
         return PASS;
     }
     if w.shot != 0 {
-        // Commit the requests before the dropped one; the resend judges the rest.
-        fl.next_hdr = w.pos;
-        if seq_lt(fl.processed_end, w.pos) {
+        // Commit the requests before the dropped one; the resend judges the rest. If
+        // the dropped one is the message that was in progress, its state stays as it
+        // was.
+        if !(in_progress && w.pos == fl.next_hdr) {
+            fl.next_hdr = w.pos;
             fl.processed_end = w.pos;
         }
         count(Counter::EgressDropped);
         return SHOT;
     }
-    if w.carry_set == 0 && seq_lt(w.pos, seg_end) {
+    if w.carry_set != 0 {
+        fl.next_hdr = w.pos;
+        fl.processed_end = seg_end;
+        fl.cursor = w.cur;
+        return PASS;
+    }
+    if seq_lt(w.pos, seg_end) {
         // More headers than one walk may take: give up framing; the flow resyncs.
         let _ = EGRESS_FLOWS.remove(key);
         count(Counter::EgressResync);
@@ -376,63 +390,57 @@ fn starts_with_header(skb: *mut __sk_buff, payload: u32, len: u32) -> bool {
 
 /// One message of the walk. Returns 0 to go on, 1 to stop.
 #[inline(never)]
-extern "C" fn walk_one(_i: u64, w: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: bpf_loop passes back the `Walk` given to it.
-    let w = unsafe { &mut *(w as *mut Walk) };
-    if step(w) { 0 } else { 1 }
+extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
+    // scratch value.
+    let r = unsafe { &*(r as *const WalkRef) };
+    // SAFETY: as above.
+    if step(r.skb, unsafe { &mut *r.w }) { 0 } else { 1 }
 }
 
-/// Classifies (and charges) the message at `w.pos`. Its first bytes — those carried
-/// from earlier skbs, then this skb's, up to EGRESS_CARRY_MAX in all — are copied
-/// into the flow's carry buffer and classified there: one helper call, and a plain
-/// buffer the verifier bounds cheaply (reading the skb piecewise, with a branch per
-/// read for carry/skb/straddling, exceeded the verifier's budget).
+/// An skb as a [`Source`] for the scan cursor (`bpf_skb_load_bytes` reads frags too).
+struct SkbSource(*mut __sk_buff);
+
+impl Source for SkbSource {
+    #[inline(always)]
+    fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
+        // Verifier workaround (as bytes.rs XdpSource): re-check after a barrier so the
+        // bounds sit on the registers passed to the helper.
+        let at = core::hint::black_box(at);
+        let n = core::hint::black_box(n);
+        if n == 0 || n > MAX_ITEM_LEN || at > MAX_ITEM_LEN || off > MAX_SKB_OFF {
+            return false;
+        }
+        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
+        // the helper checks the skb's bounds.
+        let r = unsafe {
+            bpf_skb_load_bytes(self.0 as *const _, off as u32, dst.as_mut_ptr().add(at) as *mut _, n as u32)
+        };
+        r == 0
+    }
+}
+
+/// Reads one scan item of the message at `w.pos` or, once its class is known, counts
+/// and charges it. Returns true to go on.
 #[inline(always)]
-fn step(w: &mut Walk) -> bool {
+fn step(skb: *mut __sk_buff, w: &mut Walk) -> bool {
     if !seq_lt(w.pos, w.seg_end) {
         return false;
     }
-    // SAFETY: the flow value stays valid for this program run.
-    let flow = unsafe { &mut *w.flow };
-    let carried = w.carried != 0;
-    w.carried = 0;
-    let mut have = 0usize;
-    let tail_off = if carried {
-        have = flow.carry_len as usize;
-        w.fresh
+    let (start, first) = if seq_lt(w.pos, w.fresh) {
+        (w.fresh.wrapping_sub(w.pos), w.fresh)
     } else {
-        w.pos.wrapping_sub(w.seq)
+        (0, w.pos)
     };
-    if tail_off >= w.len || have >= EGRESS_CARRY_MAX {
-        w.lost = 1;
-        return false;
-    }
-    let tail_len = (w.len - tail_off) as usize;
-    let room = EGRESS_CARRY_MAX - have;
-    let n = if tail_len < room { tail_len } else { room };
-    if !load_into_carry(w, flow, have, (w.payload + tail_off) as usize, n) {
-        w.lost = 1;
-        return false;
-    }
-    let mut total = have + n;
-    if total > EGRESS_CARRY_MAX {
-        total = EGRESS_CARRY_MAX;
-    }
-    let Some(view) = flow.carry.get(..total) else {
-        w.lost = 1;
-        return false;
-    };
-    // The skb ended before the carry window filled: the rest may come next.
-    let skb_ended = n == tail_len;
-    let c = match wire::classify(&view, 0) {
-        Ok(c) => c,
-        Err(WireError::Truncated) if skb_ended => {
-            // Fewer than 12 header bytes so far: keep them.
-            flow.carry_len = total as u16;
+    let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
+    let c = match w.cur.step(&SkbSource(skb), off, start, w.seg_end.wrapping_sub(w.pos)) {
+        Progress::Done(c) => c,
+        Progress::Read => return true,
+        Progress::More => {
             w.carry_set = 1;
             return false;
         }
-        Err(_) => {
+        Progress::Invalid(_) => {
             count(Counter::EgressResync);
             w.lost = 1;
             return false;
@@ -442,48 +450,16 @@ fn step(w: &mut Walk) -> bool {
     if !c.header.is_request() {
         count(Counter::EgressAnswers);
     } else {
-        let truncated = matches!(c.req_type, Some(ReqTypeScan::Truncated));
-        if truncated && skb_ended && total < EGRESS_CARRY_MAX {
-            // CC-Request-Type still to come: classify when the next skb brings it.
-            flow.carry_len = total as u16;
-            w.carry_set = 1;
-            return false;
-        }
-        // (CC-Request-Type beyond the carry window: request type 0.)
         let slot = class_slot(&w.peer, c.class);
         if !admit(&w.peer, slot, mlen, w.now) {
-            // carry_len is unchanged: a carried message stays carried as it was.
             w.shot = 1;
             return false;
         }
         count(Counter::EgressRequests);
     }
-    flow.carry_len = 0;
     w.pos = w.pos.wrapping_add(mlen);
+    w.cur = ScanCursor::new();
     true
-}
-
-/// Copies `n` skb bytes at `base` into the flow's carry after the `have` it holds.
-#[inline(always)]
-fn load_into_carry(w: &Walk, flow: &mut EgressFlow, have: usize, base: usize, n: usize) -> bool {
-    // Verifier workaround (as tcp.rs append_carry): re-check after a barrier so the
-    // bounds sit on the registers passed to the helper.
-    let have = core::hint::black_box(have);
-    let n = core::hint::black_box(n);
-    if n == 0 || have > EGRESS_CARRY_MAX || n > EGRESS_CARRY_MAX {
-        return n == 0;
-    }
-    // SAFETY: dst = carry + have, have ≤ CARRY_MAX, n ≤ CARRY_MAX: inside the
-    // 2·CARRY_MAX buffer; the helper checks the skb bounds.
-    let r = unsafe {
-        bpf_skb_load_bytes(
-            w.skb as *const _,
-            base as u32,
-            flow.carry.as_mut_ptr().add(have) as *mut _,
-            n as u32,
-        )
-    };
-    r == 0
 }
 
 /// Counting slot of a request class sent to this destination.
@@ -568,7 +544,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<*mut EgressFlow> {
     let st = unsafe { &mut *p };
     st.next_hdr = seq;
     st.processed_end = seq;
-    st.carry_len = 0;
+    st.cursor = ScanCursor::new();
     #[allow(clippy::needless_borrows_for_generic_args)]
     EGRESS_FLOWS.insert(key, &*st, 0).ok()?;
     EGRESS_FLOWS.get_ptr_mut(key)

@@ -11,49 +11,56 @@
 //!   dropped so that nothing is charged around the hole; the sender retransmits. A
 //!   hole that persists (MAX_HOLE_AGE_NS) or is absurdly far (MAX_HOLE) means our
 //!   state is wrong: the flow resynchronises instead, so a flow never stalls.
-//! * otherwise the new bytes are walked: every header up to MAX_MSGS_PER_SEGMENT is
-//!   classified and charged. Headers beyond that bound are still framed (lengths
-//!   only, up to MAX_SKIP_PER_SEGMENT) so the flow stays in sync, counted
-//!   `over_bound`, and pass uncharged.
-//! * a message whose class cannot be known in this segment (header or
-//!   CC-Request-Type cut off) is carried: its bytes so far are kept in the flow
-//!   state and classification finishes in the next segment. If its flags byte
-//!   passed before the class was known, the decision was made on the overall
-//!   bucket then, and the class bucket is charged (forced, possibly into debt) once
-//!   the class is known, so long-run admitted counts stay exact.
+//! * otherwise the new bytes are walked, one message per `bpf_loop` iteration (the
+//!   verifier checks the body once): each message is classified by
+//!   [`MsgScan`](dra_common::wire::MsgScan), which reads only the items it needs
+//!   (header, ids, AVP headers up to CC-Request-Type) and keeps its state in the flow
+//!   when a segment ends first. A request is decided exactly once, in the segment
+//!   where its class becomes known, whatever the cuts before it.
 //! * no state (flow began before we attached, LRU eviction, or an invalid header):
 //!   resynchronise on the first segment that starts with a valid header.
 //!
-//! Actions: `reject` sets the reserved header bit 0x01 on each over-limit request
-//! and fixes the TCP checksum incrementally (RFC 1624); `drop` drops the whole packet
-//! if any request in it does not fit (all-or-nothing: charges already made for the
-//! packet are refunded) and leaves the flow state untouched, so the retransmission
-//! is judged afresh.
+//! # Verdicts, and requests that straddle segments
+//!
+//! * `reject`: the over-limit request is marked. If its header's flags byte is in
+//!   this packet (and new to the receiver), the reserved bit 0x01 is set there and the
+//!   TCP checksum fixed (RFC 1624 eqn. 3). If the flags byte passed in an earlier
+//!   segment — the request straddles, and its class only became known now — an
+//!   [`OobMark`] (flow, Hop-by-Hop, End-to-End) goes into the `OOB_MARKS` ring before
+//!   this segment passes: the agent reads the ring before the request reaches it and
+//!   answers it exactly as a header-marked one. If the ring is full the segment is
+//!   dropped instead (counted `oob_full`) and its retransmission judged again.
+//! * `drop`: the packet in which the class became known is dropped. The requests
+//!   decided before it in the same packet stay charged: the flow's state is committed
+//!   up to the dropped request, so the retransmission passes them as already charged
+//!   (marks are re-applied) and judges the dropped one again. Nothing is charged
+//!   twice and nothing is admitted without a charge.
+//!
+//! So a verdict never depends on where the segments were cut (DESIGN.md §3).
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_xdp_load_bytes},
+    bindings::xdp_md,
+    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
 use dra_common::{
-    maps::{
-        carry_state, FlowKey, PeerInfo, TcpFlow, CARRY_MAX, MARK_RING, MAX_HOLE_AGE_NS,
-    },
+    maps::{FlowKey, OobMark, PeerInfo, TcpFlow, MARK_RING, MAX_HOLE_AGE_NS},
     stats::Counter,
-    wire::{self, flags, Bytes, Classified, ReqTypeScan, WireError},
+    wire::{self, flags, Progress, ScanCursor},
 };
 
 use crate::{
-    admit::{class_slot, decide, decide_overall, force_both, late_charge, Ledger, Verdict, CARRY_ENTRY},
+    admit::{class_slot, decide, publish, Verdict},
     bucket::{self, Charge},
-    bytes::PacketBytes,
-    maps::{count, FLOW_SCRATCH, JUMP, JUMP_TCP, PKT_META, TCP_FLOWS},
+    bytes::{PacketBytes, XdpSource},
+    maps::{count, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH},
     xdp::{load, DROP, PASS},
 };
 
-/// Messages classified and charged per segment.
-pub const MAX_MSGS_PER_SEGMENT: usize = 4;
-/// Further headers framed (lengths only, uncharged, counted) per segment.
-const MAX_SKIP_PER_SEGMENT: usize = 16;
+/// `bpf_loop` iterations per segment: one per scan item read (header, ids, AVP
+/// headers) or message decided. A 1,500-byte segment needs at most ~300, a 9,000-byte
+/// jumbo frame ~1,700.
+pub const MAX_STEPS_PER_SEGMENT: u32 = 4096;
 /// A hole larger than this is not a lost segment but lost state: resynchronise.
 const MAX_HOLE: u32 = 1 << 20;
 
@@ -71,39 +78,48 @@ fn seq_le(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) <= 0
 }
 
-/// Incremental TCP checksum update for one payload byte going from `old` to `new`
-/// (RFC 1624 eqn. 3). `high` when the byte is the high byte of its 16-bit word.
+/// RFC 1624 eqn. 3: the checksum `hc` after one 16-bit word of the covered data
+/// changes from `m` to `m1`: HC' = ~(~HC + ~m + m'), in one's complement arithmetic.
 #[inline(always)]
-fn csum_fix(ctx: &XdpContext, tcp_off: usize, old: u8, new: u8, high: bool) {
-    let Some(c) = load::<[u8; 2]>(ctx, tcp_off + 16) else { return };
-    let hc = u16::from_be_bytes(c) as u32;
-    let (m, m1) = if high { ((old as u32) << 8, (new as u32) << 8) } else { (old as u32, new as u32) };
-    // HC' = ~(~HC + ~m + m')
-    let mut sum = (!hc & 0xffff) + (!m & 0xffff) + m1;
+fn csum_update(hc: u16, m: u16, m1: u16) -> u16 {
+    let mut sum = (!hc as u32) + (!m as u32) + (m1 as u32);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
-    let out = (!sum & 0xffff) as u16;
-    let p = ctx.data() + tcp_off + 16;
-    if p + 2 > ctx.data_end() {
-        return;
-    }
-    // SAFETY: p..p+2 is inside the packet (checked above).
-    unsafe { core::ptr::write_unaligned(p as *mut [u8; 2], out.to_be_bytes()) };
+    !(sum as u16)
 }
 
-/// Sets the rate-limit mark on the header whose flags byte is at payload offset
-/// `flag_off`, fixing the checksum.
+/// Sets the rate-limit mark on the flags byte at packet offset `at` and fixes the
+/// TCP checksum at `csum_at`. Returns false if the packet could not be written. A
+/// byte that already carries the mark is left alone (nothing changes, so neither does
+/// the checksum).
 #[inline(always)]
-fn mark(ctx: &XdpContext, pkt: &PacketBytes, tcp_off: usize, flag_off: usize) -> bool {
-    match pkt.or_u8(flag_off, flags::RATE_LIMIT_MARK) {
-        Some(old) if old & flags::RATE_LIMIT_MARK == 0 => {
-            // The payload starts at an even offset from the TCP header (data offset
-            // is a multiple of 4), so the byte's parity in the payload decides.
-            csum_fix(ctx, tcp_off, old, old | flags::RATE_LIMIT_MARK, flag_off & 1 == 0);
-            true
+fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
+    let mut b = [0u8; 1];
+    let mut c = [0u8; 2];
+    // SAFETY: helpers with stack buffers of the given sizes; they check the packet's
+    // bounds themselves.
+    unsafe {
+        if bpf_xdp_load_bytes(ctx, at, b.as_mut_ptr() as *mut _, 1) != 0
+            || bpf_xdp_load_bytes(ctx, csum_at, c.as_mut_ptr() as *mut _, 2) != 0
+        {
+            return false;
         }
-        Some(_) => true,
-        None => false,
+    }
+    let old = b[0];
+    if old & flags::RATE_LIMIT_MARK != 0 {
+        return true;
+    }
+    let new = old | flags::RATE_LIMIT_MARK;
+    // The flags byte is the high or the low byte of its 16-bit word; the other byte
+    // is the same in m and m', so it may be taken as 0 in both.
+    let (m, m1) = if high { ((old as u16) << 8, (new as u16) << 8) } else { (old as u16, new as u16) };
+    let hc = csum_update(u16::from_be_bytes(c), m, m1);
+    b[0] = new;
+    c = hc.to_be_bytes();
+    // SAFETY: as above.
+    unsafe {
+        bpf_xdp_store_bytes(ctx, at, b.as_mut_ptr() as *mut _, 1) == 0
+            && bpf_xdp_store_bytes(ctx, csum_at, c.as_mut_ptr() as *mut _, 2) == 0
     }
 }
 
@@ -118,43 +134,64 @@ fn remember_mark(flow: &mut TcpFlow, hdr_seq: u32) {
 /// before: if the first copy was lost after us, the retransmission must not pass
 /// unmarked.
 #[inline(always)]
-fn remark(ctx: &XdpContext, pkt: &PacketBytes, tcp_off: usize, flow: &TcpFlow, seg_seq: u32, upto: u32) {
+fn remark(ctx: &XdpContext, tcp_off: usize, payload: usize, flow: &TcpFlow, seg_seq: u32, upto: u32) {
+    let n = if (flow.mark_idx as usize) < MARK_RING { flow.mark_idx as usize } else { MARK_RING };
     let mut i = 0;
     while i < MARK_RING {
-        let h = flow.marked[i];
+        if i >= n {
+            break;
+        }
+        let f = flow.marked[i].wrapping_add(4);
         i += 1;
-        if h == 0 && flow.mark_idx == 0 {
-            continue;
-        }
-        let f = h.wrapping_add(4);
         if !seq_lt(f, seg_seq) && seq_lt(f, upto) {
-            let off = f.wrapping_sub(seg_seq) as usize;
-            mark(ctx, pkt, tcp_off, off);
+            let off = f.wrapping_sub(seg_seq);
+            mark_at(ctx.ctx, payload as u32 + off, tcp_off as u32 + 16, off & 1 == 0);
         }
     }
 }
 
-/// What the walk over one message's available bytes found.
-enum Scan {
-    /// Class known (or never knowable: class byte 0).
-    Done(Classified),
-    /// Header parsed, request, CC-Request-Type still to come.
-    NeedMore(Classified),
-    /// Fewer than 12 header bytes available.
-    ShortHeader,
-    Bad,
+/// Walk status.
+const RUNNING: u32 = 0;
+/// The message at `pos` continues in a later segment (scan state kept).
+const CARRY: u32 = 1;
+/// A request was over a `drop` limit (or its out-of-band mark could not be handed
+/// over): the packet is dropped, the flow committed up to that request.
+const DROPPED: u32 = 2;
+/// Invalid Diameter: the flow's state is dropped.
+const LOST: u32 = 3;
+
+/// What the walk over one segment shares with its `bpf_loop` callback. Verifier
+/// workaround: it lives in a per-CPU map value ([`WALK_SCRATCH`]), not on the stack:
+/// the verifier explores a `bpf_loop` callback until the caller's state converges,
+/// and tracks stack scalars (scan phase, AVP count, ...) exactly, so a walk on the
+/// stack never converges; map value contents are not tracked. Only pointers are
+/// passed on the stack ([`WalkRef`]).
+#[repr(C)]
+pub struct Walk {
+    peer: PeerInfo,
+    now: u64,
+    /// Sequence number of the segment's first payload byte, and one past its last.
+    seq: u32,
+    seg_end: u32,
+    /// First byte new to the receiver (`processed_end` when the segment arrived).
+    fresh: u32,
+    /// Where the message being looked at starts.
+    pos: u32,
+    /// Packet offsets of the payload and of the TCP header.
+    payload: u32,
+    tcp_off: u32,
+    status: u32,
+    /// Classification of the message at `pos`.
+    cur: ScanCursor,
 }
 
-#[inline(always)]
-fn scan<B: Bytes>(b: &B, off: usize) -> Scan {
-    match wire::classify(b, off) {
-        Ok(c) => match c.req_type {
-            Some(ReqTypeScan::Truncated) => Scan::NeedMore(c),
-            _ => Scan::Done(c),
-        },
-        Err(WireError::Truncated) => Scan::ShortHeader,
-        Err(_) => Scan::Bad,
-    }
+/// The `bpf_loop` callback's context (on the stack): pointers only.
+#[repr(C)]
+struct WalkRef {
+    ctx: *mut xdp_md,
+    flow: *mut TcpFlow,
+    key: *const FlowKey,
+    w: *mut Walk,
 }
 
 /// Processes one TCP segment from a known peer.
@@ -208,23 +245,9 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
             None => return PASS,
         },
     };
-
-    // Invariant: a header before processed_end is only possible with its bytes held
-    // in the carry. Anything else is a state we cannot frame from: resynchronise on
-    // this segment rather than pass the flow's traffic unframed.
-    if flow.carry_len == 0 && seq_lt(flow.next_hdr, flow.processed_end) {
-        count(Counter::Resync);
-        if wire::parse_header(&pkt, 0).is_err() {
-            let _ = TCP_FLOWS.remove(key);
-            count(Counter::Unframed);
-            return PASS;
-        }
-        flow.next_hdr = seq;
-        flow.processed_end = seq;
-    }
     let pe = flow.processed_end;
     if seq_le(seg_end, pe) {
-        remark(ctx, &pkt, tcp_off, flow, seq, seg_end);
+        remark(ctx, tcp_off, payload, flow, seq, seg_end);
         count(Counter::Retransmit);
         return PASS;
     }
@@ -245,291 +268,158 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     flow.hole_since_ns = 0;
     if seq_lt(seq, pe) {
         // Coalesced retransmission: old bytes first, then new ones.
-        remark(ctx, &pkt, tcp_off, flow, seq, pe);
-    }
-    // Offset in the payload of the first byte not yet processed.
-    let fresh = pe.wrapping_sub(seq) as usize;
-    let Some(led) = Ledger::get() else { return PASS };
-    let mut drop = false;
-    let mut pos = flow.next_hdr;
-
-    // 1. A message carried over from earlier segments: append this segment's fresh
-    // bytes to the carry and classify the carry alone (a plain buffer: cheap for
-    // the verifier).
-    let carried = flow.carry_len as usize;
-    let carried_state = flow.carry_state;
-    if carried > 0 {
-        let state = flow.carry_state;
-        // Is the flags byte (header offset 4) in this packet, and where?
-        let flag_here = carried <= 4;
-        let flag_off = (fresh + 4).wrapping_sub(carried);
-        let fresh_len = len as usize - fresh;
-        let total = carried + fresh_len;
-        append_carry(ctx, flow, payload + fresh, fresh_len);
-        let mut nl = flow.carry_len as usize;
-        if nl > CARRY_MAX {
-            nl = CARRY_MAX;
-        }
-        let Some(view) = flow.carry.get(..nl) else { return PASS };
-        let s = scan(&view, 0);
-        let c = match s {
-            Scan::Bad => {
-                count(Counter::MalformedDiameter);
-                let _ = TCP_FLOWS.remove(key);
-                return PASS;
-            }
-            Scan::ShortHeader => {
-                flow.processed_end = seg_end;
-                return PASS;
-            }
-            Scan::NeedMore(c) if total <= CARRY_MAX => {
-                if state == carry_state::UNDECIDED {
-                    let st = if !c.header.is_request() {
-                        carry_state::DONE
-                    } else if !flag_here {
-                        // The flags byte passed before the header was complete: not
-                        // markable any more. Admit; overall charged now, class later.
-                        decide_overall(led, CARRY_ENTRY, peer, c.header.length, now, true);
-                        carry_state::ADMITTED
-                    } else {
-                        match decide_overall(led, CARRY_ENTRY, peer, c.header.length, now, false) {
-                            Verdict::Drop => {
-                                flow.carry_len = carried as u16;
-                                led.refund_all(peer);
-                                led.publish(peer, true);
-                                count(Counter::Dropped);
-                                return DROP;
-                            }
-                            Verdict::Mark => {
-                                if mark(ctx, &pkt, tcp_off, flag_off) {
-                                    remember_mark(flow, pos);
-                                }
-                                carry_state::DONE
-                            }
-                            Verdict::Admit => carry_state::ADMITTED,
-                        }
-                    };
-                    flow.carry_state = st;
-                }
-                flow.processed_end = seg_end;
-                led.publish(peer, false);
-                return PASS;
-            }
-            // Complete, or CC-Request-Type beyond the carry window (class byte 0).
-            Scan::Done(c) | Scan::NeedMore(c) => c,
-        };
-        let mlen = c.header.length;
-        if c.header.is_request() {
-            let slot = class_slot(peer, c.class);
-            if state == carry_state::ADMITTED {
-                late_charge(led, CARRY_ENTRY, slot, mlen, now);
-            } else if state == carry_state::UNDECIDED {
-                if flag_here {
-                    match decide(led, CARRY_ENTRY, peer, slot, mlen, now) {
-                        Verdict::Drop => drop = true,
-                        Verdict::Mark => {
-                            if mark(ctx, &pkt, tcp_off, flag_off) {
-                                remember_mark(flow, pos);
-                            }
-                        }
-                        Verdict::Admit => {}
-                    }
-                } else {
-                    // The flags byte passed before we knew this was a request.
-                    force_both(led, CARRY_ENTRY, peer, slot, mlen, now);
-                }
-            }
-        } else {
-            count(Counter::Answers);
-        }
-        pos = pos.wrapping_add(mlen);
-        if drop {
-            flow.carry_len = carried as u16;
-        } else {
-            flow.carry_len = 0;
-            flow.carry_state = carry_state::UNDECIDED;
-        }
+        remark(ctx, tcp_off, payload, flow, seq, pe);
     }
 
-    // 2. Messages that start in this segment.
-    let mut i = 0;
-    while !drop && i < MAX_MSGS_PER_SEGMENT && seq_lt(pos, seg_end) {
-        let idx = i;
-        i += 1;
-        let off = pos.wrapping_sub(seq) as usize;
-        let avail = len as usize - off;
-        match scan(&pkt, off) {
-            Scan::Done(c) | Scan::NeedMore(c) if !c.header.is_request() => {
-                count(Counter::Answers);
-                pos = pos.wrapping_add(c.header.length);
+    let Some(wp) = WALK_SCRATCH.get_ptr_mut(0) else { return PASS };
+    // SAFETY: this CPU's scratch value; XDP runs to completion.
+    let w = unsafe { &mut *wp };
+    w.peer = *peer;
+    w.now = now;
+    w.seq = seq;
+    w.seg_end = seg_end;
+    w.fresh = pe;
+    w.pos = flow.next_hdr;
+    w.payload = payload as u32;
+    w.tcp_off = tcp_off as u32;
+    w.status = RUNNING;
+    let in_progress = seq_lt(flow.next_hdr, pe);
+    w.cur = if in_progress { flow.cursor } else { ScanCursor::new() };
+    let mut r = WalkRef { ctx: ctx.ctx, flow: flow as *mut TcpFlow, key: key as *const FlowKey, w: wp };
+    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives the
+    // call.
+    unsafe {
+        bpf_loop(MAX_STEPS_PER_SEGMENT, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+    }
+    match w.status {
+        LOST => {
+            count(Counter::MalformedDiameter);
+            let _ = TCP_FLOWS.remove(key);
+            PASS
+        }
+        DROPPED => {
+            // Commit the requests decided before the dropped one. If the dropped one is
+            // the message that was in progress, its state stays as it was (the
+            // retransmission scans this segment's part of it again).
+            if !(in_progress && w.pos == flow.next_hdr) {
+                flow.next_hdr = w.pos;
+                flow.processed_end = w.pos;
             }
-            // Complete, or CC-Request-Type not within the carry window (class byte 0).
-            Scan::Done(c) | Scan::NeedMore(c) if scan_done(&c) || avail > CARRY_MAX => {
-                let mlen = c.header.length;
-                let slot = class_slot(peer, c.class);
-                match decide(led, idx, peer, slot, mlen, now) {
-                    Verdict::Drop => drop = true,
-                    Verdict::Mark => {
-                        if mark(ctx, &pkt, tcp_off, off + 4) {
-                            remember_mark(flow, pos);
-                        }
-                    }
-                    Verdict::Admit => {}
-                }
-                pos = pos.wrapping_add(mlen);
-            }
-            Scan::Done(c) | Scan::NeedMore(c) => {
-                // A request whose class is still to come: decide on the overall
-                // bucket now, while its flags byte is here to be marked.
-                let st = match decide_overall(led, idx, peer, c.header.length, now, false) {
-                    Verdict::Drop => {
-                        drop = true;
-                        carry_state::UNDECIDED
-                    }
-                    Verdict::Mark => {
-                        if mark(ctx, &pkt, tcp_off, off + 4) {
-                            remember_mark(flow, pos);
-                        }
-                        carry_state::DONE
-                    }
-                    Verdict::Admit => carry_state::ADMITTED,
-                };
-                if !drop {
-                    flow.carry_len = 0;
-                    append_carry(ctx, flow, payload + off, avail);
-                    flow.carry_state = st;
-                    flow.next_hdr = pos;
-                    flow.processed_end = seg_end;
-                    led.publish(peer, false);
-                    return PASS;
-                }
-            }
-            Scan::ShortHeader => {
-                flow.carry_len = 0;
-                append_carry(ctx, flow, payload + off, avail);
-                flow.carry_state = carry_state::UNDECIDED;
-                flow.next_hdr = pos;
+            count(Counter::Dropped);
+            DROP
+        }
+        CARRY => {
+            flow.next_hdr = w.pos;
+            flow.processed_end = seg_end;
+            flow.cursor = w.cur;
+            PASS
+        }
+        _ => {
+            if seq_lt(w.pos, seg_end) {
+                // More than one walk may take: give up framing this flow; it
+                // resynchronises.
+                let _ = TCP_FLOWS.remove(key);
+                count(Counter::Resync);
+            } else {
+                flow.next_hdr = w.pos;
                 flow.processed_end = seg_end;
-                led.publish(peer, false);
-                return PASS;
             }
-            Scan::Bad => {
-                count(Counter::MalformedDiameter);
-                let _ = TCP_FLOWS.remove(key);
-                led.publish(peer, false);
-                return PASS;
-            }
+            PASS
         }
     }
-    if drop {
-        // Nothing of this packet is committed: the carried message (if any) is
-        // carried again, as it was, for the retransmission.
-        if carried > 0 {
-            flow.carry_len = carried as u16;
-            flow.carry_state = carried_state;
-        }
-        led.refund_all(peer);
-        led.publish(peer, true);
-        count(Counter::Dropped);
-        return DROP;
-    }
-    // 2b. More messages than one pass may charge: commit what was done (flow state
-    // up to the next header, counters) and run the TCP program again on the same
-    // packet through the jump table. The re-run sees the committed bytes as already
-    // processed and carries on from the next header. Each message is still charged
-    // exactly once; if a later pass drops the packet, the retransmission skips the
-    // committed part (already charged) and re-judges the rest.
-    if seq_lt(pos, seg_end) && continue_packet(ctx, flow, led, peer, pos) {
-        // Only reached if the tail call failed (depth limit): fall through.
-    }
-    // 3. Beyond the bound: frame by length only, uncharged.
-    let mut k = 0;
-    while k < MAX_SKIP_PER_SEGMENT && seq_lt(pos, seg_end) {
-        k += 1;
-        let off = pos.wrapping_sub(seq) as usize;
-        match wire::parse_header(&pkt, off) {
-            Ok(hd) => {
-                count(Counter::OverBound);
-                pos = pos.wrapping_add(hd.length);
-            }
-            Err(WireError::Truncated) => break,
-            Err(_) => {
-                count(Counter::MalformedDiameter);
-                let _ = TCP_FLOWS.remove(key);
-                led.publish(peer, false);
-                return PASS;
-            }
-        }
-    }
-    if seq_lt(pos, seg_end) && k == MAX_SKIP_PER_SEGMENT {
-        // Still more headers: give up framing this flow; it resynchronises.
-        let _ = TCP_FLOWS.remove(key);
-        count(Counter::Resync);
-    } else {
-        flow.next_hdr = pos;
-        flow.processed_end = seg_end;
-    }
-    led.publish(peer, false);
-    PASS
 }
 
-/// Tail calls beyond this many continue passes are not attempted (the kernel's
-/// limit is 33 tail calls per packet).
-const MAX_PASSES: u32 = 30;
+/// One step of the walk. Returns 0 to go on, 1 to stop.
+#[inline(never)]
+extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
+    // scratch value.
+    let r = unsafe { &*(r as *const WalkRef) };
+    if step(r, unsafe { &mut *r.w }) { 0 } else { 1 }
+}
 
-/// Commits progress up to the header at `pos` and re-runs the TCP program on this
-/// packet. Returns only if the tail call could not be made.
+/// Reads one scan item of the message at `w.pos` or, once its class is known, decides
+/// it. Returns true to go on.
 #[inline(always)]
-fn continue_packet(ctx: &XdpContext, flow: &mut TcpFlow, led: &mut Ledger, peer: &PeerInfo, pos: u32) -> bool {
-    let Some(m) = PKT_META.get_ptr_mut(0) else { return false };
-    // SAFETY: this CPU's slot of a per-CPU array.
-    let depth = unsafe { (*m).depth };
-    if depth >= MAX_PASSES {
+fn step(r: &WalkRef, w: &mut Walk) -> bool {
+    if !seq_lt(w.pos, w.seg_end) {
         return false;
     }
-    // SAFETY: as above.
-    unsafe { (*m).depth = depth + 1 };
-    flow.next_hdr = pos;
-    flow.processed_end = pos;
-    led.publish(peer, false);
-    // SAFETY: a tail call does not return on success.
-    unsafe { JUMP.tail_call(ctx, JUMP_TCP) };
-    // The tail call failed: undo nothing (the state is consistent), let the caller
-    // frame the rest uncharged.
-    led.clear();
+    // This segment holds the message's bytes from `start` (message offset) on: all of
+    // them for a message that begins here, the new ones for the message in progress.
+    let (start, first) = if seq_lt(w.pos, w.fresh) {
+        (w.fresh.wrapping_sub(w.pos), w.fresh)
+    } else {
+        (0, w.pos)
+    };
+    let src = XdpSource(r.ctx);
+    let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
+    let c = match w.cur.step(&src, off, start, w.seg_end.wrapping_sub(w.pos)) {
+        Progress::Done(c) => c,
+        Progress::Read => return true,
+        Progress::More => {
+            w.status = CARRY;
+            return false;
+        }
+        Progress::Invalid(_) => {
+            w.status = LOST;
+            return false;
+        }
+    };
+    let mlen = c.header.length;
+    if c.header.is_request() {
+        let slot = class_slot(&w.peer, c.class);
+        let mut v = decide(&w.peer, slot, w.now);
+        if v == Verdict::Mark && !mark(r, w) {
+            // The out-of-band mark could not be handed over: drop instead, so the
+            // retransmission is judged again (nothing was charged for it).
+            count(Counter::OobFull);
+            v = Verdict::Drop;
+        }
+        publish(&w.peer, slot, mlen, v);
+        if v == Verdict::Drop {
+            w.status = DROPPED;
+            return false;
+        }
+    } else {
+        count(Counter::Answers);
+    }
+    w.pos = w.pos.wrapping_add(mlen);
+    w.cur = ScanCursor::new();
     true
 }
 
+/// Marks the request at `w.pos`: in its header if its flags byte is in this packet
+/// and new to the receiver, else out of band. False if neither could be done.
 #[inline(always)]
-fn scan_done(c: &Classified) -> bool {
-    !matches!(c.req_type, Some(ReqTypeScan::Truncated))
-}
-
-/// Appends `n` packet bytes at `pkt_off` to the flow's carry (clamped to CARRY_MAX).
-#[inline(always)]
-fn append_carry(ctx: &XdpContext, flow: &mut TcpFlow, pkt_off: usize, n: usize) {
-    let cl = flow.carry_len as usize;
-    if cl >= CARRY_MAX {
-        return;
+fn mark(r: &WalkRef, w: &mut Walk) -> bool {
+    let flag = w.pos.wrapping_add(4);
+    // SAFETY: the flow value stays valid for this program run.
+    let flow = unsafe { &mut *r.flow };
+    if !seq_lt(flag, w.fresh) {
+        // Decided in this packet after at least 20 header bytes: the flags byte is
+        // in it. The payload starts at an even offset from the TCP header (data
+        // offset is a multiple of 4), so its parity in the payload decides its half
+        // of the 16-bit word.
+        let off = flag.wrapping_sub(w.seq);
+        if mark_at(r.ctx, w.payload + off, w.tcp_off + 16, off & 1 == 0) {
+            remember_mark(flow, w.pos);
+        }
+        return true;
     }
-    let room = CARRY_MAX - cl;
-    let n = if n > room { room } else { n };
-    // Verifier workaround: re-check both values after an optimisation barrier so the
-    // checks sit on the registers passed to the helper (size must be provably ≥ 1
-    // and dst + size inside the 2·CARRY_MAX buffer).
-    let n = crate::bytes::opaque(n);
-    let cl = crate::bytes::opaque(cl);
-    if n == 0 || n > CARRY_MAX || cl > CARRY_MAX {
-        return;
-    }
-    // SAFETY: dst = carry + cl with cl ≤ CARRY_MAX and n ≤ CARRY_MAX: inside the
-    // 2·CARRY_MAX-byte buffer.
-    let r = unsafe {
-        bpf_xdp_load_bytes(ctx.ctx, pkt_off as u32, flow.carry.as_mut_ptr().add(cl) as *mut _, n as u32)
+    let rec = OobMark {
+        // SAFETY: points at this CPU's packet metadata, valid for this program run.
+        key: unsafe { *r.key },
+        hop_by_hop: w.cur.scan.hop_by_hop,
+        end_to_end: w.cur.scan.end_to_end,
+        header_seq: w.pos,
+        _pad: 0,
     };
-    if r == 0 {
-        flow.carry_len = (cl + n) as u16;
+    if OOB_MARKS.output::<OobMark>(&rec, 0).is_err() {
+        return false;
     }
+    count(Counter::MarkedOutOfBand);
+    true
 }
 
 /// Creates flow state for a flow we have no state for, if this segment starts with a
@@ -545,12 +435,11 @@ fn resync(key: &FlowKey, pkt: &PacketBytes, seq: u32) -> Option<&'static mut Tcp
 }
 
 /// Inserts fresh state for `key` whose next header starts at `seq`. The value is
-/// built in a per-CPU scratch slot: it is too large for the 512-byte BPF stack.
+/// built in a per-CPU scratch slot (kept off the 512-byte BPF stack).
 #[inline(always)]
 fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     let p = FLOW_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch value; the carry bytes need no initialisation
-    // (carry_len = 0).
+    // SAFETY: this CPU's scratch value.
     let st = unsafe { &mut *p };
     st.next_hdr = seq;
     st.processed_end = seq;
@@ -558,9 +447,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     st.mark_idx = 0;
     st.ofo_drops = 0;
     st.hole_since_ns = 0;
-    st.carry_len = 0;
-    st.carry_state = carry_state::UNDECIDED;
-    // By reference: passing the value would copy ~450 bytes onto the 512-byte BPF stack.
+    st.cursor = ScanCursor::new();
     #[allow(clippy::needless_borrows_for_generic_args)]
     TCP_FLOWS.insert(key, &*st, 0).ok()?;
     // SAFETY: just inserted; the LRU value stays valid for this program run.

@@ -101,7 +101,6 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     // on the same CPU.
     unsafe {
         (*m).l4_off = l4.off as u32;
-        (*m).depth = 0;
         (*m).peer = *peer;
         (*m).key = key;
     }

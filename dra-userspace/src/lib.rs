@@ -10,6 +10,7 @@ pub mod diameter;
 pub mod drl;
 pub mod loadgen;
 pub mod metrics;
+pub mod oob;
 pub mod relay;
 pub mod routing;
 pub mod run;

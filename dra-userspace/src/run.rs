@@ -136,6 +136,14 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             Some(Arc::new(Limiter::new(&plan)))
         }
     };
+    // With XDP: the readers apply the requests it marked out of band.
+    let ingress = match (&dataplane, &limiter) {
+        (Some(_), _) => crate::agent::io::Ingress::FastPath(Arc::new(
+            crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?,
+        )),
+        (None, Some(l)) => crate::agent::io::Ingress::Limiter(l.clone()),
+        (None, None) => crate::agent::io::Ingress::None,
+    };
     let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
     let maps = dataplane.map(Dataplane::into_maps);
     let shared =
@@ -156,7 +164,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             (Some(p), false) => Some(spawn_controller(p, targets.clone(), shared.clone(), stop.clone())?),
             _ => None,
         };
-        let agent_opts = crate::agent::AgentOptions { limiter, ..Default::default() };
+        let agent_opts = crate::agent::AgentOptions { ingress, ..Default::default() };
         let agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())
             .await
             .map_err(RunError::Agent)?;

@@ -89,7 +89,7 @@ impl Lab {
         let limiter = Arc::new(Limiter::new(&plan));
         let opts = dra::agent::AgentOptions {
             tc: Some(Duration::from_millis(200)),
-            limiter: Some(limiter.clone()),
+            ingress: dra::agent::io::Ingress::Limiter(limiter.clone()),
             ..Default::default()
         };
         let agent = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())

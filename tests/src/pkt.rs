@@ -174,8 +174,18 @@ pub const TCP_RST: u8 = 0x04;
 
 /// SCTP DATA chunk (RFC 9260 §3.3.1), B|E flags, PPID 46.
 pub fn sctp_data(tsn: u32, ppid: u32, data: &[u8]) -> Vec<u8> {
+    sctp_data_frag(tsn, SCTP_B | SCTP_E, ppid, data)
+}
+
+/// DATA/I-DATA chunk flags: first fragment of a message.
+pub const SCTP_B: u8 = 0x02;
+/// DATA/I-DATA chunk flags: last fragment of a message.
+pub const SCTP_E: u8 = 0x01;
+
+/// One fragment of a message as an SCTP DATA chunk (`flags`: B, E or neither), stream 1.
+pub fn sctp_data_frag(tsn: u32, flags: u8, ppid: u32, data: &[u8]) -> Vec<u8> {
     let len = 16 + data.len();
-    let mut c = vec![0u8, 0x03];
+    let mut c = vec![0u8, flags];
     c.extend_from_slice(&(len as u16).to_be_bytes());
     c.extend_from_slice(&tsn.to_be_bytes());
     c.extend_from_slice(&[0, 1, 0, 0]);
@@ -187,15 +197,22 @@ pub fn sctp_data(tsn: u32, ppid: u32, data: &[u8]) -> Vec<u8> {
     c
 }
 
-/// SCTP I-DATA chunk (RFC 8260 §2.1), B|E flags.
+/// SCTP I-DATA chunk (RFC 8260 §2.1), B|E flags, MID 7.
 pub fn sctp_idata(tsn: u32, ppid: u32, data: &[u8]) -> Vec<u8> {
+    sctp_idata_frag(tsn, SCTP_B | SCTP_E, 1, 7, ppid, data)
+}
+
+/// One fragment of a message as an SCTP I-DATA chunk: `stream`, `mid`, and the PPID
+/// (first fragment, B) or the Fragment Sequence Number (the others).
+pub fn sctp_idata_frag(tsn: u32, flags: u8, stream: u16, mid: u32, ppid_or_fsn: u32, data: &[u8]) -> Vec<u8> {
     let len = 20 + data.len();
-    let mut c = vec![64u8, 0x03];
+    let mut c = vec![64u8, flags];
     c.extend_from_slice(&(len as u16).to_be_bytes());
     c.extend_from_slice(&tsn.to_be_bytes());
-    c.extend_from_slice(&[0, 1, 0, 0]);
-    c.extend_from_slice(&7u32.to_be_bytes());
-    c.extend_from_slice(&ppid.to_be_bytes());
+    c.extend_from_slice(&stream.to_be_bytes());
+    c.extend_from_slice(&[0, 0]);
+    c.extend_from_slice(&mid.to_be_bytes());
+    c.extend_from_slice(&ppid_or_fsn.to_be_bytes());
     c.extend_from_slice(data);
     while c.len() % 4 != 0 {
         c.push(0);
@@ -234,6 +251,52 @@ pub fn ccr(app_id: u32, req_type: u32, n: u32) -> Vec<u8> {
         .with(Avp::enumerated(avp::CC_REQUEST_TYPE, req_type as i32).mandatory())
         .with(Avp::u32(avp::CC_REQUEST_NUMBER, n).mandatory())
         .encode()
+}
+
+/// A CCR as a real gateway writes it, with 3GPP names (TS 23.003 §19.4.2.4): its
+/// CC-Request-Type starts more than 192 bytes into the message.
+pub fn ccr_3gpp(app_id: u32, req_type: u32, n: u32) -> Vec<u8> {
+    let host = "pgw01.epc.mnc010.mcc440.3gppnetwork.org";
+    let realm = "epc.mnc010.mcc440.3gppnetwork.org";
+    let mut m = Message::request(cmd::CREDIT_CONTROL, app_id, 0x100 + n, 0x200 + n)
+        .proxiable()
+        .with(Avp::utf8(avp::SESSION_ID, &format!("{host};1594720193;{n};9abcdef0")).mandatory())
+        .with(Avp::u32(avp::AUTH_APPLICATION_ID, app_id).mandatory())
+        .with(Avp::utf8(avp::ORIGIN_HOST, host).mandatory())
+        .with(Avp::utf8(avp::ORIGIN_REALM, realm).mandatory())
+        .with(Avp::utf8(avp::DESTINATION_REALM, "pcrf.mnc010.mcc440.3gppnetwork.org").mandatory());
+    if app_id == app::GY {
+        // Service-Context-Id (RFC 4006 §8.42) precedes CC-Request-Type.
+        m = m.with(Avp::utf8(461, "32251@3gpp.org").mandatory());
+    }
+    m.with(Avp::enumerated(avp::CC_REQUEST_TYPE, req_type as i32).mandatory())
+        .with(Avp::u32(avp::CC_REQUEST_NUMBER, n).mandatory())
+        .encode()
+}
+
+/// A CCR builder: (application, CC-Request-Type, n) → message with Hop-by-Hop
+/// 0x100 + n and End-to-End 0x200 + n.
+pub type CcrBuild = fn(u32, u32, u32) -> Vec<u8>;
+
+/// The CCR builders the straddling sweeps use: short names (CC-Request-Type ~130 bytes
+/// in) and 3GPP names (beyond 192 bytes).
+pub const CCR_BUILDS: [(&str, CcrBuild); 2] = [("short names", ccr), ("3GPP names", ccr_3gpp)];
+
+/// Offset of the first top-level AVP with `code` in an encoded message.
+pub fn avp_offset(msg: &[u8], code: u32) -> Option<usize> {
+    let mut off = 20;
+    while off + 8 <= msg.len() {
+        let c = u32::from_be_bytes(msg[off..off + 4].try_into().ok()?);
+        let len = u32::from_be_bytes([0, msg[off + 5], msg[off + 6], msg[off + 7]]) as usize;
+        if c == code {
+            return Some(off);
+        }
+        if len < 8 {
+            return None;
+        }
+        off += (len + 3) & !3;
+    }
+    None
 }
 
 /// A CCR whose CC-Request-Type comes after `fillers` other AVPs.

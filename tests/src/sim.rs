@@ -100,6 +100,28 @@ impl Sim {
         .expect("sink listens")
     }
 
+    /// As [`Sim::sink`], standing where the agent would behind the fast path pinned in
+    /// `pin_dir`: its arrival log applies the XDP program's out-of-band marks (requests
+    /// marked after their header had passed) as the agent's readers do.
+    pub fn fast_path_sink(
+        &self,
+        ns: &Netns,
+        addr: SocketAddr,
+        (host, realm): (&str, &str),
+        client_host: &str,
+        pin_dir: &std::path::Path,
+    ) -> ScriptedServer {
+        let cfg = identity(host, realm, addr.ip());
+        let inbox = dra::oob::OobInbox::open_pinned(pin_dir).expect("pinned OOB_MARKS");
+        let log = dra::loadgen::script::ArrivalLog::fast_path(std::sync::Arc::new(inbox));
+        ns.enter(|| {
+            self.rt
+                .block_on(ScriptedServer::sink_into(addr, cfg, client_host, None, log))
+        })
+        .unwrap()
+        .expect("sink listens")
+    }
+
     /// A peer `host`/`realm` connecting from `from` in `ns` to `to`, done with CER/CEA
     /// (the server's Origin-Host must be `server_host`). `tap` sees every message.
     pub fn connect(

@@ -1,13 +1,17 @@
 //! Fixture table for the XDP programs, run in the kernel through BPF_PROG_TEST_RUN
 //! (`aya::programs::TestRun`). Each row: packets in, expected verdicts, expected
-//! output bytes where the packet is modified, expected counter deltas. Flow state
-//! and buckets are reset before each row; packets within a row share them.
+//! output bytes where the packet is modified, expected counter deltas, expected
+//! out-of-band marks. Flow state and buckets are reset before each row; packets within
+//! a row share them. Then sweeps: an over-limit request cut at every byte offset, over
+//! TCP (reject and drop) and SCTP (DATA and I-DATA fragments), gets the verdict of the
+//! uncut stream.
 
 use aya::{
     Ebpf,
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use dra::dataplane::{self, Maps, Plan};
+use dra::oob::{self, OobInbox};
 use dra_common::{
     maps::{ClassCounters, UnknownPeerPolicy},
     stats::Counter,
@@ -104,6 +108,8 @@ struct Harness {
     ebpf: Ebpf,
     maps: Maps,
     plan: Plan,
+    /// The agent's reader of the out-of-band marks, on this object's ring.
+    oob: OobInbox,
 }
 
 impl Harness {
@@ -114,7 +120,36 @@ impl Harness {
         dataplane::load_xdp(&mut ebpf).expect("load");
         let mut maps = Maps::take(&mut ebpf).expect("maps");
         maps.write_plan(&plan).expect("write plan");
-        Harness { ebpf, maps, plan }
+        let ring = ebpf.take_map(dra_common::maps::names::OOB_MARKS).expect("OOB_MARKS");
+        let oob = OobInbox::new(ring).expect("ring buffer");
+        Harness { ebpf, maps, plan, oob }
+    }
+
+    /// Fresh flows and full buckets.
+    fn reset(&mut self) {
+        self.maps.reset_buckets().unwrap();
+        self.maps.clear_flows();
+    }
+
+    /// The out-of-band marks the program wrote since the last call, for `frame`'s
+    /// flow from port 40000 to 3868, as (Hop-by-Hop, End-to-End), checked against
+    /// `want` through the agent's own inbox.
+    fn oob_marks(&self, frame: &Frame, want: &[(u32, u32)]) -> Result<(), String> {
+        let before = self.oob.stats().received;
+        self.oob.drain();
+        let got = self.oob.stats().received - before;
+        let key = oob::flow_key((frame.src, 40000).into(), (frame.dst, 3868).into());
+        let mut missing = Vec::new();
+        for (h, e) in want {
+            if !self.oob.take(&key, *h, *e) {
+                missing.push((*h, *e));
+            }
+        }
+        self.oob.forget(&key);
+        if got != want.len() as u64 || !missing.is_empty() {
+            return Err(format!("{got} out-of-band marks, want {want:x?} (missing {missing:x?})"));
+        }
+        Ok(())
     }
 
     fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
@@ -160,10 +195,12 @@ struct Row {
     counters: Vec<(Counter, u64)>,
     slots: Vec<SlotDelta>,
     unknown_drop: bool,
+    /// Out-of-band marks expected, as (Hop-by-Hop, End-to-End).
+    oob: Vec<(u32, u32)>,
 }
 
 fn row(name: &'static str, steps: Vec<Step>, counters: Vec<(Counter, u64)>, slots: Vec<SlotDelta>) -> Row {
-    Row { name, steps, counters, slots, unknown_drop: false }
+    Row { name, steps, counters, slots, unknown_drop: false, oob: vec![] }
 }
 
 const CCR_I: Option<MsgClass> = Some(MsgClass::gx_ccr(rt::INITIAL));
@@ -309,6 +346,7 @@ fn rows() -> Vec<Row> {
         counters: vec![(Counter::OverBound, 0)],
         slots: vec![("pgw1", CCR_I, 9, 2, 7, 0)],
         unknown_drop: false,
+        oob: vec![],
     });
 
     // --- over limit: reject marks ---
@@ -324,6 +362,7 @@ fn rows() -> Vec<Row> {
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", None, 3, 2, 1, 0)],
         unknown_drop: false,
+        oob: vec![],
     });
     let three = seg(&f, 0, &cat(&[&i0, &i1, &i2]));
     v.push(Row {
@@ -332,6 +371,7 @@ fn rows() -> Vec<Row> {
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
+        oob: vec![],
     });
 
     // --- split messages ---
@@ -371,7 +411,34 @@ fn rows() -> Vec<Row> {
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
+        oob: vec![],
     });
+
+    // A CCR-I over the limit whose flags byte passed in an earlier segment than its
+    // CC-Request-Type: marked out of band (the agent applies it), neither packet
+    // touched.
+    let rt_at = pkt::avp_offset(&i2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap();
+    let (a, b) = i2.split_at(rt_at + 6);
+    v.push(Row {
+        name: "straddling CCR-I over the limit: marked out of band",
+        steps: vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&i0, &i1, a])), PASS),
+            step(seg(&f, 2 * l + a.len() as u32, &cat(&[b, &u0])), PASS),
+        ],
+        counters: vec![(Counter::MarkedOutOfBand, 1), (Counter::Marked, 1)],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
+        unknown_drop: false,
+        oob: vec![(0x102, 0x202)],
+    });
+    let long = pkt::ccr_3gpp(app::GX, 1, 5);
+    let (a, b) = long.split_at(200);
+    v.push(row(
+        "3GPP names: CC-Request-Type beyond 192 bytes, cut at 200: still CCR-I",
+        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 200, b), PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 0, 0, 0, 0)],
+    ));
 
     // --- retransmissions and holes ---
     let first = seg(&f, 0, &i0);
@@ -394,6 +461,7 @@ fn rows() -> Vec<Row> {
         counters: vec![(Counter::Retransmit, 1)],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
+        oob: vec![],
     });
     v.push(row(
         "coalesced retransmission: old bytes skipped, new message charged",
@@ -507,6 +575,7 @@ fn rows() -> Vec<Row> {
         counters: vec![(Counter::UnknownPeerDrop, 1)],
         slots: vec![],
         unknown_drop: true,
+        oob: vec![],
     });
 
     // --- drop action ---
@@ -519,14 +588,17 @@ fn rows() -> Vec<Row> {
     p2.push(step(seg(&f2, 3 * l, &i0), DROP));
     v.push(row("drop action: the fourth request (burst 3) is dropped", p2, vec![(Counter::Dropped, 1)], vec![("pgw2", None, 3, 3, 0, 1)]));
     v.push(row(
-        "drop is all-or-nothing per packet, and refunds",
+        "drop: the packet is dropped at the over-limit request; those before it stay charged",
         vec![
             step(syn(&f2), PASS),
             step(seg(&f2, 0, &cat(&[&i0, &i0])), PASS),
             step(seg(&f2, 2 * l, &cat(&[&i0, &i0])), DROP),
+            // The retransmission: the third is passed as already charged, the fourth is
+            // judged again (still over).
+            step(seg(&f2, 2 * l, &cat(&[&i0, &i0])), DROP),
             step(seg(&f2, 2 * l, &i0), PASS),
         ],
-        vec![(Counter::Dropped, 1)],
+        vec![(Counter::Dropped, 2), (Counter::Retransmit, 1)],
         vec![("pgw2", None, 3, 3, 0, 2)],
     ));
     v.push(row(
@@ -598,8 +670,8 @@ fn fixture_table() {
     assert!(rows.len() >= 40, "{} rows", rows.len());
     let mut failures = Vec::new();
     for r in &rows {
-        h.maps.reset_buckets().unwrap();
-        h.maps.clear_flows();
+        h.reset();
+        let _ = h.oob_marks(&f1(), &[]);
         let mut g = h.plan.global;
         g.unknown_peer = if r.unknown_drop { UnknownPeerPolicy::Drop as u32 } else { UnknownPeerPolicy::Pass as u32 };
         h.maps.write_global(g).unwrap();
@@ -625,6 +697,9 @@ fn fixture_table() {
         }
         let after = h.counters();
         let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
+        if let Err(e) = h.oob_marks(&f1(), &r.oob) {
+            failures.push(format!("{}: {e}", r.name));
+        }
         if delta(Counter::Packets) != r.steps.len() as u64 {
             failures.push(format!("{}: packets counted {}, want {}", r.name, delta(Counter::Packets), r.steps.len()));
         }
@@ -678,4 +753,207 @@ fn live_rate_change_keeps_tokens() {
     assert!(send(&mut h, 3), "no tokens handed out by the rewrite: still marked");
     h.maps.set_rate(&slot, 1.0).unwrap();
     assert!(send(&mut h, 4));
+}
+
+/// Slot counters (seen, admitted, marked, dropped) of a peer's class slot.
+fn slot4(h: &Harness, peer: &str, class: Option<MsgClass>) -> (u64, u64, u64, u64) {
+    let c = h.maps.slot_counters(h.slot(peer, class)).unwrap();
+    (c.seen, c.admitted, c.marked, c.dropped)
+}
+
+fn sub4(a: (u64, u64, u64, u64), b: (u64, u64, u64, u64)) -> (u64, u64, u64, u64) {
+    (a.0 - b.0, a.1 - b.1, a.2 - b.2, a.3 - b.3)
+}
+
+/// `reject`: two CCR-I fill the burst; the third is cut at every byte offset into two
+/// segments (a CCR-U follows it in the second). The uncut stream marks the third and
+/// nothing else. Cut anywhere, it is still marked exactly once: in its header when its
+/// flags byte is in the segment that completes its class, else out of band; neither
+/// segment is otherwise touched.
+#[test]
+fn straddle_sweep_reject() {
+    let mut h = Harness::new();
+    let f = f1();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (label, build) in pkt::CCR_BUILDS {
+        let (i0, i1, i2) = (build(app::GX, 1, 0), build(app::GX, 1, 1), build(app::GX, 1, 2));
+        let u3 = build(app::GX, 2, 3);
+        let pre = cat(&[&i0, &i1]);
+        let p = pre.len();
+        // The class is known once CC-Request-Type's value is in.
+        let decided = pkt::avp_offset(&i2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        for k in 1..i2.len() {
+            cases += 1;
+            h.reset();
+            let _ = h.oob_marks(&f, &[]);
+            let before = h.counters();
+            let (ci, cu) = (slot4(&h, "pgw1", CCR_I), slot4(&h, "pgw1", OTHER));
+            let a = seg(&f, 0, &cat(&[&pre, &i2[..k]]));
+            let b = seg(&f, (p + k) as u32, &cat(&[&i2[k..], &u3]));
+            let (want_a, want_b, want_oob) = if k >= decided {
+                (pkt::expect_marked(&a, &f, &[p + 4]), b.clone(), vec![])
+            } else if k <= 4 {
+                (a.clone(), pkt::expect_marked(&b, &f, &[4 - k]), vec![])
+            } else {
+                (a.clone(), b.clone(), vec![(0x102, 0x202)])
+            };
+            assert_eq!(h.run(&syn(&f)).0, PASS);
+            let (va, oa) = h.run(&a);
+            let (vb, ob) = h.run(&b);
+            let mut bad = Vec::new();
+            if (va, vb) != (PASS, PASS) {
+                bad.push(format!("verdicts {va}/{vb}"));
+            }
+            if oa != want_a || ob != want_b {
+                bad.push(format!("marks: first {}, second {}", oa != a, ob != b));
+            }
+            if let Err(e) = h.oob_marks(&f, &want_oob) {
+                bad.push(e);
+            }
+            let after = h.counters();
+            let oob_delta = after[Counter::MarkedOutOfBand as usize].1 - before[Counter::MarkedOutOfBand as usize].1;
+            if oob_delta != want_oob.len() as u64 {
+                bad.push(format!("marked_out_of_band {oob_delta}"));
+            }
+            let (di, du) = (sub4(slot4(&h, "pgw1", CCR_I), ci), sub4(slot4(&h, "pgw1", OTHER), cu));
+            if di != (3, 2, 1, 0) || du != (1, 1, 0, 0) {
+                bad.push(format!("CCR-I {di:?}, CCR-U {du:?}"));
+            }
+            if !bad.is_empty() {
+                failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));
+            }
+        }
+    }
+    assert!(cases > 250, "{cases} cuts");
+    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `drop` (pgw1's CCR-T profile, burst 2): the third CCR-T is cut at every byte offset.
+/// The segment that completes its class is dropped — the first when the cut comes after
+/// its CC-Request-Type, else the second — and nothing after it in that segment is
+/// charged. Its retransmission is judged again (dropped again: still over the limit),
+/// never charged twice.
+#[test]
+fn straddle_sweep_drop() {
+    let mut h = Harness::new();
+    let f = f1();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (label, build) in pkt::CCR_BUILDS {
+        let (t0, t1, t2) = (build(app::GX, 3, 0), build(app::GX, 3, 1), build(app::GX, 3, 2));
+        let u3 = build(app::GX, 2, 3);
+        let pre = cat(&[&t0, &t1]);
+        let p = pre.len();
+        let decided = pkt::avp_offset(&t2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        for k in 1..t2.len() {
+            cases += 1;
+            h.reset();
+            let (ct, cu) = (slot4(&h, "pgw1", CCR_T), slot4(&h, "pgw1", OTHER));
+            let a = seg(&f, 0, &cat(&[&pre, &t2[..k]]));
+            let b = seg(&f, (p + k) as u32, &cat(&[&t2[k..], &u3]));
+            assert_eq!(h.run(&syn(&f)).0, PASS);
+            let mut bad = Vec::new();
+            let (first, dropped_seg) = if k >= decided { (DROP, &a) } else { (PASS, &b) };
+            let (va, oa) = h.run(&a);
+            if va != first || (va == PASS && oa != a) {
+                bad.push(format!("first segment: verdict {va}"));
+            }
+            if k < decided {
+                let (vb, _) = h.run(&b);
+                if vb != DROP {
+                    bad.push(format!("second segment: verdict {vb}"));
+                }
+            }
+            // The retransmission of the dropped segment: judged again.
+            let (vr, _) = h.run(dropped_seg);
+            if vr != DROP {
+                bad.push(format!("retransmission: verdict {vr}"));
+            }
+            let (dt, du) = (sub4(slot4(&h, "pgw1", CCR_T), ct), sub4(slot4(&h, "pgw1", OTHER), cu));
+            if dt != (2, 2, 0, 2) || du != (0, 0, 0, 0) {
+                bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
+            }
+            if !bad.is_empty() {
+                failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));
+            }
+        }
+    }
+    assert!(cases > 250, "{cases} cuts");
+    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// SCTP: the third CCR-I (over the limit: dropped on SCTP) fragmented into two DATA
+/// chunks (B, then E) at every byte offset, in two packets; then the same with I-DATA,
+/// with a complete message of another stream between the fragments (RFC 8260
+/// interleaving). The packet that completes the class is dropped; the others pass.
+#[test]
+fn sctp_fragment_sweep() {
+    use pkt::{SCTP_B, SCTP_E};
+    let mut h = Harness::new();
+    let f = f1();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (label, build) in pkt::CCR_BUILDS {
+        let (i0, i1, i2) = (build(app::GX, 1, 0), build(app::GX, 1, 1), build(app::GX, 1, 2));
+        let u3 = build(app::GX, 2, 3);
+        let decided = pkt::avp_offset(&i2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        for idata in [false, true] {
+            for k in 1..i2.len() {
+                cases += 1;
+                h.reset();
+                let (ci, cu) = (slot4(&h, "pgw1", CCR_I), slot4(&h, "pgw1", OTHER));
+                let (p1, p2) = if idata {
+                    (
+                        f.sctp(40000, 3868, &[
+                            pkt::sctp_idata_frag(10, SCTP_B | SCTP_E, 1, 1, 46, &i0),
+                            pkt::sctp_idata_frag(11, SCTP_B | SCTP_E, 1, 2, 46, &i1),
+                            pkt::sctp_idata_frag(12, SCTP_B, 1, 3, 46, &i2[..k]),
+                            // Another stream's message between the two fragments.
+                            pkt::sctp_idata_frag(13, SCTP_B | SCTP_E, 2, 1, 46, &u3),
+                        ]),
+                        f.sctp(40000, 3868, &[pkt::sctp_idata_frag(14, SCTP_E, 1, 3, 1, &i2[k..])]),
+                    )
+                } else {
+                    (
+                        f.sctp(40000, 3868, &[
+                            pkt::sctp_data(10, 46, &i0),
+                            pkt::sctp_data(11, 46, &i1),
+                            pkt::sctp_data_frag(12, SCTP_B, 46, &i2[..k]),
+                        ]),
+                        f.sctp(40000, 3868, &[
+                            pkt::sctp_data_frag(13, SCTP_E, 46, &i2[k..]),
+                            pkt::sctp_data(14, 46, &u3),
+                        ]),
+                    )
+                };
+                let mut bad = Vec::new();
+                let (v1, _) = h.run(&p1);
+                let want1 = if k >= decided { DROP } else { PASS };
+                if v1 != want1 {
+                    bad.push(format!("first packet: verdict {v1}"));
+                }
+                if v1 == PASS {
+                    let (v2, _) = h.run(&p2);
+                    if v2 != DROP {
+                        bad.push(format!("second packet: verdict {v2}"));
+                    }
+                }
+                let di = sub4(slot4(&h, "pgw1", CCR_I), ci);
+                let du = sub4(slot4(&h, "pgw1", OTHER), cu);
+                // The CCR-U: judged only where it precedes the drop (the I-DATA case
+                // with the first packet passed).
+                let want_u = if idata && v1 == PASS { (1, 1, 0, 0) } else { (0, 0, 0, 0) };
+                if di != (2, 2, 0, 1) || du != want_u {
+                    bad.push(format!("CCR-I {di:?}, CCR-U {du:?}"));
+                }
+                if !bad.is_empty() {
+                    let kind = if idata { "I-DATA" } else { "DATA" };
+                    failures.push(format!("{label}, {kind}, cut at {k}: {}", bad.join("; ")));
+                }
+            }
+        }
+    }
+    assert!(cases > 500, "{cases} cuts");
+    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
 }

@@ -119,9 +119,10 @@ impl Lab {
         (maps, plan)
     }
 
-    /// The sink in the DRA namespace: accepts pgw1, never answers a CCR.
+    /// The sink in the DRA namespace: accepts pgw1, never answers a CCR; it applies
+    /// the fast path's out-of-band marks as the agent does.
     fn sink(&self, sim: &Sim) -> ScriptedServer {
-        sim.sink(&self.dra, self.sink_addr, DRA, PGW1.0)
+        sim.fast_path_sink(&self.dra, self.sink_addr, DRA, PGW1.0, &self.pins.0)
     }
 
     /// A new pgw1 connection from the client namespace to the sink (CER/CEA done).
@@ -280,7 +281,7 @@ fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
         println!("  slot {} {}/{}: {:?}", sl.index, sl.owner, sl.class_label, maps.slot_counters(sl.index).unwrap());
     }
     for (k, fl) in maps.tcp_flows() {
-        println!("  flow {}->{}: next_hdr {} processed_end {} carry_len {} state {} ofo {}", k.sport, k.dport, fl.next_hdr, fl.processed_end, fl.carry_len, fl.carry_state, fl.ofo_drops);
+        println!("  flow {}->{}: next_hdr {} processed_end {} scan phase {} part {} ofo {}", k.sport, k.dport, fl.next_hdr, fl.processed_end, fl.cursor.scan.phase, fl.cursor.part_len, fl.ofo_drops);
     }
     println!("stats: {:?}", maps.stats().unwrap().iter().filter(|(_, v)| *v > 0).map(|(c, v)| (c.name(), *v)).collect::<Vec<_>>());
     assert!(in_window as f64 <= limit * 1.02, "admitted {in_window} > {limit:.0}");

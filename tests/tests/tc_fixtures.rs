@@ -533,3 +533,69 @@ fn tc_fixture_table() {
         failures.join("\n")
     );
 }
+
+/// Egress `drop` (group ocs: Gy CCR-I burst 2): the third Gy CCR-I the agent sends is cut
+/// at every byte offset into two skbs. The skb that completes its class is shot — the
+/// first when the cut comes after its CC-Request-Type, else the second — and the resend
+/// of that skb is judged again (shot again: still over), never counted twice. Short
+/// names and 3GPP names (CC-Request-Type beyond 192 bytes).
+#[test]
+fn tc_straddle_sweep() {
+    let mut h = Harness::new();
+    let o1 = Frame::v4(DRA, OCS1);
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (label, build) in pkt::CCR_BUILDS {
+        let (g0, g1, g2) = (build(app::GY, 1, 0), build(app::GY, 1, 1), build(app::GY, 1, 2));
+        let pre = [g0, g1].concat();
+        let p = pre.len();
+        let decided =
+            pkt::avp_offset(&g2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        for k in 1..g2.len() {
+            cases += 1;
+            h.maps.reset_buckets().unwrap();
+            h.maps.clear_egress_flows();
+            let slot = h.slot("ocs1", GY_I);
+            let before = h.maps.slot_counters(slot).unwrap();
+            let a = seg(&o1, 0, &[&pre[..], &g2[..k]].concat());
+            let b = seg(&o1, (p + k) as u32, &g2[k..]);
+            let mut bad = Vec::new();
+            assert_eq!(h.run(&syn(&o1)), PASS);
+            let va = h.run(&a);
+            let (want_a, shot) = if k >= decided { (SHOT, &a) } else { (PASS, &b) };
+            if va != want_a {
+                bad.push(format!("first skb: {va:#x}"));
+            }
+            if k < decided {
+                let vb = h.run(&b);
+                if vb != SHOT {
+                    bad.push(format!("second skb: {vb:#x}"));
+                }
+            }
+            let vr = h.run(shot);
+            if vr != SHOT {
+                bad.push(format!("resend: {vr:#x}"));
+            }
+            let c = h.maps.slot_counters(slot).unwrap();
+            let d = (
+                c.seen - before.seen,
+                c.admitted - before.admitted,
+                c.marked - before.marked,
+                c.dropped - before.dropped,
+            );
+            if d != (2, 2, 0, 2) {
+                bad.push(format!("Gy CCR-I {d:?}"));
+            }
+            if !bad.is_empty() {
+                failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));
+            }
+        }
+    }
+    assert!(cases > 250, "{cases} cuts");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

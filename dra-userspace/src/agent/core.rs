@@ -343,8 +343,8 @@ impl Core {
         let span = self.span(self.next_conn, remote, None);
         // Accepted connections come to a Diameter port: the ingress limits apply when
         // the agent enforces them itself.
-        let limiter = self.opts.limiter.clone();
-        self.open_conn(stream, remote, None, opts, limiter, span);
+        let ingress = self.opts.ingress.clone();
+        self.open_conn(stream, remote, None, opts, ingress, span);
     }
 
     /// Sets up a connection: its `PeerConnection` (responder for an accepted one,
@@ -356,7 +356,7 @@ impl Core {
         remote: std::net::SocketAddr,
         peer: Option<PeerId>,
         opts: ConnectionOptions,
-        limiter: Option<Arc<crate::limiter::Limiter>>,
+        ingress: io::Ingress,
         span: Span,
     ) -> Option<ConnId> {
         let id = self.next_conn;
@@ -379,7 +379,7 @@ impl Core {
             self.io_tx.clone(),
             self.opts.max_message_size,
             self.opts.write_queue,
-            limiter,
+            ingress,
             span.clone(),
         ) {
             Ok(io) => io,
@@ -464,7 +464,7 @@ impl Core {
         let span = self.span(self.next_conn, remote, Some(&self.cfg.peers[peer].origin_host));
         // Our own outbound connections: the fast path sees their traffic arrive on an
         // ephemeral port, never limited; so does the agent's limiter.
-        match self.open_conn(stream, remote, Some(PeerId(peer)), opts, None, span) {
+        match self.open_conn(stream, remote, Some(PeerId(peer)), opts, io::Ingress::None, span) {
             Some(id) => self.slots[peer].initiator = Some(id),
             None => self.schedule_reconnect(peer, None),
         }

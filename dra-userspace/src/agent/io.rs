@@ -1,12 +1,16 @@
 //! Per-connection I/O tasks: a reader (TCP → Framer → decode → core) and a writer
 //! (bounded queue → TCP). No protocol logic: the core owns every `PeerConnection`.
 //!
-//! Without the XDP fast path the reader also applies the ingress limits
-//! ([`crate::limiter`]) to each framed message before decoding it: an over-limit
-//! request is marked in its flags byte, exactly as XDP marks it, so the core's marked
-//! path answers it; one over a `drop` limit is held: the reader reads nothing more
-//! from that connection until the buckets take it (back-pressure through TCP flow
-//! control, as XDP_DROP is through retransmission; nothing is lost).
+//! The reader of an accepted connection applies the ingress verdicts before decoding
+//! each framed message ([`Ingress`]):
+//! - with the XDP fast path, requests it marked out of band (they straddled TCP
+//!   segments; [`crate::oob`]) get the header mark here;
+//! - without it, the reader applies the ingress limits itself ([`crate::limiter`]): an
+//!   over-limit request is marked in its flags byte, exactly as XDP marks it, so the
+//!   core's marked path answers it; one over a `drop` limit is held: the reader reads
+//!   nothing more from that connection until the buckets take it (back-pressure
+//!   through TCP flow control, as XDP_DROP is through retransmission; nothing is
+//!   lost).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +23,19 @@ use tracing::{Instrument, debug};
 
 use crate::diameter::{DecodeError, Framer, FramingError, Message, decode};
 use crate::limiter::{Filter, Limiter, Source};
+use crate::oob::{self, OobInbox};
+
+/// Who enforces the ingress limits on an accepted connection (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub enum Ingress {
+    /// Nobody here: an outbound connection, or no limits.
+    #[default]
+    None,
+    /// The agent itself (no fast path attached).
+    Limiter(Arc<Limiter>),
+    /// The XDP fast path; its out-of-band marks are applied by the reader.
+    FastPath(Arc<OobInbox>),
+}
 
 /// A connection id, unique for the agent's lifetime (never reused).
 pub type ConnId = u64;
@@ -67,29 +84,42 @@ pub struct ConnIo {
     pub remote: SocketAddr,
 }
 
-/// Spawns the reader and writer tasks of `stream`. With `limiter` (accepted
-/// connections when no fast path is attached) the reader enforces the ingress limits
-/// of the connection's source ([`Limiter::source`]: remote address, local port).
+/// How the reader of one connection applies the ingress verdicts.
+enum Verdicts {
+    None,
+    /// The agent's limiter, for this connection's source.
+    Limiter(Arc<Limiter>, Source),
+    /// The fast path's out-of-band marks, for this connection's flow.
+    FastPath(Arc<OobInbox>, dra_common::maps::FlowKey),
+}
+
+/// Spawns the reader and writer tasks of `stream`. `ingress` says who enforces the
+/// ingress limits for an accepted connection (see [`Ingress`]): the agent's limiter
+/// (for the connection's source: remote address, local port), or XDP.
 pub fn spawn(
     conn: ConnId,
     stream: TcpStream,
     events: mpsc::Sender<IoEvent>,
     max_message_size: usize,
     write_queue: usize,
-    limiter: Option<Arc<Limiter>>,
+    ingress: Ingress,
     span: tracing::Span,
 ) -> std::io::Result<ConnIo> {
     let remote = stream.peer_addr()?;
-    let local_port = stream.local_addr()?.port();
-    let limits = limiter.and_then(|l| match l.source(remote.ip(), local_port) {
-        Source::NotDiameter => None,
-        src => Some((l, src)),
-    });
+    let local = stream.local_addr()?;
+    let verdicts = match ingress {
+        Ingress::None => Verdicts::None,
+        Ingress::Limiter(l) => match l.source(remote.ip(), local.port()) {
+            Source::NotDiameter => Verdicts::None,
+            src => Verdicts::Limiter(l, src),
+        },
+        Ingress::FastPath(o) => Verdicts::FastPath(o, oob::flow_key(remote, local)),
+    };
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
-    let reader = tokio::spawn(reader(conn, rd, events, max_message_size, limits).instrument(span));
+    let reader = tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
     Ok(ConnIo { tx, reader, remote })
 }
 
@@ -98,7 +128,7 @@ async fn reader(
     mut rd: OwnedReadHalf,
     events: mpsc::Sender<IoEvent>,
     max: usize,
-    limits: Option<(Arc<Limiter>, Source)>,
+    verdicts: Verdicts,
 ) {
     let mut framer = Framer::with_max_message_size(max);
     let mut buf = vec![0u8; 64 * 1024];
@@ -109,11 +139,20 @@ async fn reader(
             Err(e) => break CloseCause::Io(e),
         };
         framer.push(&buf[..n]);
+        // Every out-of-band mark of a request these bytes complete is in the ring by
+        // now (crate::oob, "Ordering").
+        if let Verdicts::FastPath(o, _) = &verdicts {
+            o.drain();
+        }
         loop {
             match framer.next_message() {
                 Ok(Some(mut frame)) => {
-                    if let Some((l, src)) = &limits {
-                        match l.filter(src, &mut frame, l.now_ns()) {
+                    match &verdicts {
+                        Verdicts::None => {}
+                        Verdicts::FastPath(o, key) => {
+                            o.apply(key, &mut frame);
+                        }
+                        Verdicts::Limiter(l, src) => match l.filter(src, &mut frame, l.now_ns()) {
                             Filter::Pass => {}
                             // An unknown source under `unknown_peer = "drop"`.
                             Filter::Discard => continue,
@@ -122,7 +161,7 @@ async fn reader(
                                     tokio::time::sleep(l.hold_for(src, &frame, l.now_ns())).await;
                                 }
                             }
-                        }
+                        },
                     }
                     let len = frame.len();
                     let msg = decode(&frame).map_err(Box::new);
@@ -141,6 +180,9 @@ async fn reader(
         }
     };
     debug!(?why, "reader done");
+    if let Verdicts::FastPath(o, key) = &verdicts {
+        o.forget(key);
+    }
     let _ = events.send(IoEvent::Closed { conn, why }).await;
 }
 

@@ -86,13 +86,11 @@ mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
-use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::relay::{RelayStats, RlfStats};
 
@@ -124,10 +122,11 @@ pub struct AgentOptions {
     pub seed: u64,
     /// Wait for DPAs this long at shutdown.
     pub shutdown_grace: Duration,
-    /// Ingress limits enforced by the agent (when the XDP fast path is not attached):
-    /// applied to every accepted connection's messages before decoding
-    /// ([`crate::limiter`]). `None`: the fast path (or nobody) enforces them.
-    pub limiter: Option<Arc<Limiter>>,
+    /// Who enforces the ingress limits on accepted connections: the agent's own
+    /// limiter when the XDP fast path is not attached ([`crate::limiter`], applied to
+    /// every message before decoding), or the fast path, whose out-of-band marks the
+    /// readers apply ([`crate::oob`]).
+    pub ingress: io::Ingress,
 }
 
 impl Default for AgentOptions {
@@ -144,7 +143,7 @@ impl Default for AgentOptions {
             binding_capacity: 1_000_000,
             seed: 0x5eed_d1a0,
             shutdown_grace: Duration::from_secs(2),
-            limiter: None,
+            ingress: io::Ingress::None,
         }
     }
 }

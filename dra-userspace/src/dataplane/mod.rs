@@ -55,7 +55,7 @@ const PINNED_MAPS: [&str; 19] = [
     names::SCTP_ASSOCS,
     JUMP_MAP,
     "PKT_META",
-    "LEDGER_SCRATCH",
+    names::OOB_MARKS,
     "FLOW_SCRATCH",
     names::EGRESS_PEERS_V4,
     names::EGRESS_PEERS_V6,

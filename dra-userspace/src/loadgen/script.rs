@@ -82,10 +82,19 @@ pub struct Arrival {
 /// Every application request (Application-Id not 0, so no CER, DWR or DPR: RFC 6733
 /// §2.4) a [`ScriptedServer`] received, in arrival order. Requests are logged from the
 /// raw bytes, before decoding, so also one the server could not decode.
+///
+/// A log made with [`ArrivalLog::fast_path`] stands where the agent would: it applies
+/// the XDP program's out-of-band marks ([`crate::oob`]) the way the agent's readers do,
+/// so `marked` is the fast path's verdict whatever the segment cuts were.
 #[derive(Clone, Default)]
-pub struct ArrivalLog(Arc<Mutex<Vec<Arrival>>>);
+pub struct ArrivalLog(Arc<Mutex<Vec<Arrival>>>, Option<Arc<crate::oob::OobInbox>>);
 
 impl ArrivalLog {
+    /// A log that also applies the fast path's out-of-band marks from `inbox`.
+    pub fn fast_path(inbox: Arc<crate::oob::OobInbox>) -> ArrivalLog {
+        ArrivalLog(Arc::default(), Some(inbox))
+    }
+
     /// A copy of the log so far.
     pub fn snapshot(&self) -> Vec<Arrival> {
         self.0.lock().expect("arrivals").clone()
@@ -126,12 +135,17 @@ impl ArrivalLog {
         }
     }
 
-    /// Logs `frame` (one whole message) if it is an application request.
-    fn record(&self, frame: &[u8], at: Instant, conn: usize) {
+    /// Logs `frame` (one whole message of flow `key`) if it is an application request.
+    fn record(&self, frame: &[u8], at: Instant, conn: usize, key: &dra_common::maps::FlowKey) {
         if frame.len() < 16 {
             return;
         }
-        let Ok(c) = wire::classify(&frame, 0) else { return };
+        let mut frame = frame.to_vec();
+        if let Some(o) = &self.1 {
+            o.drain();
+            o.apply(key, &mut frame);
+        }
+        let Ok(c) = wire::classify(&frame.as_slice(), 0) else { return };
         // RFC 6733 §2.4: Application-Id 0 is the base protocol (CER, DWR, DPR).
         if !c.header.is_request() || c.header.application_id == app::COMMON {
             return;
@@ -266,6 +280,10 @@ async fn drive(
     mut rx: mpsc::Receiver<Cmd>,
 ) {
     let _ = stream.set_nodelay(true);
+    let key = match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(r), Ok(l)) => crate::oob::flow_key(r, l),
+        _ => dra_common::maps::FlowKey::default(),
+    };
     let start = Instant::now();
     let (mut rd, mut wr) = stream.into_split();
     let mut framer = Framer::new();
@@ -353,7 +371,7 @@ async fn drive(
                 while let Ok(Some(frame)) = framer.next_message() {
                     record(false, &frame);
                     if let Some((log, conn)) = &arrivals {
-                        log.record(&frame, at, *conn);
+                        log.record(&frame, at, *conn, &key);
                     }
                     let Ok(msg) = decode(&frame) else { continue };
                     let now = start.elapsed();
@@ -449,6 +467,19 @@ impl ScriptedServer {
         Self::with_handler(listen, cfg, dra_host, tap, silent, Arc::default()).await
     }
 
+    /// As [`ScriptedServer::sink`], logging into `arrivals` (e.g. an
+    /// [`ArrivalLog::fast_path`] log).
+    pub async fn sink_into(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        tap: Option<Tap>,
+        arrivals: ArrivalLog,
+    ) -> std::io::Result<ScriptedServer> {
+        let silent: Handler = Arc::new(|_: &Message| None);
+        Self::serve(listen, cfg, dra_host, tap, silent, Arc::default(), arrivals).await
+    }
+
     /// As [`ScriptedServer::start`] with a custom handler (which does its own counting).
     pub async fn with_handler(
         listen: SocketAddr,
@@ -458,6 +489,18 @@ impl ScriptedServer {
         handler: Handler,
         stats: Arc<ScriptStats>,
     ) -> std::io::Result<ScriptedServer> {
+        Self::serve(listen, cfg, dra_host, tap, handler, stats, ArrivalLog::default()).await
+    }
+
+    async fn serve(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        tap: Option<Tap>,
+        handler: Handler,
+        stats: Arc<ScriptStats>,
+        arrivals: ArrivalLog,
+    ) -> std::io::Result<ScriptedServer> {
         let lst = TcpListener::bind(listen).await?;
         let addr = lst.local_addr()?;
         let host = cfg.origin_host.clone();
@@ -465,7 +508,6 @@ impl ScriptedServer {
         let dir = directory(dra_host);
         let conns: Arc<Mutex<Vec<ScriptedPeer>>> = Arc::default();
         let c2 = conns.clone();
-        let arrivals = ArrivalLog::default();
         let log = arrivals.clone();
         let task = tokio::spawn(async move {
             let mut index = 0usize;
