@@ -457,6 +457,13 @@ impl Maps {
         Ok(out)
     }
 
+    /// Fills one bucket (forgets its history).
+    pub fn reset_bucket(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.bucket_state
+            .set(slot, BucketState::default(), 0)
+            .map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })
+    }
+
     /// Fills every bucket (forgets its history): the state an agent starts from.
     pub fn reset_buckets(&mut self) -> Result<(), DataplaneError> {
         for slot in 0..dra_common::maps::MAX_SLOTS {

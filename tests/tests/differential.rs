@@ -1,0 +1,336 @@
+//! The XDP fast path and the agent's userspace limiter agree on every request: the same
+//! byte stream (one gateway connection, requests of several classes and sizes, limits
+//! exceeded) is fed to both — to the kernel cut into TCP segments at every single byte
+//! offset, at random multi-cut patterns and at MSS boundaries, through
+//! BPF_PROG_TEST_RUN; to the limiter as whole messages — and every request's verdict
+//! must be the same.
+//!
+//! - `reject`: per request, marked or not. The kernel's mark is the header bit in the
+//!   segment's output bytes, or an out-of-band mark read through the agent's own
+//!   `OobInbox` — exactly what the agent's reader would see.
+//! - `drop`: the segments are sent until the first one the kernel drops; the limiter
+//!   reads until the first request it holds. Both must have judged the same requests
+//!   the same way: per-slot counters (seen, admitted, marked, dropped) equal.
+
+use aya::{
+    Ebpf,
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use dra::{
+    dataplane::{self, Maps, Plan},
+    limiter::{Limiter, Source, Verdict},
+    oob::{self, OobInbox},
+};
+use dra_common::{
+    maps::ClassCounters,
+    wire::{app, flags},
+};
+use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
+
+const PASS: u32 = 2;
+const DROP: u32 = 1;
+const ISN: u32 = 5000;
+
+/// Every limit is exceeded by the stream below: overall burst 12, Gx CCR-I burst 3,
+/// Gx CCR-T burst 2, Gy CCR-I burst 2, all at 1/s (nothing refills during a run).
+fn config(action: &str) -> String {
+    let limit = |app: &str, rt: &str, burst: u32| {
+        format!(
+            "[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             application = \"{app}\"\ncommand = \"ccr\"\nrequest_type = \"{rt}\"\n\
+             rate = 1\nburst = {burst}\naction = \"{action}\"\n"
+        )
+    };
+    format!(
+        r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+
+[[listener]]
+address = "198.18.1.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.2"]
+role = "client"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+role = "server"
+connect = "198.18.2.2:3868"
+
+[[route]]
+realm = "*"
+peer = "pcrf1"
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 1
+burst = 12
+action = "{action}"
+
+{}{}{}"#,
+        limit("gx", "initial", 3),
+        limit("gx", "termination", 2),
+        limit("gy", "initial", 2),
+    )
+}
+
+/// The stream: 20 messages, requests of every limited class (short and 3GPP-sized),
+/// others, a DWR and an answer, each with its own Hop-by-Hop/End-to-End ids.
+fn stream() -> Vec<Vec<u8>> {
+    let (s, g) = (pkt::ccr as pkt::CcrBuild, pkt::ccr_3gpp as pkt::CcrBuild);
+    let plan: [(pkt::CcrBuild, u32, u32); 18] = [
+        (g, app::GX, 1),
+        (s, app::GX, 1),
+        (s, app::GX, 2),
+        (g, app::GX, 1),
+        (g, app::GX, 3),
+        (g, app::GY, 1),
+        (s, app::GX, 1),
+        (s, app::GX, 3),
+        (g, app::GX, 3),
+        (s, app::GY, 1),
+        (g, app::GY, 1),
+        (g, app::GX, 2),
+        (s, app::GX, 1),
+        (s, app::GY, 2),
+        (g, app::GX, 4),
+        (s, app::GX, 3),
+        (g, app::GX, 1),
+        (s, app::GX, 2),
+    ];
+    let mut v: Vec<Vec<u8>> = plan.iter().enumerate().map(|(n, (b, a, rt))| b(*a, *rt, n as u32)).collect();
+    v.insert(7, pkt::dwr());
+    v.insert(11, pkt::cca(app::GX, 99));
+    v
+}
+
+struct Harness {
+    ebpf: Ebpf,
+    maps: Maps,
+    plan: Plan,
+    oob: OobInbox,
+    frame: Frame,
+}
+
+impl Harness {
+    fn new(action: &str) -> Harness {
+        let cfg = dra::config::parse(&config(action), "differential.toml").expect("config");
+        let plan = Plan::new(&cfg).expect("plan");
+        let mut ebpf = dataplane::open().expect("object");
+        dataplane::load_xdp(&mut ebpf).expect("load");
+        let mut maps = Maps::take(&mut ebpf).expect("maps");
+        maps.write_plan(&plan).expect("write plan");
+        let ring = ebpf.take_map(dra_common::maps::names::OOB_MARKS).expect("OOB_MARKS");
+        let oob = OobInbox::new(ring).expect("ring buffer");
+        Harness { ebpf, maps, plan, oob, frame: Frame::v4("198.18.1.2", "198.18.1.1") }
+    }
+
+    fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
+        let prog: &mut Xdp = self.ebpf.program_mut(dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+        let mut out = vec![0u8; input.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(input);
+        opts.data_out = Some(&mut out);
+        let r = prog.test_run(opts).expect("test run");
+        out.truncate(r.data_size_out as usize);
+        (r.return_value, out)
+    }
+
+    /// Full buckets (of this plan's slots) and no flow state.
+    fn reset(&mut self) {
+        for s in &self.plan.slots {
+            self.maps.reset_bucket(s.index).unwrap();
+        }
+        self.maps.clear_flows();
+        self.oob.drain();
+        self.oob.forget(&self.key());
+    }
+
+    fn key(&self) -> dra_common::maps::FlowKey {
+        oob::flow_key((self.frame.src, 40000).into(), (self.frame.dst, 3868).into())
+    }
+
+    fn counters(&self) -> Vec<ClassCounters> {
+        self.plan.slots.iter().map(|s| self.maps.slot_counters(s.index).unwrap()).collect()
+    }
+}
+
+fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Vec<(u64, u64, u64, u64)> {
+    after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| (a.seen - b.seen, a.admitted - b.admitted, a.marked - b.marked, a.dropped - b.dropped))
+        .collect()
+}
+
+/// What the limiter decides for each message of `msgs`, and its per-slot counters.
+/// With `stop_at_drop`, reading stops at the first held request (as the reader does).
+fn userspace(plan: &Plan, msgs: &[Vec<u8>], stop_at_drop: bool) -> (Vec<Verdict>, Vec<(u64, u64, u64, u64)>) {
+    let l = Limiter::new(plan);
+    let Source::Peer(peer) = l.source("198.18.1.2".parse().unwrap(), 3868) else { panic!("pgw1 is a peer") };
+    let mut v = Vec::new();
+    for m in msgs {
+        let x = l.admit(&peer, m, 0);
+        v.push(x);
+        if stop_at_drop && x == Verdict::Drop {
+            break;
+        }
+    }
+    let counters = plan
+        .slots
+        .iter()
+        .map(|s| l.slot_counters(s.index).unwrap_or_default())
+        .map(|c| (c.seen, c.admitted, c.marked, c.dropped))
+        .collect();
+    (v, counters)
+}
+
+/// Segment boundaries (stream offsets, strictly inside the stream), for each pattern.
+fn patterns(total: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = (1..total).map(|k| vec![k]).collect();
+    // Deterministic pseudo-random multi-cut patterns (xorshift).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..300 {
+        let n = 2 + (next() % 14) as usize;
+        let mut cuts: Vec<usize> = (0..n).map(|_| 1 + (next() as usize % (total - 1))).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        out.push(cuts);
+    }
+    for mss in [536, MSS] {
+        out.push((1..).map(|i| i * mss).take_while(|&c| c < total).collect());
+    }
+    out
+}
+
+/// Largest segment sent: an Ethernet MSS. (BPF_PROG_TEST_RUN puts bytes beyond ~3.5 KB
+/// of a frame into fragments; on the wire the program never sees those: a veth or NIC
+/// at MTU 1500 has none, and XDP on a jumbo-MTU device needs a frags-aware program.)
+const MSS: usize = 1448;
+
+/// The segments of `bytes` cut at `cuts`, each cut further into MSS-sized segments.
+fn segments(h: &Harness, bytes: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
+    let mut bounds = vec![0];
+    for &c in cuts.iter().chain(std::iter::once(&bytes.len())) {
+        let last = *bounds.last().unwrap();
+        bounds.extend((1..).map(|i| last + i * MSS).take_while(|&b| b < c));
+        bounds.push(c);
+    }
+    bounds
+        .windows(2)
+        .map(|w| (w[0], h.frame.tcp(40000, 3868, ISN + 1 + w[0] as u32, TCP_ACK | TCP_PSH, &[], &bytes[w[0]..w[1]])))
+        .collect()
+}
+
+#[test]
+fn reject_verdicts_agree_at_every_cut() {
+    let mut h = Harness::new("reject");
+    let msgs = stream();
+    let bytes = msgs.concat();
+    let starts: Vec<usize> = msgs.iter().scan(0, |o, m| {
+        let s = *o;
+        *o += m.len();
+        Some(s)
+    }).collect();
+    let (want, want_counters) = userspace(&h.plan, &msgs, false);
+    let marked_by_userspace = want.iter().filter(|v| **v == Verdict::Mark).count();
+    assert!(marked_by_userspace >= 6, "the stream exceeds the limits ({marked_by_userspace} marked)");
+    assert!(!want.contains(&Verdict::Drop));
+    let key = h.key();
+    let mut failures = Vec::new();
+    let pats = patterns(bytes.len());
+    let mut oob_used = 0;
+    for cuts in &pats {
+        h.reset();
+        let before = h.counters();
+        assert_eq!(h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0, PASS);
+        // The bytes the receiver gets, with the kernel's in-band marks.
+        let mut delivered = bytes.clone();
+        let mut bad = Vec::new();
+        for (at, seg) in segments(&h, &bytes, cuts) {
+            let (v, out) = h.run(&seg);
+            if v != PASS {
+                bad.push(format!("segment at {at}: verdict {v}"));
+            }
+            let payload = pkt::tcp_offset(&seg) + 20;
+            let n = seg.len() - payload;
+            delivered[at..at + n].copy_from_slice(&out[payload..]);
+            if !pkt::tcp_checksum_ok(&out, &h.frame) {
+                bad.push(format!("segment at {at}: TCP checksum wrong"));
+            }
+        }
+        h.oob.drain();
+        let got: Vec<Verdict> = msgs
+            .iter()
+            .zip(&starts)
+            .map(|(m, &s)| {
+                let mut f = delivered[s..s + m.len()].to_vec();
+                if h.oob.apply(&key, &mut f) {
+                    oob_used += 1;
+                }
+                if f[4] & flags::RATE_LIMIT_MARK != 0 { Verdict::Mark } else { Verdict::Admit }
+            })
+            .collect();
+        if got != want {
+            let diff: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+            bad.push(format!("verdicts differ at messages {diff:?}"));
+        }
+        let d = delta(&h.counters(), &before);
+        if d != want_counters {
+            bad.push(format!("slot counters {d:?}, userspace {want_counters:?}"));
+        }
+        if !bad.is_empty() {
+            failures.push(format!("cuts {cuts:?}: {}", bad.join("; ")));
+        }
+    }
+    println!("{} cut patterns of a {}-byte stream; {} out-of-band marks applied", pats.len(), bytes.len(), oob_used);
+    assert!(oob_used > 0, "some cuts straddle a marked request's class");
+    assert!(failures.is_empty(), "{} of {} patterns disagree:\n{}", failures.len(), pats.len(), failures[..failures.len().min(20)].join("\n"));
+}
+
+#[test]
+fn drop_verdicts_agree_at_every_cut() {
+    let mut h = Harness::new("drop");
+    let msgs = stream();
+    let bytes = msgs.concat();
+    let (want, want_counters) = userspace(&h.plan, &msgs, true);
+    assert_eq!(want.last(), Some(&Verdict::Drop), "the stream exceeds a drop limit");
+    let mut failures = Vec::new();
+    let pats = patterns(bytes.len());
+    for cuts in &pats {
+        h.reset();
+        let before = h.counters();
+        assert_eq!(h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0, PASS);
+        let mut dropped = false;
+        for (at, seg) in segments(&h, &bytes, cuts) {
+            let (v, out) = h.run(&seg);
+            if v == DROP {
+                dropped = true;
+                break;
+            }
+            if out != seg {
+                failures.push(format!("cuts {cuts:?}: segment at {at} modified in drop mode"));
+            }
+        }
+        let d = delta(&h.counters(), &before);
+        if !dropped || d != want_counters {
+            failures.push(format!("cuts {cuts:?}: dropped {dropped}, slot counters {d:?}, userspace {want_counters:?}"));
+        }
+    }
+    println!("{} cut patterns of a {}-byte stream", pats.len(), bytes.len());
+    assert!(failures.is_empty(), "{} of {} patterns disagree:\n{}", failures.len(), pats.len(), failures[..failures.len().min(20)].join("\n"));
+}
