@@ -163,7 +163,10 @@ impl Harness {
     }
 }
 
-fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Vec<(u64, u64, u64, u64)> {
+/// Per slot: (seen, admitted, marked, dropped).
+type Counts = Vec<(u64, u64, u64, u64)>;
+
+fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Counts {
     after
         .iter()
         .zip(before)
@@ -173,7 +176,7 @@ fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Vec<(u64, u64, u6
 
 /// What the limiter decides for each message of `msgs`, and its per-slot counters.
 /// With `stop_at_drop`, reading stops at the first held request (as the reader does).
-fn userspace(plan: &Plan, msgs: &[Vec<u8>], stop_at_drop: bool) -> (Vec<Verdict>, Vec<(u64, u64, u64, u64)>) {
+fn userspace(plan: &Plan, msgs: &[Vec<u8>], stop_at_drop: bool) -> (Vec<Verdict>, Counts) {
     let l = Limiter::new(plan);
     let Source::Peer(peer) = l.source("198.18.1.2".parse().unwrap(), 3868) else { panic!("pgw1 is a peer") };
     let mut v = Vec::new();
