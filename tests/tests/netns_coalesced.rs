@@ -1,0 +1,313 @@
+//! Back-to-back requests through the real agent (issue 11): a gateway keeping 16 or 100
+//! requests in flight on one TCP connection (`dra::loadgen::closed`) writes them back to
+//! back, so full segments carry several CCRs and one in every few straddles a segment
+//! boundary. `dra run` has XDP on its gateway-facing veth; the PCRF answers at once.
+//! Gx CCR-I and CCR-T are each limited to 100/s, far below what the gateway offers.
+//!
+//! Admitted = answered by the PCRF: 2001, or 5002 for the CCR-T of a session whose CCR-I
+//! the DRA rejected (the PCRF never saw that session). Also read from the fast path's
+//! own counters over the measured window.
+//!
+//! - `reject`: admitted within 2 % of 200/s, by both counts; every request is answered
+//!   exactly once (the others 3002 by the agent, including those XDP marked out of
+//!   band).
+//! - `drop`: admitted within 2 % of the limit or below (utilization printed), and
+//!   nothing lost: every request is answered by the PCRF in the end.
+//!
+//! Topology: gw (198.18.1.2) — veth — dra (198.18.1.1, XDP) — veth — srv (198.18.2.2,
+//! the loadgen PCRF). Namespaces and pins are removed on drop, also on panic.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use dra::dataplane::{Dataplane, Maps};
+use dra::loadgen::{
+    closed::{self, ClosedConfig, ClosedReport},
+    server::{self, LatencyDist, ServerConfig},
+};
+use dra_common::{
+    stats::Counter,
+    wire::{MsgClass, cc_request_type as rt},
+};
+use dra_tests::{
+    agent::Agent,
+    netns::{Netns, VethPair, unique},
+};
+
+/// Per-class limit (CCR-I and CCR-T each).
+const LIMIT: f64 = 100.0;
+const WARMUP: Duration = Duration::from_secs(2);
+const MEASURE: Duration = Duration::from_secs(5);
+
+struct Pins(PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = Dataplane::detach(None, &self.0);
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(action: &str) -> String {
+    let limit = |rt: &str| {
+        format!(
+            "[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"{rt}\"\n\
+             rate = {LIMIT}\naction = \"{action}\"\n"
+        )
+    };
+    format!(
+        r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+
+[[listener]]
+address = "198.18.1.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.2"]
+role = "client"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+addresses = ["198.18.2.2"]
+role = "server"
+connect = "198.18.2.2:3868"
+
+[[route]]
+realm = "pcrf.lab.example"
+peer = "pcrf1"
+
+{}{}"#,
+        limit("initial"),
+        limit("termination")
+    )
+}
+
+struct Lab {
+    gw: Netns,
+    dra: Netns,
+    srv: Netns,
+    client_veth: VethPair,
+    _server_veth: VethPair,
+    tmp: TempDir,
+    pins: Pins,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let gw = Netns::new("cg").unwrap();
+        let dra = Netns::new("cd").unwrap();
+        let srv = Netns::new("cs").unwrap();
+        let client_veth = VethPair::new(&gw, "198.18.1.2/24", &dra, "198.18.1.1/24").unwrap();
+        let server_veth = VethPair::new(&dra, "198.18.2.1/24", &srv, "198.18.2.2/24").unwrap();
+        // Full checksums on the wire, verified on receive: a wrong incremental update
+        // of a marked segment would stall the connection, not pass unnoticed.
+        gw.exec(&["ethtool", "-K", &client_veth.a_if, "tx", "off"]).unwrap();
+        dra.exec(&["ethtool", "-K", &client_veth.b_if, "rx", "off"]).unwrap();
+        let tmp = TempDir(std::env::temp_dir().join(unique("dra-coal-")));
+        std::fs::create_dir_all(&tmp.0).unwrap();
+        let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-coal-"))));
+        Lab { gw, dra, srv, client_veth, _server_veth: server_veth, tmp, pins }
+    }
+
+    /// `dra run` with XDP, the given action; waits until the fast path is attached.
+    fn agent(&self, action: &str) -> Agent {
+        let cfg = self.tmp.0.join(format!("dra-{action}.toml"));
+        std::fs::write(&cfg, config(action)).unwrap();
+        let args = [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--iface",
+            &self.client_veth.b_if,
+            "--pin-dir",
+            self.pins.0.to_str().unwrap(),
+        ];
+        let mut agent = Agent::start(&self.dra, &args, &self.tmp.0.join(format!("dra-{action}.log")));
+        let up = agent.wait_until(Duration::from_secs(20), || Maps::open_pinned(&self.pins.0).is_ok());
+        assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
+        agent
+    }
+}
+
+/// Runs `f` on a current-thread runtime on a thread inside `ns`: every socket its tasks
+/// create belongs to `ns`.
+fn in_ns<T: Send + 'static>(ns: &Netns, f: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    let name = ns.name.clone();
+    std::thread::spawn(move || {
+        Netns::attach_existing(&name)
+            .enter(|| {
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+            })
+            .unwrap()
+    })
+    .join()
+    .unwrap()
+}
+
+/// The zero-latency PCRF in `srv`, running until the returned sender is dropped.
+fn pcrf(ns: &Netns) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let name = ns.name.clone();
+    let t = std::thread::spawn(move || {
+        Netns::attach_existing(&name)
+            .enter(|| {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                rt.block_on(async {
+                    let mut c = ServerConfig::new(
+                        "198.18.2.2:3868".parse().unwrap(),
+                        "pcrf1.pcrf.lab.example",
+                        "pcrf.lab.example",
+                    );
+                    c.latency = LatencyDist::Fixed(Duration::ZERO);
+                    c.max_concurrent = 100_000;
+                    let h = server::run(c).await.expect("pcrf listens");
+                    ready_tx.send(()).unwrap();
+                    // Wait for the stop signal without blocking the runtime.
+                    loop {
+                        if !matches!(stop_rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    h.shutdown().await;
+                });
+            })
+            .unwrap();
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).expect("pcrf ready");
+    (stop_tx, t)
+}
+
+fn gateway(lab: &Lab, window: usize) -> ClosedReport {
+    let mut c = ClosedConfig::new("198.18.1.1:3868".parse::<SocketAddr>().unwrap(), 1, window);
+    c.bind = Some("198.18.1.2".parse().unwrap());
+    c.origin_host_pattern = "pgw{n}.lab.example".into();
+    c.warmup = WARMUP;
+    c.measure = MEASURE;
+    c.drain = Duration::from_secs(10);
+    in_ns(&lab.gw, async move { closed::run(c).await.expect("closed loop") })
+}
+
+struct Outcome {
+    /// Answered by the PCRF (2001 + 5002) in the window, per second.
+    admitted_per_s: f64,
+    /// The fast path's admitted CCR-I + CCR-T over the window, per second.
+    fast_path_per_s: f64,
+    report: ClosedReport,
+    oob_marks: u64,
+}
+
+/// Requests the fast path admitted on pgw1's CCR-I and CCR-T slots so far.
+fn fast_path_admitted(maps: &Maps, slots: &[u32]) -> u64 {
+    slots.iter().map(|s| maps.slot_counters(*s).unwrap().admitted).sum()
+}
+
+fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
+    let mut agent = lab.agent(action);
+    let maps = Maps::open_pinned(&lab.pins.0).unwrap();
+    let plan = dra::dataplane::Plan::new(&dra::config::parse(&config(action), "t.toml").unwrap()).unwrap();
+    let slots: Vec<u32> = [rt::INITIAL, rt::TERMINATION]
+        .iter()
+        .map(|r| plan.slot_of("pgw1", MsgClass::gx_ccr(*r)).unwrap())
+        .collect();
+    let oob_before = maps.stat(Counter::MarkedOutOfBand).unwrap();
+    // The fast path's counters at the measured window's edges (the client's warm-up
+    // starts with its run; a few ms of skew are 0.2 % of 5 s).
+    let pins = lab.pins.0.clone();
+    let sl = slots.clone();
+    let sampler = std::thread::spawn(move || {
+        let maps = Maps::open_pinned(&pins).unwrap();
+        std::thread::sleep(WARMUP);
+        let a = fast_path_admitted(&maps, &sl);
+        std::thread::sleep(MEASURE);
+        fast_path_admitted(&maps, &sl) - a
+    });
+    let report = gateway(lab, window);
+    let fast_path = sampler.join().unwrap();
+    let oob_marks = maps.stat(Counter::MarkedOutOfBand).unwrap() - oob_before;
+    agent.stop();
+    let secs = MEASURE.as_secs_f64();
+    let admitted_per_s = (report.answered_with(2001) + report.answered_with(5002)) as f64 / secs;
+    let fast_path_per_s = fast_path as f64 / secs;
+    let limit = 2.0 * LIMIT;
+    println!(
+        "{action}, {window} in flight: admitted {admitted_per_s:.1}/s by the PCRF's answers, \
+         {fast_path_per_s:.1}/s by the fast path's counters (limit {limit:.0}/s, error {:+.2} % / {:+.2} %); \
+         window: sent {} answered {:?}; whole run: sent {} answered {:?} unanswered {}; \
+         marked out of band {oob_marks}",
+        100.0 * (admitted_per_s - limit) / limit,
+        100.0 * (fast_path_per_s - limit) / limit,
+        report.sent,
+        report.answered,
+        report.total_sent,
+        report.total_answered,
+        report.unanswered,
+    );
+    Outcome { admitted_per_s, fast_path_per_s, report, oob_marks }
+}
+
+#[test]
+fn back_to_back_requests_get_exactly_the_limit() {
+    let lab = Lab::new();
+    let (stop, pcrf_thread) = pcrf(&lab.srv);
+    let limit = 2.0 * LIMIT;
+    let mut failures = Vec::new();
+    for window in [16, 100] {
+        let r = run(&lab, "reject", window);
+        for (how, v) in [("answers", r.admitted_per_s), ("fast path", r.fast_path_per_s)] {
+            if (v - limit).abs() / limit > 0.02 {
+                failures.push(format!("reject, {window}: admitted {v:.1}/s by the {how}"));
+            }
+        }
+        // Far more offered than admitted: the limits were exceeded.
+        if r.report.answered_with(3002) < 10 * r.report.answered_with(2001) {
+            failures.push(format!("reject, {window}: too little rejected ({:?})", r.report.answered));
+        }
+        let answered: u64 = r.report.total_answered.values().sum();
+        if r.report.unanswered != 0 || answered != r.report.total_sent {
+            failures.push(format!(
+                "reject, {window}: sent {}, answered {answered}, unanswered {}",
+                r.report.total_sent, r.report.unanswered
+            ));
+        }
+        if window == 100 && r.oob_marks == 0 {
+            failures.push("reject, 100: no request straddled (nothing marked out of band)".into());
+        }
+    }
+    for window in [16, 100] {
+        let r = run(&lab, "drop", window);
+        for (how, v) in [("answers", r.admitted_per_s), ("fast path", r.fast_path_per_s)] {
+            if v > limit * 1.02 {
+                failures.push(format!("drop, {window}: admitted {v:.1}/s by the {how}"));
+            }
+        }
+        println!(
+            "drop, {window} in flight: utilization {:.1} % of the limit (fast path's counters)",
+            100.0 * r.fast_path_per_s / limit
+        );
+        let by_pcrf: u64 = [2001, 5002].iter().map(|rc| r.report.total_answered.get(rc).copied().unwrap_or(0)).sum();
+        if r.report.unanswered != 0 || by_pcrf != r.report.total_sent {
+            failures.push(format!(
+                "drop, {window}: sent {}, answered {:?}, unanswered {}",
+                r.report.total_sent, r.report.total_answered, r.report.unanswered
+            ));
+        }
+    }
+    drop(stop);
+    let _ = pcrf_thread.join();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
