@@ -312,9 +312,21 @@ pub trait Source {
     /// Copies `n` bytes (1 ≤ n ≤ [`MAX_ITEM_LEN`]) at offset `off` of the source to
     /// `dst[at..at + n]` (`at` ≤ [`MAX_ITEM_LEN`]). False if they are not there.
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool;
+
+    /// Feeds `scan` the item at offset `off` read in place, if this source can (the
+    /// item is whole in it); `None` to have it copied instead.
+    #[inline(always)]
+    fn feed_in_place(&self, _scan: &mut MsgScan, _off: usize) -> Option<Result<(), WireError>> {
+        None
+    }
 }
 
 impl Source for &[u8] {
+    #[inline(always)]
+    fn feed_in_place(&self, scan: &mut MsgScan, off: usize) -> Option<Result<(), WireError>> {
+        Some(scan.feed(self, off))
+    }
+
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
         match (self.get(off..off.saturating_add(n)), dst.get_mut(at..at.saturating_add(n))) {
             (Some(s), Some(d)) => {
@@ -364,6 +376,14 @@ impl ScanCursor {
         ScanCursor { scan: MsgScan::new(), part_len: 0, part: [0; PART_BUF] }
     }
 
+    /// Back to the first byte of a (next) message. The part buffer's bytes are left as
+    /// they are: `part_len` = 0 makes them meaningless.
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.scan = MsgScan::new();
+        self.part_len = 0;
+    }
+
     /// Reads at most one item from message bytes `start..end` (message offsets), the
     /// first of which is at offset `off` of `src`. The bytes before `start` must have
     /// been given to earlier calls (except those the scan skips); bytes the scan does
@@ -389,8 +409,16 @@ impl ScanCursor {
             return Progress::Invalid(WireError::Truncated);
         }
         let want = len - have;
-        let n = if want < end - from { want } else { end - from };
         let o = off + (from - start) as usize;
+        if have == 0 && len <= end - from {
+            // The whole item is in this piece: read it in place where the source can.
+            match src.feed_in_place(&mut self.scan, o) {
+                Some(Ok(())) => return Progress::Read,
+                Some(Err(WireError::Truncated)) | None => {}
+                Some(Err(e)) => return Progress::Invalid(e),
+            }
+        }
+        let n = if want < end - from { want } else { end - from };
         if !src.copy(o, &mut self.part, have as usize, n as usize) {
             return Progress::Invalid(WireError::Truncated);
         }

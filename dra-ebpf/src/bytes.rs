@@ -3,7 +3,7 @@
 //! over from earlier segments are scanned as a plain `&[u8]` in the flow state.)
 
 use aya_ebpf::{bindings::xdp_md, helpers::bpf_xdp_load_bytes};
-use dra_common::wire::{Bytes, Source, MAX_ITEM_LEN, PART_BUF};
+use dra_common::wire::{Bytes, MsgScan, Source, WireError, MAX_ITEM_LEN, PART_BUF};
 
 /// Largest offset we ever read at (16 KiB: beyond any single-buffer XDP frame, jumbo
 /// frames included). Verifier workaround: a packet pointer plus a scalar only gains a
@@ -98,6 +98,15 @@ impl Bytes for PacketBytes {
 pub struct XdpSource(pub *mut xdp_md);
 
 impl Source for XdpSource {
+    /// Reads the item straight from packet memory (the linear part; an item in a
+    /// fragment reads as truncated and is copied by the helper instead).
+    #[inline(always)]
+    fn feed_in_place(&self, scan: &mut MsgScan, off: usize) -> Option<Result<(), WireError>> {
+        // SAFETY: the program's own xdp_md context, valid for this run.
+        let (data, end) = unsafe { ((*self.0).data as usize, (*self.0).data_end as usize) };
+        Some(scan.feed(&PacketBytes::new(data, end), off))
+    }
+
     #[inline(always)]
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
         // Verifier workaround: re-check both values after an optimisation barrier so the

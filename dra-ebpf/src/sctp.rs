@@ -123,6 +123,9 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
     unsafe {
         bpf_loop(MAX_STEPS, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
     }
+    // The callback wrote through `r.w`: read the walk afresh.
+    // SAFETY: this CPU's scratch value, as above.
+    let w = unsafe { &*wp };
     match w.status {
         STOP_DROP => DROP,
         STOP_PASS => PASS,

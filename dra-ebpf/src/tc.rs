@@ -345,6 +345,9 @@ fn segment(
             0,
         );
     }
+    // The callback wrote through `r.w`: read the walk afresh.
+    // SAFETY: this CPU's scratch value, as above.
+    let w = unsafe { &*wp };
     if w.lost != 0 {
         let _ = EGRESS_FLOWS.remove(key);
         return PASS;

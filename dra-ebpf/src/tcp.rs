@@ -40,7 +40,7 @@
 
 use aya_ebpf::{
     bindings::xdp_md,
-    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
+    helpers::{bpf_ktime_get_ns, bpf_loop},
     programs::XdpContext,
 };
 use dra_common::{
@@ -52,7 +52,7 @@ use dra_common::{
 use crate::{
     admit::{class_slot, decide, publish, Verdict},
     bucket::{self, Charge},
-    bytes::{PacketBytes, XdpSource},
+    bytes::{bounded, opaque, PacketBytes, XdpSource},
     maps::{count, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH},
     xdp::{load, DROP, PASS},
 };
@@ -89,38 +89,37 @@ fn csum_update(hc: u16, m: u16, m1: u16) -> u16 {
 }
 
 /// Sets the rate-limit mark on the flags byte at packet offset `at` and fixes the
-/// TCP checksum at `csum_at`. Returns false if the packet could not be written. A
-/// byte that already carries the mark is left alone (nothing changes, so neither does
+/// TCP checksum at `csum_at`, in place. Returns false if either is outside the packet.
+/// A byte that already carries the mark is left alone (nothing changes, so neither does
 /// the checksum).
 #[inline(always)]
 fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
-    let mut b = [0u8; 1];
-    let mut c = [0u8; 2];
-    // SAFETY: helpers with stack buffers of the given sizes; they check the packet's
-    // bounds themselves.
+    // SAFETY: the program's own xdp_md context, valid for this run.
+    let (data, end) = unsafe { ((*ctx).data as usize, (*ctx).data_end as usize) };
+    let (Some(at), Some(csum_at)) = (bounded(at as usize), bounded(csum_at as usize)) else {
+        return false;
+    };
+    let p = data + at;
+    let c = data + csum_at;
+    // Verifier workaround (as bytes.rs u8_at): keep the `+ 1` / `+ 2` in the checks.
+    if opaque(p + 1) > end || opaque(c + 2) > end {
+        return false;
+    }
+    // SAFETY: p..p+1 and c..c+2 are inside the packet (checked against data_end).
     unsafe {
-        if bpf_xdp_load_bytes(ctx, at, b.as_mut_ptr() as *mut _, 1) != 0
-            || bpf_xdp_load_bytes(ctx, csum_at, c.as_mut_ptr() as *mut _, 2) != 0
-        {
-            return false;
+        let old = *(p as *const u8);
+        if old & flags::RATE_LIMIT_MARK != 0 {
+            return true;
         }
+        let new = old | flags::RATE_LIMIT_MARK;
+        // The flags byte is the high or the low byte of its 16-bit word; the other
+        // byte is the same in m and m', so it may be taken as 0 in both.
+        let (m, m1) = if high { ((old as u16) << 8, (new as u16) << 8) } else { (old as u16, new as u16) };
+        let hc = u16::from_be_bytes(core::ptr::read_unaligned(c as *const [u8; 2]));
+        *(p as *mut u8) = new;
+        core::ptr::write_unaligned(c as *mut [u8; 2], csum_update(hc, m, m1).to_be_bytes());
     }
-    let old = b[0];
-    if old & flags::RATE_LIMIT_MARK != 0 {
-        return true;
-    }
-    let new = old | flags::RATE_LIMIT_MARK;
-    // The flags byte is the high or the low byte of its 16-bit word; the other byte
-    // is the same in m and m', so it may be taken as 0 in both.
-    let (m, m1) = if high { ((old as u16) << 8, (new as u16) << 8) } else { (old as u16, new as u16) };
-    let hc = csum_update(u16::from_be_bytes(c), m, m1);
-    b[0] = new;
-    c = hc.to_be_bytes();
-    // SAFETY: as above.
-    unsafe {
-        bpf_xdp_store_bytes(ctx, at, b.as_mut_ptr() as *mut _, 1) == 0
-            && bpf_xdp_store_bytes(ctx, csum_at, c.as_mut_ptr() as *mut _, 2) == 0
-    }
+    true
 }
 
 #[inline(always)]
@@ -284,13 +283,25 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     w.tcp_off = tcp_off as u32;
     w.status = RUNNING;
     let in_progress = seq_lt(flow.next_hdr, pe);
-    w.cur = if in_progress { flow.cursor } else { ScanCursor::new() };
-    let mut r = WalkRef { ctx: ctx.ctx, flow: flow as *mut TcpFlow, key: key as *const FlowKey, w: wp };
-    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives the
-    // call.
-    unsafe {
-        bpf_loop(MAX_STEPS_PER_SEGMENT, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+    if in_progress {
+        w.cur = flow.cursor;
+    } else {
+        w.cur.reset();
     }
+    let mut r = WalkRef { ctx: ctx.ctx, flow: flow as *mut TcpFlow, key: key as *const FlowKey, w: wp };
+    // The first message here, the rest (if any) in the loop: most segments hold one
+    // message, and a bpf_loop call (an indirect call per iteration) costs more than the
+    // message.
+    if step(&r, w) {
+        // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
+        // the call.
+        unsafe {
+            bpf_loop(MAX_STEPS_PER_SEGMENT, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+        }
+    }
+    // The callback wrote through `r.w`: read the walk afresh.
+    // SAFETY: this CPU's scratch value, as above.
+    let w = unsafe { &*wp };
     match w.status {
         LOST => {
             count(Counter::MalformedDiameter);
@@ -354,7 +365,7 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
     };
     let src = XdpSource(r.ctx);
     let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
-    let c = match w.cur.step(&src, off, start, w.seg_end.wrapping_sub(w.pos)) {
+    let c = match w.cur.advance(&src, off, start, w.seg_end.wrapping_sub(w.pos)) {
         Progress::Done(c) => c,
         Progress::Read => return true,
         Progress::More => {
@@ -385,8 +396,9 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
         count(Counter::Answers);
     }
     w.pos = w.pos.wrapping_add(mlen);
-    w.cur = ScanCursor::new();
-    true
+    w.cur.reset();
+    // Stop here when the segment ends (saves a callback).
+    seq_lt(w.pos, w.seg_end)
 }
 
 /// Marks the request at `w.pos`: in its header if its flags byte is in this packet
@@ -447,7 +459,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     st.mark_idx = 0;
     st.ofo_drops = 0;
     st.hole_since_ns = 0;
-    st.cursor = ScanCursor::new();
+    st.cursor.reset();
     #[allow(clippy::needless_borrows_for_generic_args)]
     TCP_FLOWS.insert(key, &*st, 0).ok()?;
     // SAFETY: just inserted; the LRU value stays valid for this program run.
