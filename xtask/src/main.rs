@@ -2,6 +2,7 @@
 
 mod demo;
 mod lab;
+mod coalesced;
 mod report;
 mod storm;
 mod toolchain;
@@ -29,10 +30,12 @@ usage: cargo xtask <command> [args]
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
                    flight (`bench relay --help`); writes bench/results/relay-latest.json
-  bench storm      P3-P5 on the lab with dra run + dra-loadgen (~2.5 min; refuses to run
-                   while a lab is up): CCR-I admitted-rate error under a 10x storm, CCR-U
-                   p99 storm/no storm, agent CPU XDP drop vs userspace limiting;
+  bench storm      P3-P5 on the lab with dra run + dra-loadgen (~7 min; refuses to run
+                   while a lab is up): CCR-I admitted-rate error under a 10x storm (paced,
+                   and coalesced: 4/16/100 in flight, XDP and userspace, reject and drop),
+                   CCR-U p99 storm/no storm, agent CPU XDP drop vs userspace limiting;
                    writes bench/results/storm-latest.json (docs/bench.md)
+  bench coalesced  only P3's coalesced case (~4.5 min); merged into storm-latest.json
   sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
 
@@ -209,12 +212,12 @@ fn real_main() -> Result<()> {
                 bail!("the benchmarks load eBPF programs and create network namespaces: run them as root");
             }
             let (which, rest) = match rest.split_first() {
-                Some((w, r)) if w == "xdp" || w == "relay" || w == "storm" => (w.as_str(), r),
+                Some((w, r)) if ["xdp", "relay", "storm", "coalesced"].contains(&w.as_str()) => (w.as_str(), r),
                 _ => ("all", rest),
             };
             let root = workspace_root();
-            if which == "storm" && !rest.is_empty() {
-                bail!("bench storm takes no arguments (its configs are config/bench/*.toml)");
+            if (which == "storm" || which == "coalesced") && !rest.is_empty() {
+                bail!("bench {which} takes no arguments (its configs are config/bench/*.toml)");
             }
             if which == "storm" || which == "all" {
                 // Before anything long runs: no lab may be up, the configs must agree.
@@ -241,6 +244,13 @@ fn real_main() -> Result<()> {
                 build(true)?;
                 eprintln!("xtask: bench storm (P3, P4, P5)");
                 storm::run(&root)?;
+            }
+            if which == "coalesced" {
+                if !lab::namespaces().is_empty() {
+                    bail!("a lab is up (cargo xtask lab down first)");
+                }
+                build(true)?;
+                coalesced::run(&root)?;
             }
             if which == "all" {
                 report::aggregate(&root, since)?;

@@ -175,6 +175,15 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         bail!("storm results: expected 3 table rows (P3, P4, P5), found {}", storm_rows.len());
     }
     table.extend(storm_rows);
+    // P3's coalesced case (one row per mode).
+    let coalesced: Vec<TableRow> = storm
+        .get("coalesced_table")
+        .and_then(Value::as_array)
+        .context("storm results: no coalesced_table (P3 coalesced)")?
+        .iter()
+        .filter_map(TableRow::from_json)
+        .collect();
+    table.extend(coalesced);
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -185,6 +194,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         "p4": storm.get("p4"),
         "p5": storm.get("p5"),
         "storm_runs": storm.get("runs"),
+        "coalesced": storm.get("coalesced"),
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));

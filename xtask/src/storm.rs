@@ -862,17 +862,25 @@ pub fn run(root: &Path) -> Result<()> {
                 }
             }
         }
+        // P3's coalesced case, on the same lab.
+        let mut coalesced = (Vec::new(), Vec::new());
+        if failed.is_none() {
+            match crate::coalesced::runs(root, &bins, &out) {
+                Ok(c) => coalesced = c,
+                Err(e) => failed = Some(e),
+            }
+        }
         for s in demo::UPSTREAMS {
             let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(runs),
+            None => Ok((runs, coalesced)),
         }
     };
     let left_ns = lab::namespaces();
     let left_pins = Path::new(PIN_DIR).exists();
-    let runs = result?;
+    let (runs, (coalesced, coalesced_rows)) = result?;
     if !left_ns.is_empty() || left_pins {
         bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
     }
@@ -880,6 +888,8 @@ pub fn run(root: &Path) -> Result<()> {
     let (p4v, p4r) = p4(find(&runs, "no-storm")?, find(&runs, "storm-reject-xdp")?);
     let (p5v, p5r) = p5(&plan, find(&runs, "storm-drop-xdp")?, find(&runs, "storm-drop-userspace")?);
     let table = vec![p3r, p4r, p5r];
+    let mut printed = table.clone();
+    printed.extend(coalesced_rows.iter().cloned());
     let doc = json!({
         "machine": report::machine(root),
         "duration_s": started.elapsed().as_secs_f64(),
@@ -891,6 +901,8 @@ pub fn run(root: &Path) -> Result<()> {
         "p5": p5v,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "runs": runs.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
+        "coalesced": coalesced,
+        "coalesced_table": coalesced_rows.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
     let text = serde_json::to_string_pretty(&doc)? + "\n";
@@ -898,7 +910,7 @@ pub fn run(root: &Path) -> Result<()> {
     std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
     std::fs::write(out.join("storm.json"), &text)?;
     let mut s = String::new();
-    let _ = writeln!(s, "\n{}", report::render_markdown(&table));
+    let _ = writeln!(s, "\n{}", report::render_markdown(&printed));
     print!("{s}");
     println!("written {} (runs in {})", latest.display(), out.display());
     Ok(())

@@ -1,0 +1,262 @@
+//! The coalesced case of P3 (issue 11): back-to-back requests. A gateway keeping W Gx
+//! requests in flight on one TCP connection (`dra-loadgen closed`, CCR-I and CCR-T in
+//! turn per slot) writes them back to back, so segments are full and one request in
+//! every few straddles a segment boundary — the traffic a gateway flush or any busy
+//! gateway produces. pgw1's CCR-I and CCR-T are each limited to 100/s; W = 4, 16 and
+//! 100; the limit is enforced by XDP (`reject`, `drop`) or by the agent itself (no fast
+//! path: `reject`, `drop`). Twelve runs on the lab, each a fresh `dra run`.
+//!
+//! Admitted = the limiter's own `admitted` counters (`dra_fastpath_requests_total` or the
+//! userspace family, same labels) for gx_ccr_i + gx_ccr_t over a whole number of seconds
+//! inside the client's measured window (the agent refreshes those metrics once per
+//! second). Also recorded: what the gateway saw (answers by the PCRF, 2001 and 5002 —
+//! the CCR-T of a session whose CCR-I was rejected — and the DRA's own 3002).
+//!
+//! Goal: |admitted − limit| ≤ 2 % of the limit for `reject`; at most limit + 2 % for
+//! `drop` (TCP back-pressure may admit less: the utilization is reported).
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+
+use crate::{
+    demo::{self, Proc, Snap},
+    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR},
+    report::TableRow,
+    storm::outcome_deltas,
+};
+
+/// The XDP `reject` config; the others are derived from it (action, interface).
+pub const CONFIG: &str = "config/bench/dra-coalesced.toml";
+/// Requests in flight per run.
+pub const DEPTHS: [usize; 3] = [4, 16, 100];
+/// (mode, fast path attached, action).
+pub const MODES: [(&str, bool, &str); 4] =
+    [("xdp_reject", true, "reject"), ("xdp_drop", true, "drop"), ("userspace_reject", false, "reject"), ("userspace_drop", false, "drop")];
+/// The limit: CCR-I and CCR-T each.
+pub const CLASS_RATE: f64 = 100.0;
+const CLASSES: [&str; 2] = ["gx_ccr_i", "gx_ccr_t"];
+const WARMUP_S: u64 = 3;
+const MEASURE_S: u64 = 10;
+/// Metrics read at these seconds of the measured window (8 s apart).
+const FROM_S: u64 = 1;
+const TO_S: u64 = 9;
+/// Goal: admitted within this of the limit (`drop`: at most this above).
+pub const GOAL_MAX_ERROR: f64 = 0.02;
+
+/// The config of one mode: the XDP reject config with its action set and, without a
+/// fast path, its interface removed.
+pub fn config_for(text: &str, fast_path: bool, action: &str) -> Result<String> {
+    let mut v: toml::Value = toml::from_str(text).context("parse the coalesced config")?;
+    if !fast_path {
+        v.get_mut("fast_path").and_then(toml::Value::as_table_mut).context("no [fast_path]")?.remove("interface");
+    }
+    let limits = v.get_mut("message_rate_limit_profile").and_then(toml::Value::as_array_mut).context("no limits")?;
+    ensure!(limits.len() == 2, "the coalesced config has two limits (pgw1 Gx CCR-I and CCR-T)");
+    for l in limits.iter_mut().filter_map(toml::Value::as_table_mut) {
+        ensure!(l.get("rate").and_then(toml::Value::as_integer) == Some(CLASS_RATE as i64), "limits at {CLASS_RATE}/s");
+        l.insert("action".into(), toml::Value::String(action.into()));
+    }
+    Ok(toml::to_string(&v)?)
+}
+
+fn admitted(before: &Snap, after: &Snap) -> f64 {
+    CLASSES
+        .iter()
+        .flat_map(|c| outcome_deltas(before, after, "pgw1", c))
+        .filter(|(k, _)| k.ends_with("/admitted"))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn one(root: &Path, bins: &Bins, out: &Path, mode: &str, fast_path: bool, action: &str, depth: usize) -> Result<Value> {
+    let dir = out.join(format!("{mode}-{depth}"));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = dir.join("dra.toml");
+    let text = std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;
+    std::fs::write(&cfg, config_for(&text, fast_path, action)?)?;
+    let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
+    cmd.args(["run", "--config"]).arg(&cfg).args(["--pin-dir", PIN_DIR, "--detach-on-exit"]).env("RUST_LOG", "warn");
+    let dra_log = dir.join("dra.log");
+    let mut dra = Proc::new("dra run", demo::spawn_to(&dra_log, "dra", &mut cmd)?);
+    let end = Instant::now() + Duration::from_secs(40);
+    loop {
+        demo::interrupted()?;
+        if let Some(st) = dra.exited() {
+            bail!("dra run exited ({st}); log {}", dra_log.display());
+        }
+        if let Ok(s) = demo::scrape()
+            && demo::UPSTREAMS.iter().all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
+        {
+            break;
+        }
+        ensure!(Instant::now() < end, "the agent did not become ready in 40 s; log {}", dra_log.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = dir.join("pgw1.json");
+    let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
+    c.args(["closed", "--connect", "198.18.1.1:3868", "--bind", "198.18.1.2", "--peers", "1"])
+        .args(["--window", &depth.to_string(), "--warmup", &WARMUP_S.to_string(), "--seconds", &MEASURE_S.to_string()])
+        .args(["--drain", "15", "--summary-json"])
+        .arg(&report);
+    let client_log = dir.join("pgw1.log");
+    let mut client = Proc::new("dra-loadgen closed", demo::spawn_to(&client_log, "pgw1", &mut c)?);
+    let t0 = Instant::now();
+    let wait = |t: Duration, client: &mut Proc| -> Result<()> {
+        while t0.elapsed() < t {
+            demo::interrupted()?;
+            if let Some(st) = client.exited() {
+                bail!("the gateway exited early ({st}); log {}", client_log.display());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    };
+    wait(Duration::from_secs(WARMUP_S + FROM_S), &mut client)?;
+    let a = demo::scrape()?;
+    wait(Duration::from_secs(WARMUP_S + TO_S), &mut client)?;
+    let b = demo::scrape()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.exited().is_none() {
+        demo::interrupted()?;
+        ensure!(Instant::now() < deadline, "the gateway did not finish; log {}", client_log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("pgw1.pid"));
+    let st = dra.stop(Duration::from_secs(10));
+    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("dra.pid"));
+    ensure!(st.is_some_and(|s| s.success()), "dra run did not exit cleanly ({st:?}); log {}", dra_log.display());
+    let client: Value = serde_json::from_str(&std::fs::read_to_string(&report).context("gateway report")?)?;
+    let limit = 2.0 * CLASS_RATE;
+    let secs = (TO_S - FROM_S) as f64;
+    let admitted_per_s = admitted(&a, &b) / secs;
+    let error_pct = 100.0 * (admitted_per_s - limit) / limit;
+    let met = if action == "reject" {
+        error_pct.abs() <= 100.0 * GOAL_MAX_ERROR
+    } else {
+        error_pct <= 100.0 * GOAL_MAX_ERROR
+    };
+    let code = |k: &str| client.pointer(&format!("/answered/{k}")).and_then(Value::as_f64).unwrap_or(0.0);
+    let measured = client.get("measured_s").and_then(Value::as_f64).unwrap_or(MEASURE_S as f64);
+    let by_pcrf_per_s = (code("2001") + code("5002")) / measured;
+    let sent = client.get("total_sent").and_then(Value::as_u64).unwrap_or(0);
+    let answered: u64 = client
+        .get("total_answered")
+        .and_then(Value::as_object)
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+    let unanswered = client.get("unanswered").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    eprintln!(
+        "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of {limit:.0} ({error_pct:+.2} %), \
+         gateway saw {by_pcrf_per_s:.1}/s answered by the PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
+        client.get("requests_per_s").and_then(Value::as_f64).unwrap_or(f64::NAN),
+    );
+    Ok(json!({
+        "mode": mode,
+        "depth": depth,
+        "action": action,
+        "fast_path": fast_path,
+        "admitted_per_s": admitted_per_s,
+        "limit_per_s": limit,
+        "error_pct": error_pct,
+        "utilization_pct": 100.0 * admitted_per_s / limit,
+        "met": met,
+        "admitted_source": format!("the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} of the measured window"),
+        "gateway": {
+            "answered_by_pcrf_per_s": by_pcrf_per_s,
+            "answered_in_window": client.get("answered"),
+            "offered_per_s": client.get("requests_per_s"),
+            "p50_ms": client.get("p50_ms"), "p99_ms": client.get("p99_ms"),
+            "total_sent": sent, "total_answered": answered, "unanswered": unanswered,
+            "every_request_answered_once": unanswered == 0 && answered == sent,
+        },
+        "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
+    }))
+}
+
+/// Runs the twelve coalesced runs on a lab that is up; returns the `coalesced` entries
+/// and the P3-coalesced table rows (one per mode).
+pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<TableRow>)> {
+    let mut entries = Vec::new();
+    for (mode, fast_path, action) in MODES {
+        for depth in DEPTHS {
+            entries.push(one(root, bins, out, mode, fast_path, action, depth).with_context(|| format!("coalesced {mode} {depth}"))?);
+        }
+    }
+    let mut rows = Vec::new();
+    for (mode, _, action) in MODES {
+        let mine: Vec<&Value> = entries.iter().filter(|e| e["mode"] == mode).collect();
+        let errs: Vec<String> = mine
+            .iter()
+            .map(|e| format!("{}: {:+.2} %", e["depth"], e["error_pct"].as_f64().unwrap_or(f64::NAN)))
+            .collect();
+        let answered_once = mine.iter().all(|e| e["gateway"]["every_request_answered_once"] == true);
+        let met = mine.iter().all(|e| e["met"] == true) && answered_once;
+        let util = if action == "drop" {
+            let u: Vec<String> = mine.iter().map(|e| format!("{:.0} %", e["utilization_pct"].as_f64().unwrap_or(f64::NAN))).collect();
+            format!("; utilization {}", u.join(", "))
+        } else {
+            String::new()
+        };
+        rows.push(TableRow {
+            metric: format!("P3 coalesced, {mode}: admitted-rate error at 4/16/100 in flight"),
+            measured: format!("{}{util}; every request answered once: {answered_once}", errs.join(", ")),
+            goal: if action == "reject" { "≤ 2 % each".into() } else { "≤ +2 % each (below allowed)".into() },
+            met: Some(met),
+        });
+    }
+    Ok((entries, rows))
+}
+
+/// `cargo xtask bench coalesced` alone: lab up, the runs, lab down; merges the result
+/// into `storm-latest.json` (key `coalesced`).
+pub fn run(root: &Path) -> Result<()> {
+    demo::install_signal_handlers();
+    let bins = Bins::release(root);
+    let out: PathBuf = root.join("results").join(format!("bench-coalesced-{}", demo::timestamp()));
+    std::fs::create_dir_all(&out)?;
+    let result = {
+        let _lab = lab::LabGuard;
+        lab::up(&bins)?;
+        runs(root, &bins, &out)
+    };
+    let (entries, rows) = result?;
+    merge_into_latest(root, &entries, &rows)?;
+    print!("\n{}", crate::report::render_markdown(&rows));
+    Ok(())
+}
+
+/// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
+pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> Result<()> {
+    let latest = root.join(crate::storm::LATEST);
+    let mut doc: Value = std::fs::read_to_string(&latest).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(json!({}));
+    let obj = doc.as_object_mut().context("storm-latest.json is not an object")?;
+    obj.insert("coalesced".into(), Value::Array(entries.to_vec()));
+    obj.insert("coalesced_table".into(), Value::Array(rows.iter().map(TableRow::to_json).collect()));
+    std::fs::write(&latest, serde_json::to_string_pretty(&doc)? + "\n")?;
+    eprintln!("xtask: coalesced results in {}", latest.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_four_modes_differ_only_in_action_and_interface() {
+        let root = crate::workspace_root();
+        let text = std::fs::read_to_string(root.join(CONFIG)).unwrap();
+        for (_, fast_path, action) in MODES {
+            let c = config_for(&text, fast_path, action).unwrap();
+            let v: toml::Value = toml::from_str(&c).unwrap();
+            assert_eq!(v["fast_path"].get("interface").is_some(), fast_path);
+            for l in v["message_rate_limit_profile"].as_array().unwrap() {
+                assert_eq!(l["action"].as_str(), Some(action));
+                assert_eq!(l["rate"].as_integer(), Some(100));
+            }
+        }
+    }
+}
