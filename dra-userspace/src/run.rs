@@ -64,6 +64,8 @@ pub enum RunError {
 /// What the run loop shares between its tasks.
 struct Shared {
     maps: Option<Maps>,
+    /// The readers' out-of-band marks, when XDP is attached.
+    oob: Option<Arc<crate::oob::OobInbox>>,
     /// The agent's own limiter, when no fast path is attached.
     limiter: Option<Arc<Limiter>>,
     plan: Plan,
@@ -76,6 +78,10 @@ impl Shared {
         if let Some(l) = &self.limiter {
             self.metrics.set_fastpath_global(&l.global_counters());
             self.metrics.set_fastpath_classes(l.class_counters());
+        }
+        if let Some(o) = &self.oob {
+            let st = o.stats();
+            self.metrics.set_oob_marks(st.received, st.applied, st.expired);
         }
         let Some(maps) = &self.maps else { return };
         if let Ok(stats) = maps.stats() {
@@ -137,17 +143,19 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
     };
     // With XDP: the readers apply the requests it marked out of band.
-    let ingress = match (&dataplane, &limiter) {
-        (Some(_), _) => crate::agent::io::Ingress::FastPath(Arc::new(
-            crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?,
-        )),
+    let oob = match &dataplane {
+        Some(_) => Some(Arc::new(crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?)),
+        None => None,
+    };
+    let ingress = match (&oob, &limiter) {
+        (Some(o), _) => crate::agent::io::Ingress::FastPath(o.clone()),
         (None, Some(l)) => crate::agent::io::Ingress::Limiter(l.clone()),
         (None, None) => crate::agent::io::Ingress::None,
     };
     let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
     let maps = dataplane.map(Dataplane::into_maps);
     let shared =
-        Arc::new(Mutex::new(Shared { maps, limiter: limiter.clone(), plan, metrics: metrics.clone() }));
+        Arc::new(Mutex::new(Shared { maps, oob, limiter: limiter.clone(), plan, metrics: metrics.clone() }));
     // Static rates first (a restart after throttling must not keep a stale rate).
     shared.lock().expect("lock").apply_throttle(&targets, 0);
 

@@ -25,6 +25,8 @@ pub(crate) const REQUESTS: &str = "dra_fastpath_requests";
 pub(crate) const BYTES: &str = "dra_fastpath_bytes";
 /// Family name of the global counters.
 pub(crate) const PACKETS: &str = "dra_fastpath_packets";
+/// Family name of the agent's out-of-band mark counters.
+pub(crate) const OOB_MARKS: &str = "dra_fastpath_oob_marks";
 
 /// The latest snapshot.
 #[derive(Debug)]
@@ -33,6 +35,8 @@ struct Snapshot {
     classes: BTreeMap<(String, String), ClassCounters>,
     /// Global counters, indexed like [`Counter::ALL`].
     global: [u64; Counter::ALL.len()],
+    /// Out-of-band marks read from the ring, applied, expired (XDP attached only).
+    oob: Option<[u64; 3]>,
 }
 
 /// Holds the snapshot and encodes it on scrape.
@@ -47,6 +51,7 @@ impl FastPathCollector {
             snap: RwLock::new(Snapshot {
                 classes: BTreeMap::new(),
                 global: [0; Counter::ALL.len()],
+                oob: None,
             }),
         }
     }
@@ -59,6 +64,11 @@ impl FastPathCollector {
     pub(crate) fn replace_classes(&self, classes: BTreeMap<(String, String), ClassCounters>) {
         let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
         s.classes = classes;
+    }
+
+    pub(crate) fn set_oob(&self, received: u64, applied: u64, expired: u64) {
+        let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+        s.oob = Some([received, applied, expired]);
     }
 
     /// Sets each listed counter; [`Counter::Count`] (not a counter) is ignored.
@@ -122,6 +132,19 @@ impl Collector for FastPathCollector {
         for (c, v) in Counter::ALL.iter().zip(s.global) {
             let labels = [("reason", c.name())];
             ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        }
+        if let Some(oob) = s.oob {
+            let mut m = encoder.encode_descriptor(
+                OOB_MARKS,
+                "Requests the fast path marked out of band (they straddled TCP segments), as \
+                 the agent handled them: read from the ring, applied to a request, expired \
+                 unapplied (connection gone).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, v) in ["received", "applied", "expired"].iter().zip(oob) {
+                ConstCounter::new(v).encode(m.encode_family(&[("outcome", *outcome)])?)?;
+            }
         }
         Ok(())
     }

@@ -33,6 +33,7 @@
 //! | `dra_fastpath_requests_total` | counter | `peer`, `class`, `outcome` | requests `seen`, `admitted`, `marked` (answered by the agent), `dropped` |
 //! | `dra_fastpath_bytes_total` | counter | `peer`, `class` | Diameter bytes of the requests seen |
 //! | `dra_fastpath_packets_total` | counter | `reason` | one series per global fast-path counter (`reason` = [`dra_common::stats::Counter::name`]), all exported from start |
+//! | `dra_fastpath_oob_marks_total` | counter | `outcome` | requests XDP marked out of band (they straddled segments; [`crate::oob`]): `received` from the ring, `applied` to a request, `expired` unapplied (connection gone) — with XDP attached only |
 //!
 //! These are set, not incremented: each [`Metrics::set_fastpath_class`] /
 //! [`Metrics::set_fastpath_global`] replaces the exported value by the snapshot.

@@ -347,6 +347,12 @@ impl Metrics {
         self.inner.fastpath.set_global(values);
     }
 
+    /// Sets the agent's out-of-band mark counters (`dra_fastpath_oob_marks_total`,
+    /// exported from the first call on).
+    pub fn set_oob_marks(&self, received: u64, applied: u64, expired: u64) {
+        self.inner.fastpath.set_oob(received, applied, expired);
+    }
+
     // ---- agent --------------------------------------------------------------------
 
     /// Counts one request received from (`In`) or sent to (`Out`) `peer`.
