@@ -90,6 +90,18 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
             met: None,
         });
     }
+    // The goal of the fast-path cost issue, as xdp-bench judged it.
+    if let Some(g) = xdp.get("goal") {
+        let net = g.get("net_ns").and_then(Value::as_f64);
+        let max = g.get("max_net_ns").and_then(Value::as_f64);
+        let case = g.get("case").and_then(Value::as_str).unwrap_or("?");
+        rows.push(TableRow {
+            metric: format!("P1 goal: {case}, ns/pkt net of bare XDP_PASS"),
+            measured: net.map_or("-".into(), |n| format!("{n:.1} ns")),
+            goal: max.map_or("-".into(), |m| format!("≤ {m:.0} ns")),
+            met: g.get("met").and_then(Value::as_bool),
+        });
+    }
     Ok(rows)
 }
 
