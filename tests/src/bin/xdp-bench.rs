@@ -140,7 +140,7 @@ fn main() {
     let flags_at = pkt::tcp_offset(&over) + 20 + 4;
     let case = |name, prog, pkt: Vec<u8>, f: &Frame, expect| Case { name, prog, pkt, syn: syn(f), expect };
     let xdp = dataplane::XDP_PROGRAM;
-    let cases = vec![
+    let cases = [
         case("bare XDP_PASS", "dra_xdp_pass", seg(&f1, &i0), &f1, Expect::Unchanged),
         case("non-Diameter TCP", xdp, f1.tcp(40000, 80, seq, TCP_ACK, &[], &i0), &f1, Expect::Unchanged),
         case(
