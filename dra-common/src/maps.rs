@@ -133,13 +133,22 @@ pub struct BucketConfig {
 
 impl BucketConfig {
     /// A slot that only counts: no limit.
-    pub const UNLIMITED: BucketConfig = BucketConfig { interval_ns: 0, tolerance_ns: 0, action: 0, _pad: 0 };
+    pub const UNLIMITED: BucketConfig = BucketConfig {
+        interval_ns: 0,
+        tolerance_ns: 0,
+        action: 0,
+        _pad: 0,
+    };
 
     /// Bucket for `rate` msgs/s with a burst of `burst` messages (≥ 1).
     pub fn new(rate: f64, burst: u32, action: Action) -> BucketConfig {
         let interval_ns = if rate > 0.0 {
             let v = 1e9 / rate + 0.5;
-            if v >= u64::MAX as f64 { u64::MAX } else { v as u64 }
+            if v >= u64::MAX as f64 {
+                u64::MAX
+            } else {
+                v as u64
+            }
         } else {
             u64::MAX
         };

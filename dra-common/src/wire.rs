@@ -328,7 +328,10 @@ impl Source for &[u8] {
     }
 
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
-        match (self.get(off..off.saturating_add(n)), dst.get_mut(at..at.saturating_add(n))) {
+        match (
+            self.get(off..off.saturating_add(n)),
+            dst.get_mut(at..at.saturating_add(n)),
+        ) {
             (Some(s), Some(d)) => {
                 d.copy_from_slice(s);
                 true
@@ -373,7 +376,11 @@ impl Default for ScanCursor {
 impl ScanCursor {
     /// A cursor at the first byte of a message.
     pub const fn new() -> ScanCursor {
-        ScanCursor { scan: MsgScan::new(), part_len: 0, part: [0; PART_BUF] }
+        ScanCursor {
+            scan: MsgScan::new(),
+            part_len: 0,
+            part: [0; PART_BUF],
+        }
     }
 
     /// Back to the first byte of a (next) message. The part buffer's bytes are left as
@@ -614,10 +621,16 @@ impl MsgScan {
                 } else if self.at + AVP_HEADER_LEN as u32 > self.length {
                     Need::Invalid(WireError::AvpLength)
                 } else {
-                    Need::Item { at: self.at, len: AVP_HEADER_LEN as u32 }
+                    Need::Item {
+                        at: self.at,
+                        len: AVP_HEADER_LEN as u32,
+                    }
                 }
             }
-            scan_phase::REQ_TYPE => Need::Item { at: self.at, len: 4 },
+            scan_phase::REQ_TYPE => Need::Item {
+                at: self.at,
+                len: 4,
+            },
             _ => Need::Done(self.classified()),
         }
     }
@@ -658,7 +671,11 @@ impl MsgScan {
                 self.command_code = h.command_code;
                 self.application_id = h.application_id;
                 // Answers are never limited: their ids and AVPs are not needed.
-                self.phase = if h.is_request() { scan_phase::IDS } else { scan_phase::DONE };
+                self.phase = if h.is_request() {
+                    scan_phase::IDS
+                } else {
+                    scan_phase::DONE
+                };
             }
             scan_phase::IDS => {
                 let hbh = b.u32_at(off).ok_or(WireError::Truncated)?;
@@ -677,7 +694,11 @@ impl MsgScan {
                 let fl_len = b.u32_at(off + 4).ok_or(WireError::Truncated)?;
                 let avp_len = fl_len & MAX_LEN_FIELD;
                 let vendor = (fl_len >> 24) as u8 & avp_flags::V != 0;
-                let hdr = if vendor { AVP_HEADER_LEN_VENDOR } else { AVP_HEADER_LEN } as u32;
+                let hdr = if vendor {
+                    AVP_HEADER_LEN_VENDOR
+                } else {
+                    AVP_HEADER_LEN
+                } as u32;
                 // Too short for its own header, or running past the message (§4.1).
                 if avp_len < hdr || avp_len > self.length - self.at {
                     return Err(WireError::AvpLength);

@@ -1,8 +1,8 @@
 //! The wire scanner, run in userspace on exactly the code the XDP program runs.
 
 use dra_common::wire::{
-    self, Bytes, MsgClass, ReqTypeScan, WireError, app, avp, avp_flags, cc_request_type, cmd,
-    flags, parse_header, MsgScan, Need, Progress, ScanCursor, MAX_AVPS_SCANNED,
+    self, Bytes, MAX_AVPS_SCANNED, MsgClass, MsgScan, Need, Progress, ReqTypeScan, ScanCursor,
+    WireError, app, avp, avp_flags, cc_request_type, cmd, flags, parse_header,
 };
 use proptest::prelude::*;
 
@@ -16,19 +16,35 @@ struct TAvp {
 
 impl TAvp {
     fn u32(code: u32, v: u32) -> TAvp {
-        TAvp { code, vendor: None, data: v.to_be_bytes().to_vec() }
+        TAvp {
+            code,
+            vendor: None,
+            data: v.to_be_bytes().to_vec(),
+        }
     }
     fn bytes(code: u32, data: &[u8]) -> TAvp {
-        TAvp { code, vendor: None, data: data.to_vec() }
+        TAvp {
+            code,
+            vendor: None,
+            data: data.to_vec(),
+        }
     }
     fn vendor(code: u32, vendor: u32, data: &[u8]) -> TAvp {
-        TAvp { code, vendor: Some(vendor), data: data.to_vec() }
+        TAvp {
+            code,
+            vendor: Some(vendor),
+            data: data.to_vec(),
+        }
     }
     fn encode(&self, out: &mut Vec<u8>) {
         let hdr = if self.vendor.is_some() { 12 } else { 8 };
         let len = hdr + self.data.len();
         out.extend_from_slice(&self.code.to_be_bytes());
-        let fl: u8 = if self.vendor.is_some() { avp_flags::V | avp_flags::M } else { avp_flags::M };
+        let fl: u8 = if self.vendor.is_some() {
+            avp_flags::V | avp_flags::M
+        } else {
+            avp_flags::M
+        };
         out.push(fl);
         out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
         if let Some(v) = self.vendor {
@@ -86,7 +102,10 @@ fn gx_classes() {
 #[test]
 fn gy_class() {
     let m = ccr(app::GY, cc_request_type::UPDATE as u32, &[]);
-    assert_eq!(classify(&m).unwrap().class, MsgClass::gy_ccr(cc_request_type::UPDATE));
+    assert_eq!(
+        classify(&m).unwrap().class,
+        MsgClass::gy_ccr(cc_request_type::UPDATE)
+    );
 }
 
 #[test]
@@ -101,7 +120,12 @@ fn answer_is_not_scanned() {
 
 #[test]
 fn non_ccr_request_class_has_no_request_type() {
-    let m = message(flags::R, cmd::DEVICE_WATCHDOG, app::COMMON, &[TAvp::bytes(avp::ORIGIN_HOST, b"x")]);
+    let m = message(
+        flags::R,
+        cmd::DEVICE_WATCHDOG,
+        app::COMMON,
+        &[TAvp::bytes(avp::ORIGIN_HOST, b"x")],
+    );
     let c = classify(&m).unwrap();
     assert_eq!(c.class, MsgClass::new(0, cmd::DEVICE_WATCHDOG, 0));
     assert_eq!(c.req_type, None);
@@ -110,7 +134,14 @@ fn non_ccr_request_class_has_no_request_type() {
 #[test]
 fn request_type_after_vendor_specific_avp() {
     // A 3GPP vendor AVP (12-byte header, odd data length → padding) before AVP 416.
-    let m = ccr(app::GX, 3, &[TAvp::vendor(1027, 10415, &[0, 0, 0, 5, 1]), TAvp::vendor(416, 10415, &[0, 0, 0, 1])]);
+    let m = ccr(
+        app::GX,
+        3,
+        &[
+            TAvp::vendor(1027, 10415, &[0, 0, 0, 5, 1]),
+            TAvp::vendor(416, 10415, &[0, 0, 0, 1]),
+        ],
+    );
     let c = classify(&m).unwrap();
     // The vendor AVP with code 416 is not CC-Request-Type; the real one says 3.
     assert_eq!(c.class, MsgClass::gx_ccr(3));
@@ -119,7 +150,11 @@ fn request_type_after_vendor_specific_avp() {
 #[test]
 fn request_type_at_the_bound_is_found_and_beyond_is_not() {
     // AVP 416 is the (MAX_AVPS_SCANNED)th AVP: found.
-    let fillers = |n: usize| (0..n).map(|i| TAvp::bytes(1000 + i as u32, b"abc")).collect::<Vec<_>>();
+    let fillers = |n: usize| {
+        (0..n)
+            .map(|i| TAvp::bytes(1000 + i as u32, b"abc"))
+            .collect::<Vec<_>>()
+    };
     let mut avps = fillers(MAX_AVPS_SCANNED - 1);
     avps.push(TAvp::u32(avp::CC_REQUEST_TYPE, 1));
     let m = message(flags::R, cmd::CREDIT_CONTROL, app::GX, &avps);
@@ -136,7 +171,12 @@ fn request_type_at_the_bound_is_found_and_beyond_is_not() {
 
 #[test]
 fn absent_request_type() {
-    let m = message(flags::R, cmd::CREDIT_CONTROL, app::GX, &[TAvp::bytes(avp::SESSION_ID, b"s")]);
+    let m = message(
+        flags::R,
+        cmd::CREDIT_CONTROL,
+        app::GX,
+        &[TAvp::bytes(avp::SESSION_ID, b"s")],
+    );
     let c = classify(&m).unwrap();
     assert_eq!(c.req_type, Some(ReqTypeScan::Absent));
     assert_eq!(c.class.req_type, 0);
@@ -183,11 +223,19 @@ fn version_and_header_bits() {
     for bit in [0x02u8, 0x04, 0x08] {
         let mut m = good.clone();
         m[4] |= bit;
-        assert_eq!(classify(&m), Err(WireError::InvalidHeaderBits), "bit {bit:#x}");
+        assert_eq!(
+            classify(&m),
+            Err(WireError::InvalidHeaderBits),
+            "bit {bit:#x}"
+        );
     }
     let mut m = good.clone();
     m[4] |= flags::E;
-    assert_eq!(classify(&m), Err(WireError::InvalidHeaderBits), "E on a request");
+    assert_eq!(
+        classify(&m),
+        Err(WireError::InvalidHeaderBits),
+        "E on a request"
+    );
     // The fast path's mark is accepted and visible.
     let mut m = good.clone();
     m[4] |= flags::RATE_LIMIT_MARK;
@@ -227,7 +275,12 @@ fn avp_length_errors() {
     m[25..28].copy_from_slice(&10u32.to_be_bytes()[1..]);
     assert_eq!(classify(&m), Err(WireError::AvpLength));
     // CC-Request-Type with 8 bytes of data.
-    let m = message(flags::R, cmd::CREDIT_CONTROL, app::GX, &[TAvp::bytes(avp::CC_REQUEST_TYPE, &[0; 8])]);
+    let m = message(
+        flags::R,
+        cmd::CREDIT_CONTROL,
+        app::GX,
+        &[TAvp::bytes(avp::CC_REQUEST_TYPE, &[0; 8])],
+    );
     assert_eq!(classify(&m), Err(WireError::AvpLength));
 }
 
@@ -281,7 +334,10 @@ fn every_single_cut_of_a_ccr_gives_its_class() {
     for (app_id, rt) in [(app::GX, 1), (app::GX, 3), (app::GY, 2)] {
         let m = ccr(app_id, rt, &[TAvp::vendor(1027, 10415, b"vendor data")]);
         let whole = classify(&m).unwrap();
-        assert_eq!(whole.class, MsgClass::new(app_id, cmd::CREDIT_CONTROL, rt as u8));
+        assert_eq!(
+            whole.class,
+            MsgClass::new(app_id, cmd::CREDIT_CONTROL, rt as u8)
+        );
         for cut in 0..=m.len() {
             assert_eq!(scan_in_pieces(&m, &[cut]), Ok(whole), "cut at {cut}");
         }
@@ -312,7 +368,11 @@ fn arb_avp() -> impl Strategy<Value = TAvp> {
     )
         // Keep the generated AVPs from being CC-Request-Type (416, no vendor) by accident.
         .prop_map(|(code, vendor, data)| TAvp {
-            code: if code == avp::CC_REQUEST_TYPE && vendor.is_none() { 417 } else { code },
+            code: if code == avp::CC_REQUEST_TYPE && vendor.is_none() {
+                417
+            } else {
+                code
+            },
             vendor,
             data,
         })

@@ -7,7 +7,7 @@ use dra_common::wire::MsgClass;
 
 use crate::{
     bucket::{self, Charge},
-    maps::{count, CLASS_SLOTS, SLOT_COUNTERS},
+    maps::{CLASS_SLOTS, SLOT_COUNTERS, count},
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,9 @@ pub fn publish(peer: &PeerInfo, slot: u32, len: u32, v: Verdict) {
 
 #[inline(always)]
 fn add(slot: u32, len: u32, v: Verdict) {
-    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else { return };
+    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else {
+        return;
+    };
     // SAFETY: this CPU's value of a per-CPU array.
     let c: &mut ClassCounters = unsafe { &mut *c };
     match v {

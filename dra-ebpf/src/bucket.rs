@@ -11,7 +11,7 @@
 //! two helper calls per bucket, could not be cheaper; and the netns tests with three
 //! connections of one peer on both CPUs admit 1019 of 1020 allowed.
 
-use core::intrinsics::{atomic_cxchg, AtomicOrdering};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg};
 
 use dra_common::maps::{Action, NO_SLOT};
 
@@ -54,7 +54,9 @@ impl Tat {
     fn cas(self, old: u64, new: u64) -> Result<(), u64> {
         // SAFETY: as in `load`; atomic RMW on an aligned u64.
         let (v, ok) = unsafe {
-            atomic_cxchg::<u64, { AtomicOrdering::Relaxed }, { AtomicOrdering::Relaxed }>(self.0, old, new)
+            atomic_cxchg::<u64, { AtomicOrdering::Relaxed }, { AtomicOrdering::Relaxed }>(
+                self.0, old, new,
+            )
         };
         if ok { Ok(()) } else { Err(v) }
     }
@@ -93,7 +95,9 @@ pub fn charge(slot: u32, now: u64, n: u64, force: bool) -> Charge {
         // The last of the n messages conforms if base + (n−1)·T − now ≤ τ.
         let last = base + (n - 1) * t;
         if !force && last - now > tol {
-            return Charge::Over { action: Action::from_u32(cfg.action) };
+            return Charge::Over {
+                action: Action::from_u32(cfg.action),
+            };
         }
         match tat.cas(cur, base + n * t) {
             Ok(_) => return Charge::Charged { interval_ns: t },
@@ -109,7 +113,9 @@ pub fn charge(slot: u32, now: u64, n: u64, force: bool) -> Charge {
 /// were charged).
 #[inline(always)]
 pub fn refund(slot: u32, n: u64) {
-    let Some(cfg) = BUCKET_CONFIG.get(slot) else { return };
+    let Some(cfg) = BUCKET_CONFIG.get(slot) else {
+        return;
+    };
     let Some(tat) = atomic_tat(slot) else { return };
     let d = n * cfg.interval_ns;
     let mut cur = tat.load();

@@ -3,7 +3,7 @@
 //! over from earlier segments are scanned as a plain `&[u8]` in the flow state.)
 
 use aya_ebpf::{bindings::xdp_md, helpers::bpf_xdp_load_bytes};
-use dra_common::wire::{Bytes, MsgScan, Source, WireError, MAX_ITEM_LEN, PART_BUF};
+use dra_common::wire::{Bytes, MAX_ITEM_LEN, MsgScan, PART_BUF, Source, WireError};
 
 /// Largest offset we ever read at (16 KiB: beyond any single-buffer XDP frame, jumbo
 /// frames included). Verifier workaround: a packet pointer plus a scalar only gains a
@@ -47,7 +47,11 @@ impl PacketBytes {
     /// The packet from `start` to `data_end`.
     #[inline(always)]
     pub fn new(start: usize, end: usize) -> PacketBytes {
-        PacketBytes { start, end, limit: MAX_OFF + 1 }
+        PacketBytes {
+            start,
+            end,
+            limit: MAX_OFF + 1,
+        }
     }
 }
 
@@ -91,7 +95,6 @@ impl Bytes for PacketBytes {
     }
 }
 
-
 /// An XDP packet as a [`Source`] for the scan cursor: bytes copied with
 /// `bpf_xdp_load_bytes` (usable from a `bpf_loop` callback, where packet pointers are
 /// not; it also reads multi-buffer frames).
@@ -119,7 +122,14 @@ impl Source for XdpSource {
         }
         // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
         // the helper checks the packet's bounds.
-        let r = unsafe { bpf_xdp_load_bytes(self.0, off as u32, dst.as_mut_ptr().add(at) as *mut _, n as u32) };
+        let r = unsafe {
+            bpf_xdp_load_bytes(
+                self.0,
+                off as u32,
+                dst.as_mut_ptr().add(at) as *mut _,
+                n as u32,
+            )
+        };
         r == 0
     }
 }

@@ -3,13 +3,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{lpm_trie::LpmTrie, Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, lpm_trie::LpmTrie},
 };
 use dra_common::{
     maps::{
         BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key,
-        Ipv6Key, PeerInfo, SctpAssoc, TcpFlow, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES,
-        MAX_SLOTS, OOB_RING_BYTES,
+        Ipv6Key, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES, MAX_SLOTS, OOB_RING_BYTES,
+        PeerInfo, SctpAssoc, TcpFlow,
     },
     stats::Counter,
 };
@@ -107,7 +107,8 @@ pub static EGRESS_PEERS_V6: LpmTrie<Ipv6Key, dra_common::maps::EgressPeer> =
 
 /// (destination peer id, class) → egress slot.
 #[map(name = "EGRESS_CLASS_SLOTS")]
-pub static EGRESS_CLASS_SLOTS: HashMap<BucketKey, u32> = HashMap::with_max_entries(MAX_CLASS_SLOTS, 0);
+pub static EGRESS_CLASS_SLOTS: HashMap<BucketKey, u32> =
+    HashMap::with_max_entries(MAX_CLASS_SLOTS, 0);
 
 /// Framing state of the flows the agent sends on.
 #[map(name = "EGRESS_FLOWS")]
@@ -116,7 +117,8 @@ pub static EGRESS_FLOWS: LruHashMap<FlowKey, dra_common::maps::EgressFlow> =
 
 /// Scratch space to build a new egress flow (too large for the BPF stack).
 #[map(name = "EGRESS_SCRATCH")]
-pub static EGRESS_SCRATCH: PerCpuArray<dra_common::maps::EgressFlow> = PerCpuArray::with_max_entries(1, 0);
+pub static EGRESS_SCRATCH: PerCpuArray<dra_common::maps::EgressFlow> =
+    PerCpuArray::with_max_entries(1, 0);
 
 /// The TC program's walk over one skb (see tc.rs `Walk`).
 #[map(name = "TC_WALK")]

@@ -31,14 +31,14 @@ use aya_ebpf::{
 use dra_common::{
     maps::{FlowKey, PeerInfo, SctpAssoc},
     stats::Counter,
-    wire::{Progress, ScanCursor, SCTP_PPID_DIAMETER},
+    wire::{Progress, SCTP_PPID_DIAMETER, ScanCursor},
 };
 
 use crate::{
-    admit::{class_slot, decide, publish, Verdict},
+    admit::{Verdict, class_slot, decide, publish},
     bucket::{self, Charge},
     bytes::XdpSource,
-    maps::{count, SCTP_ASSOCS, SCTP_WALK},
+    maps::{SCTP_ASSOCS, SCTP_WALK, count},
     xdp::{DROP, PASS},
 };
 
@@ -100,7 +100,9 @@ struct WalkRef {
 }
 
 pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo) -> u32 {
-    let Some(wp) = SCTP_WALK.get_ptr_mut(0) else { return PASS };
+    let Some(wp) = SCTP_WALK.get_ptr_mut(0) else {
+        return PASS;
+    };
     // SAFETY: this CPU's scratch value; XDP runs to completion.
     let w = unsafe { &mut *wp };
     w.peer = *peer;
@@ -121,7 +123,12 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
     // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
     // the call.
     unsafe {
-        bpf_loop(MAX_STEPS, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+        bpf_loop(
+            MAX_STEPS,
+            walk_one as *mut _,
+            &mut r as *mut WalkRef as *mut _,
+            0,
+        );
     }
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
@@ -159,7 +166,11 @@ extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
     let r = unsafe { &mut *(r as *mut WalkRef) };
     // SAFETY: as above.
     let w = unsafe { &mut *r.w };
-    let go = if w.scanning != 0 { scan_step(r, w) } else { chunk(r, w) };
+    let go = if w.scanning != 0 {
+        scan_step(r, w)
+    } else {
+        chunk(r, w)
+    };
     if go { 0 } else { 1 }
 }
 
@@ -175,7 +186,9 @@ fn load4(ctx: *mut xdp_md, off: u32) -> Option<[u8; 4]> {
 /// bytes), others skipped. Returns true to go on.
 #[inline(always)]
 fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
-    let Some(ch) = load4(r.ctx, w.off) else { return false };
+    let Some(ch) = load4(r.ctx, w.off) else {
+        return false;
+    };
     let ctype = ch[0];
     let cflags = ch[1];
     let clen = u16::from_be_bytes([ch[2], ch[3]]) as u32;
@@ -273,7 +286,9 @@ fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata
     if clen <= data_off {
         return false;
     }
-    let Some(sid) = load4(r.ctx, this + 8) else { return false };
+    let Some(sid) = load4(r.ctx, this + 8) else {
+        return false;
+    };
     let stream = u16::from_be_bytes([sid[0], sid[1]]) as u32;
     let mid = if idata {
         match load4(r.ctx, this + 12) {
@@ -286,7 +301,9 @@ fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata
     let begin = cflags & FLAG_B != 0;
     w.keep = 1;
     if begin {
-        let Some(p) = load4(r.ctx, this + ppid_off) else { return false };
+        let Some(p) = load4(r.ctx, this + ppid_off) else {
+            return false;
+        };
         let ppid = u32::from_be_bytes(p);
         if ppid != SCTP_PPID_DIAMETER && ppid != 0 {
             return false;
@@ -305,7 +322,8 @@ fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata
         w.cur = ScanCursor::new();
         w.start = 0;
     } else {
-        let ours = w.next.in_progress != 0 && (!idata || (w.next.stream == stream && w.next.mid == mid));
+        let ours =
+            w.next.in_progress != 0 && (!idata || (w.next.stream == stream && w.next.mid == mid));
         if !ours {
             // A later fragment of a message already decided (or not Diameter).
             return false;

@@ -52,11 +52,10 @@ use aya_ebpf::{
 };
 use dra_common::{
     maps::{
-        Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig,
-        NO_SLOT,
+        Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig, NO_SLOT,
     },
     stats::Counter,
-    wire::{self, Progress, ScanCursor, Source, MAX_ITEM_LEN, PART_BUF},
+    wire::{self, MAX_ITEM_LEN, PART_BUF, Progress, ScanCursor, Source},
 };
 
 use crate::{
@@ -333,7 +332,11 @@ fn segment(
     w.lost = 0;
     w.shot = 0;
     let in_progress = seq_lt(fl.next_hdr, pe);
-    w.cur = if in_progress { fl.cursor } else { ScanCursor::new() };
+    w.cur = if in_progress {
+        fl.cursor
+    } else {
+        ScanCursor::new()
+    };
     let mut r = WalkRef { skb, w: wp };
     // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
     // the call.
@@ -398,7 +401,11 @@ extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
     // scratch value.
     let r = unsafe { &*(r as *const WalkRef) };
     // SAFETY: as above.
-    if step(r.skb, unsafe { &mut *r.w }) { 0 } else { 1 }
+    if step(r.skb, unsafe { &mut *r.w }) {
+        0
+    } else {
+        1
+    }
 }
 
 /// An skb as a [`Source`] for the scan cursor (`bpf_skb_load_bytes` reads frags too).
@@ -417,7 +424,12 @@ impl Source for SkbSource {
         // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
         // the helper checks the skb's bounds.
         let r = unsafe {
-            bpf_skb_load_bytes(self.0 as *const _, off as u32, dst.as_mut_ptr().add(at) as *mut _, n as u32)
+            bpf_skb_load_bytes(
+                self.0 as *const _,
+                off as u32,
+                dst.as_mut_ptr().add(at) as *mut _,
+                n as u32,
+            )
         };
         r == 0
     }
@@ -436,7 +448,10 @@ fn step(skb: *mut __sk_buff, w: &mut Walk) -> bool {
         (0, w.pos)
     };
     let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
-    let c = match w.cur.step(&SkbSource(skb), off, start, w.seg_end.wrapping_sub(w.pos)) {
+    let c = match w
+        .cur
+        .step(&SkbSource(skb), off, start, w.seg_end.wrapping_sub(w.pos))
+    {
         Progress::Done(c) => c,
         Progress::Read => return true,
         Progress::More => {

@@ -44,17 +44,17 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use dra_common::{
-    maps::{FlowKey, OobMark, PeerInfo, TcpFlow, MARK_RING, MAX_HOLE_AGE_NS},
+    maps::{FlowKey, MARK_RING, MAX_HOLE_AGE_NS, OobMark, PeerInfo, TcpFlow},
     stats::Counter,
-    wire::{self, flags, Progress, ScanCursor},
+    wire::{self, Progress, ScanCursor, flags},
 };
 
 use crate::{
-    admit::{class_slot, decide, publish, Verdict},
+    admit::{Verdict, class_slot, decide, publish},
     bucket::{self, Charge},
-    bytes::{bounded, opaque, PacketBytes, XdpSource},
-    maps::{count, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH},
-    xdp::{load, DROP, PASS},
+    bytes::{PacketBytes, XdpSource, bounded, opaque},
+    maps::{FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
+    xdp::{DROP, PASS, load},
 };
 
 /// `bpf_loop` iterations per segment: one per scan item read (header, ids, AVP
@@ -114,7 +114,11 @@ fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
         let new = old | flags::RATE_LIMIT_MARK;
         // The flags byte is the high or the low byte of its 16-bit word; the other
         // byte is the same in m and m', so it may be taken as 0 in both.
-        let (m, m1) = if high { ((old as u16) << 8, (new as u16) << 8) } else { (old as u16, new as u16) };
+        let (m, m1) = if high {
+            ((old as u16) << 8, (new as u16) << 8)
+        } else {
+            (old as u16, new as u16)
+        };
         let hc = u16::from_be_bytes(core::ptr::read_unaligned(c as *const [u8; 2]));
         *(p as *mut u8) = new;
         core::ptr::write_unaligned(c as *mut [u8; 2], csum_update(hc, m, m1).to_be_bytes());
@@ -133,8 +137,19 @@ fn remember_mark(flow: &mut TcpFlow, hdr_seq: u32) {
 /// before: if the first copy was lost after us, the retransmission must not pass
 /// unmarked.
 #[inline(always)]
-fn remark(ctx: &XdpContext, tcp_off: usize, payload: usize, flow: &TcpFlow, seg_seq: u32, upto: u32) {
-    let n = if (flow.mark_idx as usize) < MARK_RING { flow.mark_idx as usize } else { MARK_RING };
+fn remark(
+    ctx: &XdpContext,
+    tcp_off: usize,
+    payload: usize,
+    flow: &TcpFlow,
+    seg_seq: u32,
+    upto: u32,
+) {
+    let n = if (flow.mark_idx as usize) < MARK_RING {
+        flow.mark_idx as usize
+    } else {
+        MARK_RING
+    };
     let mut i = 0;
     while i < MARK_RING {
         if i >= n {
@@ -144,7 +159,12 @@ fn remark(ctx: &XdpContext, tcp_off: usize, payload: usize, flow: &TcpFlow, seg_
         i += 1;
         if !seq_lt(f, seg_seq) && seq_lt(f, upto) {
             let off = f.wrapping_sub(seg_seq);
-            mark_at(ctx.ctx, payload as u32 + off, tcp_off as u32 + 16, off & 1 == 0);
+            mark_at(
+                ctx.ctx,
+                payload as u32 + off,
+                tcp_off as u32 + 16,
+                off & 1 == 0,
+            );
         }
     }
 }
@@ -254,7 +274,8 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         if flow.hole_since_ns == 0 {
             flow.hole_since_ns = now;
         }
-        if seq.wrapping_sub(pe) > MAX_HOLE || now.wrapping_sub(flow.hole_since_ns) > MAX_HOLE_AGE_NS {
+        if seq.wrapping_sub(pe) > MAX_HOLE || now.wrapping_sub(flow.hole_since_ns) > MAX_HOLE_AGE_NS
+        {
             let _ = TCP_FLOWS.remove(key);
             count(Counter::Resync);
             return PASS;
@@ -270,7 +291,9 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         remark(ctx, tcp_off, payload, flow, seq, pe);
     }
 
-    let Some(wp) = WALK_SCRATCH.get_ptr_mut(0) else { return PASS };
+    let Some(wp) = WALK_SCRATCH.get_ptr_mut(0) else {
+        return PASS;
+    };
     // SAFETY: this CPU's scratch value; XDP runs to completion.
     let w = unsafe { &mut *wp };
     w.peer = *peer;
@@ -288,7 +311,12 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     } else {
         w.cur.reset();
     }
-    let mut r = WalkRef { ctx: ctx.ctx, flow: flow as *mut TcpFlow, key: key as *const FlowKey, w: wp };
+    let mut r = WalkRef {
+        ctx: ctx.ctx,
+        flow: flow as *mut TcpFlow,
+        key: key as *const FlowKey,
+        w: wp,
+    };
     // The first message here, the rest (if any) in the loop: most segments hold one
     // message, and a bpf_loop call (an indirect call per iteration) costs more than the
     // message.
@@ -296,7 +324,12 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
         // the call.
         unsafe {
-            bpf_loop(MAX_STEPS_PER_SEGMENT, walk_one as *mut _, &mut r as *mut WalkRef as *mut _, 0);
+            bpf_loop(
+                MAX_STEPS_PER_SEGMENT,
+                walk_one as *mut _,
+                &mut r as *mut WalkRef as *mut _,
+                0,
+            );
         }
     }
     // The callback wrote through `r.w`: read the walk afresh.
@@ -365,7 +398,10 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
     };
     let src = XdpSource(r.ctx);
     let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
-    let c = match w.cur.advance(&src, off, start, w.seg_end.wrapping_sub(w.pos)) {
+    let c = match w
+        .cur
+        .advance(&src, off, start, w.seg_end.wrapping_sub(w.pos))
+    {
         Progress::Done(c) => c,
         Progress::Read => return true,
         Progress::More => {

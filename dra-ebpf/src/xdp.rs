@@ -9,7 +9,7 @@ use dra_common::{
 };
 
 use crate::{
-    maps::{count, GLOBAL_CONFIG, JUMP, JUMP_SCTP, JUMP_TCP, PEERS_V4, PEERS_V6, PKT_META},
+    maps::{GLOBAL_CONFIG, JUMP, JUMP_SCTP, JUMP_TCP, PEERS_V4, PEERS_V6, PKT_META, count},
     sctp, tcp,
 };
 
@@ -55,7 +55,10 @@ pub struct L4 {
 #[inline(always)]
 fn is_diameter_port(cfg: &GlobalConfig, port: u16) -> bool {
     port != 0
-        && (cfg.ports[0] == port || cfg.ports[1] == port || cfg.ports[2] == port || cfg.ports[3] == port)
+        && (cfg.ports[0] == port
+            || cfg.ports[1] == port
+            || cfg.ports[2] == port
+            || cfg.ports[3] == port)
 }
 
 pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
@@ -104,7 +107,11 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
         (*m).peer = *peer;
         (*m).key = key;
     }
-    let idx = if l4.proto == IPPROTO_TCP { JUMP_TCP } else { JUMP_SCTP };
+    let idx = if l4.proto == IPPROTO_TCP {
+        JUMP_TCP
+    } else {
+        JUMP_SCTP
+    };
     // SAFETY: a tail call does not return on success.
     unsafe { JUMP.tail_call(ctx, idx) };
     // Only reached if the program array is not populated.
@@ -114,13 +121,17 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
 
 /// Entry of the TCP program (tail-called by the dispatcher).
 pub fn tcp_entry(ctx: &XdpContext) -> u32 {
-    let Some(m) = PKT_META.get(0) else { return PASS };
+    let Some(m) = PKT_META.get(0) else {
+        return PASS;
+    };
     tcp::process(ctx, (m.l4_off & 0x1ff) as usize, &m.key, &m.peer)
 }
 
 /// Entry of the SCTP program (tail-called by the dispatcher).
 pub fn sctp_entry(ctx: &XdpContext) -> u32 {
-    let Some(m) = PKT_META.get(0) else { return PASS };
+    let Some(m) = PKT_META.get(0) else {
+        return PASS;
+    };
     sctp::process(ctx, (m.l4_off & 0x1ff) as usize, &m.key, &m.peer)
 }
 
@@ -183,9 +194,11 @@ fn parse(ctx: &XdpContext) -> Option<L4> {
         key.daddr[0] = u32::from_ne_bytes([h[16], h[17], h[18], h[19]]);
         off += ihl;
     } else if proto == ETH_P_IPV6 {
-        let (Some(nh0), Some(sa), Some(da)) =
-            (load::<u8>(ctx, off + 6), load::<[u32; 4]>(ctx, off + 8), load::<[u32; 4]>(ctx, off + 24))
-        else {
+        let (Some(nh0), Some(sa), Some(da)) = (
+            load::<u8>(ctx, off + 6),
+            load::<[u32; 4]>(ctx, off + 8),
+            load::<[u32; 4]>(ctx, off + 24),
+        ) else {
             count(Counter::MalformedL3);
             return None;
         };
@@ -224,5 +237,11 @@ fn parse(ctx: &XdpContext) -> Option<L4> {
         return None;
     }
     key.proto |= l4proto & 0x7f;
-    Some(L4 { off, proto: l4proto, key, ip_off, v6 })
+    Some(L4 {
+        off,
+        proto: l4proto,
+        key,
+        ip_off,
+        v6,
+    })
 }

@@ -7,9 +7,8 @@ use std::time::Duration;
 use crate::{
     config::{self, Config, CpuSource as CfgSource, OnMissing as CfgOnMissing, ProcTarget, Target},
     control::{
-        self,
+        self, DbCpuProfile, LoopSettings, OnMissing, ThresholdRow,
         sources::{self, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu},
-        DbCpuProfile, LoopSettings, OnMissing, ThresholdRow,
     },
     dataplane::{Plan, Slot},
 };
@@ -55,7 +54,10 @@ pub fn targets(cfg: &Config, plan: &Plan) -> Result<Vec<DrlTarget>, DrlError> {
                     .slot_of(peer, mc)
                     .and_then(|s| plan.slots.get(s as usize))
                     .filter(|s| s.limit.is_some())
-                    .ok_or_else(|| DrlError::NoStaticLimit { peer: peer.into(), class: c.to_string() })?;
+                    .ok_or_else(|| DrlError::NoStaticLimit {
+                        peer: peer.into(),
+                        class: c.to_string(),
+                    })?;
                 let static_rate = slot.limit.as_ref().map(|l| l.rate).unwrap_or_default();
                 out.push(DrlTarget {
                     peer: peer.into(),
@@ -74,9 +76,13 @@ pub fn settings(p: &config::DbCpuProfile) -> Result<(DbCpuProfile, LoopSettings)
     let rows = p
         .thresholds
         .iter()
-        .map(|t| ThresholdRow { cpu_pct: t.cpu as f64, throttle_pct: t.throttle })
+        .map(|t| ThresholdRow {
+            cpu_pct: t.cpu as f64,
+            throttle_pct: t.throttle,
+        })
         .collect();
-    let profile = DbCpuProfile::new(rows, p.reversal_hold_time, p.reversal_step).map_err(DrlError::Profile)?;
+    let profile = DbCpuProfile::new(rows, p.reversal_hold_time, p.reversal_step)
+        .map_err(DrlError::Profile)?;
     let settings = LoopSettings {
         period: p.sample_period,
         missing_after: p.missing_after,
@@ -93,12 +99,20 @@ pub fn settings(p: &config::DbCpuProfile) -> Result<(DbCpuProfile, LoopSettings)
 pub fn source(src: &CfgSource, timeout: Duration) -> Result<Box<dyn sources::CpuSource>, DrlError> {
     Ok(match src {
         CfgSource::Procfs(ProcTarget::Host) => Box::new(HostCpu::new()),
-        CfgSource::Procfs(ProcTarget::Process(name)) => Box::new(ProcessCpu::new(ProcessSelector::Name(name.clone()))),
-        CfgSource::Procfs(ProcTarget::PidFile(p)) => Box::new(ProcessCpu::new(ProcessSelector::PidFile(p.clone()))),
-        CfgSource::Redis { address } => Box::new(RedisCpu::new(address.to_string()).with_timeout(timeout)),
-        CfgSource::Prometheus { url, query } => {
-            Box::new(PrometheusCpu::new(url, query).map_err(DrlError::Source)?.with_timeout(timeout))
+        CfgSource::Procfs(ProcTarget::Process(name)) => {
+            Box::new(ProcessCpu::new(ProcessSelector::Name(name.clone())))
         }
+        CfgSource::Procfs(ProcTarget::PidFile(p)) => {
+            Box::new(ProcessCpu::new(ProcessSelector::PidFile(p.clone())))
+        }
+        CfgSource::Redis { address } => {
+            Box::new(RedisCpu::new(address.to_string()).with_timeout(timeout))
+        }
+        CfgSource::Prometheus { url, query } => Box::new(
+            PrometheusCpu::new(url, query)
+                .map_err(DrlError::Source)?
+                .with_timeout(timeout),
+        ),
         CfgSource::File { path } => Box::new(FileCpu::new(path.clone())),
     })
 }
@@ -108,7 +122,9 @@ mod tests {
     use super::*;
 
     fn seed() -> (Config, Plan) {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml")).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml"))
+                .unwrap();
         let cfg = crate::config::parse(&text, "dra.toml").unwrap();
         let plan = Plan::new(&cfg).unwrap();
         (cfg, plan)
@@ -118,8 +134,14 @@ mod tests {
     fn seed_targets_are_pgw1_ccr_i_and_ccr_t_at_their_static_rates() {
         let (cfg, plan) = seed();
         let t = targets(&cfg, &plan).unwrap();
-        let got: Vec<(&str, &str, f64)> = t.iter().map(|t| (t.peer.as_str(), t.class_label.as_str(), t.static_rate)).collect();
-        assert_eq!(got, vec![("pgw1", "gx_ccr_i", 1000.0), ("pgw1", "gx_ccr_t", 1000.0)]);
+        let got: Vec<(&str, &str, f64)> = t
+            .iter()
+            .map(|t| (t.peer.as_str(), t.class_label.as_str(), t.static_rate))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("pgw1", "gx_ccr_i", 1000.0), ("pgw1", "gx_ccr_t", 1000.0)]
+        );
         // pgw2 (no DRL) is never a target.
         assert!(t.iter().all(|t| t.peer != "pgw2"));
     }

@@ -334,14 +334,19 @@ impl Limiter {
     /// it is still over its `drop` limit (not counted again).
     pub fn retry(&self, src: &Source, frame: &mut [u8], now_ns: u64) -> bool {
         let Source::Peer(peer) = src else { return true };
-        let Ok(c) = wire::classify(&&*frame, 0) else { return true };
+        let Ok(c) = wire::classify(&&*frame, 0) else {
+            return true;
+        };
         let slot = self.class_slot(peer, c.class);
         let v = self.decide(peer, slot, now_ns);
         if v == Verdict::Drop {
             return false;
         }
         let len = u64::from(c.header.length);
-        for s in [self.slot(slot), self.slot(peer.overall_slot)].into_iter().flatten() {
+        for s in [self.slot(slot), self.slot(peer.overall_slot)]
+            .into_iter()
+            .flatten()
+        {
             s.count(v, len);
         }
         if v == Verdict::Mark {
@@ -361,18 +366,21 @@ impl Limiter {
         let mut wait = 0u64;
         if let (Source::Peer(peer), Ok(c)) = (src, wire::classify(&frame, 0)) {
             let slot = self.class_slot(peer, c.class);
-            for s in [self.slot(slot), self.slot(peer.overall_slot)].into_iter().flatten() {
+            for s in [self.slot(slot), self.slot(peer.overall_slot)]
+                .into_iter()
+                .flatten()
+            {
                 let cfg = s.config();
                 // GCRA: one message fits once tat − now ≤ τ; about half the burst
                 // (τ = (burst − 1)·T) once tat − now ≤ τ/2.
-                let ready = s.tat.load(Ordering::Relaxed).saturating_sub(cfg.tolerance_ns / 2);
+                let ready = s
+                    .tat
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(cfg.tolerance_ns / 2);
                 wait = wait.max(ready.saturating_sub(now_ns));
             }
         }
-        Duration::from_nanos(wait).clamp(
-            Duration::from_millis(1),
-            Duration::from_millis(100),
-        )
+        Duration::from_nanos(wait).clamp(Duration::from_millis(1), Duration::from_millis(100))
     }
 
     /// Admission of one framed message from `peer` at `now_ns` (charges the buckets,
@@ -671,27 +679,37 @@ mod tests {
             Filter::Hold,
             "second within 100 ms is over: held, not discarded"
         );
-        assert_eq!(g[4] & flags::RATE_LIMIT_MARK, 0, "a held frame is not marked");
+        assert_eq!(
+            g[4] & flags::RATE_LIMIT_MARK,
+            0,
+            "a held frame is not marked"
+        );
         // The hint (burst 1): the bucket takes it one interval (100 ms) after the first.
         assert_eq!(l.hold_for(&pgw1, &g, 0), Duration::from_millis(100));
         assert_eq!(l.hold_for(&pgw1, &g, 60 * MS), Duration::from_millis(40));
         assert!(!l.retry(&pgw1, &mut g, 60 * MS), "still over");
-        assert!(l.retry(&pgw1, &mut g, 100 * MS), "one interval later it fits");
+        assert!(
+            l.retry(&pgw1, &mut g, 100 * MS),
+            "one interval later it fits"
+        );
         assert_eq!(g[4] & flags::RATE_LIMIT_MARK, 0);
         let i = p.slot_of("pgw1", MsgClass::gx_ccr(1)).expect("slot");
         let c = l.slot_counters(i).expect("counters");
         // Held once (counted once, however many retries), then admitted.
         assert_eq!((c.seen, c.admitted, c.dropped), (2, 2, 1));
-        let o = l.slot_counters(p.peer("pgw1").expect("pgw1").info.overall_slot).expect("overall");
+        let o = l
+            .slot_counters(p.peer("pgw1").expect("pgw1").info.overall_slot)
+            .expect("overall");
         assert_eq!((o.seen, o.admitted, o.dropped), (2, 2, 1));
     }
 
     #[test]
     fn a_held_connection_wakes_when_half_the_burst_is_back() {
         // 100/s (T = 10 ms), burst 5 (τ = 40 ms), drop.
-        let p = plan(
-            &GX_CCR_I.replace("rate = 10\nburst = 3", "rate = 100\nburst = 5\naction = \"drop\""),
-        );
+        let p = plan(&GX_CCR_I.replace(
+            "rate = 10\nburst = 3",
+            "rate = 100\nburst = 5\naction = \"drop\"",
+        ));
         let l = Limiter::new(&p);
         let pgw1 = Source::Peer(peer(&l, "10.0.0.1"));
         let pass = |f: &mut Vec<u8>, now| l.filter(&pgw1, f, now) == Filter::Pass;
@@ -707,7 +725,11 @@ mod tests {
         assert!(l.retry(&pgw1, &mut held, now));
         assert!(pass(&mut ccr(app::GX, 1), now));
         assert!(pass(&mut ccr(app::GX, 1), now));
-        assert_eq!(l.filter(&pgw1, &mut ccr(app::GX, 1), now), Filter::Hold, "3 at once, then full");
+        assert_eq!(
+            l.filter(&pgw1, &mut ccr(app::GX, 1), now),
+            Filter::Hold,
+            "3 at once, then full"
+        );
     }
 
     #[test]

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dra::dataplane::{self, AttachMode, Dataplane, Maps};
 
 #[derive(Parser)]
-#[command(name = "dra", version, about = "Diameter Routing Agent with an XDP rate-limiting fast path")]
+#[command(
+    name = "dra",
+    version,
+    about = "Diameter Routing Agent with an XDP rate-limiting fast path"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -100,7 +104,13 @@ fn main() -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         },
-        Cmd::Run { config, iface, xdp_mode, pin_dir, detach_on_exit } => {
+        Cmd::Run {
+            config,
+            iface,
+            xdp_mode,
+            pin_dir,
+            detach_on_exit,
+        } => {
             let cfg = match dra::config::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -118,7 +128,12 @@ fn main() -> anyhow::Result<ExitCode> {
                     dra::config::XdpMode::Skb => AttachMode::Skb,
                 },
             };
-            let opts = dra::run::RunOptions { iface, mode, pin_dir, detach_on_exit };
+            let opts = dra::run::RunOptions {
+                iface,
+                mode,
+                pin_dir,
+                detach_on_exit,
+            };
             dra::run::run(cfg, opts).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -136,7 +151,9 @@ fn main() -> anyhow::Result<ExitCode> {
         Cmd::Verify => {
             let mut ebpf = dataplane::open().map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
             dataplane::load_xdp(&mut ebpf).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
-            for name in std::iter::once(dataplane::XDP_PROGRAM).chain(dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n)) {
+            for name in std::iter::once(dataplane::XDP_PROGRAM)
+                .chain(dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n))
+            {
                 let prog: &aya::programs::Xdp = ebpf
                     .program(name)
                     .context("program missing")?
@@ -145,7 +162,9 @@ fn main() -> anyhow::Result<ExitCode> {
                 let info = prog.info().context("program info")?;
                 println!(
                     "{name}: verified ({} instructions processed by the verifier)",
-                    info.verified_instruction_count().map(|n| n.to_string()).unwrap_or_else(|| "?".into())
+                    info.verified_instruction_count()
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "?".into())
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -154,7 +173,10 @@ fn main() -> anyhow::Result<ExitCode> {
             let path = match (socket, config) {
                 (Some(s), _) => s,
                 (None, Some(c)) => match dra::config::load(&c) {
-                    Ok(cfg) => cfg.control.socket.context("the config has no [control] socket")?,
+                    Ok(cfg) => cfg
+                        .control
+                        .socket
+                        .context("the config has no [control] socket")?,
                     Err(e) => {
                         eprint!("{e}");
                         return Ok(ExitCode::from(2));
@@ -162,7 +184,9 @@ fn main() -> anyhow::Result<ExitCode> {
                 },
                 (None, None) => anyhow::bail!("give --socket or --config"),
             };
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             let text = rt
                 .block_on(dra::agent::query_status(&path))
                 .with_context(|| format!("control socket {}", path.display()))?;
@@ -170,8 +194,12 @@ fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Stats { pin_dir } => {
-            let maps = Maps::open_pinned(&pin_dir).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
-            for (c, v) in maps.stats().map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))? {
+            let maps =
+                Maps::open_pinned(&pin_dir).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            for (c, v) in maps
+                .stats()
+                .map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?
+            {
                 println!("{:<20} {v}", c.name());
             }
             Ok(ExitCode::SUCCESS)

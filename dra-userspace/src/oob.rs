@@ -100,7 +100,9 @@ pub struct OobInbox {
 
 impl std::fmt::Debug for OobInbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OobInbox").field("stats", &self.stats()).finish()
+        f.debug_struct("OobInbox")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -112,7 +114,11 @@ impl OobInbox {
         while ring.next().is_some() {}
         Ok(OobInbox {
             ring: Mutex::new(ring),
-            pending: Mutex::new(Pending { by_conn: HashMap::new(), total: 0, last_prune: Instant::now() }),
+            pending: Mutex::new(Pending {
+                by_conn: HashMap::new(),
+                total: 0,
+                last_prune: Instant::now(),
+            }),
             waiting: AtomicUsize::new(0),
             received: AtomicU64::new(0),
             applied: AtomicU64::new(0),
@@ -121,13 +127,25 @@ impl OobInbox {
     }
 
     /// Opens the pinned `OOB_MARKS` map of a fast path pinned in `pin_dir`.
-    pub fn open_pinned(pin_dir: &std::path::Path) -> Result<OobInbox, crate::dataplane::DataplaneError> {
+    pub fn open_pinned(
+        pin_dir: &std::path::Path,
+    ) -> Result<OobInbox, crate::dataplane::DataplaneError> {
         let path = pin_dir.join(dra_common::maps::names::OOB_MARKS);
-        let data = MapData::from_pin(&path)
-            .map_err(|source| crate::dataplane::DataplaneError::OpenPinned { path: path.clone(), source })?;
-        let map = Map::from_map_data(data)
-            .map_err(|source| crate::dataplane::DataplaneError::OpenPinned { path: path.clone(), source })?;
-        OobInbox::new(map).map_err(|OobError::Map(source)| crate::dataplane::DataplaneError::OpenPinned { path, source })
+        let data = MapData::from_pin(&path).map_err(|source| {
+            crate::dataplane::DataplaneError::OpenPinned {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        let map = Map::from_map_data(data).map_err(|source| {
+            crate::dataplane::DataplaneError::OpenPinned {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        OobInbox::new(map).map_err(|OobError::Map(source)| {
+            crate::dataplane::DataplaneError::OpenPinned { path, source }
+        })
     }
 
     /// Moves every mark the kernel has written into the table. Cheap when the ring is
@@ -150,7 +168,10 @@ impl OobInbox {
         let now = Instant::now();
         let mut p = self.pending.lock().expect("oob table");
         for m in &got {
-            p.by_conn.entry(m.key).or_default().push((m.hop_by_hop, m.end_to_end, now));
+            p.by_conn
+                .entry(m.key)
+                .or_default()
+                .push((m.hop_by_hop, m.end_to_end, now));
             p.total += 1;
         }
         self.received.fetch_add(got.len() as u64, Ordering::Relaxed);
@@ -171,7 +192,12 @@ impl OobInbox {
         });
         // Still too many: drop whole connections' marks, oldest first.
         while p.total - dropped > MAX_PENDING {
-            let Some(k) = p.by_conn.iter().min_by_key(|(_, v)| v.first().map(|e| e.2)).map(|(k, _)| *k) else {
+            let Some(k) = p
+                .by_conn
+                .iter()
+                .min_by_key(|(_, v)| v.first().map(|e| e.2))
+                .map(|(k, _)| *k)
+            else {
                 break;
             };
             dropped += p.by_conn.remove(&k).map_or(0, |v| v.len());
@@ -187,8 +213,13 @@ impl OobInbox {
             return false;
         }
         let mut p = self.pending.lock().expect("oob table");
-        let Some(v) = p.by_conn.get_mut(key) else { return false };
-        let Some(i) = v.iter().position(|(h, e, _)| *h == hop_by_hop && *e == end_to_end) else {
+        let Some(v) = p.by_conn.get_mut(key) else {
+            return false;
+        };
+        let Some(i) = v
+            .iter()
+            .position(|(h, e, _)| *h == hop_by_hop && *e == end_to_end)
+        else {
             return false;
         };
         v.swap_remove(i);
@@ -208,7 +239,9 @@ impl OobInbox {
         if self.waiting.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let Some(h) = frame.get(..20) else { return false };
+        let Some(h) = frame.get(..20) else {
+            return false;
+        };
         if h[4] & dra_common::wire::flags::R == 0 {
             return false;
         }
@@ -251,14 +284,23 @@ mod tests {
 
     #[test]
     fn flow_key_matches_what_xdp_builds() {
-        let k = flow_key("198.18.1.2:40000".parse().unwrap(), "198.18.1.1:3868".parse().unwrap());
+        let k = flow_key(
+            "198.18.1.2:40000".parse().unwrap(),
+            "198.18.1.1:3868".parse().unwrap(),
+        );
         assert_eq!(k.saddr, [u32::from_ne_bytes([198, 18, 1, 2]), 0, 0, 0]);
         assert_eq!(k.daddr, [u32::from_ne_bytes([198, 18, 1, 1]), 0, 0, 0]);
         assert_eq!((k.sport, k.dport, k.proto), (40000, 3868, 6));
         // An IPv4 peer on a dual-stack listener is an IPv4 flow.
-        let m = flow_key("[::ffff:198.18.1.2]:40000".parse().unwrap(), "[::ffff:198.18.1.1]:3868".parse().unwrap());
+        let m = flow_key(
+            "[::ffff:198.18.1.2]:40000".parse().unwrap(),
+            "[::ffff:198.18.1.1]:3868".parse().unwrap(),
+        );
         assert_eq!(m, k);
-        let v6 = flow_key("[2001:db8:1::2]:40000".parse().unwrap(), "[2001:db8:1::1]:3868".parse().unwrap());
+        let v6 = flow_key(
+            "[2001:db8:1::2]:40000".parse().unwrap(),
+            "[2001:db8:1::1]:3868".parse().unwrap(),
+        );
         assert_eq!(v6.proto, 0x86);
         assert_eq!(v6.saddr[0], u32::from_ne_bytes([0x20, 0x01, 0x0d, 0xb8]));
         assert_eq!(v6.saddr[3], u32::from_ne_bytes([0, 0, 0, 2]));

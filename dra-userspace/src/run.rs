@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use crate::{
     config::Config,
-    control::{effective_rate, SampleLoop},
+    control::{SampleLoop, effective_rate},
     dataplane::{AttachMode, Dataplane, DataplaneError, Maps, Plan, PlanError},
     drl::{self, DrlError, DrlTarget},
     limiter::Limiter,
@@ -81,7 +81,8 @@ impl Shared {
         }
         if let Some(o) = &self.oob {
             let st = o.stats();
-            self.metrics.set_oob_marks(st.received, st.applied, st.expired);
+            self.metrics
+                .set_oob_marks(st.received, st.applied, st.expired);
         }
         let Some(maps) = &self.maps else { return };
         if let Ok(stats) = maps.stats() {
@@ -107,7 +108,8 @@ impl Shared {
             {
                 warn!(peer = %t.peer, class = %t.class_label, error = %crate::error_chain(&e), "writing the effective rate failed");
             }
-            self.metrics.set_effective_rate(&t.peer, &t.class_label, rate);
+            self.metrics
+                .set_effective_rate(&t.peer, &t.class_label, rate);
             self.metrics.set_throttle_percent(&t.peer, throttle);
         }
     }
@@ -120,14 +122,19 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let plan = Plan::new(&cfg).map_err(RunError::Plan)?;
     let metrics = Metrics::new();
-    let iface = opts.iface.clone().or_else(|| cfg.fast_path.interface.clone());
+    let iface = opts
+        .iface
+        .clone()
+        .or_else(|| cfg.fast_path.interface.clone());
     let mut dataplane = None;
     if let Some(iface) = &iface {
-        let mut dp = Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?;
+        let mut dp =
+            Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?;
         // TC egress (counting and optional policing per upstream destination) only
         // where the operator names the upstream interface.
         if let Some(eg) = &cfg.fast_path.egress_interface {
-            let reused = Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
+            let reused =
+                Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
             info!(iface = %eg, reused, "egress program attached (TCX)");
         }
         dp.maps.write_plan(&plan).map_err(RunError::Dataplane)?;
@@ -144,7 +151,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     };
     // With XDP: the readers apply the requests it marked out of band.
     let oob = match &dataplane {
-        Some(_) => Some(Arc::new(crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?)),
+        Some(_) => Some(Arc::new(
+            crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?,
+        )),
         None => None,
     };
     let ingress = match (&oob, &limiter) {
@@ -154,8 +163,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     };
     let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
     let maps = dataplane.map(Dataplane::into_maps);
-    let shared =
-        Arc::new(Mutex::new(Shared { maps, oob, limiter: limiter.clone(), plan, metrics: metrics.clone() }));
+    let shared = Arc::new(Mutex::new(Shared {
+        maps,
+        oob,
+        limiter: limiter.clone(),
+        plan,
+        metrics: metrics.clone(),
+    }));
     // Static rates first (a restart after throttling must not keep a stale rate).
     shared.lock().expect("lock").apply_throttle(&targets, 0);
 
@@ -164,15 +178,27 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         None => None,
     };
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(RunError::Runtime)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(RunError::Signal)?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(RunError::Signal)?;
         let stop = Arc::new(AtomicBool::new(false));
         let control = match (&cfg.db_cpu_profile, targets.is_empty()) {
-            (Some(p), false) => Some(spawn_controller(p, targets.clone(), shared.clone(), stop.clone())?),
+            (Some(p), false) => Some(spawn_controller(
+                p,
+                targets.clone(),
+                shared.clone(),
+                stop.clone(),
+            )?),
             _ => None,
         };
-        let agent_opts = crate::agent::AgentOptions { ingress, ..Default::default() };
+        let agent_opts = crate::agent::AgentOptions {
+            ingress,
+            ..Default::default()
+        };
         let agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())
             .await
             .map_err(RunError::Agent)?;
@@ -202,7 +228,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     if opts.detach_on_exit
         && let Some(iface) = &iface
     {
-        if let Some(eg) = cfg.fast_path.egress_interface.as_deref().filter(|eg| *eg != iface.as_str()) {
+        if let Some(eg) = cfg
+            .fast_path
+            .egress_interface
+            .as_deref()
+            .filter(|eg| *eg != iface.as_str())
+        {
             Dataplane::detach(Some(eg), &opts.pin_dir).map_err(RunError::Dataplane)?;
         }
         let removed = Dataplane::detach(Some(iface), &opts.pin_dir).map_err(RunError::Dataplane)?;
@@ -221,10 +252,12 @@ fn spawn_controller(
 ) -> Result<std::thread::JoinHandle<()>, RunError> {
     let (profile, settings) = drl::settings(p).map_err(RunError::Drl)?;
     let period = settings.period;
-    let mut source = drl::source(&p.source, period.min(Duration::from_secs(1))).map_err(RunError::Drl)?;
+    let mut source =
+        drl::source(&p.source, period.min(Duration::from_secs(1))).map_err(RunError::Drl)?;
     info!(source = %source.describe(), period = ?period, targets = targets.len(), "dynamic throttling on");
     let start = Instant::now();
-    let mut lp = SampleLoop::new(profile, settings, Duration::ZERO).map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
+    let mut lp = SampleLoop::new(profile, settings, Duration::ZERO)
+        .map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
     Ok(std::thread::spawn(move || {
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
@@ -240,7 +273,11 @@ fn spawn_controller(
                 Ok(None) => lp.tick(now),
                 Err(e) => {
                     warn!(error = %crate::error_chain(&e), "CPU sample failed");
-                    shared.lock().expect("lock").metrics.set_db_cpu_source_up(false);
+                    shared
+                        .lock()
+                        .expect("lock")
+                        .metrics
+                        .set_db_cpu_source_up(false);
                     lp.tick(now);
                 }
             }
@@ -258,7 +295,10 @@ fn spawn_controller(
             }
             // Sleep in short steps so a stop request is seen promptly.
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
-                std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+                std::thread::sleep(
+                    next.saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(100)),
+                );
             }
         }
     }))

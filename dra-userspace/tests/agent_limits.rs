@@ -253,8 +253,15 @@ async fn drop_holds_the_excess_back_and_loses_nothing() {
     // Held, not discarded: every request is answered by the server, none by the agent.
     gw.wait_answers(SENT).await;
     let spread = first.elapsed();
-    assert_eq!(gw.count(result_code::SUCCESS, PCRF_HOST), SENT, "nothing lost");
-    assert_eq!(lab.server.stats().ccr_received.values().sum::<u64>(), SENT as u64);
+    assert_eq!(
+        gw.count(result_code::SUCCESS, PCRF_HOST),
+        SENT,
+        "nothing lost"
+    );
+    assert_eq!(
+        lab.server.stats().ccr_received.values().sum::<u64>(),
+        SENT as u64
+    );
     // The excess came through at the limit's pace, no faster (a lower bound: the
     // reader held the connection between admissions).
     assert!(
@@ -262,7 +269,10 @@ async fn drop_holds_the_excess_back_and_loses_nothing() {
         "15 requests over the burst took only {spread:?}"
     );
     let c = lab.ccr_i_counters();
-    assert_eq!((c.seen, c.admitted, c.marked), (SENT as u64, SENT as u64, 0));
+    assert_eq!(
+        (c.seen, c.admitted, c.marked),
+        (SENT as u64, SENT as u64, 0)
+    );
     assert!(
         (1..=(SENT - BURST) as u64).contains(&c.dropped),
         "held at least once, each request at most once: {c:?}"

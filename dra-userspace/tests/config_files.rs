@@ -61,7 +61,9 @@ fn every_shipped_config_file_is_valid() {
     let mut scenarios = 0;
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
-        let is_scenario = text.parse::<toml::Table>().is_ok_and(|t| t.contains_key("phase"));
+        let is_scenario = text
+            .parse::<toml::Table>()
+            .is_ok_and(|t| t.contains_key("phase"));
         if is_scenario {
             scenarios += 1;
             if let Err(e) = dra::loadgen::scenario::Scenario::load(f) {
@@ -72,7 +74,10 @@ fn every_shipped_config_file_is_valid() {
         }
     }
     assert!(failures.is_empty(), "invalid shipped configs:\n{failures}");
-    assert!(scenarios >= 3, "the shipped dra-loadgen scenarios were checked ({scenarios})");
+    assert!(
+        scenarios >= 3,
+        "the shipped dra-loadgen scenarios were checked ({scenarios})"
+    );
 }
 
 #[test]

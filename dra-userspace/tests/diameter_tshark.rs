@@ -3,7 +3,6 @@
 
 mod diameter_fixtures;
 
-
 use diameter_fixtures as fx;
 use dra::diameter::pcap::tshark_available;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
@@ -141,5 +140,6 @@ fn assert_clean(decoded: &str) {
 
 /// Writes the exchange as one TCP connection and returns tshark's verbose decode.
 fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
-    dra::diameter::pcap::tshark_decode_exchange(&format!("diameter-{name}"), exchange).expect("tshark")
+    dra::diameter::pcap::tshark_decode_exchange(&format!("diameter-{name}"), exchange)
+        .expect("tshark")
 }

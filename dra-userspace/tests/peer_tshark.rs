@@ -145,6 +145,9 @@ fn assert_clean(decoded: &str) {
 
 /// Writes the messages as one TCP connection and returns tshark's verbose decode.
 fn tshark_decode(wire: &[Wire]) -> String {
-    let exchange: Vec<(bool, Vec<u8>)> = wire.iter().map(|m| (m.from_client, m.msg.encode())).collect();
+    let exchange: Vec<(bool, Vec<u8>)> = wire
+        .iter()
+        .map(|m| (m.from_client, m.msg.encode()))
+        .collect();
     dra::diameter::pcap::tshark_decode_exchange("peer", &exchange).expect("tshark")
 }

@@ -14,7 +14,11 @@ pub fn dra_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/dra");
-    assert!(p.exists(), "{} not found: build it first (cargo build -p dra-userspace --bins)", p.display());
+    assert!(
+        p.exists(),
+        "{} not found: build it first (cargo build -p dra-userspace --bins)",
+        p.display()
+    );
     p
 }
 
@@ -47,7 +51,10 @@ impl Agent {
         }
         let child = cmd.spawn().expect("spawn dra run");
         drop(nsfile);
-        Agent { child: Some(child), log: log.to_path_buf() }
+        Agent {
+            child: Some(child),
+            log: log.to_path_buf(),
+        }
     }
 
     /// Waits until `cond` holds (polled), the process exits, or `timeout` passes.
@@ -60,7 +67,10 @@ impl Agent {
             if let Some(c) = &mut self.child
                 && let Ok(Some(st)) = c.try_wait()
             {
-                panic!("dra run exited early ({st}); log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+                panic!(
+                    "dra run exited early ({st}); log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

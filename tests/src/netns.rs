@@ -18,9 +18,15 @@ pub fn unique(prefix: &str) -> String {
 
 /// Runs a command, failing with its stderr.
 pub fn sh(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("spawn {args:?}"))?;
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("spawn {args:?}"))?;
     if !out.status.success() {
-        bail!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -42,7 +48,10 @@ impl Netns {
 
     /// A handle on a namespace someone else owns (not deleted on drop).
     pub fn attach_existing(name: &str) -> Netns {
-        Netns { name: name.to_string(), owned: false }
+        Netns {
+            name: name.to_string(),
+            owned: false,
+        }
     }
 
     /// Runs a command inside the namespace.
@@ -56,10 +65,15 @@ impl Netns {
     pub fn enter<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         use std::os::fd::AsRawFd;
         let orig = std::fs::File::open("/proc/thread-self/ns/net").context("open own netns")?;
-        let target = std::fs::File::open(format!("/run/netns/{}", self.name)).context("open netns")?;
+        let target =
+            std::fs::File::open(format!("/run/netns/{}", self.name)).context("open netns")?;
         // SAFETY: setns on valid fds of network namespaces; affects only this thread.
         if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns into {}: {}", self.name, std::io::Error::last_os_error());
+            bail!(
+                "setns into {}: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            );
         }
         let r = f();
         // SAFETY: as above, returning to the thread's original namespace.
@@ -75,7 +89,9 @@ impl Drop for Netns {
         if !self.owned {
             return;
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
@@ -90,7 +106,10 @@ impl VethPair {
     pub fn new(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> Result<VethPair> {
         let a_if = unique("va");
         let b_if = unique("vb");
-        sh(&["ip", "link", "add", &a_if, "netns", &a.name, "type", "veth", "peer", "name", &b_if, "netns", &b.name])?;
+        sh(&[
+            "ip", "link", "add", &a_if, "netns", &a.name, "type", "veth", "peer", "name", &b_if,
+            "netns", &b.name,
+        ])?;
         a.exec(&["ip", "addr", "add", a_addr, "dev", &a_if])?;
         b.exec(&["ip", "addr", "add", b_addr, "dev", &b_if])?;
         a.exec(&["ip", "link", "set", &a_if, "up"])?;

@@ -22,7 +22,11 @@ pub fn csum_fold(mut sum: u32) -> u16 {
 fn sum_bytes(b: &[u8]) -> u32 {
     let mut s = 0u32;
     for ch in b.chunks(2) {
-        let w = if ch.len() == 2 { u16::from_be_bytes([ch[0], ch[1]]) } else { u16::from_be_bytes([ch[0], 0]) };
+        let w = if ch.len() == 2 {
+            u16::from_be_bytes([ch[0], ch[1]])
+        } else {
+            u16::from_be_bytes([ch[0], 0])
+        };
         s += w as u32;
     }
     s
@@ -83,7 +87,11 @@ impl Frame {
         p.extend_from_slice(&CLIENT_MAC);
         let ethertype: u16 = if self.src.is_ipv4() { 0x0800 } else { 0x86dd };
         for (i, v) in self.vlans.iter().enumerate() {
-            let tpid: u16 = if i == 0 && self.vlans.len() == 2 { 0x88a8 } else { 0x8100 };
+            let tpid: u16 = if i == 0 && self.vlans.len() == 2 {
+                0x88a8
+            } else {
+                0x8100
+            };
             p.extend_from_slice(&tpid.to_be_bytes());
             p.extend_from_slice(&v.to_be_bytes());
         }
@@ -119,7 +127,11 @@ impl Frame {
                         ext.extend_from_slice(&[nh, 0, 1, 4, 0, 0, 0, 0]);
                     }
                 }
-                let first = if self.ext_headers.is_empty() { proto } else { self.ext_headers[0] };
+                let first = if self.ext_headers.is_empty() {
+                    proto
+                } else {
+                    self.ext_headers[0]
+                };
                 let mut h = vec![0u8; 40];
                 h[0] = 0x60;
                 h[4..6].copy_from_slice(&((ext.len() + l4.len()) as u16).to_be_bytes());
@@ -137,7 +149,15 @@ impl Frame {
     }
 
     /// A TCP segment with payload, correct checksum.
-    pub fn tcp(&self, sport: u16, dport: u16, seq: u32, tflags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+    pub fn tcp(
+        &self,
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        tflags: u8,
+        options: &[u8],
+        payload: &[u8],
+    ) -> Vec<u8> {
         let doff = 5 + options.len() / 4;
         let mut t = vec![0u8; 20];
         t[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -204,7 +224,14 @@ pub fn sctp_idata(tsn: u32, ppid: u32, data: &[u8]) -> Vec<u8> {
 
 /// One fragment of a message as an SCTP I-DATA chunk: `stream`, `mid`, and the PPID
 /// (first fragment, B) or the Fragment Sequence Number (the others).
-pub fn sctp_idata_frag(tsn: u32, flags: u8, stream: u16, mid: u32, ppid_or_fsn: u32, data: &[u8]) -> Vec<u8> {
+pub fn sctp_idata_frag(
+    tsn: u32,
+    flags: u8,
+    stream: u16,
+    mid: u32,
+    ppid_or_fsn: u32,
+    data: &[u8],
+) -> Vec<u8> {
     let len = 20 + data.len();
     let mut c = vec![64u8, flags];
     c.extend_from_slice(&(len as u16).to_be_bytes());
@@ -306,13 +333,17 @@ pub fn ccr_deep(app_id: u32, req_type: u32, fillers: usize) -> Vec<u8> {
     for i in 0..fillers {
         m = m.with(Avp::utf8(2000 + i as u32, "x"));
     }
-    m.with(Avp::enumerated(avp::CC_REQUEST_TYPE, req_type as i32)).encode()
+    m.with(Avp::enumerated(avp::CC_REQUEST_TYPE, req_type as i32))
+        .encode()
 }
 
 /// The answer to a CCR.
 pub fn cca(app_id: u32, n: u32) -> Vec<u8> {
     Message::answer(cmd::CREDIT_CONTROL, app_id, 0x100 + n, 0x200 + n)
-        .with(Avp::utf8(avp::SESSION_ID, &format!("pgw1.lab.example;1;{n}")))
+        .with(Avp::utf8(
+            avp::SESSION_ID,
+            &format!("pgw1.lab.example;1;{n}"),
+        ))
         .with(Avp::u32(avp::RESULT_CODE, 2001))
         .encode()
 }
@@ -335,7 +366,11 @@ pub fn tcp_offset(pkt: &[u8]) -> usize {
             continue;
         }
         off += 2;
-        return if et == 0x0800 { off + ((pkt[off] & 0x0f) as usize) * 4 } else { off + 40 };
+        return if et == 0x0800 {
+            off + ((pkt[off] & 0x0f) as usize) * 4
+        } else {
+            off + 40
+        };
     }
 }
 

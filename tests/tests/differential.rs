@@ -106,7 +106,11 @@ fn stream() -> Vec<Vec<u8>> {
         (g, app::GX, 1),
         (s, app::GX, 2),
     ];
-    let mut v: Vec<Vec<u8>> = plan.iter().enumerate().map(|(n, (b, a, rt))| b(*a, *rt, n as u32)).collect();
+    let mut v: Vec<Vec<u8>> = plan
+        .iter()
+        .enumerate()
+        .map(|(n, (b, a, rt))| b(*a, *rt, n as u32))
+        .collect();
     v.insert(7, pkt::dwr());
     v.insert(11, pkt::cca(app::GX, 99));
     v
@@ -128,13 +132,26 @@ impl Harness {
         dataplane::load_xdp(&mut ebpf).expect("load");
         let mut maps = Maps::take(&mut ebpf).expect("maps");
         maps.write_plan(&plan).expect("write plan");
-        let ring = ebpf.take_map(dra_common::maps::names::OOB_MARKS).expect("OOB_MARKS");
+        let ring = ebpf
+            .take_map(dra_common::maps::names::OOB_MARKS)
+            .expect("OOB_MARKS");
         let oob = OobInbox::new(ring).expect("ring buffer");
-        Harness { ebpf, maps, plan, oob, frame: Frame::v4("198.18.1.2", "198.18.1.1") }
+        Harness {
+            ebpf,
+            maps,
+            plan,
+            oob,
+            frame: Frame::v4("198.18.1.2", "198.18.1.1"),
+        }
     }
 
     fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
-        let prog: &mut Xdp = self.ebpf.program_mut(dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(dataplane::XDP_PROGRAM)
+            .unwrap()
+            .try_into()
+            .unwrap();
         let mut out = vec![0u8; input.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(input);
@@ -155,11 +172,18 @@ impl Harness {
     }
 
     fn key(&self) -> dra_common::maps::FlowKey {
-        oob::flow_key((self.frame.src, 40000).into(), (self.frame.dst, 3868).into())
+        oob::flow_key(
+            (self.frame.src, 40000).into(),
+            (self.frame.dst, 3868).into(),
+        )
     }
 
     fn counters(&self) -> Vec<ClassCounters> {
-        self.plan.slots.iter().map(|s| self.maps.slot_counters(s.index).unwrap()).collect()
+        self.plan
+            .slots
+            .iter()
+            .map(|s| self.maps.slot_counters(s.index).unwrap())
+            .collect()
     }
 }
 
@@ -170,7 +194,14 @@ fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Counts {
     after
         .iter()
         .zip(before)
-        .map(|(a, b)| (a.seen - b.seen, a.admitted - b.admitted, a.marked - b.marked, a.dropped - b.dropped))
+        .map(|(a, b)| {
+            (
+                a.seen - b.seen,
+                a.admitted - b.admitted,
+                a.marked - b.marked,
+                a.dropped - b.dropped,
+            )
+        })
         .collect()
 }
 
@@ -178,7 +209,9 @@ fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Counts {
 /// With `stop_at_drop`, reading stops at the first held request (as the reader does).
 fn userspace(plan: &Plan, msgs: &[Vec<u8>], stop_at_drop: bool) -> (Vec<Verdict>, Counts) {
     let l = Limiter::new(plan);
-    let Source::Peer(peer) = l.source("198.18.1.2".parse().unwrap(), 3868) else { panic!("pgw1 is a peer") };
+    let Source::Peer(peer) = l.source("198.18.1.2".parse().unwrap(), 3868) else {
+        panic!("pgw1 is a peer")
+    };
     let mut v = Vec::new();
     for m in msgs {
         let x = l.admit(&peer, m, 0);
@@ -209,7 +242,9 @@ fn patterns(total: usize) -> Vec<Vec<usize>> {
     };
     for _ in 0..300 {
         let n = 2 + (next() % 14) as usize;
-        let mut cuts: Vec<usize> = (0..n).map(|_| 1 + (next() as usize % (total - 1))).collect();
+        let mut cuts: Vec<usize> = (0..n)
+            .map(|_| 1 + (next() as usize % (total - 1)))
+            .collect();
         cuts.sort_unstable();
         cuts.dedup();
         out.push(cuts);
@@ -235,7 +270,19 @@ fn segments(h: &Harness, bytes: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> 
     }
     bounds
         .windows(2)
-        .map(|w| (w[0], h.frame.tcp(40000, 3868, ISN + 1 + w[0] as u32, TCP_ACK | TCP_PSH, &[], &bytes[w[0]..w[1]])))
+        .map(|w| {
+            (
+                w[0],
+                h.frame.tcp(
+                    40000,
+                    3868,
+                    ISN + 1 + w[0] as u32,
+                    TCP_ACK | TCP_PSH,
+                    &[],
+                    &bytes[w[0]..w[1]],
+                ),
+            )
+        })
         .collect()
 }
 
@@ -244,14 +291,20 @@ fn reject_verdicts_agree_at_every_cut() {
     let mut h = Harness::new("reject");
     let msgs = stream();
     let bytes = msgs.concat();
-    let starts: Vec<usize> = msgs.iter().scan(0, |o, m| {
-        let s = *o;
-        *o += m.len();
-        Some(s)
-    }).collect();
+    let starts: Vec<usize> = msgs
+        .iter()
+        .scan(0, |o, m| {
+            let s = *o;
+            *o += m.len();
+            Some(s)
+        })
+        .collect();
     let (want, want_counters) = userspace(&h.plan, &msgs, false);
     let marked_by_userspace = want.iter().filter(|v| **v == Verdict::Mark).count();
-    assert!(marked_by_userspace >= 6, "the stream exceeds the limits ({marked_by_userspace} marked)");
+    assert!(
+        marked_by_userspace >= 6,
+        "the stream exceeds the limits ({marked_by_userspace} marked)"
+    );
     assert!(!want.contains(&Verdict::Drop));
     let key = h.key();
     let mut failures = Vec::new();
@@ -260,7 +313,10 @@ fn reject_verdicts_agree_at_every_cut() {
     for cuts in &pats {
         h.reset();
         let before = h.counters();
-        assert_eq!(h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0, PASS);
+        assert_eq!(
+            h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0,
+            PASS
+        );
         // The bytes the receiver gets, with the kernel's in-band marks.
         let mut delivered = bytes.clone();
         let mut bad = Vec::new();
@@ -285,7 +341,11 @@ fn reject_verdicts_agree_at_every_cut() {
                 if h.oob.apply(&key, &mut f) {
                     oob_used += 1;
                 }
-                if f[4] & flags::RATE_LIMIT_MARK != 0 { Verdict::Mark } else { Verdict::Admit }
+                if f[4] & flags::RATE_LIMIT_MARK != 0 {
+                    Verdict::Mark
+                } else {
+                    Verdict::Admit
+                }
             })
             .collect();
         if got != want {
@@ -300,9 +360,20 @@ fn reject_verdicts_agree_at_every_cut() {
             failures.push(format!("cuts {cuts:?}: {}", bad.join("; ")));
         }
     }
-    println!("{} cut patterns of a {}-byte stream; {} out-of-band marks applied", pats.len(), bytes.len(), oob_used);
+    println!(
+        "{} cut patterns of a {}-byte stream; {} out-of-band marks applied",
+        pats.len(),
+        bytes.len(),
+        oob_used
+    );
     assert!(oob_used > 0, "some cuts straddle a marked request's class");
-    assert!(failures.is_empty(), "{} of {} patterns disagree:\n{}", failures.len(), pats.len(), failures[..failures.len().min(20)].join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} patterns disagree:\n{}",
+        failures.len(),
+        pats.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
 }
 
 #[test]
@@ -311,13 +382,20 @@ fn drop_verdicts_agree_at_every_cut() {
     let msgs = stream();
     let bytes = msgs.concat();
     let (want, want_counters) = userspace(&h.plan, &msgs, true);
-    assert_eq!(want.last(), Some(&Verdict::Drop), "the stream exceeds a drop limit");
+    assert_eq!(
+        want.last(),
+        Some(&Verdict::Drop),
+        "the stream exceeds a drop limit"
+    );
     let mut failures = Vec::new();
     let pats = patterns(bytes.len());
     for cuts in &pats {
         h.reset();
         let before = h.counters();
-        assert_eq!(h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0, PASS);
+        assert_eq!(
+            h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0,
+            PASS
+        );
         let mut dropped = false;
         for (at, seg) in segments(&h, &bytes, cuts) {
             let (v, out) = h.run(&seg);
@@ -326,14 +404,28 @@ fn drop_verdicts_agree_at_every_cut() {
                 break;
             }
             if out != seg {
-                failures.push(format!("cuts {cuts:?}: segment at {at} modified in drop mode"));
+                failures.push(format!(
+                    "cuts {cuts:?}: segment at {at} modified in drop mode"
+                ));
             }
         }
         let d = delta(&h.counters(), &before);
         if !dropped || d != want_counters {
-            failures.push(format!("cuts {cuts:?}: dropped {dropped}, slot counters {d:?}, userspace {want_counters:?}"));
+            failures.push(format!(
+                "cuts {cuts:?}: dropped {dropped}, slot counters {d:?}, userspace {want_counters:?}"
+            ));
         }
     }
-    println!("{} cut patterns of a {}-byte stream", pats.len(), bytes.len());
-    assert!(failures.is_empty(), "{} of {} patterns disagree:\n{}", failures.len(), pats.len(), failures[..failures.len().min(20)].join("\n"));
+    println!(
+        "{} cut patterns of a {}-byte stream",
+        pats.len(),
+        bytes.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} patterns disagree:\n{}",
+        failures.len(),
+        pats.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
 }

@@ -120,9 +120,16 @@ impl Harness {
         dataplane::load_xdp(&mut ebpf).expect("load");
         let mut maps = Maps::take(&mut ebpf).expect("maps");
         maps.write_plan(&plan).expect("write plan");
-        let ring = ebpf.take_map(dra_common::maps::names::OOB_MARKS).expect("OOB_MARKS");
+        let ring = ebpf
+            .take_map(dra_common::maps::names::OOB_MARKS)
+            .expect("OOB_MARKS");
         let oob = OobInbox::new(ring).expect("ring buffer");
-        Harness { ebpf, maps, plan, oob }
+        Harness {
+            ebpf,
+            maps,
+            plan,
+            oob,
+        }
     }
 
     /// Fresh flows and full buckets.
@@ -147,13 +154,20 @@ impl Harness {
         }
         self.oob.forget(&key);
         if got != want.len() as u64 || !missing.is_empty() {
-            return Err(format!("{got} out-of-band marks, want {want:x?} (missing {missing:x?})"));
+            return Err(format!(
+                "{got} out-of-band marks, want {want:x?} (missing {missing:x?})"
+            ));
         }
         Ok(())
     }
 
     fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
-        let prog: &mut Xdp = self.ebpf.program_mut(dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(dataplane::XDP_PROGRAM)
+            .unwrap()
+            .try_into()
+            .unwrap();
         let mut out = vec![0u8; input.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(input);
@@ -183,7 +197,11 @@ struct Step {
 }
 
 fn step(pkt: Vec<u8>, verdict: u32) -> Step {
-    Step { pkt, verdict, out: None }
+    Step {
+        pkt,
+        verdict,
+        out: None,
+    }
 }
 
 /// (peer, class or None for overall, seen, admitted, marked, dropped)
@@ -199,8 +217,20 @@ struct Row {
     oob: Vec<(u32, u32)>,
 }
 
-fn row(name: &'static str, steps: Vec<Step>, counters: Vec<(Counter, u64)>, slots: Vec<SlotDelta>) -> Row {
-    Row { name, steps, counters, slots, unknown_drop: false, oob: vec![] }
+fn row(
+    name: &'static str,
+    steps: Vec<Step>,
+    counters: Vec<(Counter, u64)>,
+    slots: Vec<SlotDelta>,
+) -> Row {
+    Row {
+        name,
+        steps,
+        counters,
+        slots,
+        unknown_drop: false,
+        oob: vec![],
+    }
 }
 
 const CCR_I: Option<MsgClass> = Some(MsgClass::gx_ccr(rt::INITIAL));
@@ -246,10 +276,20 @@ fn rows() -> Vec<Row> {
     let mut arp = vec![0u8; 42];
     arp[12] = 0x08;
     arp[13] = 0x06;
-    v.push(row("ARP", vec![step(arp, PASS)], vec![(Counter::NotDiameter, 1)], vec![]));
+    v.push(row(
+        "ARP",
+        vec![step(arp, PASS)],
+        vec![(Counter::NotDiameter, 1)],
+        vec![],
+    ));
     let mut udp = f.wrap(17, &[0x9c, 0x40, 0x0f, 0x1c, 0, 8, 0, 0]);
     udp.truncate(udp.len());
-    v.push(row("UDP to 3868", vec![step(udp, PASS)], vec![(Counter::NotDiameter, 1)], vec![]));
+    v.push(row(
+        "UDP to 3868",
+        vec![step(udp, PASS)],
+        vec![(Counter::NotDiameter, 1)],
+        vec![],
+    ));
     v.push(row(
         "TCP to port 80",
         vec![step(f.tcp(40000, 80, 1, TCP_ACK, &[], &i0), PASS)],
@@ -258,10 +298,19 @@ fn rows() -> Vec<Row> {
     ));
 
     // --- handshake and connection guard ---
-    v.push(row("SYN", vec![step(syn(&f), PASS)], vec![(Counter::NoPayload, 1), (Counter::SynDropped, 0)], vec![]));
+    v.push(row(
+        "SYN",
+        vec![step(syn(&f), PASS)],
+        vec![(Counter::NoPayload, 1), (Counter::SynDropped, 0)],
+        vec![],
+    ));
     v.push(row(
         "SYN over the connection guard (burst 2)",
-        vec![step(syn(&f), PASS), step(syn(&f), PASS), step(syn(&f), DROP)],
+        vec![
+            step(syn(&f), PASS),
+            step(syn(&f), PASS),
+            step(syn(&f), DROP),
+        ],
         vec![(Counter::SynDropped, 1)],
         vec![],
     ));
@@ -287,19 +336,28 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "Gx CCR-E",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr(app::GX, 4, 0)), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &pkt::ccr(app::GX, 4, 0)), PASS),
+        ],
         vec![],
         vec![("pgw1", OTHER, 1, 1, 0, 0)],
     ));
     v.push(row(
         "Gy CCR-I",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr(app::GY, 1, 0)), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &pkt::ccr(app::GY, 1, 0)), PASS),
+        ],
         vec![],
         vec![("pgw1", GY_I, 1, 1, 0, 0), ("pgw1", CCR_I, 0, 0, 0, 0)],
     ));
     v.push(row(
         "answer (CCA) is never limited",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::cca(app::GX, 0)), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &pkt::cca(app::GX, 0)), PASS),
+        ],
         vec![(Counter::Answers, 1)],
         vec![("pgw1", None, 0, 0, 0, 0)],
     ));
@@ -311,7 +369,17 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "CC-Request-Type beyond the scan bound: not CCR-I",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &pkt::ccr_deep(app::GX, 1, dra_common::wire::MAX_AVPS_SCANNED)), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(
+                seg(
+                    &f,
+                    0,
+                    &pkt::ccr_deep(app::GX, 1, dra_common::wire::MAX_AVPS_SCANNED),
+                ),
+                PASS,
+            ),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 0, 0, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
     ));
@@ -319,9 +387,16 @@ fn rows() -> Vec<Row> {
     // --- messages per segment ---
     v.push(row(
         "two messages in one segment",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &cat(&[&u0, &i0])), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&u0, &i0])), PASS),
+        ],
         vec![],
-        vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0), ("pgw1", None, 2, 2, 0, 0)],
+        vec![
+            ("pgw1", CCR_I, 1, 1, 0, 0),
+            ("pgw1", OTHER, 1, 1, 0, 0),
+            ("pgw1", None, 2, 2, 0, 0),
+        ],
     ));
     let four = cat(&[&u0, &u0, &u0, &u0]);
     v.push(row(
@@ -333,8 +408,16 @@ fn rows() -> Vec<Row> {
     let five = cat(&[&u0, &u0, &u0, &u0, &u0]);
     v.push(row(
         "bound + 1 messages: a second pass of the program charges the fifth",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &five), PASS), step(seg(&f, 5 * u0.len() as u32, &i0), PASS)],
-        vec![(Counter::OverBound, 0), (Counter::Resync, 0), (Counter::Retransmit, 0)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &five), PASS),
+            step(seg(&f, 5 * u0.len() as u32, &i0), PASS),
+        ],
+        vec![
+            (Counter::OverBound, 0),
+            (Counter::Resync, 0),
+            (Counter::Retransmit, 0),
+        ],
         vec![("pgw1", OTHER, 5, 5, 0, 0), ("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
     let nine: Vec<u8> = (0..9).flat_map(|k| pkt::ccr(app::GX, 1, k)).collect();
@@ -342,7 +425,14 @@ fn rows() -> Vec<Row> {
     let marks: Vec<usize> = (2..9).map(|k| k * l as usize + 4).collect();
     v.push(Row {
         name: "nine CCR-I in one segment (three passes): only the burst passes unmarked",
-        steps: vec![step(syn(&f), PASS), Step { out: Some(pkt::expect_marked(&nine_seg, &f, &marks)), pkt: nine_seg, verdict: PASS }],
+        steps: vec![
+            step(syn(&f), PASS),
+            Step {
+                out: Some(pkt::expect_marked(&nine_seg, &f, &marks)),
+                pkt: nine_seg,
+                verdict: PASS,
+            },
+        ],
         counters: vec![(Counter::OverBound, 0)],
         slots: vec![("pgw1", CCR_I, 9, 2, 7, 0)],
         unknown_drop: false,
@@ -357,7 +447,11 @@ fn rows() -> Vec<Row> {
             step(syn(&f), PASS),
             step(seg(&f, 0, &i0), PASS),
             step(seg(&f, l, &i1), PASS),
-            Step { out: Some(pkt::expect_marked(&third, &f, &[4])), pkt: third, verdict: PASS },
+            Step {
+                out: Some(pkt::expect_marked(&third, &f, &[4])),
+                pkt: third,
+                verdict: PASS,
+            },
         ],
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", None, 3, 2, 1, 0)],
@@ -367,7 +461,14 @@ fn rows() -> Vec<Row> {
     let three = seg(&f, 0, &cat(&[&i0, &i1, &i2]));
     v.push(Row {
         name: "three CCR-I in one segment: the third is marked",
-        steps: vec![step(syn(&f), PASS), Step { out: Some(pkt::expect_marked(&three, &f, &[2 * l as usize + 4])), pkt: three, verdict: PASS }],
+        steps: vec![
+            step(syn(&f), PASS),
+            Step {
+                out: Some(pkt::expect_marked(&three, &f, &[2 * l as usize + 4])),
+                pkt: three,
+                verdict: PASS,
+            },
+        ],
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
@@ -378,7 +479,11 @@ fn rows() -> Vec<Row> {
     let (a, b) = i0.split_at(30);
     v.push(row(
         "message split across 2 segments",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 30, b), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, a), PASS),
+            step(seg(&f, 30, b), PASS),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", None, 1, 1, 0, 0)],
     ));
@@ -386,14 +491,23 @@ fn rows() -> Vec<Row> {
     let (b, c) = rest.split_at(40);
     v.push(row(
         "message split across 3 segments",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 24, b), PASS), step(seg(&f, 64, c), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, a), PASS),
+            step(seg(&f, 24, b), PASS),
+            step(seg(&f, 64, c), PASS),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
     let (a, b) = i0.split_at(3);
     v.push(row(
         "header cut after 3 bytes (truncated header)",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 3, b), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, a), PASS),
+            step(seg(&f, 3, b), PASS),
+        ],
         vec![(Counter::MalformedDiameter, 0)],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
@@ -406,7 +520,11 @@ fn rows() -> Vec<Row> {
             step(syn(&f), PASS),
             step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
             step(seg(&f, 2 * l, a), PASS),
-            Step { out: Some(pkt::expect_marked(&second, &f, &[1])), pkt: second, verdict: PASS },
+            Step {
+                out: Some(pkt::expect_marked(&second, &f, &[1])),
+                pkt: second,
+                verdict: PASS,
+            },
         ],
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
@@ -435,7 +553,11 @@ fn rows() -> Vec<Row> {
     let (a, b) = long.split_at(200);
     v.push(row(
         "3GPP names: CC-Request-Type beyond 192 bytes, cut at 200: still CCR-I",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, a), PASS), step(seg(&f, 200, b), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, a), PASS),
+            step(seg(&f, 200, b), PASS),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 0, 0, 0, 0)],
     ));
@@ -444,7 +566,11 @@ fn rows() -> Vec<Row> {
     let first = seg(&f, 0, &i0);
     v.push(row(
         "retransmitted segment is not charged again",
-        vec![step(syn(&f), PASS), step(first.clone(), PASS), step(first, PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(first.clone(), PASS),
+            step(first, PASS),
+        ],
         vec![(Counter::Retransmit, 1)],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
@@ -455,8 +581,16 @@ fn rows() -> Vec<Row> {
         steps: vec![
             step(syn(&f), PASS),
             step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
-            Step { out: Some(remarked.clone()), pkt: marked_seg.clone(), verdict: PASS },
-            Step { out: Some(remarked), pkt: marked_seg, verdict: PASS },
+            Step {
+                out: Some(remarked.clone()),
+                pkt: marked_seg.clone(),
+                verdict: PASS,
+            },
+            Step {
+                out: Some(remarked),
+                pkt: marked_seg,
+                verdict: PASS,
+            },
         ],
         counters: vec![(Counter::Retransmit, 1)],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
@@ -465,13 +599,22 @@ fn rows() -> Vec<Row> {
     });
     v.push(row(
         "coalesced retransmission: old bytes skipped, new message charged",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &i0), PASS), step(seg(&f, 0, &cat(&[&i0, &u0])), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &i0), PASS),
+            step(seg(&f, 0, &cat(&[&i0, &u0])), PASS),
+        ],
         vec![(Counter::Retransmit, 0)],
         vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
     ));
     v.push(row(
         "out-of-order segment past a hole is dropped",
-        vec![step(syn(&f), PASS), step(seg(&f, l, &i1), DROP), step(seg(&f, 0, &i0), PASS), step(seg(&f, l, &i1), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, l, &i1), DROP),
+            step(seg(&f, 0, &i0), PASS),
+            step(seg(&f, l, &i1), PASS),
+        ],
         vec![(Counter::OutOfOrder, 1)],
         vec![("pgw1", CCR_I, 2, 2, 0, 0)],
     ));
@@ -507,7 +650,11 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "RST forgets the flow; data after it resynchronises",
-        vec![step(syn(&f), PASS), step(f.tcp(40000, 3868, ISN + 1, TCP_RST, &[], &[]), PASS), step(seg(&f, 0, &i0), PASS)],
+        vec![
+            step(syn(&f), PASS),
+            step(f.tcp(40000, 3868, ISN + 1, TCP_RST, &[], &[]), PASS),
+            step(seg(&f, 0, &i0), PASS),
+        ],
         vec![(Counter::Resync, 1)],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
@@ -515,12 +662,20 @@ fn rows() -> Vec<Row> {
     // --- L2/L3 variants ---
     let mut frag = f.clone();
     frag.more_fragments = true;
-    v.push(row("IPv4 fragment", vec![step(frag.tcp(40000, 3868, 5, TCP_ACK, &[], &i0), PASS)], vec![(Counter::Fragment, 1)], vec![]));
+    v.push(row(
+        "IPv4 fragment",
+        vec![step(frag.tcp(40000, 3868, 5, TCP_ACK, &[], &i0), PASS)],
+        vec![(Counter::Fragment, 1)],
+        vec![],
+    ));
     let mut opt = f.clone();
     opt.ip_options = vec![1, 1, 1, 0]; // NOP NOP NOP EOL
     v.push(row(
         "IPv4 with options",
-        vec![step(opt.tcp(40000, 3868, ISN, TCP_SYN, &[], &[]), PASS), step(opt.tcp(40000, 3868, ISN + 1, TCP_ACK, &[], &i0), PASS)],
+        vec![
+            step(opt.tcp(40000, 3868, ISN, TCP_SYN, &[], &[]), PASS),
+            step(opt.tcp(40000, 3868, ISN + 1, TCP_ACK, &[], &i0), PASS),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
@@ -541,7 +696,12 @@ fn rows() -> Vec<Row> {
     ));
     let mut f6f = f6.clone();
     f6f.ext_headers = vec![44];
-    v.push(row("IPv6 fragment", vec![step(seg(&f6f, 0, &i0), PASS)], vec![(Counter::Fragment, 1)], vec![]));
+    v.push(row(
+        "IPv6 fragment",
+        vec![step(seg(&f6f, 0, &i0), PASS)],
+        vec![(Counter::Fragment, 1)],
+        vec![],
+    ));
     let mut fv = f.clone();
     fv.vlans = vec![100];
     v.push(row(
@@ -561,14 +721,22 @@ fn rows() -> Vec<Row> {
     let ts = [1u8, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
     v.push(row(
         "TCP with options (timestamps)",
-        vec![step(f.tcp(40000, 3868, ISN, TCP_SYN, &ts, &[]), PASS), step(f.tcp(40000, 3868, ISN + 1, TCP_ACK, &ts, &i0), PASS)],
+        vec![
+            step(f.tcp(40000, 3868, ISN, TCP_SYN, &ts, &[]), PASS),
+            step(f.tcp(40000, 3868, ISN + 1, TCP_ACK, &ts, &i0), PASS),
+        ],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
 
     // --- unknown peers ---
     let fs = Frame::v4(STRANGER, DRA);
-    v.push(row("unknown peer, policy pass", vec![step(seg(&fs, 0, &i0), PASS)], vec![(Counter::UnknownPeerPass, 1)], vec![]));
+    v.push(row(
+        "unknown peer, policy pass",
+        vec![step(seg(&fs, 0, &i0), PASS)],
+        vec![(Counter::UnknownPeerPass, 1)],
+        vec![],
+    ));
     v.push(Row {
         name: "unknown peer, policy drop",
         steps: vec![step(seg(&fs, 0, &i0), DROP)],
@@ -586,7 +754,12 @@ fn rows() -> Vec<Row> {
         p2.push(step(seg(&f2, k * l, &i0), PASS));
     }
     p2.push(step(seg(&f2, 3 * l, &i0), DROP));
-    v.push(row("drop action: the fourth request (burst 3) is dropped", p2, vec![(Counter::Dropped, 1)], vec![("pgw2", None, 3, 3, 0, 1)]));
+    v.push(row(
+        "drop action: the fourth request (burst 3) is dropped",
+        p2,
+        vec![(Counter::Dropped, 1)],
+        vec![("pgw2", None, 3, 3, 0, 1)],
+    ));
     v.push(row(
         "drop: the packet is dropped at the over-limit request; those before it stay charged",
         vec![
@@ -614,7 +787,11 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "CCR-T profile with action drop",
-        vec![step(syn(&f), PASS), step(seg(&f, 0, &cat(&[&t0, &t0])), PASS), step(seg(&f, 2 * l, &t0), DROP)],
+        vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&t0, &t0])), PASS),
+            step(seg(&f, 2 * l, &t0), DROP),
+        ],
         vec![(Counter::Dropped, 1)],
         vec![("pgw1", CCR_T, 2, 2, 0, 1)],
     ));
@@ -632,13 +809,27 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "SCTP bundled DATA + SACK + DATA",
-        vec![step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0), pkt::sctp_sack(5), pkt::sctp_data(11, 46, &u0)]), PASS)],
+        vec![step(
+            f.sctp(
+                40000,
+                3868,
+                &[
+                    pkt::sctp_data(10, 46, &i0),
+                    pkt::sctp_sack(5),
+                    pkt::sctp_data(11, 46, &u0),
+                ],
+            ),
+            PASS,
+        )],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
     ));
     v.push(row(
         "SCTP I-DATA",
-        vec![step(f.sctp(40000, 3868, &[pkt::sctp_idata(10, 46, &i0)]), PASS)],
+        vec![step(
+            f.sctp(40000, 3868, &[pkt::sctp_idata(10, 46, &i0)]),
+            PASS,
+        )],
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
@@ -654,7 +845,14 @@ fn rows() -> Vec<Row> {
     v.push(row(
         "SCTP over limit is dropped (no marking on SCTP)",
         vec![
-            step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0), pkt::sctp_data(11, 46, &i1)]), PASS),
+            step(
+                f.sctp(
+                    40000,
+                    3868,
+                    &[pkt::sctp_data(10, 46, &i0), pkt::sctp_data(11, 46, &i1)],
+                ),
+                PASS,
+            ),
             step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &i2)]), DROP),
         ],
         vec![(Counter::Dropped, 1)],
@@ -673,25 +871,41 @@ fn fixture_table() {
         h.reset();
         let _ = h.oob_marks(&f1(), &[]);
         let mut g = h.plan.global;
-        g.unknown_peer = if r.unknown_drop { UnknownPeerPolicy::Drop as u32 } else { UnknownPeerPolicy::Pass as u32 };
+        g.unknown_peer = if r.unknown_drop {
+            UnknownPeerPolicy::Drop as u32
+        } else {
+            UnknownPeerPolicy::Pass as u32
+        };
         h.maps.write_global(g).unwrap();
         let before = h.counters();
-        let slot_before: Vec<ClassCounters> =
-            r.slots.iter().map(|(p, c, ..)| h.maps.slot_counters(h.slot(p, *c)).unwrap()).collect();
+        let slot_before: Vec<ClassCounters> = r
+            .slots
+            .iter()
+            .map(|(p, c, ..)| h.maps.slot_counters(h.slot(p, *c)).unwrap())
+            .collect();
         for (i, s) in r.steps.iter().enumerate() {
             let (verdict, out) = h.run(&s.pkt);
             if verdict != s.verdict {
-                failures.push(format!("{}: step {i}: verdict {verdict}, want {}", r.name, s.verdict));
+                failures.push(format!(
+                    "{}: step {i}: verdict {verdict}, want {}",
+                    r.name, s.verdict
+                ));
             }
             if verdict == PASS && s.out.is_none() && out != s.pkt {
-                failures.push(format!("{}: step {i}: packet modified unexpectedly", r.name));
+                failures.push(format!(
+                    "{}: step {i}: packet modified unexpectedly",
+                    r.name
+                ));
             }
             if let Some(want) = &s.out {
                 if &out != want {
                     failures.push(format!("{}: step {i}: output bytes differ", r.name));
                 }
                 if !pkt::tcp_checksum_ok(&out, &f1()) {
-                    failures.push(format!("{}: step {i}: TCP checksum wrong after marking", r.name));
+                    failures.push(format!(
+                        "{}: step {i}: TCP checksum wrong after marking",
+                        r.name
+                    ));
                 }
             }
         }
@@ -701,16 +915,31 @@ fn fixture_table() {
             failures.push(format!("{}: {e}", r.name));
         }
         if delta(Counter::Packets) != r.steps.len() as u64 {
-            failures.push(format!("{}: packets counted {}, want {}", r.name, delta(Counter::Packets), r.steps.len()));
+            failures.push(format!(
+                "{}: packets counted {}, want {}",
+                r.name,
+                delta(Counter::Packets),
+                r.steps.len()
+            ));
         }
         for (c, want) in &r.counters {
             if delta(*c) != *want {
-                failures.push(format!("{}: counter {} delta {}, want {want}", r.name, c.name(), delta(*c)));
+                failures.push(format!(
+                    "{}: counter {} delta {}, want {want}",
+                    r.name,
+                    c.name(),
+                    delta(*c)
+                ));
             }
         }
         for ((p, c, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
             let a = h.maps.slot_counters(h.slot(p, *c)).unwrap();
-            let got = (a.seen - b.seen, a.admitted - b.admitted, a.marked - b.marked, a.dropped - b.dropped);
+            let got = (
+                a.seen - b.seen,
+                a.admitted - b.admitted,
+                a.marked - b.marked,
+                a.dropped - b.dropped,
+            );
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{c:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",
@@ -720,7 +949,13 @@ fn fixture_table() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} rows failed:\n{}", failures.len(), rows.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows failed:\n{}",
+        failures.len(),
+        rows.len(),
+        failures.join("\n")
+    );
 }
 
 /// Rewriting a bucket's rate live (what the dynamic controller does) keeps its
@@ -748,9 +983,19 @@ fn live_rate_change_keeps_tokens() {
     let before = h.maps.bucket_state(slot_i).unwrap();
     let slot = h.plan.slots[slot_i as usize].clone();
     h.maps.set_rate(&slot, 0.6).unwrap();
-    assert_eq!(h.maps.bucket_state(slot_i).unwrap(), before, "state untouched by the rate change");
-    assert_eq!(h.maps.bucket_config(slot_i).unwrap().interval_ns, 1_666_666_667);
-    assert!(send(&mut h, 3), "no tokens handed out by the rewrite: still marked");
+    assert_eq!(
+        h.maps.bucket_state(slot_i).unwrap(),
+        before,
+        "state untouched by the rate change"
+    );
+    assert_eq!(
+        h.maps.bucket_config(slot_i).unwrap().interval_ns,
+        1_666_666_667
+    );
+    assert!(
+        send(&mut h, 3),
+        "no tokens handed out by the rewrite: still marked"
+    );
     h.maps.set_rate(&slot, 1.0).unwrap();
     assert!(send(&mut h, 4));
 }
@@ -777,7 +1022,11 @@ fn straddle_sweep_reject() {
     let mut failures = Vec::new();
     let mut cases = 0;
     for (label, build) in pkt::CCR_BUILDS {
-        let (i0, i1, i2) = (build(app::GX, 1, 0), build(app::GX, 1, 1), build(app::GX, 1, 2));
+        let (i0, i1, i2) = (
+            build(app::GX, 1, 0),
+            build(app::GX, 1, 1),
+            build(app::GX, 1, 2),
+        );
         let u3 = build(app::GX, 2, 3);
         let pre = cat(&[&i0, &i1]);
         let p = pre.len();
@@ -812,11 +1061,15 @@ fn straddle_sweep_reject() {
                 bad.push(e);
             }
             let after = h.counters();
-            let oob_delta = after[Counter::MarkedOutOfBand as usize].1 - before[Counter::MarkedOutOfBand as usize].1;
+            let oob_delta = after[Counter::MarkedOutOfBand as usize].1
+                - before[Counter::MarkedOutOfBand as usize].1;
             if oob_delta != want_oob.len() as u64 {
                 bad.push(format!("marked_out_of_band {oob_delta}"));
             }
-            let (di, du) = (sub4(slot4(&h, "pgw1", CCR_I), ci), sub4(slot4(&h, "pgw1", OTHER), cu));
+            let (di, du) = (
+                sub4(slot4(&h, "pgw1", CCR_I), ci),
+                sub4(slot4(&h, "pgw1", OTHER), cu),
+            );
             if di != (3, 2, 1, 0) || du != (1, 1, 0, 0) {
                 bad.push(format!("CCR-I {di:?}, CCR-U {du:?}"));
             }
@@ -826,7 +1079,12 @@ fn straddle_sweep_reject() {
         }
     }
     assert!(cases > 250, "{cases} cuts");
-    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// `drop` (pgw1's CCR-T profile, burst 2): the third CCR-T is cut at every byte offset.
@@ -841,7 +1099,11 @@ fn straddle_sweep_drop() {
     let mut failures = Vec::new();
     let mut cases = 0;
     for (label, build) in pkt::CCR_BUILDS {
-        let (t0, t1, t2) = (build(app::GX, 3, 0), build(app::GX, 3, 1), build(app::GX, 3, 2));
+        let (t0, t1, t2) = (
+            build(app::GX, 3, 0),
+            build(app::GX, 3, 1),
+            build(app::GX, 3, 2),
+        );
         let u3 = build(app::GX, 2, 3);
         let pre = cat(&[&t0, &t1]);
         let p = pre.len();
@@ -870,7 +1132,10 @@ fn straddle_sweep_drop() {
             if vr != DROP {
                 bad.push(format!("retransmission: verdict {vr}"));
             }
-            let (dt, du) = (sub4(slot4(&h, "pgw1", CCR_T), ct), sub4(slot4(&h, "pgw1", OTHER), cu));
+            let (dt, du) = (
+                sub4(slot4(&h, "pgw1", CCR_T), ct),
+                sub4(slot4(&h, "pgw1", OTHER), cu),
+            );
             if dt != (2, 2, 0, 2) || du != (0, 0, 0, 0) {
                 bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
             }
@@ -880,7 +1145,12 @@ fn straddle_sweep_drop() {
         }
     }
     assert!(cases > 250, "{cases} cuts");
-    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// SCTP: the third CCR-I (over the limit: dropped on SCTP) fragmented into two DATA
@@ -895,7 +1165,11 @@ fn sctp_fragment_sweep() {
     let mut failures = Vec::new();
     let mut cases = 0;
     for (label, build) in pkt::CCR_BUILDS {
-        let (i0, i1, i2) = (build(app::GX, 1, 0), build(app::GX, 1, 1), build(app::GX, 1, 2));
+        let (i0, i1, i2) = (
+            build(app::GX, 1, 0),
+            build(app::GX, 1, 1),
+            build(app::GX, 1, 2),
+        );
         let u3 = build(app::GX, 2, 3);
         let decided = pkt::avp_offset(&i2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
         for idata in [false, true] {
@@ -905,26 +1179,42 @@ fn sctp_fragment_sweep() {
                 let (ci, cu) = (slot4(&h, "pgw1", CCR_I), slot4(&h, "pgw1", OTHER));
                 let (p1, p2) = if idata {
                     (
-                        f.sctp(40000, 3868, &[
-                            pkt::sctp_idata_frag(10, SCTP_B | SCTP_E, 1, 1, 46, &i0),
-                            pkt::sctp_idata_frag(11, SCTP_B | SCTP_E, 1, 2, 46, &i1),
-                            pkt::sctp_idata_frag(12, SCTP_B, 1, 3, 46, &i2[..k]),
-                            // Another stream's message between the two fragments.
-                            pkt::sctp_idata_frag(13, SCTP_B | SCTP_E, 2, 1, 46, &u3),
-                        ]),
-                        f.sctp(40000, 3868, &[pkt::sctp_idata_frag(14, SCTP_E, 1, 3, 1, &i2[k..])]),
+                        f.sctp(
+                            40000,
+                            3868,
+                            &[
+                                pkt::sctp_idata_frag(10, SCTP_B | SCTP_E, 1, 1, 46, &i0),
+                                pkt::sctp_idata_frag(11, SCTP_B | SCTP_E, 1, 2, 46, &i1),
+                                pkt::sctp_idata_frag(12, SCTP_B, 1, 3, 46, &i2[..k]),
+                                // Another stream's message between the two fragments.
+                                pkt::sctp_idata_frag(13, SCTP_B | SCTP_E, 2, 1, 46, &u3),
+                            ],
+                        ),
+                        f.sctp(
+                            40000,
+                            3868,
+                            &[pkt::sctp_idata_frag(14, SCTP_E, 1, 3, 1, &i2[k..])],
+                        ),
                     )
                 } else {
                     (
-                        f.sctp(40000, 3868, &[
-                            pkt::sctp_data(10, 46, &i0),
-                            pkt::sctp_data(11, 46, &i1),
-                            pkt::sctp_data_frag(12, SCTP_B, 46, &i2[..k]),
-                        ]),
-                        f.sctp(40000, 3868, &[
-                            pkt::sctp_data_frag(13, SCTP_E, 46, &i2[k..]),
-                            pkt::sctp_data(14, 46, &u3),
-                        ]),
+                        f.sctp(
+                            40000,
+                            3868,
+                            &[
+                                pkt::sctp_data(10, 46, &i0),
+                                pkt::sctp_data(11, 46, &i1),
+                                pkt::sctp_data_frag(12, SCTP_B, 46, &i2[..k]),
+                            ],
+                        ),
+                        f.sctp(
+                            40000,
+                            3868,
+                            &[
+                                pkt::sctp_data_frag(13, SCTP_E, 46, &i2[k..]),
+                                pkt::sctp_data(14, 46, &u3),
+                            ],
+                        ),
                     )
                 };
                 let mut bad = Vec::new();
@@ -943,7 +1233,11 @@ fn sctp_fragment_sweep() {
                 let du = sub4(slot4(&h, "pgw1", OTHER), cu);
                 // The CCR-U: judged only where it precedes the drop (the I-DATA case
                 // with the first packet passed).
-                let want_u = if idata && v1 == PASS { (1, 1, 0, 0) } else { (0, 0, 0, 0) };
+                let want_u = if idata && v1 == PASS {
+                    (1, 1, 0, 0)
+                } else {
+                    (0, 0, 0, 0)
+                };
                 if di != (2, 2, 0, 1) || du != want_u {
                     bad.push(format!("CCR-I {di:?}, CCR-U {du:?}"));
                 }
@@ -955,5 +1249,10 @@ fn sctp_fragment_sweep() {
         }
     }
     assert!(cases > 500, "{cases} cuts");
-    assert!(failures.is_empty(), "{} of {cases} cuts wrong:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

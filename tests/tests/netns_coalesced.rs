@@ -115,12 +115,25 @@ impl Lab {
         let server_veth = VethPair::new(&dra, "198.18.2.1/24", &srv, "198.18.2.2/24").unwrap();
         // Full checksums on the wire, verified on receive: a wrong incremental update
         // of a marked segment would stall the connection, not pass unnoticed.
-        gw.exec(&["ethtool", "-K", &client_veth.a_if, "tx", "off"]).unwrap();
-        dra.exec(&["ethtool", "-K", &client_veth.b_if, "rx", "off"]).unwrap();
+        gw.exec(&["ethtool", "-K", &client_veth.a_if, "tx", "off"])
+            .unwrap();
+        dra.exec(&["ethtool", "-K", &client_veth.b_if, "rx", "off"])
+            .unwrap();
         let tmp = TempDir(std::env::temp_dir().join(unique("dra-coal-")));
         std::fs::create_dir_all(&tmp.0).unwrap();
-        let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-coal-"))));
-        Lab { gw, dra, srv, client_veth, _server_veth: server_veth, tmp, pins }
+        let pins = Pins(PathBuf::from(format!(
+            "/sys/fs/bpf/{}",
+            unique("dra-coal-")
+        )));
+        Lab {
+            gw,
+            dra,
+            srv,
+            client_veth,
+            _server_veth: server_veth,
+            tmp,
+            pins,
+        }
     }
 
     /// `dra run` with XDP, the given action; waits until the fast path is attached.
@@ -135,8 +148,14 @@ impl Lab {
             "--pin-dir",
             self.pins.0.to_str().unwrap(),
         ];
-        let mut agent = Agent::start(&self.dra, &args, &self.tmp.0.join(format!("dra-{action}.log")));
-        let up = agent.wait_until(Duration::from_secs(20), || Maps::open_pinned(&self.pins.0).is_ok());
+        let mut agent = Agent::start(
+            &self.dra,
+            &args,
+            &self.tmp.0.join(format!("dra-{action}.log")),
+        );
+        let up = agent.wait_until(Duration::from_secs(20), || {
+            Maps::open_pinned(&self.pins.0).is_ok()
+        });
         assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
         agent
     }
@@ -144,12 +163,19 @@ impl Lab {
 
 /// Runs `f` on a current-thread runtime on a thread inside `ns`: every socket its tasks
 /// create belongs to `ns`.
-fn in_ns<T: Send + 'static>(ns: &Netns, f: impl std::future::Future<Output = T> + Send + 'static) -> T {
+fn in_ns<T: Send + 'static>(
+    ns: &Netns,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
     let name = ns.name.clone();
     std::thread::spawn(move || {
         Netns::attach_existing(&name)
             .enter(|| {
-                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(f)
             })
             .unwrap()
     })
@@ -165,7 +191,10 @@ fn pcrf(ns: &Netns) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>
     let t = std::thread::spawn(move || {
         Netns::attach_existing(&name)
             .enter(|| {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async {
                     let mut c = ServerConfig::new(
                         "198.18.2.2:3868".parse().unwrap(),
@@ -178,7 +207,10 @@ fn pcrf(ns: &Netns) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>
                     ready_tx.send(()).unwrap();
                     // Wait for the stop signal without blocking the runtime.
                     loop {
-                        if !matches!(stop_rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                        if !matches!(
+                            stop_rx.try_recv(),
+                            Err(std::sync::mpsc::TryRecvError::Empty)
+                        ) {
                             break;
                         }
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -188,7 +220,9 @@ fn pcrf(ns: &Netns) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>
             })
             .unwrap();
     });
-    ready_rx.recv_timeout(Duration::from_secs(10)).expect("pcrf ready");
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("pcrf ready");
     (stop_tx, t)
 }
 
@@ -199,7 +233,9 @@ fn gateway(lab: &Lab, window: usize) -> ClosedReport {
     c.warmup = WARMUP;
     c.measure = MEASURE;
     c.drain = Duration::from_secs(10);
-    in_ns(&lab.gw, async move { closed::run(c).await.expect("closed loop") })
+    in_ns(&lab.gw, async move {
+        closed::run(c).await.expect("closed loop")
+    })
 }
 
 struct Outcome {
@@ -213,13 +249,17 @@ struct Outcome {
 
 /// Requests the fast path admitted on pgw1's CCR-I and CCR-T slots so far.
 fn fast_path_admitted(maps: &Maps, slots: &[u32]) -> u64 {
-    slots.iter().map(|s| maps.slot_counters(*s).unwrap().admitted).sum()
+    slots
+        .iter()
+        .map(|s| maps.slot_counters(*s).unwrap().admitted)
+        .sum()
 }
 
 fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
     let mut agent = lab.agent(action);
     let maps = Maps::open_pinned(&lab.pins.0).unwrap();
-    let plan = dra::dataplane::Plan::new(&dra::config::parse(&config(action), "t.toml").unwrap()).unwrap();
+    let plan =
+        dra::dataplane::Plan::new(&dra::config::parse(&config(action), "t.toml").unwrap()).unwrap();
     let slots: Vec<u32> = [rt::INITIAL, rt::TERMINATION]
         .iter()
         .map(|r| plan.slot_of("pgw1", MsgClass::gx_ccr(*r)).unwrap())
@@ -257,7 +297,12 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
         report.total_answered,
         report.unanswered,
     );
-    Outcome { admitted_per_s, fast_path_per_s, report, oob_marks }
+    Outcome {
+        admitted_per_s,
+        fast_path_per_s,
+        report,
+        oob_marks,
+    }
 }
 
 #[test]
@@ -268,14 +313,20 @@ fn back_to_back_requests_get_exactly_the_limit() {
     let mut failures = Vec::new();
     for window in [16, 100] {
         let r = run(&lab, "reject", window);
-        for (how, v) in [("answers", r.admitted_per_s), ("fast path", r.fast_path_per_s)] {
+        for (how, v) in [
+            ("answers", r.admitted_per_s),
+            ("fast path", r.fast_path_per_s),
+        ] {
             if (v - limit).abs() / limit > 0.02 {
                 failures.push(format!("reject, {window}: admitted {v:.1}/s by the {how}"));
             }
         }
         // Far more offered than admitted: the limits were exceeded.
         if r.report.answered_with(3002) < 10 * r.report.answered_with(2001) {
-            failures.push(format!("reject, {window}: too little rejected ({:?})", r.report.answered));
+            failures.push(format!(
+                "reject, {window}: too little rejected ({:?})",
+                r.report.answered
+            ));
         }
         let answered: u64 = r.report.total_answered.values().sum();
         if r.report.unanswered != 0 || answered != r.report.total_sent {
@@ -290,7 +341,10 @@ fn back_to_back_requests_get_exactly_the_limit() {
     }
     for window in [16, 100] {
         let r = run(&lab, "drop", window);
-        for (how, v) in [("answers", r.admitted_per_s), ("fast path", r.fast_path_per_s)] {
+        for (how, v) in [
+            ("answers", r.admitted_per_s),
+            ("fast path", r.fast_path_per_s),
+        ] {
             if v > limit * 1.02 {
                 failures.push(format!("drop, {window}: admitted {v:.1}/s by the {how}"));
             }
@@ -299,7 +353,10 @@ fn back_to_back_requests_get_exactly_the_limit() {
             "drop, {window} in flight: utilization {:.1} % of the limit (fast path's counters)",
             100.0 * r.fast_path_per_s / limit
         );
-        let by_pcrf: u64 = [2001, 5002].iter().map(|rc| r.report.total_answered.get(rc).copied().unwrap_or(0)).sum();
+        let by_pcrf: u64 = [2001, 5002]
+            .iter()
+            .map(|rc| r.report.total_answered.get(rc).copied().unwrap_or(0))
+            .sum();
         if r.report.unanswered != 0 || by_pcrf != r.report.total_sent {
             failures.push(format!(
                 "drop, {window}: sent {}, answered {:?}, unanswered {}",

@@ -46,15 +46,25 @@ impl Drop for TempDir {
 /// The seed config (config/dra.toml) with a `file` CPU source, a short hold and a
 /// fast sample period; optionally other static CCR-I rates and an extra port.
 fn seed_config(cpu_file: &std::path::Path, hold: &str, pgw1_rate: u32, extra_port: bool) -> String {
-    let seed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml")).unwrap();
+    let seed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/dra.toml"))
+        .unwrap();
     let mut s = seed
-        .replace("reversal_hold_time = \"30s\"", &format!("reversal_hold_time = \"{hold}\""))
+        .replace(
+            "reversal_hold_time = \"30s\"",
+            &format!("reversal_hold_time = \"{hold}\""),
+        )
         .replace("sample_period = \"1s\"", "sample_period = \"250ms\"")
         .replace(
             "source = { kind = \"redis\", address = \"127.0.0.1:6379\" }",
-            &format!("source = {{ kind = \"file\", path = \"{}\" }}", cpu_file.display()),
+            &format!(
+                "source = {{ kind = \"file\", path = \"{}\" }}",
+                cpu_file.display()
+            ),
         )
-        .replace("socket = \"/run/dra/dra.sock\"", &format!("socket = \"{}\"", cpu_file.with_extension("sock").display()));
+        .replace(
+            "socket = \"/run/dra/dra.sock\"",
+            &format!("socket = \"{}\"", cpu_file.with_extension("sock").display()),
+        );
     if pgw1_rate != 1000 {
         // Only pgw1's two static DRL rates are 1000 with no burst given.
         s = s.replace(
@@ -103,7 +113,16 @@ impl DrlLab {
             "--pin-dir".to_string(),
             pins.0.display().to_string(),
         ];
-        DrlLab { client, dra_ns, veth, tmp, cpu, plan, pins, args }
+        DrlLab {
+            client,
+            dra_ns,
+            veth,
+            tmp,
+            cpu,
+            plan,
+            pins,
+            args,
+        }
     }
 
     fn slot(&self, peer: &str, req_type: u8) -> u32 {
@@ -125,14 +144,22 @@ impl DrlLab {
             }
             maps.as_ref().is_some_and(|m| rate_of(m, slot) == rate)
         });
-        assert!(attached, "agent did not attach ({last_err}); log:\n{}", agent.log_text());
+        assert!(
+            attached,
+            "agent did not attach ({last_err}); log:\n{}",
+            agent.log_text()
+        );
         (agent, maps.unwrap())
     }
 }
 
 fn rate_of(maps: &Maps, slot: u32) -> f64 {
     let c = maps.bucket_config(slot).unwrap();
-    if c.interval_ns == 0 { f64::INFINITY } else { (1e9 / c.interval_ns as f64).round() }
+    if c.interval_ns == 0 {
+        f64::INFINITY
+    } else {
+        (1e9 / c.interval_ns as f64).round()
+    }
 }
 
 /// The sink on the second Diameter port of the DRA namespace (the agent owns 3868).
@@ -149,7 +176,14 @@ impl DrlLab {
     /// pgw1 (198.18.1.2) connected to the sink, CER/CEA done.
     fn pgw1(&self, sim: &Sim) -> ScriptedPeer {
         let addr: SocketAddr = SINK_ADDR.parse().unwrap();
-        sim.connect(&self.client, "198.18.1.2".parse().unwrap(), addr, PGW1, SINK.0, None)
+        sim.connect(
+            &self.client,
+            "198.18.1.2".parse().unwrap(),
+            addr,
+            PGW1,
+            SINK.0,
+            None,
+        )
     }
 }
 
@@ -162,7 +196,11 @@ fn set_cpu(file: &std::path::Path, v: f64) {
 #[test]
 fn seed_table_through_the_agent_and_the_pinned_maps() {
     let lab = DrlLab::new("r", 1000, false);
-    let (pgw1_i, pgw1_t, pgw2_i) = (lab.slot("pgw1", rt::INITIAL), lab.slot("pgw1", rt::TERMINATION), lab.slot("pgw2", rt::INITIAL));
+    let (pgw1_i, pgw1_t, pgw2_i) = (
+        lab.slot("pgw1", rt::INITIAL),
+        lab.slot("pgw1", rt::TERMINATION),
+        lab.slot("pgw2", rt::INITIAL),
+    );
     let (mut agent, maps) = lab.start_agent("agent.log", pgw1_i, 1000.0);
     let cpu = lab.cpu.clone();
     let t0 = Instant::now();
@@ -170,14 +208,20 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
         let start = Instant::now();
         // The controller writes the two classes' buckets one after the other (two map
         // updates): wait for both, so a read between the two writes is not a failure.
-        let ok = agent.wait_until(within, || rate_of(&maps, pgw1_i) == want && rate_of(&maps, pgw1_t) == want);
+        let ok = agent.wait_until(within, || {
+            rate_of(&maps, pgw1_i) == want && rate_of(&maps, pgw1_t) == want
+        });
         assert!(
             ok,
             "{what}: pgw1 CCR-I rate {}, CCR-T rate {} after {within:?}, want {want} for both (CCR-T follows CCR-I)",
             rate_of(&maps, pgw1_i),
             rate_of(&maps, pgw1_t)
         );
-        assert_eq!(rate_of(&maps, pgw2_i), 200.0, "{what}: pgw2 (no DRL) keeps its static rate");
+        assert_eq!(
+            rate_of(&maps, pgw2_i),
+            200.0,
+            "{what}: pgw2 (no DRL) keeps its static rate"
+        );
         start.elapsed()
     };
     // Row by row (DESIGN.md §5), hold 3 s instead of 30 s.
@@ -189,9 +233,16 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
     wait_rate(600.0, Duration::from_millis(100), "CPU stays 60-65 %");
     set_cpu(&cpu, 49.0);
     std::thread::sleep(Duration::from_millis(500));
-    wait_rate(600.0, Duration::from_millis(100), "CPU 49 % (reversal starts)");
+    wait_rate(
+        600.0,
+        Duration::from_millis(100),
+        "CPU 49 % (reversal starts)",
+    );
     let held = wait_rate(800.0, Duration::from_secs(5), "3 s at 49 %");
-    assert!(held >= Duration::from_millis(1800), "the reversal step came after {held:?}, before the hold");
+    assert!(
+        held >= Duration::from_millis(1800),
+        "the reversal step came after {held:?}, before the hold"
+    );
     set_cpu(&cpu, 57.0);
     wait_rate(700.0, Duration::from_secs(2), "CPU 57 %");
     set_cpu(&cpu, 67.0);
@@ -203,7 +254,11 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
     wait_rate(1000.0, Duration::from_secs(5), "3 s more at 49 %");
     println!("seed table through the agent in {:?}", t0.elapsed());
     let st = agent.stop();
-    assert!(st.is_some_and(|s| s.success()), "dra run exits cleanly on SIGINT; log:\n{}", agent.log_text());
+    assert!(
+        st.is_some_and(|s| s.success()),
+        "dra run exits cleanly on SIGINT; log:\n{}",
+        agent.log_text()
+    );
     // Default: the fast path stays attached and pinned after the agent exits.
     assert!(Dataplane::is_pinned(&lab.veth.b_if, &lab.pins.0));
 }
@@ -228,7 +283,10 @@ fn admitted_rate_follows_the_db_cpu() {
     std::thread::sleep(Duration::from_millis(1500));
     let mut changes = Vec::new();
     let mut wait_for = |want: f64| {
-        assert!(agent.wait_until(Duration::from_secs(6), || rate_of(&maps, slot) == want), "rate never became {want}");
+        assert!(
+            agent.wait_until(Duration::from_secs(6), || rate_of(&maps, slot) == want),
+            "rate never became {want}"
+        );
         changes.push((Instant::now(), want));
     };
     set_cpu(cpu, 62.0);
@@ -238,15 +296,32 @@ fn admitted_rate_follows_the_db_cpu() {
     wait_for(160.0);
     wait_for(200.0);
     let sent = sim.join(flood);
-    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len(), "every CCR-I arrives");
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+        sent.log.len(),
+        "every CCR-I arrives"
+    );
     let arr = sink.arrivals.snapshot();
     for (at, rate) in &changes {
         // Skip 0.5 s after the change (the bucket's burst drains in ~25 ms), count 2 s.
-        let (from, to) = (*at + Duration::from_millis(500), *at + Duration::from_millis(2500));
-        let admitted = arr.iter().filter(|a| !a.marked && a.at >= from && a.at < to).count();
+        let (from, to) = (
+            *at + Duration::from_millis(500),
+            *at + Duration::from_millis(2500),
+        );
+        let admitted = arr
+            .iter()
+            .filter(|a| !a.marked && a.at >= from && a.at < to)
+            .count();
         let want = rate * 2.0;
-        println!("throttled to {rate}/s: admitted {admitted} in 2 s (want {want:.0}, {:+.1} %)", 100.0 * (admitted as f64 - want) / want);
-        assert!(((admitted as f64 - want) / want).abs() <= 0.03, "admitted {admitted} at {rate}/s");
+        println!(
+            "throttled to {rate}/s: admitted {admitted} in 2 s (want {want:.0}, {:+.1} %)",
+            100.0 * (admitted as f64 - want) / want
+        );
+        assert!(
+            ((admitted as f64 - want) / want).abs() <= 0.03,
+            "admitted {admitted} at {rate}/s"
+        );
     }
 }
 
@@ -270,20 +345,40 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     );
     std::thread::sleep(Duration::from_secs(3));
     first.kill();
-    assert!(Dataplane::is_pinned(&veth.b_if, &pins.0), "the program stays attached after a crash");
+    assert!(
+        Dataplane::is_pinned(&veth.b_if, &pins.0),
+        "the program stays attached after a crash"
+    );
     std::thread::sleep(Duration::from_millis(500));
     let mut second = Agent::start(dra_ns, &args, &tmp.0.join("agent2.log"));
     assert!(
-        second.wait_until(Duration::from_secs(20), || second_log_reused(&tmp.0.join("agent2.log"))),
+        second.wait_until(Duration::from_secs(20), || second_log_reused(
+            &tmp.0.join("agent2.log")
+        )),
         "restarted agent did not reuse the pinned fast path; log:\n{}",
         second.log_text()
     );
     let sent = sim.join(flood);
-    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len());
-    let unmarked = sink.arrivals.snapshot().iter().filter(|a| !a.marked).count();
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+        sent.log.len()
+    );
+    let unmarked = sink
+        .arrivals
+        .snapshot()
+        .iter()
+        .filter(|a| !a.marked)
+        .count();
     let expected = 200.0 * (sent.last - sent.first).as_secs_f64() + 20.0;
-    println!("restart: {} CCR-I, unmarked {unmarked}, expected {expected:.0}", sent.log.len());
-    assert!(((unmarked as f64 - expected) / expected).abs() <= 0.02, "unmarked {unmarked} vs {expected:.0}");
+    println!(
+        "restart: {} CCR-I, unmarked {unmarked}, expected {expected:.0}",
+        sent.log.len()
+    );
+    assert!(
+        ((unmarked as f64 - expected) / expected).abs() <= 0.02,
+        "unmarked {unmarked} vs {expected:.0}"
+    );
 }
 
 fn second_log_reused(log: &std::path::Path) -> bool {

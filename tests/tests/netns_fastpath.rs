@@ -23,7 +23,10 @@ struct Pins(PathBuf);
 
 impl Pins {
     fn new() -> Pins {
-        Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-test-"))))
+        Pins(PathBuf::from(format!(
+            "/sys/fs/bpf/{}",
+            unique("dra-test-")
+        )))
     }
 }
 
@@ -94,8 +97,11 @@ impl Lab {
         // Full checksums on the wire and verified on receive: a wrong incremental
         // checksum update would stall the connection instead of passing unnoticed
         // (veth otherwise uses CHECKSUM_PARTIAL and trusts it).
-        client.exec(&["ethtool", "-K", &veth.a_if, "tx", "off"]).unwrap();
-        dra.exec(&["ethtool", "-K", &veth.b_if, "rx", "off"]).unwrap();
+        client
+            .exec(&["ethtool", "-K", &veth.a_if, "tx", "off"])
+            .unwrap();
+        dra.exec(&["ethtool", "-K", &veth.b_if, "rx", "off"])
+            .unwrap();
         Lab {
             client,
             dra,
@@ -127,7 +133,14 @@ impl Lab {
 
     /// A new pgw1 connection from the client namespace to the sink (CER/CEA done).
     fn connect(&self, sim: &Sim) -> ScriptedPeer {
-        sim.connect(&self.client, self.client_ip, self.sink_addr, PGW1, DRA.0, None)
+        sim.connect(
+            &self.client,
+            self.client_ip,
+            self.sink_addr,
+            PGW1,
+            DRA.0,
+            None,
+        )
     }
 }
 
@@ -149,11 +162,16 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 
 /// CCR-U latency (send → sink arrival) by hop-by-hop id.
 fn latencies(sent: &Sent, arrivals: &[Arrival], class: MsgClass) -> Vec<Duration> {
-    let sent_at: std::collections::HashMap<u32, Instant> = sent.log.iter().map(|(t, n)| (*n, *t)).collect();
+    let sent_at: std::collections::HashMap<u32, Instant> =
+        sent.log.iter().map(|(t, n)| (*n, *t)).collect();
     arrivals
         .iter()
         .filter(|a| a.class == class)
-        .filter_map(|a| sent_at.get(&a.hop_by_hop).map(|t| a.at.saturating_duration_since(*t)))
+        .filter_map(|a| {
+            sent_at
+                .get(&a.hop_by_hop)
+                .map(|t| a.at.saturating_duration_since(*t))
+        })
         .collect()
 }
 
@@ -170,13 +188,27 @@ fn reject_mode_marks_exactly_the_excess() {
 
     // Baseline: CCR-U alone.
     let base = sim.paced(&lab.connect(&sim), vec![ccr_u()], Duration::from_secs(2), 1);
-    assert_eq!(sink.arrivals.wait_for_blocking(base.log.len(), Duration::from_secs(5)), base.log.len());
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(base.log.len(), Duration::from_secs(5)),
+        base.log.len()
+    );
     let base_lat = latencies(&base, &sink.arrivals.snapshot(), CCR_U);
     let before = sink.arrivals.len();
 
-    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i(), ccr_u()], Duration::from_secs(10), 1);
+    let sent = sim.paced(
+        &lab.connect(&sim),
+        vec![ccr_i(), ccr_u()],
+        Duration::from_secs(10),
+        1,
+    );
     let total = before + sent.log.len();
-    assert_eq!(sink.arrivals.wait_for_blocking(total, Duration::from_secs(10)), total, "every message arrives (no stall)");
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(total, Duration::from_secs(10)),
+        total,
+        "every message arrives (no stall)"
+    );
     let arr: Vec<_> = sink.arrivals.snapshot().into_iter().skip(before).collect();
     let i_all = arr.iter().filter(|a| a.class == CCR_I).count();
     let i_unmarked = arr.iter().filter(|a| a.class == CCR_I && !a.marked).count();
@@ -188,13 +220,29 @@ fn reject_mode_marks_exactly_the_excess() {
         "reject: offered {i_all} CCR-I in {secs:.3} s; unmarked {i_unmarked}, expected {expected:.0} (error {:+.2} %)",
         err * 100.0
     );
-    assert_eq!(i_all, sent.log.len() - arr.iter().filter(|a| a.class == CCR_U).count());
-    assert!(err.abs() <= 0.02, "unmarked CCR-I {i_unmarked} vs {expected:.0}");
+    assert_eq!(
+        i_all,
+        sent.log.len() - arr.iter().filter(|a| a.class == CCR_U).count()
+    );
+    assert!(
+        err.abs() <= 0.02,
+        "unmarked CCR-I {i_unmarked} vs {expected:.0}"
+    );
     assert_eq!(u_marked, 0, "CCR-U must never be marked");
     let storm_lat = latencies(&sent, &arr, CCR_U);
-    let (b50, s50) = (percentile(base_lat.clone(), 0.5), percentile(storm_lat.clone(), 0.5));
-    println!("CCR-U latency p50 {b50:?} alone, {s50:?} during the storm; p99 {:?} / {:?}", percentile(base_lat, 0.99), percentile(storm_lat, 0.99));
-    assert!(s50 <= b50 + Duration::from_millis(2), "CCR-U p50 {s50:?} vs {b50:?}");
+    let (b50, s50) = (
+        percentile(base_lat.clone(), 0.5),
+        percentile(storm_lat.clone(), 0.5),
+    );
+    println!(
+        "CCR-U latency p50 {b50:?} alone, {s50:?} during the storm; p99 {:?} / {:?}",
+        percentile(base_lat, 0.99),
+        percentile(storm_lat, 0.99)
+    );
+    assert!(
+        s50 <= b50 + Duration::from_millis(2),
+        "CCR-U p50 {s50:?} vs {b50:?}"
+    );
 
     // The fast path's own counters agree with the sink.
     let slot = plan.slot_of("pgw1", CCR_I).unwrap();
@@ -215,11 +263,21 @@ fn several_connections_share_the_peer_bucket() {
     let peers: Vec<_> = (0..3).map(|_| lab.connect(&sim)).collect();
     let runs: Vec<_> = peers
         .into_iter()
-        .map(|p| sim.spawn_paced(p, vec![gx_ccrs(Duration::from_micros(2000), rt::INITIAL)], Duration::from_secs(5), 1))
+        .map(|p| {
+            sim.spawn_paced(
+                p,
+                vec![gx_ccrs(Duration::from_micros(2000), rt::INITIAL)],
+                Duration::from_secs(5),
+                1,
+            )
+        })
         .collect();
     let sent: Vec<_> = runs.into_iter().map(|r| sim.join(r)).collect();
     let n: usize = sent.iter().map(|s| s.log.len()).sum();
-    assert_eq!(sink.arrivals.wait_for_blocking(n, Duration::from_secs(10)), n);
+    assert_eq!(
+        sink.arrivals.wait_for_blocking(n, Duration::from_secs(10)),
+        n
+    );
     let first = sent.iter().map(|s| s.first).min().unwrap();
     let last = sent.iter().map(|s| s.last).max().unwrap();
     let arr = sink.arrivals.snapshot();
@@ -240,13 +298,36 @@ fn coalesced_writes_get_no_more_than_the_limit() {
     let (_maps, _plan) = lab.attach(&config("reject", rate, burst));
     let sim = Sim::new();
     let sink = lab.sink(&sim);
-    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i()], Duration::from_secs(5), 10);
-    assert_eq!(sink.arrivals.wait_for_blocking(sent.log.len(), Duration::from_secs(10)), sent.log.len());
-    let unmarked = sink.arrivals.snapshot().iter().filter(|a| !a.marked).count();
+    let sent = sim.paced(
+        &lab.connect(&sim),
+        vec![ccr_i()],
+        Duration::from_secs(5),
+        10,
+    );
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+        sent.log.len()
+    );
+    let unmarked = sink
+        .arrivals
+        .snapshot()
+        .iter()
+        .filter(|a| !a.marked)
+        .count();
     let allowed = rate as f64 * (sent.last - sent.first).as_secs_f64() + burst as f64;
-    println!("coalesced: {} CCR-I in writes of 10; unmarked {unmarked}, allowed {allowed:.0}", sent.log.len());
-    assert!(unmarked as f64 <= allowed * 1.02, "unmarked {unmarked} > allowed {allowed:.0}");
-    assert!(unmarked as f64 >= allowed * 0.98, "unmarked {unmarked} well under {allowed:.0}");
+    println!(
+        "coalesced: {} CCR-I in writes of 10; unmarked {unmarked}, allowed {allowed:.0}",
+        sent.log.len()
+    );
+    assert!(
+        unmarked as f64 <= allowed * 1.02,
+        "unmarked {unmarked} > allowed {allowed:.0}"
+    );
+    assert!(
+        unmarked as f64 >= allowed * 0.98,
+        "unmarked {unmarked} well under {allowed:.0}"
+    );
 }
 
 /// drop: admitted (first arrivals) never exceed rate × seconds + burst by more
@@ -276,15 +357,45 @@ fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
         (last_arrival - sent.first).as_secs_f64()
     );
     let slot = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
-    println!("slot {slot}: {:?} config {:?}", maps.slot_counters(slot).unwrap(), maps.bucket_config(slot).unwrap());
+    println!(
+        "slot {slot}: {:?} config {:?}",
+        maps.slot_counters(slot).unwrap(),
+        maps.bucket_config(slot).unwrap()
+    );
     for sl in &plan.slots {
-        println!("  slot {} {}/{}: {:?}", sl.index, sl.owner, sl.class_label, maps.slot_counters(sl.index).unwrap());
+        println!(
+            "  slot {} {}/{}: {:?}",
+            sl.index,
+            sl.owner,
+            sl.class_label,
+            maps.slot_counters(sl.index).unwrap()
+        );
     }
     for (k, fl) in maps.tcp_flows() {
-        println!("  flow {}->{}: next_hdr {} processed_end {} scan phase {} part {} ofo {}", k.sport, k.dport, fl.next_hdr, fl.processed_end, fl.cursor.scan.phase, fl.cursor.part_len, fl.ofo_drops);
+        println!(
+            "  flow {}->{}: next_hdr {} processed_end {} scan phase {} part {} ofo {}",
+            k.sport,
+            k.dport,
+            fl.next_hdr,
+            fl.processed_end,
+            fl.cursor.scan.phase,
+            fl.cursor.part_len,
+            fl.ofo_drops
+        );
     }
-    println!("stats: {:?}", maps.stats().unwrap().iter().filter(|(_, v)| *v > 0).map(|(c, v)| (c.name(), *v)).collect::<Vec<_>>());
-    assert!(in_window as f64 <= limit * 1.02, "admitted {in_window} > {limit:.0}");
+    println!(
+        "stats: {:?}",
+        maps.stats()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(c, v)| (c.name(), *v))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        in_window as f64 <= limit * 1.02,
+        "admitted {in_window} > {limit:.0}"
+    );
     assert_eq!(got, n, "every message delivered");
     let mut ids: Vec<u32> = arr.iter().map(|a| a.hop_by_hop).collect();
     ids.sort();

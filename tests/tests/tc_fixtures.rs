@@ -546,11 +546,14 @@ fn tc_straddle_sweep() {
     let mut failures = Vec::new();
     let mut cases = 0;
     for (label, build) in pkt::CCR_BUILDS {
-        let (g0, g1, g2) = (build(app::GY, 1, 0), build(app::GY, 1, 1), build(app::GY, 1, 2));
+        let (g0, g1, g2) = (
+            build(app::GY, 1, 0),
+            build(app::GY, 1, 1),
+            build(app::GY, 1, 2),
+        );
         let pre = [g0, g1].concat();
         let p = pre.len();
-        let decided =
-            pkt::avp_offset(&g2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        let decided = pkt::avp_offset(&g2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
         for k in 1..g2.len() {
             cases += 1;
             h.maps.reset_buckets().unwrap();

@@ -31,9 +31,13 @@ fn xdp_attaches_natively_on_veth() {
     b.enter(|| {
         let mut ebpf = dra::dataplane::open().expect("open");
         dra::dataplane::load_xdp(&mut ebpf).expect("load");
-        let prog: &mut aya::programs::Xdp =
-            ebpf.program_mut(dra::dataplane::XDP_PROGRAM).unwrap().try_into().unwrap();
-        prog.attach(&veth.b_if, aya::programs::XdpMode::Driver).expect("native attach on veth");
+        let prog: &mut aya::programs::Xdp = ebpf
+            .program_mut(dra::dataplane::XDP_PROGRAM)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        prog.attach(&veth.b_if, aya::programs::XdpMode::Driver)
+            .expect("native attach on veth");
     })
     .unwrap();
 }

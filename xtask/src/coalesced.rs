@@ -35,8 +35,12 @@ pub const CONFIG: &str = "config/bench/dra-coalesced.toml";
 /// Requests in flight per run.
 pub const DEPTHS: [usize; 3] = [4, 16, 100];
 /// (mode, fast path attached, action).
-pub const MODES: [(&str, bool, &str); 4] =
-    [("xdp_reject", true, "reject"), ("xdp_drop", true, "drop"), ("userspace_reject", false, "reject"), ("userspace_drop", false, "drop")];
+pub const MODES: [(&str, bool, &str); 4] = [
+    ("xdp_reject", true, "reject"),
+    ("xdp_drop", true, "drop"),
+    ("userspace_reject", false, "reject"),
+    ("userspace_drop", false, "drop"),
+];
 /// The limit: CCR-I and CCR-T each.
 pub const CLASS_RATE: f64 = 100.0;
 const CLASSES: [&str; 2] = ["gx_ccr_i", "gx_ccr_t"];
@@ -53,12 +57,24 @@ pub const GOAL_MAX_ERROR: f64 = 0.02;
 pub fn config_for(text: &str, fast_path: bool, action: &str) -> Result<String> {
     let mut v: toml::Value = toml::from_str(text).context("parse the coalesced config")?;
     if !fast_path {
-        v.get_mut("fast_path").and_then(toml::Value::as_table_mut).context("no [fast_path]")?.remove("interface");
+        v.get_mut("fast_path")
+            .and_then(toml::Value::as_table_mut)
+            .context("no [fast_path]")?
+            .remove("interface");
     }
-    let limits = v.get_mut("message_rate_limit_profile").and_then(toml::Value::as_array_mut).context("no limits")?;
-    ensure!(limits.len() == 2, "the coalesced config has two limits (pgw1 Gx CCR-I and CCR-T)");
+    let limits = v
+        .get_mut("message_rate_limit_profile")
+        .and_then(toml::Value::as_array_mut)
+        .context("no limits")?;
+    ensure!(
+        limits.len() == 2,
+        "the coalesced config has two limits (pgw1 Gx CCR-I and CCR-T)"
+    );
     for l in limits.iter_mut().filter_map(toml::Value::as_table_mut) {
-        ensure!(l.get("rate").and_then(toml::Value::as_integer) == Some(CLASS_RATE as i64), "limits at {CLASS_RATE}/s");
+        ensure!(
+            l.get("rate").and_then(toml::Value::as_integer) == Some(CLASS_RATE as i64),
+            "limits at {CLASS_RATE}/s"
+        );
         l.insert("action".into(), toml::Value::String(action.into()));
     }
     Ok(toml::to_string(&v)?)
@@ -73,14 +89,26 @@ fn admitted(before: &Snap, after: &Snap) -> f64 {
         .sum()
 }
 
-fn one(root: &Path, bins: &Bins, out: &Path, mode: &str, fast_path: bool, action: &str, depth: usize) -> Result<Value> {
+fn one(
+    root: &Path,
+    bins: &Bins,
+    out: &Path,
+    mode: &str,
+    fast_path: bool,
+    action: &str,
+    depth: usize,
+) -> Result<Value> {
     let dir = out.join(format!("{mode}-{depth}"));
     std::fs::create_dir_all(&dir)?;
     let cfg = dir.join("dra.toml");
-    let text = std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;
+    let text =
+        std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;
     std::fs::write(&cfg, config_for(&text, fast_path, action)?)?;
     let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    cmd.args(["run", "--config"]).arg(&cfg).args(["--pin-dir", PIN_DIR, "--detach-on-exit"]).env("RUST_LOG", "warn");
+    cmd.args(["run", "--config"])
+        .arg(&cfg)
+        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"])
+        .env("RUST_LOG", "warn");
     let dra_log = dir.join("dra.log");
     let mut dra = Proc::new("dra run", demo::spawn_to(&dra_log, "dra", &mut cmd)?);
     let end = Instant::now() + Duration::from_secs(40);
@@ -90,27 +118,54 @@ fn one(root: &Path, bins: &Bins, out: &Path, mode: &str, fast_path: bool, action
             bail!("dra run exited ({st}); log {}", dra_log.display());
         }
         if let Ok(s) = demo::scrape()
-            && demo::UPSTREAMS.iter().all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
+            && demo::UPSTREAMS
+                .iter()
+                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
         {
             break;
         }
-        ensure!(Instant::now() < end, "the agent did not become ready in 40 s; log {}", dra_log.display());
+        ensure!(
+            Instant::now() < end,
+            "the agent did not become ready in 40 s; log {}",
+            dra_log.display()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let report = dir.join("pgw1.json");
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
-    c.args(["closed", "--connect", "198.18.1.1:3868", "--bind", "198.18.1.2", "--peers", "1"])
-        .args(["--window", &depth.to_string(), "--warmup", &WARMUP_S.to_string(), "--seconds", &MEASURE_S.to_string()])
-        .args(["--drain", "15", "--summary-json"])
-        .arg(&report);
+    c.args([
+        "closed",
+        "--connect",
+        "198.18.1.1:3868",
+        "--bind",
+        "198.18.1.2",
+        "--peers",
+        "1",
+    ])
+    .args([
+        "--window",
+        &depth.to_string(),
+        "--warmup",
+        &WARMUP_S.to_string(),
+        "--seconds",
+        &MEASURE_S.to_string(),
+    ])
+    .args(["--drain", "15", "--summary-json"])
+    .arg(&report);
     let client_log = dir.join("pgw1.log");
-    let mut client = Proc::new("dra-loadgen closed", demo::spawn_to(&client_log, "pgw1", &mut c)?);
+    let mut client = Proc::new(
+        "dra-loadgen closed",
+        demo::spawn_to(&client_log, "pgw1", &mut c)?,
+    );
     let t0 = Instant::now();
     let wait = |t: Duration, client: &mut Proc| -> Result<()> {
         while t0.elapsed() < t {
             demo::interrupted()?;
             if let Some(st) = client.exited() {
-                bail!("the gateway exited early ({st}); log {}", client_log.display());
+                bail!(
+                    "the gateway exited early ({st}); log {}",
+                    client_log.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -123,14 +178,23 @@ fn one(root: &Path, bins: &Bins, out: &Path, mode: &str, fast_path: bool, action
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.exited().is_none() {
         demo::interrupted()?;
-        ensure!(Instant::now() < deadline, "the gateway did not finish; log {}", client_log.display());
+        ensure!(
+            Instant::now() < deadline,
+            "the gateway did not finish; log {}",
+            client_log.display()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("pgw1.pid"));
     let st = dra.stop(Duration::from_secs(10));
     let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("dra.pid"));
-    ensure!(st.is_some_and(|s| s.success()), "dra run did not exit cleanly ({st:?}); log {}", dra_log.display());
-    let client: Value = serde_json::from_str(&std::fs::read_to_string(&report).context("gateway report")?)?;
+    ensure!(
+        st.is_some_and(|s| s.success()),
+        "dra run did not exit cleanly ({st:?}); log {}",
+        dra_log.display()
+    );
+    let client: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).context("gateway report")?)?;
     let limit = 2.0 * CLASS_RATE;
     let secs = (TO_S - FROM_S) as f64;
     let admitted_per_s = admitted(&a, &b) / secs;
@@ -140,19 +204,36 @@ fn one(root: &Path, bins: &Bins, out: &Path, mode: &str, fast_path: bool, action
     } else {
         error_pct <= 100.0 * GOAL_MAX_ERROR
     };
-    let code = |k: &str| client.pointer(&format!("/answered/{k}")).and_then(Value::as_f64).unwrap_or(0.0);
-    let measured = client.get("measured_s").and_then(Value::as_f64).unwrap_or(MEASURE_S as f64);
+    let code = |k: &str| {
+        client
+            .pointer(&format!("/answered/{k}"))
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    let measured = client
+        .get("measured_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(MEASURE_S as f64);
     let by_pcrf_per_s = (code("2001") + code("5002")) / measured;
-    let sent = client.get("total_sent").and_then(Value::as_u64).unwrap_or(0);
+    let sent = client
+        .get("total_sent")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     let answered: u64 = client
         .get("total_answered")
         .and_then(Value::as_object)
         .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
-    let unanswered = client.get("unanswered").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    let unanswered = client
+        .get("unanswered")
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::MAX);
     eprintln!(
         "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of {limit:.0} ({error_pct:+.2} %), \
          gateway saw {by_pcrf_per_s:.1}/s answered by the PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
-        client.get("requests_per_s").and_then(Value::as_f64).unwrap_or(f64::NAN),
+        client
+            .get("requests_per_s")
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::NAN),
     );
     Ok(json!({
         "mode": mode,
@@ -183,7 +264,10 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
     let mut entries = Vec::new();
     for (mode, fast_path, action) in MODES {
         for depth in DEPTHS {
-            entries.push(one(root, bins, out, mode, fast_path, action, depth).with_context(|| format!("coalesced {mode} {depth}"))?);
+            entries.push(
+                one(root, bins, out, mode, fast_path, action, depth)
+                    .with_context(|| format!("coalesced {mode} {depth}"))?,
+            );
         }
     }
     let mut rows = Vec::new();
@@ -191,20 +275,38 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
         let mine: Vec<&Value> = entries.iter().filter(|e| e["mode"] == mode).collect();
         let errs: Vec<String> = mine
             .iter()
-            .map(|e| format!("{}: {:+.2} %", e["depth"], e["error_pct"].as_f64().unwrap_or(f64::NAN)))
+            .map(|e| {
+                format!(
+                    "{}: {:+.2} %",
+                    e["depth"],
+                    e["error_pct"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
             .collect();
-        let answered_once = mine.iter().all(|e| e["gateway"]["every_request_answered_once"] == true);
+        let answered_once = mine
+            .iter()
+            .all(|e| e["gateway"]["every_request_answered_once"] == true);
         let met = mine.iter().all(|e| e["met"] == true) && answered_once;
         let util = if action == "drop" {
-            let u: Vec<String> = mine.iter().map(|e| format!("{:.0} %", e["utilization_pct"].as_f64().unwrap_or(f64::NAN))).collect();
+            let u: Vec<String> = mine
+                .iter()
+                .map(|e| format!("{:.0} %", e["utilization_pct"].as_f64().unwrap_or(f64::NAN)))
+                .collect();
             format!("; utilization {}", u.join(", "))
         } else {
             String::new()
         };
         rows.push(TableRow {
             metric: format!("P3 coalesced, {mode}: admitted-rate error at 4/16/100 in flight"),
-            measured: format!("{}{util}; every request answered once: {answered_once}", errs.join(", ")),
-            goal: if action == "reject" { "≤ 2 % each".into() } else { "≤ +2 % each (below allowed)".into() },
+            measured: format!(
+                "{}{util}; every request answered once: {answered_once}",
+                errs.join(", ")
+            ),
+            goal: if action == "reject" {
+                "≤ 2 % each".into()
+            } else {
+                "≤ +2 % each (below allowed)".into()
+            },
             met: Some(met),
         });
     }
@@ -216,7 +318,9 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
 pub fn run(root: &Path) -> Result<()> {
     demo::install_signal_handlers();
     let bins = Bins::release(root);
-    let out: PathBuf = root.join("results").join(format!("bench-coalesced-{}", demo::timestamp()));
+    let out: PathBuf = root
+        .join("results")
+        .join(format!("bench-coalesced-{}", demo::timestamp()));
     std::fs::create_dir_all(&out)?;
     let result = {
         let _lab = lab::LabGuard;
@@ -232,10 +336,18 @@ pub fn run(root: &Path) -> Result<()> {
 /// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
 pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> Result<()> {
     let latest = root.join(crate::storm::LATEST);
-    let mut doc: Value = std::fs::read_to_string(&latest).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(json!({}));
-    let obj = doc.as_object_mut().context("storm-latest.json is not an object")?;
+    let mut doc: Value = std::fs::read_to_string(&latest)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(json!({}));
+    let obj = doc
+        .as_object_mut()
+        .context("storm-latest.json is not an object")?;
     obj.insert("coalesced".into(), Value::Array(entries.to_vec()));
-    obj.insert("coalesced_table".into(), Value::Array(rows.iter().map(TableRow::to_json).collect()));
+    obj.insert(
+        "coalesced_table".into(),
+        Value::Array(rows.iter().map(TableRow::to_json).collect()),
+    );
     std::fs::write(&latest, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("xtask: coalesced results in {}", latest.display());
     Ok(())

@@ -59,7 +59,11 @@ pub(crate) struct Proc {
 
 impl Proc {
     pub(crate) fn new(name: &str, child: Child) -> Proc {
-        Proc { name: name.to_owned(), child: Some(child), status: None }
+        Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            status: None,
+        }
     }
 
     /// Its pid while it has not been reaped.
@@ -123,12 +127,17 @@ pub(crate) struct Series {
 
 pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let (head, value) = match line.rsplit_once(' ') {
             Some(x) => x,
             None => continue,
         };
-        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
         let (name, labels) = match head.split_once('{') {
             Some((n, rest)) => {
                 let body = rest.trim_end_matches('}');
@@ -142,7 +151,11 @@ pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
             }
             None => (head.to_owned(), Vec::new()),
         };
-        out.push(Series { name, labels, value });
+        out.push(Series {
+            name,
+            labels,
+            value,
+        });
     }
     out
 }
@@ -157,7 +170,12 @@ impl Snap {
     pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
         self.series
             .iter()
-            .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v)))
+            .filter(|s| {
+                s.name == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
             .map(|s| s.value)
             .sum()
     }
@@ -165,14 +183,25 @@ impl Snap {
     fn label_values(&self, name: &str, want: &[(&str, &str)], label: &str) -> BTreeSet<String> {
         self.series
             .iter()
-            .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v)))
-            .filter_map(|s| s.labels.iter().find(|(k, _)| k == label).map(|(_, v)| v.clone()))
+            .filter(|s| {
+                s.name == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .filter_map(|s| {
+                s.labels
+                    .iter()
+                    .find(|(k, _)| k == label)
+                    .map(|(_, v)| v.clone())
+            })
             .collect()
     }
 }
 
 fn http_get_metrics() -> Result<String> {
-    let mut s = std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
     let mut buf = Vec::new();
@@ -180,7 +209,10 @@ fn http_get_metrics() -> Result<String> {
     let text = String::from_utf8_lossy(&buf);
     let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
     if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!("metrics endpoint answered {}", head.lines().next().unwrap_or(""));
+        bail!(
+            "metrics endpoint answered {}",
+            head.lines().next().unwrap_or("")
+        );
     }
     Ok(body.to_owned())
 }
@@ -188,7 +220,9 @@ fn http_get_metrics() -> Result<String> {
 /// Fetches the agent's metrics from inside the dra namespace.
 pub(crate) fn scrape() -> Result<Snap> {
     let text = lab::in_netns(NS_DRA, http_get_metrics)??;
-    Ok(Snap { series: parse_metrics(&text) })
+    Ok(Snap {
+        series: parse_metrics(&text),
+    })
 }
 
 // ---- the DRL profile shown on screen ---------------------------------------
@@ -201,8 +235,11 @@ struct Profile {
 
 fn read_profile(path: &Path) -> Result<Profile> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    let v: toml::Value = toml::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
-    let p = v.get("dynamic_throttling_db_cpu_profile").context("no [dynamic_throttling_db_cpu_profile]")?;
+    let v: toml::Value =
+        toml::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+    let p = v
+        .get("dynamic_throttling_db_cpu_profile")
+        .context("no [dynamic_throttling_db_cpu_profile]")?;
     let num = |x: &toml::Value| x.as_float().or_else(|| x.as_integer().map(|i| i as f64));
     let thresholds = p
         .get("thresholds")
@@ -213,19 +250,30 @@ fn read_profile(path: &Path) -> Result<Profile> {
         .collect();
     Ok(Profile {
         thresholds,
-        hold: p.get("reversal_hold_time").and_then(|h| h.as_str()).unwrap_or("?").to_owned(),
+        hold: p
+            .get("reversal_hold_time")
+            .and_then(|h| h.as_str())
+            .unwrap_or("?")
+            .to_owned(),
         step: p.get("reversal_step").and_then(num).unwrap_or(0.0),
     })
 }
 
 impl Profile {
     fn describe(&self) -> String {
-        let rows: Vec<String> = self.thresholds.iter().map(|(c, t)| format!("{c}%→{t}%")).collect();
+        let rows: Vec<String> = self
+            .thresholds
+            .iter()
+            .map(|(c, t)| format!("{c}%→{t}%"))
+            .collect();
         format!("{} (seed: 50%→20% 55%→30% 60%→40% 65%→50%)", rows.join(" "))
     }
 
     fn lowest(&self) -> f64 {
-        self.thresholds.iter().map(|r| r.0).fold(f64::INFINITY, f64::min)
+        self.thresholds
+            .iter()
+            .map(|r| r.0)
+            .fold(f64::INFINITY, f64::min)
     }
 }
 
@@ -247,26 +295,48 @@ struct Row {
 }
 
 fn rates(prev: &Snap, cur: &Snap, dt: f64, t: f64, phase: &str) -> Row {
-    let d = |name: &str, want: &[(&str, &str)]| ((cur.sum(name, want) - prev.sum(name, want)) / dt).max(0.0);
-    let mut row = Row { t, phase: phase.to_owned(), ..Row::default() };
+    let d = |name: &str, want: &[(&str, &str)]| {
+        ((cur.sum(name, want) - prev.sum(name, want)) / dt).max(0.0)
+    };
+    let mut row = Row {
+        t,
+        phase: phase.to_owned(),
+        ..Row::default()
+    };
     for (peer, _, _) in GATEWAYS {
         let mut classes = ClassRates::new();
         for class in cur.label_values("dra_fastpath_requests_total", &[("peer", peer)], "class") {
             if class == "conn" {
                 continue;
             }
-            let f = |outcome| d("dra_fastpath_requests_total", &[("peer", peer), ("class", &class), ("outcome", outcome)]);
-            classes.insert(class.clone(), [f("seen"), f("admitted"), f("marked") + f("dropped")]);
+            let f = |outcome| {
+                d(
+                    "dra_fastpath_requests_total",
+                    &[("peer", peer), ("class", &class), ("outcome", outcome)],
+                )
+            };
+            classes.insert(
+                class.clone(),
+                [f("seen"), f("admitted"), f("marked") + f("dropped")],
+            );
         }
         row.peers.insert(peer.to_owned(), classes);
     }
     row.throttle = cur.sum("dra_throttle_percent", &[("peer", "pgw1")]);
     row.cpu = cur.sum("dra_db_cpu_percent", &[]);
-    row.eff_rate = cur.sum("dra_effective_rate", &[("peer", "pgw1"), ("class", "gx_ccr_i")]);
+    row.eff_rate = cur.sum(
+        "dra_effective_rate",
+        &[("peer", "pgw1"), ("class", "gx_ccr_i")],
+    );
     for up in UPSTREAMS {
-        let n = cur.sum("dra_answer_latency_seconds_count", &[("peer", up)]) - prev.sum("dra_answer_latency_seconds_count", &[("peer", up)]);
-        let s = cur.sum("dra_answer_latency_seconds_sum", &[("peer", up)]) - prev.sum("dra_answer_latency_seconds_sum", &[("peer", up)]);
-        row.upstream.insert(up.to_owned(), (n / dt, if n > 0.0 { 1000.0 * s / n } else { f64::NAN }));
+        let n = cur.sum("dra_answer_latency_seconds_count", &[("peer", up)])
+            - prev.sum("dra_answer_latency_seconds_count", &[("peer", up)]);
+        let s = cur.sum("dra_answer_latency_seconds_sum", &[("peer", up)])
+            - prev.sum("dra_answer_latency_seconds_sum", &[("peer", up)]);
+        row.upstream.insert(
+            up.to_owned(),
+            (n / dt, if n > 0.0 { 1000.0 * s / n } else { f64::NAN }),
+        );
     }
     row
 }
@@ -290,15 +360,27 @@ fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
         "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective rate {:>5.0}/s\n",
         row.cpu, row.throttle, row.eff_rate
     );
-    let _ = writeln!(s, "{:<6} {:<10} {:>10} {:>10} {:>10}", "peer", "class", "offered/s", "admitted/s", "rejected/s");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<10} {:>10} {:>10} {:>10}",
+        "peer", "class", "offered/s", "admitted/s", "rejected/s"
+    );
     for (peer, classes) in &row.peers {
         for (class, [o, a, r]) in classes {
             let _ = writeln!(s, "{peer:<6} {class:<10} {o:>10.0} {a:>10.0} {r:>10.0}");
         }
     }
-    let _ = writeln!(s, "\n{:<8} {:>10} {:>16}", "upstream", "answers/s", "mean latency ms");
+    let _ = writeln!(
+        s,
+        "\n{:<8} {:>10} {:>16}",
+        "upstream", "answers/s", "mean latency ms"
+    );
     for (up, (n, ms)) in &row.upstream {
-        let ms = if ms.is_nan() { "-".to_owned() } else { format!("{ms:.2}") };
+        let ms = if ms.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{ms:.2}")
+        };
         let _ = writeln!(s, "{up:<8} {n:>10.0} {ms:>16}");
     }
     s
@@ -317,14 +399,19 @@ fn scenario_secs(path: &Path) -> Result<f64> {
         .and_then(|p| p.as_array())
         .map(|a| {
             a.iter()
-                .filter_map(|p| p.get("duration_s").and_then(|d| d.as_float().or_else(|| d.as_integer().map(|i| i as f64))))
+                .filter_map(|p| {
+                    p.get("duration_s")
+                        .and_then(|d| d.as_float().or_else(|| d.as_integer().map(|i| i as f64)))
+                })
                 .sum()
         })
         .unwrap_or(0.0))
 }
 
 pub(crate) fn timestamp() -> String {
-    lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"]).map(|s| s.trim().to_owned()).unwrap_or_else(|_| "now".into())
+    lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "now".into())
 }
 
 // ---- the run -------------------------------------------------------------------
@@ -362,7 +449,11 @@ pub fn run(root: &Path) -> Result<()> {
     let left_pins = Path::new(PIN_DIR).exists();
     let outcome = result?;
     let checks = report(&outcome, &profile, &out_dir)?;
-    println!("run time {:.0} s; results in {}", started.elapsed().as_secs_f64(), out_dir.display());
+    println!(
+        "run time {:.0} s; results in {}",
+        started.elapsed().as_secs_f64(),
+        out_dir.display()
+    );
     if !left_ns.is_empty() || left_pins {
         bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
     }
@@ -378,42 +469,76 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     dra_cmd
         .args(["run", "--config"])
         .arg(root.join(LAB_CONFIG))
-        .args(["--iface", DRA_CLIENT_IF, "--pin-dir", PIN_DIR, "--detach-on-exit"])
+        .args([
+            "--iface",
+            DRA_CLIENT_IF,
+            "--pin-dir",
+            PIN_DIR,
+            "--detach-on-exit",
+        ])
         .env("RUST_LOG", "info");
     let dra_log = out.join("dra.log");
     let mut dra = Proc::new("dra run", spawn_to(&dra_log, "dra", &mut dra_cmd)?);
-    eprintln!("xtask: dra run in {NS_DRA}: XDP on {DRA_CLIENT_IF}, pins in {PIN_DIR}, log {}", dra_log.display());
+    eprintln!(
+        "xtask: dra run in {NS_DRA}: XDP on {DRA_CLIENT_IF}, pins in {PIN_DIR}, log {}",
+        dra_log.display()
+    );
     // Ready: metrics up, upstreams open, CPU source delivering.
     let end = Instant::now() + Duration::from_secs(40);
     loop {
         interrupted()?;
         if let Some(st) = dra.exited() {
-            bail!("dra run exited ({st}); log:\n{}", std::fs::read_to_string(&dra_log).unwrap_or_default());
+            bail!(
+                "dra run exited ({st}); log:\n{}",
+                std::fs::read_to_string(&dra_log).unwrap_or_default()
+            );
         }
         if let Ok(s) = scrape() {
-            let open = UPSTREAMS.iter().all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0);
+            let open = UPSTREAMS
+                .iter()
+                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0);
             if open && s.sum("dra_db_cpu_source_up", &[]) == 1.0 {
                 break;
             }
         }
         if Instant::now() > end {
-            bail!("the agent did not become ready in 40 s (upstreams open, Redis CPU source up); log {}", dra_log.display());
+            bail!(
+                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); log {}",
+                dra_log.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    eprintln!("xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2");
+    eprintln!(
+        "xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2"
+    );
     let mut total_s: f64 = 0.0;
     let mut clients = Vec::new();
     for (peer, src, scenario) in GATEWAYS {
         total_s = total_s.max(scenario_secs(&root.join(scenario))?);
         let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
-        c.args(["client", "--connect", "198.18.1.1:3868", "--bind", src, "--peers", "1"])
-            .args(["--origin-host", &format!("{peer}.lab.example"), "--tw", "6", "--quiet", "--scenario"])
-            .arg(root.join(scenario))
-            .arg("--rows")
-            .arg(out.join(format!("{peer}-rows.jsonl")))
-            .arg("--summary-json")
-            .arg(out.join(format!("{peer}-summary.json")));
+        c.args([
+            "client",
+            "--connect",
+            "198.18.1.1:3868",
+            "--bind",
+            src,
+            "--peers",
+            "1",
+        ])
+        .args([
+            "--origin-host",
+            &format!("{peer}.lab.example"),
+            "--tw",
+            "6",
+            "--quiet",
+            "--scenario",
+        ])
+        .arg(root.join(scenario))
+        .arg("--rows")
+        .arg(out.join(format!("{peer}-rows.jsonl")))
+        .arg("--summary-json")
+        .arg(out.join(format!("{peer}-summary.json")));
         let child = spawn_to(&out.join(format!("{peer}.log")), peer, &mut c)?;
         clients.push(Proc::new(peer, child));
     }
@@ -440,16 +565,31 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         }
         next += Duration::from_secs(1);
         if let Some(st) = dra.exited() {
-            bail!("dra run exited during the demo ({st}); log {}", dra_log.display());
+            bail!(
+                "dra run exited during the demo ({st}); log {}",
+                dra_log.display()
+            );
         }
         let cur = (Instant::now(), scrape()?);
         let phase = last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());
-        let row = rates(&prev.1, &cur.1, (cur.0 - prev.0).as_secs_f64(), t0.elapsed().as_secs_f64(), &phase);
+        let row = rates(
+            &prev.1,
+            &cur.1,
+            (cur.0 - prev.0).as_secs_f64(),
+            t0.elapsed().as_secs_f64(),
+            &phase,
+        );
         let view = render(&row, profile, total_s);
         if tty {
             print!("\x1b[H\x1b[2J{view}");
         } else {
-            let r = |p: &str, c: &str| row.peers.get(p).and_then(|m| m.get(c)).copied().unwrap_or_default();
+            let r = |p: &str, c: &str| {
+                row.peers
+                    .get(p)
+                    .and_then(|m| m.get(c))
+                    .copied()
+                    .unwrap_or_default()
+            };
             let (a, b) = (r("pgw1", "all"), r("pgw2", "all"));
             println!(
                 "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
@@ -474,13 +614,21 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         let v: serde_json::Value = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
-            .with_context(|| format!("{peer}: no summary ({st:?}); log {}", out.join(format!("{peer}.log")).display()))?;
+            .with_context(|| {
+                format!(
+                    "{peer}: no summary ({st:?}); log {}",
+                    out.join(format!("{peer}.log")).display()
+                )
+            })?;
         client_reports.insert(peer.to_owned(), v);
     }
     // Stop the agent (DPR to its peers, detach), then the servers (they print stats).
     let st = dra.stop(Duration::from_secs(10));
     if !st.is_some_and(|s| s.success()) {
-        bail!("dra run did not exit cleanly on SIGINT ({st:?}); log {}", dra_log.display());
+        bail!(
+            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
+            dra_log.display()
+        );
     }
     for s in UPSTREAMS {
         if let Ok(p) = std::fs::read_to_string(Path::new(lab::STATE_DIR).join(format!("{s}.pid")))
@@ -491,14 +639,25 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
     }
     let _ = std::fs::copy(lab::log_file("redis"), out.join("redis.log"));
-    Ok(Outcome { rows, last, clients: client_reports })
+    Ok(Outcome {
+        rows,
+        last,
+        clients: client_reports,
+    })
 }
 
 /// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
 pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
     let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-    let child = cmd.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("start {name}"))?;
-    std::fs::write(Path::new(lab::STATE_DIR).join(format!("{name}.pid")), format!("{}\n", child.id()))?;
+    let child = cmd
+        .stdout(f.try_clone()?)
+        .stderr(f)
+        .spawn()
+        .with_context(|| format!("start {name}"))?;
+    std::fs::write(
+        Path::new(lab::STATE_DIR).join(format!("{name}.pid")),
+        format!("{}\n", child.id()),
+    )?;
     Ok(child)
 }
 
@@ -507,41 +666,89 @@ pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) 
 fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
     let mut s = String::new();
     let _ = writeln!(s, "\n=== dra demo summary ===");
-    let _ = writeln!(s, "DRL profile (DEMO): {}; reversal hold {} (shortened), step {} %", profile.describe(), profile.hold, profile.step);
+    let _ = writeln!(
+        s,
+        "DRL profile (DEMO): {}; reversal hold {} (shortened), step {} %",
+        profile.describe(),
+        profile.hold,
+        profile.step
+    );
     let _ = writeln!(s, "\nfast path totals (requests):");
-    let _ = writeln!(s, "{:<6} {:<10} {:>10} {:>10} {:>10}", "peer", "class", "offered", "admitted", "rejected");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<10} {:>10} {:>10} {:>10}",
+        "peer", "class", "offered", "admitted", "rejected"
+    );
     let tot = |peer: &str, class: &str, outcome: &str| {
-        o.last.sum("dra_fastpath_requests_total", &[("peer", peer), ("class", class), ("outcome", outcome)])
+        o.last.sum(
+            "dra_fastpath_requests_total",
+            &[("peer", peer), ("class", class), ("outcome", outcome)],
+        )
     };
     for (peer, _, _) in GATEWAYS {
-        for class in o.last.label_values("dra_fastpath_requests_total", &[("peer", peer)], "class") {
+        for class in o
+            .last
+            .label_values("dra_fastpath_requests_total", &[("peer", peer)], "class")
+        {
             if class == "conn" {
                 continue;
             }
             let rej = tot(peer, &class, "marked") + tot(peer, &class, "dropped");
-            let _ = writeln!(s, "{peer:<6} {class:<10} {:>10.0} {:>10.0} {:>10.0}", tot(peer, &class, "seen"), tot(peer, &class, "admitted"), rej);
+            let _ = writeln!(
+                s,
+                "{peer:<6} {class:<10} {:>10.0} {:>10.0} {:>10.0}",
+                tot(peer, &class, "seen"),
+                tot(peer, &class, "admitted"),
+                rej
+            );
         }
     }
-    let _ = writeln!(s, "\nanswers the agent sent to each gateway, by Result-Code:");
+    let _ = writeln!(
+        s,
+        "\nanswers the agent sent to each gateway, by Result-Code:"
+    );
     for (peer, _, _) in GATEWAYS {
-        let codes = o.last.label_values("dra_answers_total", &[("peer", peer)], "result_code");
-        let list: Vec<String> =
-            codes.iter().map(|c| format!("{c}: {:.0}", o.last.sum("dra_answers_total", &[("peer", peer), ("result_code", c)]))).collect();
+        let codes = o
+            .last
+            .label_values("dra_answers_total", &[("peer", peer)], "result_code");
+        let list: Vec<String> = codes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{c}: {:.0}",
+                    o.last
+                        .sum("dra_answers_total", &[("peer", peer), ("result_code", c)])
+                )
+            })
+            .collect();
         let _ = writeln!(s, "  {peer}: {}", list.join(", "));
     }
     let _ = writeln!(s, "\nload generators (client side):");
-    let _ = writeln!(s, "{:<6} {:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}", "peer", "class", "sent", "2001", "3002", "timeouts", "unanswered", "not_sent", "p99 ms");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}",
+        "peer", "class", "sent", "2001", "3002", "timeouts", "unanswered", "not_sent", "p99 ms"
+    );
     let mut lost = 0u64;
     for (peer, v) in &o.clients {
         if let Some(classes) = v.get("classes").and_then(|c| c.as_object()) {
             for (class, c) in classes {
                 let n = |k: &str| c.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-                let code = |k: &str| c.get("answered").and_then(|a| a.get(k)).and_then(|x| x.as_u64()).unwrap_or(0);
+                let code = |k: &str| {
+                    c.get("answered")
+                        .and_then(|a| a.get(k))
+                        .and_then(|x| x.as_u64())
+                        .unwrap_or(0)
+                };
                 if n("sent") == 0 {
                     continue;
                 }
                 lost += n("timeouts") + n("unanswered");
-                let p99 = c.get("latency").and_then(|l| l.get("p99_ms")).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+                let p99 = c
+                    .get("latency")
+                    .and_then(|l| l.get("p99_ms"))
+                    .and_then(|x| x.as_f64())
+                    .unwrap_or(f64::NAN);
                 let _ = writeln!(
                     s,
                     "{peer:<6} {class:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8.1}",
@@ -566,14 +773,27 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
         .rows
         .iter()
         .filter(|r| r.throttle > 0.0)
-        .filter_map(|r| r.peers.get("pgw1").and_then(|m| m.get("gx_ccr_i")).map(|x| x[2]))
+        .filter_map(|r| {
+            r.peers
+                .get("pgw1")
+                .and_then(|m| m.get("gx_ccr_i"))
+                .map(|x| x[2])
+        })
         .sum();
     let pgw2_rejected = tot("pgw2", "gx_ccr_i", "marked") + tot("pgw2", "gx_ccr_i", "dropped");
-    let pgw2_3002 = o.last.sum("dra_answers_total", &[("peer", "pgw2"), ("result_code", "3002")]);
+    let pgw2_3002 = o.last.sum(
+        "dra_answers_total",
+        &[("peer", "pgw2"), ("result_code", "3002")],
+    );
     let pgw2_throttle_max = o.last.sum("dra_throttle_percent", &[("peer", "pgw2")]);
     let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
-    let ocs_answers = o.last.sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
-    let _ = writeln!(s, "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %");
+    let ocs_answers = o
+        .last
+        .sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
+    let _ = writeln!(
+        s,
+        "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %"
+    );
     let _ = writeln!(
         s,
         "throttle engaged at t = {} s, back to 0 at t = {} s; final throttle {final_throttle:.0} %",
@@ -581,18 +801,36 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
         released_at.map_or("-".into(), |t| format!("{t:.0}"))
     );
     let checks = [
-        ("pgw2's static CCR-I limit rejected requests (fast path marked)", pgw2_rejected > 0.0),
+        (
+            "pgw2's static CCR-I limit rejected requests (fast path marked)",
+            pgw2_rejected > 0.0,
+        ),
         ("the agent answered pgw2 with 3002", pgw2_3002 > 0.0),
         (
             "DB CPU reached the lowest threshold of the profile",
             peak_cpu >= profile.lowest(),
         ),
         ("dynamic throttling of pgw1 engaged", peak_throttle > 0.0),
-        ("pgw1 requests were rejected while throttled", pgw1_throttled_rejects > 0.0),
-        ("reversal stepped the throttle back to 0 before the end", final_throttle == 0.0 && peak_throttle > 0.0),
-        ("pgw2 was never throttled dynamically", pgw2_throttle_max == 0.0),
-        ("Gy traffic was relayed to ocs1 and answered", ocs_answers > 0.0),
-        ("every request was answered (no timeouts, none unanswered)", lost == 0 && violations == 0.0),
+        (
+            "pgw1 requests were rejected while throttled",
+            pgw1_throttled_rejects > 0.0,
+        ),
+        (
+            "reversal stepped the throttle back to 0 before the end",
+            final_throttle == 0.0 && peak_throttle > 0.0,
+        ),
+        (
+            "pgw2 was never throttled dynamically",
+            pgw2_throttle_max == 0.0,
+        ),
+        (
+            "Gy traffic was relayed to ocs1 and answered",
+            ocs_answers > 0.0,
+        ),
+        (
+            "every request was answered (no timeouts, none unanswered)",
+            lost == 0 && violations == 0.0,
+        ),
     ];
     let _ = writeln!(s, "\nstory checks:");
     let mut all = true;
@@ -615,7 +853,10 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
 }
 
 fn get(r: &Row, peer: &str, class: &str, i: usize) -> f64 {
-    r.peers.get(peer).and_then(|m| m.get(class)).map_or(0.0, |x| x[i])
+    r.peers
+        .get(peer)
+        .and_then(|m| m.get(class))
+        .map_or(0.0, |x| x[i])
 }
 
 fn write_csv(rows: &[Row], path: &PathBuf) -> Result<()> {
@@ -659,54 +900,118 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
     let panels = root.split_evenly((3, 1));
     let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     // 1. Rates.
-    let r_max = rows.iter().flat_map(|r| [get(r, "pgw1", "all", 0), get(r, "pgw2", "all", 0)]).fold(10.0, f64::max) * 1.1;
+    let r_max = rows
+        .iter()
+        .flat_map(|r| [get(r, "pgw1", "all", 0), get(r, "pgw2", "all", 0)])
+        .fold(10.0, f64::max)
+        * 1.1;
     let mut c = ChartBuilder::on(&panels[0])
-        .caption("requests/s at the fast path (Gx, all classes)", ("sans-serif", 18))
+        .caption(
+            "requests/s at the fast path (Gx, all classes)",
+            ("sans-serif", 18),
+        )
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..r_max)
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("msgs/s").y_label_formatter(&|v| format!("{v:.0}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .x_desc("t (s)")
+        .y_desc("msgs/s")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
     let lines: [(&str, &str, usize, RGBColor); 6] = [
         ("pgw1 offered", "pgw1", 0, RGBColor(31, 119, 180)),
         ("pgw1 admitted", "pgw1", 1, RGBColor(44, 160, 44)),
         ("pgw1 rejected (throttle)", "pgw1", 2, RGBColor(214, 39, 40)),
         ("pgw2 offered", "pgw2", 0, RGBColor(148, 103, 189)),
         ("pgw2 admitted", "pgw2", 1, RGBColor(140, 86, 75)),
-        ("pgw2 rejected (static 3002)", "pgw2", 2, RGBColor(255, 127, 14)),
+        (
+            "pgw2 rejected (static 3002)",
+            "pgw2",
+            2,
+            RGBColor(255, 127, 14),
+        ),
     ];
     for (label, peer, i, col) in lines {
-        c.draw_series(LineSeries::new(rows.iter().map(|r| (r.t, get(r, peer, "all", i))), col.stroke_width(2)))
-            .map_err(|x| e(&x))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+        c.draw_series(LineSeries::new(
+            rows.iter().map(|r| (r.t, get(r, peer, "all", i))),
+            col.stroke_width(2),
+        ))
+        .map_err(|x| e(&x))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
     }
-    c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(|x| e(&x))?;
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
     // 2. Throttle.
     let mut c = ChartBuilder::on(&panels[1])
-        .caption(format!("pgw1 dynamic throttle % (reversal hold {}, step {} %)", profile.hold, profile.step), ("sans-serif", 18))
+        .caption(
+            format!(
+                "pgw1 dynamic throttle % (reversal hold {}, step {} %)",
+                profile.hold, profile.step
+            ),
+            ("sans-serif", 18),
+        )
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..100.0)
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("throttle %").y_label_formatter(&|v| format!("{v:.0}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
-    c.draw_series(LineSeries::new(rows.iter().map(|r| (r.t, r.throttle)), RED.stroke_width(2))).map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .x_desc("t (s)")
+        .y_desc("throttle %")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    c.draw_series(LineSeries::new(
+        rows.iter().map(|r| (r.t, r.throttle)),
+        RED.stroke_width(2),
+    ))
+    .map_err(|x| e(&x))?;
     // 3. CPU with the thresholds.
-    let cpu_max = rows.iter().map(|r| r.cpu).fold(profile.thresholds.iter().map(|t| t.0).fold(0.0, f64::max), f64::max) * 1.2;
+    let cpu_max = rows.iter().map(|r| r.cpu).fold(
+        profile.thresholds.iter().map(|t| t.0).fold(0.0, f64::max),
+        f64::max,
+    ) * 1.2;
     let mut c = ChartBuilder::on(&panels[2])
-        .caption(format!("Redis CPU % of one core (demo thresholds {})", profile.describe()), ("sans-serif", 16))
+        .caption(
+            format!(
+                "Redis CPU % of one core (demo thresholds {})",
+                profile.describe()
+            ),
+            ("sans-serif", 16),
+        )
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..t_max, 0.0..cpu_max.max(1.0))
         .map_err(|x| e(&x))?;
-    c.configure_mesh().x_desc("t (s)").y_desc("CPU %").y_label_formatter(&|v| format!("{v:.1}")).x_label_formatter(&|v| format!("{v:.0}")).draw().map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .x_desc("t (s)")
+        .y_desc("CPU %")
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
     for (cpu, _) in &profile.thresholds {
-        c.draw_series(LineSeries::new([(0.0, *cpu), (t_max, *cpu)], RGBColor(180, 180, 180))).map_err(|x| e(&x))?;
+        c.draw_series(LineSeries::new(
+            [(0.0, *cpu), (t_max, *cpu)],
+            RGBColor(180, 180, 180),
+        ))
+        .map_err(|x| e(&x))?;
     }
-    c.draw_series(LineSeries::new(rows.iter().map(|r| (r.t, r.cpu)), BLUE.stroke_width(2))).map_err(|x| e(&x))?;
+    c.draw_series(LineSeries::new(
+        rows.iter().map(|r| (r.t, r.cpu)),
+        BLUE.stroke_width(2),
+    ))
+    .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }
@@ -727,9 +1032,23 @@ dra_db_cpu_percent 4.5
 
     #[test]
     fn metrics_are_read_by_name_and_labels() {
-        let s = Snap { series: parse_metrics(EXPOSITION) };
-        assert_eq!(s.sum("dra_fastpath_requests_total", &[("peer", "pgw1"), ("outcome", "seen")]), 900.0);
-        assert_eq!(s.sum("dra_fastpath_requests_total", &[("class", "gx_ccr_i"), ("outcome", "seen")]), 1300.0);
+        let s = Snap {
+            series: parse_metrics(EXPOSITION),
+        };
+        assert_eq!(
+            s.sum(
+                "dra_fastpath_requests_total",
+                &[("peer", "pgw1"), ("outcome", "seen")]
+            ),
+            900.0
+        );
+        assert_eq!(
+            s.sum(
+                "dra_fastpath_requests_total",
+                &[("class", "gx_ccr_i"), ("outcome", "seen")]
+            ),
+            1300.0
+        );
         assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
         assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
         assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
@@ -739,8 +1058,16 @@ dra_db_cpu_percent 4.5
 
     #[test]
     fn per_second_rates_come_from_counter_deltas() {
-        let a = Snap { series: parse_metrics(EXPOSITION) };
-        let b = Snap { series: parse_metrics(&EXPOSITION.replace("} 900", "} 1800").replace("} 300", "} 500")) };
+        let a = Snap {
+            series: parse_metrics(EXPOSITION),
+        };
+        let b = Snap {
+            series: parse_metrics(
+                &EXPOSITION
+                    .replace("} 900", "} 1800")
+                    .replace("} 300", "} 500"),
+            ),
+        };
         let row = rates(&a, &b, 2.0, 10.0, "storm");
         assert_eq!(row.peers["pgw1"]["gx_ccr_i"], [450.0, 0.0, 100.0]);
         assert_eq!(row.throttle, 40.0);
@@ -754,6 +1081,10 @@ dra_db_cpu_percent 4.5
         assert_eq!(lab.hold, "10s");
         assert_eq!(lab.step, seed.step);
         let throttles = |p: &Profile| p.thresholds.iter().map(|t| t.1).collect::<Vec<_>>();
-        assert_eq!(throttles(&lab), throttles(&seed), "the demo profile keeps the seed's throttle column");
+        assert_eq!(
+            throttles(&lab),
+            throttles(&seed),
+            "the demo profile keeps the seed's throttle column"
+        );
     }
 }

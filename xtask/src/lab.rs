@@ -52,16 +52,41 @@ pub struct Server {
 
 /// The upstream servers of config/dra.toml.
 pub const SERVERS: [Server; 3] = [
-    Server { name: "pcrf1", v4: "198.18.2.2", v6: "2001:db8:2::2", origin_host: "pcrf1.pcrf.lab.example", realm: "pcrf.lab.example" },
-    Server { name: "pcrf2", v4: "198.18.2.3", v6: "2001:db8:2::3", origin_host: "pcrf2.pcrf.lab.example", realm: "pcrf.lab.example" },
-    Server { name: "ocs1", v4: "198.18.2.4", v6: "2001:db8:2::4", origin_host: "ocs1.ocs.lab.example", realm: "ocs.lab.example" },
+    Server {
+        name: "pcrf1",
+        v4: "198.18.2.2",
+        v6: "2001:db8:2::2",
+        origin_host: "pcrf1.pcrf.lab.example",
+        realm: "pcrf.lab.example",
+    },
+    Server {
+        name: "pcrf2",
+        v4: "198.18.2.3",
+        v6: "2001:db8:2::3",
+        origin_host: "pcrf2.pcrf.lab.example",
+        realm: "pcrf.lab.example",
+    },
+    Server {
+        name: "ocs1",
+        v4: "198.18.2.4",
+        v6: "2001:db8:2::4",
+        origin_host: "ocs1.ocs.lab.example",
+        realm: "ocs.lab.example",
+    },
 ];
 
 /// Runs a command, failing with its stderr.
 pub fn sh(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("spawn {args:?}"))?;
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("spawn {args:?}"))?;
     if !out.status.success() {
-        bail!("{} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -87,7 +112,8 @@ pub fn namespaces() -> Vec<String> {
 /// (so a Ctrl-C at the terminal reaches only xtask, which stops it in order).
 pub fn command_in(ns: &str, program: &Path) -> Result<Command> {
     use std::os::fd::{AsRawFd, OwnedFd};
-    let f = std::fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+    let f = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("open netns {ns}"))?;
     let fd: OwnedFd = f.into();
     let raw = fd.as_raw_fd();
     let mut cmd = Command::new(program);
@@ -110,7 +136,8 @@ pub fn command_in(ns: &str, program: &Path) -> Result<Command> {
 /// Runs `f` on a thread that has entered network namespace `ns`.
 pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
     use std::os::fd::AsRawFd;
-    let target = std::fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+    let target = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("open netns {ns}"))?;
     std::thread::scope(|s| {
         s.spawn(|| {
             // SAFETY: setns on a valid netns fd; affects only this short-lived thread.
@@ -135,7 +162,8 @@ pub fn log_file(name: &str) -> PathBuf {
 
 /// Starts `cmd` with output to the lab log `name` and records its pid.
 pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
-    let log = std::fs::File::create(log_file(name)).with_context(|| format!("create {}", log_file(name).display()))?;
+    let log = std::fs::File::create(log_file(name))
+        .with_context(|| format!("create {}", log_file(name).display()))?;
     let child = cmd
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -147,7 +175,9 @@ pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
 
 /// The executable of a running process, if it is still alive.
 fn exe_of(pid: i32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string())
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string())
 }
 
 /// Sends `sig` to `pid`, then waits up to `grace` for it to exit; SIGKILL after that.
@@ -171,13 +201,18 @@ pub fn stop_pid(pid: i32, sig: i32, grace: Duration) {
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
         .unwrap_or(false)
 }
 
 /// The pid files of the state dir: (name, pid).
 fn recorded_pids() -> Vec<(String, i32)> {
-    let Ok(rd) = std::fs::read_dir(STATE_DIR) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(STATE_DIR) else {
+        return Vec::new();
+    };
     let mut v: Vec<(String, i32)> = rd
         .flatten()
         .filter_map(|e| {
@@ -201,7 +236,10 @@ pub struct Bins {
 impl Bins {
     /// The release binaries of this workspace.
     pub fn release(root: &Path) -> Bins {
-        Bins { dra: root.join("target/release/dra"), loadgen: root.join("target/release/dra-loadgen") }
+        Bins {
+            dra: root.join("target/release/dra"),
+            loadgen: root.join("target/release/dra-loadgen"),
+        }
     }
 }
 
@@ -209,47 +247,116 @@ impl Bins {
 /// caller runs [`down`].
 pub fn up(bins: &Bins) -> Result<()> {
     if !namespaces().is_empty() {
-        bail!("a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`");
+        bail!(
+            "a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`"
+        );
     }
     if !bins.loadgen.exists() {
-        bail!("{} not found: run `cargo xtask build` first", bins.loadgen.display());
+        bail!(
+            "{} not found: run `cargo xtask build` first",
+            bins.loadgen.display()
+        );
     }
     std::fs::create_dir_all(STATE_DIR).with_context(|| format!("create {STATE_DIR}"))?;
-    let all: Vec<String> =
-        [NS_GW, NS_DRA].into_iter().map(str::to_owned).chain(SERVERS.iter().map(|s| format!("{PREFIX}{}", s.name))).collect();
+    let all: Vec<String> = [NS_GW, NS_DRA]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(SERVERS.iter().map(|s| format!("{PREFIX}{}", s.name)))
+        .collect();
     for ns in &all {
         sh(&["ip", "netns", "add", ns])?;
         ipn(ns, &["link", "set", "lo", "up"])?;
     }
     // Gateways ⇄ DRA: one veth, XDP on the DRA side.
-    sh(&["ip", "link", "add", "dralab-gw0", "netns", NS_GW, "type", "veth", "peer", "name", DRA_CLIENT_IF, "netns", NS_DRA])?;
+    sh(&[
+        "ip",
+        "link",
+        "add",
+        "dralab-gw0",
+        "netns",
+        NS_GW,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        DRA_CLIENT_IF,
+        "netns",
+        NS_DRA,
+    ])?;
     for a in ["198.18.1.2/24", "198.18.1.3/24"] {
         ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0"])?;
     }
     for a in ["2001:db8:1::2/64", "2001:db8:1::3/64"] {
         ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0", "nodad"])?;
     }
-    ipn(NS_DRA, &["addr", "add", "198.18.1.1/24", "dev", DRA_CLIENT_IF])?;
-    ipn(NS_DRA, &["addr", "add", "2001:db8:1::1/64", "dev", DRA_CLIENT_IF, "nodad"])?;
+    ipn(
+        NS_DRA,
+        &["addr", "add", "198.18.1.1/24", "dev", DRA_CLIENT_IF],
+    )?;
+    ipn(
+        NS_DRA,
+        &[
+            "addr",
+            "add",
+            "2001:db8:1::1/64",
+            "dev",
+            DRA_CLIENT_IF,
+            "nodad",
+        ],
+    )?;
     ipn(NS_GW, &["link", "set", "dralab-gw0", "up"])?;
     ipn(NS_DRA, &["link", "set", DRA_CLIENT_IF, "up"])?;
     // DRA ⇄ servers: a bridge in the DRA namespace, one veth per server.
     ipn(NS_DRA, &["link", "add", "dralab-br", "type", "bridge"])?;
-    ipn(NS_DRA, &["addr", "add", "198.18.2.1/24", "dev", "dralab-br"])?;
-    ipn(NS_DRA, &["addr", "add", "2001:db8:2::1/64", "dev", "dralab-br", "nodad"])?;
+    ipn(
+        NS_DRA,
+        &["addr", "add", "198.18.2.1/24", "dev", "dralab-br"],
+    )?;
+    ipn(
+        NS_DRA,
+        &[
+            "addr",
+            "add",
+            "2001:db8:2::1/64",
+            "dev",
+            "dralab-br",
+            "nodad",
+        ],
+    )?;
     ipn(NS_DRA, &["link", "set", "dralab-br", "up"])?;
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let dra_side = format!("dralab-s-{}", s.name);
-        sh(&["ip", "link", "add", &dra_side, "netns", NS_DRA, "type", "veth", "peer", "name", &ns, "netns", &ns])?;
-        ipn(NS_DRA, &["link", "set", &dra_side, "master", "dralab-br", "up"])?;
+        sh(&[
+            "ip", "link", "add", &dra_side, "netns", NS_DRA, "type", "veth", "peer", "name", &ns,
+            "netns", &ns,
+        ])?;
+        ipn(
+            NS_DRA,
+            &["link", "set", &dra_side, "master", "dralab-br", "up"],
+        )?;
         ipn(&ns, &["addr", "add", &format!("{}/24", s.v4), "dev", &ns])?;
-        ipn(&ns, &["addr", "add", &format!("{}/64", s.v6), "dev", &ns, "nodad"])?;
+        ipn(
+            &ns,
+            &["addr", "add", &format!("{}/64", s.v6), "dev", &ns, "nodad"],
+        )?;
         ipn(&ns, &["link", "set", &ns, "up"])?;
     }
     // Redis: the session-binding DB and the DRL CPU source, inside the DRA namespace.
     let mut redis = command_in(NS_DRA, Path::new("redis-server"))?;
-    redis.args(["--port", "6379", "--bind", "127.0.0.1", "198.18.2.1", "--protected-mode", "no", "--save", "", "--appendonly", "no"]);
+    redis.args([
+        "--port",
+        "6379",
+        "--bind",
+        "127.0.0.1",
+        "198.18.2.1",
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]);
     redis.args(["--dir", STATE_DIR]);
     spawn_logged("redis", &mut redis)?;
     wait_redis()?;
@@ -257,8 +364,23 @@ pub fn up(bins: &Bins) -> Result<()> {
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let mut c = command_in(&ns, &bins.loadgen)?;
-        c.args(["server", "--listen", &format!("{}:3868", s.v4), "--origin-host", s.origin_host, "--origin-realm", s.realm]);
-        c.args(["--latency", "exp:2ms", "--redis", REDIS_FOR_SERVERS, "--tw", "6"]);
+        c.args([
+            "server",
+            "--listen",
+            &format!("{}:3868", s.v4),
+            "--origin-host",
+            s.origin_host,
+            "--origin-realm",
+            s.realm,
+        ]);
+        c.args([
+            "--latency",
+            "exp:2ms",
+            "--redis",
+            REDIS_FOR_SERVERS,
+            "--tw",
+            "6",
+        ]);
         // Several Redis commands per CCR, as a session DB with several records per
         // session: enough work that the storm visibly loads Redis on a small VM.
         c.args(["--redis-extra-ops", "8"]);
@@ -272,17 +394,24 @@ fn wait_redis() -> Result<()> {
     while Instant::now() < end {
         let ok = in_netns(NS_DRA, || {
             use std::io::{Read, Write};
-            let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:6379") else { return false };
+            let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:6379") else {
+                return false;
+            };
             let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
             let mut buf = [0u8; 16];
-            s.write_all(b"PING\r\n").is_ok() && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+            s.write_all(b"PING\r\n").is_ok()
+                && s.read(&mut buf)
+                    .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
         })?;
         if ok {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    bail!("redis-server did not answer in {NS_DRA}; log: {}", log_file("redis").display())
+    bail!(
+        "redis-server did not answer in {NS_DRA}; log: {}",
+        log_file("redis").display()
+    )
 }
 
 /// Removes everything of the lab: processes (recorded pids, then anything still
@@ -300,7 +429,10 @@ pub fn down() -> Vec<String> {
         // Anything left in a lab namespace was started for the lab (e.g. after a crash
         // lost the pid files).
         if let Ok(pids) = sh(&["ip", "netns", "pids", &ns]) {
-            for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            for pid in pids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
                 stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
                 removed.push(format!("process {pid} in {ns}"));
             }
@@ -313,7 +445,10 @@ pub fn down() -> Vec<String> {
     // Links are created inside the namespaces; a half-built `up` may still leave one here.
     if let Ok(links) = sh(&["ip", "-o", "link", "show"]) {
         for l in links.lines() {
-            if let Some(name) = l.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
+            if let Some(name) = l
+                .split(':')
+                .nth(1)
+                .map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
                 && name.starts_with(PREFIX)
                 && sh(&["ip", "link", "del", &name]).is_ok()
             {
@@ -344,7 +479,10 @@ pub fn status() -> Vec<String> {
         out.push(format!("namespace {ns}"));
         if let Ok(a) = ipn(ns, &["-br", "addr", "show"]) {
             for l in a.lines().filter(|l| !l.starts_with("lo ")) {
-                out.push(format!("    {}", l.split_whitespace().collect::<Vec<_>>().join("  ")));
+                out.push(format!(
+                    "    {}",
+                    l.split_whitespace().collect::<Vec<_>>().join("  ")
+                ));
             }
         }
         if let Ok(l) = ipn(ns, &["link", "show"]) {
@@ -354,15 +492,25 @@ pub fn status() -> Vec<String> {
         }
         if let Ok(p) = sh(&["ip", "netns", "pids", ns]) {
             for pid in p.split_whitespace() {
-                let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
+                let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .unwrap_or_default()
+                    .replace('\0', " ");
                 out.push(format!("    pid {pid}: {}", cmd.trim()));
             }
         }
     }
     for (name, pid) in recorded_pids() {
-        let state = if exe_of(pid).is_some() { "running" } else { "gone" };
+        let state = if exe_of(pid).is_some() {
+            "running"
+        } else {
+            "gone"
+        };
         let log = log_file(&name);
-        let log = if log.exists() { format!(" (log {})", log.display()) } else { String::new() };
+        let log = if log.exists() {
+            format!(" (log {})", log.display())
+        } else {
+            String::new()
+        };
         out.push(format!("recorded {name}: pid {pid} {state}{log}"));
     }
     if Path::new(PIN_DIR).exists() {
@@ -389,7 +537,9 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("up") => {
             if !namespaces().is_empty() {
-                bail!("a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`");
+                bail!(
+                    "a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`"
+                );
             }
             if let Err(e) = up(bins) {
                 down();

@@ -1,8 +1,8 @@
 //! `cargo xtask <setup|build|test|run|demo|bench|lab>`: orchestration only.
 
+mod coalesced;
 mod demo;
 mod lab;
-mod coalesced;
 mod report;
 mod storm;
 mod toolchain;
@@ -61,7 +61,13 @@ fn cargo_nightly() -> Command {
     c.current_dir(workspace_root());
     c.env("PATH", toolchain::path_with_cargo_bin());
     // A nested cargo must not inherit the outer toolchain choice.
-    for k in ["RUSTUP_TOOLCHAIN", "CARGO", "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"] {
+    for k in [
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
         c.env_remove(k);
     }
     c
@@ -69,7 +75,9 @@ fn cargo_nightly() -> Command {
 
 fn step(what: &str, cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {what}");
-    let status = cmd.status().with_context(|| format!("{what}: could not start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: could not start {cmd:?}"))?;
     if !status.success() {
         bail!("{what} failed ({status})");
     }
@@ -77,7 +85,10 @@ fn step(what: &str, cmd: &mut Command) -> Result<()> {
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn build(release: bool) -> Result<()> {
@@ -91,7 +102,13 @@ fn build(release: bool) -> Result<()> {
 
 fn fuzz_smoke(secs: u64) -> Result<()> {
     let mut c = cargo_nightly();
-    c.args(["fuzz", "run", "wire_scan", "--", &format!("-max_total_time={secs}")]);
+    c.args([
+        "fuzz",
+        "run",
+        "wire_scan",
+        "--",
+        &format!("-max_total_time={secs}"),
+    ]);
     c.current_dir(workspace_root().join("dra-common"));
     step(&format!("fuzz wire_scan for {secs} s"), &mut c)
 }
@@ -99,10 +116,22 @@ fn fuzz_smoke(secs: u64) -> Result<()> {
 fn test() -> Result<()> {
     toolchain::ensure()?;
     toolchain::ensure_fuzz()?;
-    let user_pkgs = ["-p", "dra-common", "-p", "dra-userspace", "-p", "xtask", "-p", "dra-tests"];
+    let user_pkgs = [
+        "-p",
+        "dra-common",
+        "-p",
+        "dra-userspace",
+        "-p",
+        "xtask",
+        "-p",
+        "dra-tests",
+    ];
     step(
         "clippy (userspace)",
-        cargo().args(["clippy", "--all-targets"]).args(user_pkgs).args(["--", "-D", "warnings"]),
+        cargo()
+            .args(["clippy", "--all-targets"])
+            .args(user_pkgs)
+            .args(["--", "-D", "warnings"]),
     )?;
     step(
         "clippy (eBPF, bpfel-unknown-none)",
@@ -123,17 +152,33 @@ fn test() -> Result<()> {
                 "warnings",
             ])
             .env("CARGO_CFG_BPF_TARGET_ARCH", "x86_64")
-            .env("RUSTFLAGS", "--cfg bpf_target_arch=\"x86_64\" -C debuginfo=2 -C link-arg=--btf"),
+            .env(
+                "RUSTFLAGS",
+                "--cfg bpf_target_arch=\"x86_64\" -C debuginfo=2 -C link-arg=--btf",
+            ),
     )?;
     step(
         "unit and property tests",
-        cargo().args(["test", "-p", "dra-common", "-p", "dra-userspace", "-p", "xtask"]),
+        cargo().args([
+            "test",
+            "-p",
+            "dra-common",
+            "-p",
+            "dra-userspace",
+            "-p",
+            "xtask",
+        ]),
     )?;
     fuzz_smoke(20)?;
     if !is_root() {
-        bail!("the privileged tests (network namespaces, XDP) need root: run `sudo cargo xtask test`");
+        bail!(
+            "the privileged tests (network namespaces, XDP) need root: run `sudo cargo xtask test`"
+        );
     }
-    step("build dra (for the privileged tests)", cargo().args(["build", "-p", "dra-userspace", "--bins"]))?;
+    step(
+        "build dra (for the privileged tests)",
+        cargo().args(["build", "-p", "dra-userspace", "--bins"]),
+    )?;
     step(
         "privileged tests (netns, real BPF, real TCP)",
         cargo()
@@ -203,16 +248,30 @@ fn real_main() -> Result<()> {
             toolchain::ensure()?;
             step(
                 "dra-sim",
-                cargo().args(["run", "--release", "-p", "dra-userspace", "--bin", "dra-sim", "--"]).args(rest),
+                cargo()
+                    .args([
+                        "run",
+                        "--release",
+                        "-p",
+                        "dra-userspace",
+                        "--bin",
+                        "dra-sim",
+                        "--",
+                    ])
+                    .args(rest),
             )
         }
         "bench" => {
             toolchain::ensure()?;
             if !is_root() {
-                bail!("the benchmarks load eBPF programs and create network namespaces: run them as root");
+                bail!(
+                    "the benchmarks load eBPF programs and create network namespaces: run them as root"
+                );
             }
             let (which, rest) = match rest.split_first() {
-                Some((w, r)) if ["xdp", "relay", "storm", "coalesced"].contains(&w.as_str()) => (w.as_str(), r),
+                Some((w, r)) if ["xdp", "relay", "storm", "coalesced"].contains(&w.as_str()) => {
+                    (w.as_str(), r)
+                }
                 _ => ("all", rest),
             };
             let root = workspace_root();
@@ -228,7 +287,17 @@ fn real_main() -> Result<()> {
                 // `bench N` keeps its old meaning: N XDP runs per case.
                 step(
                     "bench xdp (P1)",
-                    cargo().args(["run", "--release", "-p", "dra-tests", "--bin", "xdp-bench", "--"]).args(rest),
+                    cargo()
+                        .args([
+                            "run",
+                            "--release",
+                            "-p",
+                            "dra-tests",
+                            "--bin",
+                            "xdp-bench",
+                            "--",
+                        ])
+                        .args(rest),
                 )?;
             }
             if which == "all" || which == "relay" {
@@ -236,7 +305,15 @@ fn real_main() -> Result<()> {
                 step(
                     "bench relay (P2)",
                     cargo()
-                        .args(["run", "--release", "-p", "dra-userspace", "--bin", "dra-bench", "--"])
+                        .args([
+                            "run",
+                            "--release",
+                            "-p",
+                            "dra-userspace",
+                            "--bin",
+                            "dra-bench",
+                            "--",
+                        ])
                         .args(relay_args),
                 )?;
             }

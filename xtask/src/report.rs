@@ -5,11 +5,7 @@
 //! (`xdp-latest.json`, `relay-latest.json`), P3–P5 from `storm-latest.json`; a file older
 //! than the start of this `bench` is refused (the table never mixes runs).
 
-use std::{
-    fmt::Write as _,
-    path::Path,
-    time::SystemTime,
-};
+use std::{fmt::Write as _, path::Path, time::SystemTime};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -42,7 +38,12 @@ impl TableRow {
     /// Back from [`TableRow::to_json`].
     pub fn from_json(v: &Value) -> Option<TableRow> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        Some(TableRow { metric: s("metric")?, measured: s("measured")?, goal: s("goal")?, met: v.get("met").and_then(Value::as_bool) })
+        Some(TableRow {
+            metric: s("metric")?,
+            measured: s("measured")?,
+            goal: s("goal")?,
+            met: v.get("met").and_then(Value::as_bool),
+        })
     }
 }
 
@@ -59,14 +60,23 @@ pub fn render_markdown(rows: &[TableRow]) -> String {
             Some(false) => "**no**",
             None => "—",
         };
-        let _ = writeln!(s, "| {} | {} | {} | {met} |", cell(&r.metric), cell(&r.measured), cell(&r.goal));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {met} |",
+            cell(&r.metric),
+            cell(&r.measured),
+            cell(&r.goal)
+        );
     }
     s
 }
 
 /// P1 rows from the xdp-bench JSON: one per case, ns/packet and ratio to bare XDP_PASS.
 pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
-    let cases = xdp.get("cases").and_then(Value::as_array).context("xdp results: no cases")?;
+    let cases = xdp
+        .get("cases")
+        .and_then(Value::as_array)
+        .context("xdp results: no cases")?;
     let pass = cases
         .iter()
         .find(|c| c.get("ratio_to_pass").and_then(Value::as_f64) == Some(1.0))
@@ -74,9 +84,18 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
     let runs = xdp.get("runs").and_then(Value::as_u64).unwrap_or(0);
     let mut rows = Vec::new();
     for c in cases {
-        let name = c.get("case").and_then(Value::as_str).context("case without name")?;
-        let ns = c.get("ns_per_packet").and_then(Value::as_f64).context("case without ns_per_packet")?;
-        let r = c.get("ratio_to_pass").and_then(Value::as_f64).context("case without ratio_to_pass")?;
+        let name = c
+            .get("case")
+            .and_then(Value::as_str)
+            .context("case without name")?;
+        let ns = c
+            .get("ns_per_packet")
+            .and_then(Value::as_f64)
+            .context("case without ns_per_packet")?;
+        let r = c
+            .get("ratio_to_pass")
+            .and_then(Value::as_f64)
+            .context("case without ratio_to_pass")?;
         if r == 1.0 {
             continue;
         }
@@ -107,11 +126,18 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
 
 /// P2 row from the relay-bench JSON.
 pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
-    let results = relay.get("results").and_then(Value::as_array).context("relay results: no results")?;
+    let results = relay
+        .get("results")
+        .and_then(Value::as_array)
+        .context("relay results: no results")?;
     let rps = |prefix: &str| {
         results
             .iter()
-            .find(|r| r.get("relay").and_then(Value::as_str).is_some_and(|n| n.starts_with(prefix)))
+            .find(|r| {
+                r.get("relay")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
             .and_then(|r| r.get("requests_per_s").and_then(Value::as_f64))
     };
     let (agent, fd) = (rps("dra agent"), rps("freeDiameter"));
@@ -123,7 +149,12 @@ pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
     let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
     let row = TableRow {
         metric: "P2 relayed req/s: dra agent ÷ freeDiameter".into(),
-        measured: format!("{}× ({} vs {} req/s)", q.map_or("-".into(), |q| format!("{q:.2}")), n(agent), n(fd)),
+        measured: format!(
+            "{}× ({} vs {} req/s)",
+            q.map_or("-".into(), |q| format!("{q:.2}")),
+            n(agent),
+            n(fd)
+        ),
         goal: format!("≥ {GOAL_P2_MIN_RATIO}×"),
         met,
     };
@@ -131,7 +162,9 @@ pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
 }
 
 fn first_line(args: &[&str]) -> String {
-    lab::sh(args).map(|s| s.trim().to_owned()).unwrap_or_else(|e| format!("unknown ({e:#})"))
+    lab::sh(args)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("unknown ({e:#})"))
 }
 
 /// Date, kernel, CPU model and count, git commit.
@@ -142,13 +175,25 @@ pub fn machine(root: &Path) -> Value {
         .find(|l| l.starts_with("model name"))
         .and_then(|l| l.split_once(':'))
         .map_or("unknown".to_owned(), |(_, m)| m.trim().to_owned());
-    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
     let root_s = root.display().to_string();
     let commit = first_line(&["git", "-C", &root_s, "rev-parse", "HEAD"]);
     // Results files are rewritten by the bench itself: they do not make the tree dirty.
-    let dirty = lab::sh(&["git", "-C", &root_s, "status", "--porcelain", "--", ".", ":!bench/results"])
-        .map(|s| !s.trim().is_empty())
-        .ok();
+    let dirty = lab::sh(&[
+        "git",
+        "-C",
+        &root_s,
+        "status",
+        "--porcelain",
+        "--",
+        ".",
+        ":!bench/results",
+    ])
+    .map(|s| !s.trim().is_empty())
+    .ok();
     json!({
         "date": first_line(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]),
         "kernel": first_line(&["uname", "-r"]),
@@ -164,9 +209,14 @@ pub fn machine(root: &Path) -> Value {
 
 fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
     let p = root.join(rel);
-    let modified = std::fs::metadata(&p).and_then(|m| m.modified()).with_context(|| format!("{}", p.display()))?;
+    let modified = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .with_context(|| format!("{}", p.display()))?;
     if modified < since {
-        bail!("{} was not rewritten by this run (older than its start): refusing to aggregate", p.display());
+        bail!(
+            "{} was not rewritten by this run (older than its start): refusing to aggregate",
+            p.display()
+        );
     }
     let text = std::fs::read_to_string(&p)?;
     serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))
@@ -181,10 +231,18 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let mut table = p1_rows(&xdp)?;
     let (p2row, p2met, p2q) = p2_row(&relay)?;
     table.push(p2row);
-    let storm_rows: Vec<TableRow> =
-        storm.get("table").and_then(Value::as_array).context("storm results: no table")?.iter().filter_map(TableRow::from_json).collect();
+    let storm_rows: Vec<TableRow> = storm
+        .get("table")
+        .and_then(Value::as_array)
+        .context("storm results: no table")?
+        .iter()
+        .filter_map(TableRow::from_json)
+        .collect();
     if storm_rows.len() != 3 {
-        bail!("storm results: expected 3 table rows (P3, P4, P5), found {}", storm_rows.len());
+        bail!(
+            "storm results: expected 3 table rows (P3, P4, P5), found {}",
+            storm_rows.len()
+        );
     }
     table.extend(storm_rows);
     // P3's coalesced case (one row per mode).
@@ -210,8 +268,13 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n").with_context(|| format!("write {}", json_path.display()))?;
-    let md = render_report(&machine, &table, storm.pointer("/p5/note").and_then(Value::as_str));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("write {}", json_path.display()))?;
+    let md = render_report(
+        &machine,
+        &table,
+        storm.pointer("/p5/note").and_then(Value::as_str),
+    );
     let md_path = root.join(format!("bench/results/{date}.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("write {}", md_path.display()))?;
     print!("\n{md}");
@@ -221,7 +284,11 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
 
 /// The markdown file: machine line, table, P5 note.
 pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>) -> String {
-    let g = |k: &str| machine.get(k).map_or("?".to_owned(), |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    let g = |k: &str| {
+        machine.get(k).map_or("?".to_owned(), |v| {
+            v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+        })
+    };
     let mut s = format!(
         "# cargo xtask bench — {}\n\nKernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
         g("date"),
@@ -230,7 +297,11 @@ pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>)
         g("cpu_model"),
         g("load_average"),
         g("git_commit"),
-        if machine.get("git_dirty").and_then(Value::as_bool) == Some(true) { " (with uncommitted changes)" } else { "" }
+        if machine.get("git_dirty").and_then(Value::as_bool) == Some(true) {
+            " (with uncommitted changes)"
+        } else {
+            ""
+        }
     );
     s.push_str(&render_markdown(table));
     if let Some(n) = p5_note {
@@ -247,9 +318,24 @@ mod tests {
     #[test]
     fn the_table_marks_missed_goals_and_escapes_pipes() {
         let rows = [
-            TableRow { metric: "P2 a|b".into(), measured: "5.43×".into(), goal: "≥ 3×".into(), met: Some(true) },
-            TableRow { metric: "P4".into(), measured: "2.10×".into(), goal: "≤ 1.5×".into(), met: Some(false) },
-            TableRow { metric: "P1".into(), measured: "38 ns".into(), goal: "— (reported)".into(), met: None },
+            TableRow {
+                metric: "P2 a|b".into(),
+                measured: "5.43×".into(),
+                goal: "≥ 3×".into(),
+                met: Some(true),
+            },
+            TableRow {
+                metric: "P4".into(),
+                measured: "2.10×".into(),
+                goal: "≤ 1.5×".into(),
+                met: Some(false),
+            },
+            TableRow {
+                metric: "P1".into(),
+                measured: "38 ns".into(),
+                goal: "— (reported)".into(),
+                met: None,
+            },
         ];
         let md = render_markdown(&rows);
         let lines: Vec<&str> = md.lines().collect();
@@ -274,7 +360,10 @@ mod tests {
         let rows = p1_rows(&xdp).unwrap();
         assert_eq!(rows.len(), 1, "the bare case is the reference, not a row");
         assert_eq!(rows[0].metric, "P1 XDP ns/pkt: CCR-U admitted");
-        assert_eq!(rows[0].measured, "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)");
+        assert_eq!(
+            rows[0].measured,
+            "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)"
+        );
         assert_eq!(rows[0].met, None);
         let relay: Value = serde_json::from_str(
             r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},{"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
@@ -289,9 +378,12 @@ mod tests {
     #[test]
     fn the_committed_result_files_still_parse() {
         let root = crate::workspace_root();
-        let xdp: Value = serde_json::from_str(&std::fs::read_to_string(root.join(XDP_LATEST)).unwrap()).unwrap();
+        let xdp: Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join(XDP_LATEST)).unwrap()).unwrap();
         assert!(!p1_rows(&xdp).unwrap().is_empty());
-        let relay: Value = serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap()).unwrap();
+        let relay: Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap())
+                .unwrap();
         assert!(p2_row(&relay).unwrap().2.is_some());
     }
 

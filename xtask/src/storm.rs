@@ -118,19 +118,37 @@ const RUNS: [RunSpec; 4] = [
 /// is in parentheses and may contain spaces or ')', so fields are counted after the
 /// last ')': state is field 3, utime field 14, stime field 15 (proc(5)).
 pub fn proc_stat_cpu_ticks(stat: &str) -> Result<u64> {
-    let (_, rest) = stat.rsplit_once(')').context("no ')' after the command name")?;
+    let (_, rest) = stat
+        .rsplit_once(')')
+        .context("no ')' after the command name")?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    ensure!(f.len() >= 13, "only {} fields after the command name", f.len());
-    let utime: u64 = f[11].parse().with_context(|| format!("utime {:?}", f[11]))?;
-    let stime: u64 = f[12].parse().with_context(|| format!("stime {:?}", f[12]))?;
+    ensure!(
+        f.len() >= 13,
+        "only {} fields after the command name",
+        f.len()
+    );
+    let utime: u64 = f[11]
+        .parse()
+        .with_context(|| format!("utime {:?}", f[11]))?;
+    let stime: u64 = f[12]
+        .parse()
+        .with_context(|| format!("stime {:?}", f[12]))?;
     Ok(utime + stime)
 }
 
 /// Busy and total jiffies of the first (`cpu`) line of `/proc/stat`: busy = total −
 /// idle − iowait (proc(5): user nice system idle iowait irq softirq steal …).
 pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no aggregate cpu line")?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>().context("cpu line")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no aggregate cpu line")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("cpu line")?;
     ensure!(v.len() >= 5, "cpu line too short");
     // guest/guest_nice (fields 9, 10) are already counted in user/nice.
     let total: u64 = v.iter().take(8).sum();
@@ -148,7 +166,13 @@ fn machine_busy_s() -> Result<f64> {
 fn lab_processes_cpu_s() -> f64 {
     lab::namespaces()
         .iter()
-        .flat_map(|ns| lab::sh(&["ip", "netns", "pids", ns]).unwrap_or_default().split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+        .flat_map(|ns| {
+            lab::sh(&["ip", "netns", "pids", ns])
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
         .filter_map(|pid| cpu_seconds(pid).ok())
         .sum()
 }
@@ -160,7 +184,8 @@ fn clock_ticks_per_s() -> f64 {
 }
 
 fn cpu_seconds(pid: u32) -> Result<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("read /proc/{pid}/stat"))?;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
     Ok(proc_stat_cpu_ticks(&s)? as f64 / clock_ticks_per_s())
 }
 
@@ -173,8 +198,15 @@ pub fn rows_per_second(rows: &str, phase: &str, class: &str, code: &str) -> Vec<
         .map(|r| {
             let t = r.get("t").and_then(Value::as_u64).unwrap_or(0);
             let c = r.get("classes").and_then(|c| c.get(class));
-            let sent = c.and_then(|c| c.get("sent")).and_then(Value::as_u64).unwrap_or(0);
-            let ok = c.and_then(|c| c.get("answered")).and_then(|a| a.get(code)).and_then(Value::as_u64).unwrap_or(0);
+            let sent = c
+                .and_then(|c| c.get("sent"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let ok = c
+                .and_then(|c| c.get("answered"))
+                .and_then(|a| a.get(code))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
             (t, sent, ok)
         })
         .collect()
@@ -188,8 +220,15 @@ pub fn rows_p99(rows: &str, phase: &str, class: &str) -> Vec<f64> {
         .filter(|r| r.get("phase").and_then(Value::as_str) == Some(phase))
         .filter_map(|r| {
             let c = r.get("classes")?.get(class)?;
-            let answered: u64 = c.get("answered")?.as_object()?.values().filter_map(Value::as_u64).sum();
-            (answered > 0).then(|| c.get("p99_ms").and_then(Value::as_f64)).flatten()
+            let answered: u64 = c
+                .get("answered")?
+                .as_object()?
+                .values()
+                .filter_map(Value::as_u64)
+                .sum();
+            (answered > 0)
+                .then(|| c.get("p99_ms").and_then(Value::as_f64))
+                .flatten()
         })
         .collect()
 }
@@ -202,7 +241,11 @@ pub fn median(v: &[f64]) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// Mean of `v` without its first `skip_first` and last `skip_last` values (None when
@@ -232,8 +275,14 @@ fn series_key(name: &str, labels: &[(String, String)]) -> String {
 /// `peer = peer`, keyed `name{labels}`; zero deltas are left out.
 pub fn counter_deltas(before: &Snap, after: &Snap, peer: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for s in after.series.iter().filter(|s| s.name.ends_with("_total") && s.labels.iter().any(|(k, v)| k == "peer" && v == peer)) {
-        let b = before.series.iter().find(|x| x.name == s.name && x.labels == s.labels).map_or(0.0, |x| x.value);
+    for s in after.series.iter().filter(|s| {
+        s.name.ends_with("_total") && s.labels.iter().any(|(k, v)| k == "peer" && v == peer)
+    }) {
+        let b = before
+            .series
+            .iter()
+            .find(|x| x.name == s.name && x.labels == s.labels)
+            .map_or(0.0, |x| x.value);
         let d = s.value - b;
         if d != 0.0 {
             out.insert(series_key(&s.name, &s.labels), d);
@@ -245,15 +294,26 @@ pub fn counter_deltas(before: &Snap, after: &Snap, peer: &str) -> BTreeMap<Strin
 /// Per `family/outcome`: deltas of every counter with labels peer, class and outcome
 /// (`dra_fastpath_requests_total` for the fast path, or whatever family a userspace
 /// limiter exports with the same labels).
-pub fn outcome_deltas(before: &Snap, after: &Snap, peer: &str, class: &str) -> BTreeMap<String, f64> {
+pub fn outcome_deltas(
+    before: &Snap,
+    after: &Snap,
+    peer: &str,
+    class: &str,
+) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for s in &after.series {
         let has = |k: &str, v: &str| s.labels.iter().any(|(a, b)| a == k && b == v);
         if !(s.name.ends_with("_total") && has("peer", peer) && has("class", class)) {
             continue;
         }
-        let Some((_, outcome)) = s.labels.iter().find(|(k, _)| k == "outcome") else { continue };
-        let b = before.series.iter().find(|x| x.name == s.name && x.labels == s.labels).map_or(0.0, |x| x.value);
+        let Some((_, outcome)) = s.labels.iter().find(|(k, _)| k == "outcome") else {
+            continue;
+        };
+        let b = before
+            .series
+            .iter()
+            .find(|x| x.name == s.name && x.labels == s.labels)
+            .map_or(0.0, |x| x.value);
         *out.entry(format!("{}/{outcome}", s.name)).or_insert(0.0) += s.value - b;
     }
     out
@@ -299,40 +359,80 @@ fn without_action_and_interface(v: &toml::Value) -> toml::Value {
 /// Checks a bench dra config: dynamic limiting off, exactly one limit (pgw1 ingress Gx
 /// CCR-I), and returns it with whether a fast-path interface is set.
 pub fn config_limit(v: &toml::Value) -> Result<(Limit, bool)> {
-    let drl = v.get("global").and_then(|g| g.get("dynamic_rate_limiting")).and_then(toml::Value::as_bool).unwrap_or(false);
-    ensure!(!drl, "dynamic_rate_limiting must be false (the DB CPU would move the limit being measured)");
-    ensure!(v.get("peer_rate_limit_profile").is_none(), "no [[peer_rate_limit_profile]] expected");
-    let profiles = v.get("message_rate_limit_profile").and_then(toml::Value::as_array).context("no [[message_rate_limit_profile]]")?;
-    ensure!(profiles.len() == 1, "exactly one [[message_rate_limit_profile]] expected, found {}", profiles.len());
+    let drl = v
+        .get("global")
+        .and_then(|g| g.get("dynamic_rate_limiting"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(false);
+    ensure!(
+        !drl,
+        "dynamic_rate_limiting must be false (the DB CPU would move the limit being measured)"
+    );
+    ensure!(
+        v.get("peer_rate_limit_profile").is_none(),
+        "no [[peer_rate_limit_profile]] expected"
+    );
+    let profiles = v
+        .get("message_rate_limit_profile")
+        .and_then(toml::Value::as_array)
+        .context("no [[message_rate_limit_profile]]")?;
+    ensure!(
+        profiles.len() == 1,
+        "exactly one [[message_rate_limit_profile]] expected, found {}",
+        profiles.len()
+    );
     let p = &profiles[0];
     let s = |k: &str| p.get(k).and_then(toml::Value::as_str).unwrap_or("");
     ensure!(
-        s("peer") == PEER && s("direction") == "ingress" && s("application") == "gx" && s("command") == "ccr" && s("request_type") == "initial",
+        s("peer") == PEER
+            && s("direction") == "ingress"
+            && s("application") == "gx"
+            && s("command") == "ccr"
+            && s("request_type") == "initial",
         "the limit must be {PEER} ingress Gx CCR-I"
     );
     let limit = Limit {
         rate: p.get("rate").and_then(num).context("limit without rate")?,
         burst: p.get("burst").and_then(toml::Value::as_integer),
-        action: if s("action").is_empty() { "reject".to_owned() } else { s("action").to_owned() },
+        action: if s("action").is_empty() {
+            "reject".to_owned()
+        } else {
+            s("action").to_owned()
+        },
     };
-    let iface = v.get("fast_path").and_then(|f| f.get("interface")).and_then(toml::Value::as_str);
+    let iface = v
+        .get("fast_path")
+        .and_then(|f| f.get("interface"))
+        .and_then(toml::Value::as_str);
     if let Some(i) = iface {
-        ensure!(i == DRA_CLIENT_IF, "fast_path.interface must be {DRA_CLIENT_IF}, got {i}");
+        ensure!(
+            i == DRA_CLIENT_IF,
+            "fast_path.interface must be {DRA_CLIENT_IF}, got {i}"
+        );
     }
     Ok((limit, iface.is_some()))
 }
 
 /// The `measure` phase: (start offset s, duration s, rates by class).
 pub fn measure_phase(scn: &toml::Value) -> Result<(f64, f64, BTreeMap<String, f64>)> {
-    let phases = scn.get("phase").and_then(toml::Value::as_array).context("no [[phase]]")?;
+    let phases = scn
+        .get("phase")
+        .and_then(toml::Value::as_array)
+        .context("no [[phase]]")?;
     let mut start = 0.0;
     for p in phases {
-        let d = p.get("duration_s").and_then(num).context("phase without duration_s")?;
+        let d = p
+            .get("duration_s")
+            .and_then(num)
+            .context("phase without duration_s")?;
         if p.get("name").and_then(toml::Value::as_str) == Some(MEASURE) {
             let mut rates = BTreeMap::new();
             if let Some(r) = p.get("rates").and_then(toml::Value::as_table) {
                 for (k, v) in r {
-                    rates.insert(k.clone(), num(v).with_context(|| format!("{MEASURE} rate {k} must be a number"))?);
+                    rates.insert(
+                        k.clone(),
+                        num(v).with_context(|| format!("{MEASURE} rate {k} must be a number"))?,
+                    );
                 }
             }
             return Ok((start, d, rates));
@@ -344,7 +444,13 @@ pub fn measure_phase(scn: &toml::Value) -> Result<(f64, f64, BTreeMap<String, f6
 
 /// Total length of a scenario, seconds.
 fn scenario_secs(scn: &toml::Value) -> f64 {
-    scn.get("phase").and_then(toml::Value::as_array).map_or(0.0, |a| a.iter().filter_map(|p| p.get("duration_s").and_then(num)).sum())
+    scn.get("phase")
+        .and_then(toml::Value::as_array)
+        .map_or(0.0, |a| {
+            a.iter()
+                .filter_map(|p| p.get("duration_s").and_then(num))
+                .sum()
+        })
 }
 
 /// What the runs share, checked before anything starts.
@@ -365,22 +471,50 @@ pub fn plan(root: &Path) -> Result<Plan> {
     let drop_xdp = read_toml(root, DROP_XDP_CONFIG)?;
     let drop_us = read_toml(root, DROP_USERSPACE_CONFIG)?;
     let (limit, fp) = config_limit(&reject).context(REJECT_CONFIG)?;
-    ensure!(fp && limit.action == "reject", "{REJECT_CONFIG}: expected action reject with XDP attached");
+    ensure!(
+        fp && limit.action == "reject",
+        "{REJECT_CONFIG}: expected action reject with XDP attached"
+    );
     let (dx, fpx) = config_limit(&drop_xdp).context(DROP_XDP_CONFIG)?;
-    ensure!(fpx && dx.action == "drop", "{DROP_XDP_CONFIG}: expected action drop with XDP attached");
+    ensure!(
+        fpx && dx.action == "drop",
+        "{DROP_XDP_CONFIG}: expected action drop with XDP attached"
+    );
     let (du, fpu) = config_limit(&drop_us).context(DROP_USERSPACE_CONFIG)?;
-    ensure!(!fpu && du.action == "drop", "{DROP_USERSPACE_CONFIG}: expected action drop without a fast-path interface");
+    ensure!(
+        !fpu && du.action == "drop",
+        "{DROP_USERSPACE_CONFIG}: expected action drop without a fast-path interface"
+    );
     let base = without_action_and_interface(&reject);
-    ensure!(base == without_action_and_interface(&drop_xdp), "{DROP_XDP_CONFIG} differs from {REJECT_CONFIG} beyond action/interface");
-    ensure!(base == without_action_and_interface(&drop_us), "{DROP_USERSPACE_CONFIG} differs from {REJECT_CONFIG} beyond action/interface");
+    ensure!(
+        base == without_action_and_interface(&drop_xdp),
+        "{DROP_XDP_CONFIG} differs from {REJECT_CONFIG} beyond action/interface"
+    );
+    ensure!(
+        base == without_action_and_interface(&drop_us),
+        "{DROP_USERSPACE_CONFIG} differs from {REJECT_CONFIG} beyond action/interface"
+    );
     let b = read_toml(root, BASELINE_SCENARIO)?;
     let s = read_toml(root, STORM_SCENARIO)?;
     let (b_start, b_len, b_rates) = measure_phase(&b).context(BASELINE_SCENARIO)?;
     let (s_start, s_len, s_rates) = measure_phase(&s).context(STORM_SCENARIO)?;
-    ensure!(b_start == s_start && b_len == s_len, "the two scenarios' {MEASURE} phases must be at the same time");
-    ensure!(s_len.fract() == 0.0 && s_len >= (SKIP_FIRST + SKIP_LAST + 3) as f64, "{MEASURE} must last a whole number of seconds ≥ 6");
-    ensure!(s_start.fract() == 0.0, "{MEASURE} must start on a whole second");
-    ensure!(b_rates.get(CLASS) == Some(&limit.rate), "{BASELINE_SCENARIO}: {MEASURE} {CLASS} must be L = {}", limit.rate);
+    ensure!(
+        b_start == s_start && b_len == s_len,
+        "the two scenarios' {MEASURE} phases must be at the same time"
+    );
+    ensure!(
+        s_len.fract() == 0.0 && s_len >= (SKIP_FIRST + SKIP_LAST + 3) as f64,
+        "{MEASURE} must last a whole number of seconds ≥ 6"
+    );
+    ensure!(
+        s_start.fract() == 0.0,
+        "{MEASURE} must start on a whole second"
+    );
+    ensure!(
+        b_rates.get(CLASS) == Some(&limit.rate),
+        "{BASELINE_SCENARIO}: {MEASURE} {CLASS} must be L = {}",
+        limit.rate
+    );
     ensure!(
         s_rates.get(CLASS) == Some(&(STORM_FACTOR * limit.rate)),
         "{STORM_SCENARIO}: {MEASURE} {CLASS} must be {STORM_FACTOR} × L = {}",
@@ -402,9 +536,22 @@ pub fn plan(root: &Path) -> Result<Plan> {
         }
         v
     };
-    ensure!(strip(&b) == strip(&s), "the scenarios must differ only in the {MEASURE} {CLASS} rate");
-    ensure!(s_rates.get("gx_ccr_u").copied().unwrap_or(0.0) > 0.0, "{MEASURE} needs steady CCR-U (P4)");
-    Ok(Plan { limit, drop_limit: dx, measure_start_s: s_start, measure_s: s_len, storm_rates: s_rates, baseline_rates: b_rates })
+    ensure!(
+        strip(&b) == strip(&s),
+        "the scenarios must differ only in the {MEASURE} {CLASS} rate"
+    );
+    ensure!(
+        s_rates.get("gx_ccr_u").copied().unwrap_or(0.0) > 0.0,
+        "{MEASURE} needs steady CCR-U (P4)"
+    );
+    Ok(Plan {
+        limit,
+        drop_limit: dx,
+        measure_start_s: s_start,
+        measure_s: s_len,
+        storm_rates: s_rates,
+        baseline_rates: b_rates,
+    })
 }
 
 // ---- running ------------------------------------------------------------------------
@@ -447,7 +594,12 @@ impl RunResult {
     /// Admitted CCR-I per second over the interior as the agent counted it (any
     /// `…/admitted` outcome counter), else as the client saw it (2001 answers).
     fn admitted_at_agent(&self) -> (Option<f64>, &'static str) {
-        let m: Vec<f64> = self.metrics_interior_per_s.iter().filter(|(k, _)| k.ends_with("/admitted")).map(|(_, v)| *v).collect();
+        let m: Vec<f64> = self
+            .metrics_interior_per_s
+            .iter()
+            .filter(|(k, _)| k.ends_with("/admitted"))
+            .map(|(_, v)| *v)
+            .collect();
         if m.is_empty() {
             (self.admitted_per_s, "client rows (CCR-I answered 2001)")
         } else {
@@ -456,10 +608,17 @@ impl RunResult {
     }
 
     fn ccr_u(&self) -> Value {
-        self.summary.get("classes").and_then(|c| c.get("gx_ccr_u")).cloned().unwrap_or(Value::Null)
+        self.summary
+            .get("classes")
+            .and_then(|c| c.get("gx_ccr_u"))
+            .cloned()
+            .unwrap_or(Value::Null)
     }
     fn ccr_u_p99(&self) -> Option<f64> {
-        self.ccr_u().get("latency").and_then(|l| l.get("p99_ms")).and_then(Value::as_f64)
+        self.ccr_u()
+            .get("latency")
+            .and_then(|l| l.get("p99_ms"))
+            .and_then(Value::as_f64)
     }
 }
 
@@ -468,14 +627,26 @@ fn xdp_attached() -> bool {
 }
 
 /// Sleeps until `t`, failing on Ctrl-C or when the agent or client exits early.
-fn wait_until(t: Instant, dra: &mut Proc, client: &mut Proc, dra_log: &Path, client_log: &Path) -> Result<()> {
+fn wait_until(
+    t: Instant,
+    dra: &mut Proc,
+    client: &mut Proc,
+    dra_log: &Path,
+    client_log: &Path,
+) -> Result<()> {
     loop {
         demo::interrupted()?;
         if let Some(st) = dra.exited() {
-            bail!("dra run exited during the run ({st}); log {}", dra_log.display());
+            bail!(
+                "dra run exited during the run ({st}); log {}",
+                dra_log.display()
+            );
         }
         if let Some(st) = client.exited() {
-            bail!("the load generator exited before the end of {MEASURE} ({st}); log {}", client_log.display());
+            bail!(
+                "the load generator exited before the end of {MEASURE} ({st}); log {}",
+                client_log.display()
+            );
         }
         let now = Instant::now();
         if now >= t {
@@ -493,10 +664,15 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let dir = out.join(spec.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     if xdp_attached() || Path::new(PIN_DIR).exists() {
-        bail!("XDP still attached on {DRA_CLIENT_IF} or {PIN_DIR} present before run {}", spec.name);
+        bail!(
+            "XDP still attached on {DRA_CLIENT_IF} or {PIN_DIR} present before run {}",
+            spec.name
+        );
     }
     let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    cmd.args(["run", "--config"]).arg(root.join(spec.config)).args(["--pin-dir", PIN_DIR, "--detach-on-exit"]);
+    cmd.args(["run", "--config"])
+        .arg(root.join(spec.config))
+        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"]);
     // warn: the same (quiet) logging in every run, so logging is no part of the CPU compared.
     cmd.env("RUST_LOG", "warn");
     let dra_log = dir.join("dra.log");
@@ -506,15 +682,23 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     loop {
         demo::interrupted()?;
         if let Some(st) = dra.exited() {
-            bail!("dra run exited ({st}); log:\n{}", std::fs::read_to_string(&dra_log).unwrap_or_default());
+            bail!(
+                "dra run exited ({st}); log:\n{}",
+                std::fs::read_to_string(&dra_log).unwrap_or_default()
+            );
         }
         if let Ok(s) = demo::scrape()
-            && demo::UPSTREAMS.iter().all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
+            && demo::UPSTREAMS
+                .iter()
+                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
         {
             break;
         }
         if Instant::now() > end {
-            bail!("the agent did not become ready in 40 s (upstreams open); log {}", dra_log.display());
+            bail!(
+                "the agent did not become ready in 40 s (upstreams open); log {}",
+                dra_log.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -524,7 +708,11 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
         "run {}: XDP on {DRA_CLIENT_IF} is {} but the config says {}",
         spec.name,
         if attached { "attached" } else { "not attached" },
-        if spec.fast_path { "attach" } else { "no fast path" }
+        if spec.fast_path {
+            "attach"
+        } else {
+            "no fast path"
+        }
     );
     let scn = read_toml(root, spec.scenario)?;
     let total_s = scenario_secs(&scn);
@@ -532,14 +720,32 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let summary_path = dir.join("pgw1-summary.json");
     let client_log = dir.join("pgw1.log");
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
-    c.args(["client", "--connect", "198.18.1.1:3868", "--bind", PEER_SRC, "--peers", "1"])
-        .args(["--origin-host", "pgw1.lab.example", "--tw", "6", "--quiet", "--scenario"])
-        .arg(root.join(spec.scenario))
-        .arg("--rows")
-        .arg(&rows_path)
-        .arg("--summary-json")
-        .arg(&summary_path);
-    let mut client = Proc::new("dra-loadgen client", demo::spawn_to(&client_log, "pgw1", &mut c)?);
+    c.args([
+        "client",
+        "--connect",
+        "198.18.1.1:3868",
+        "--bind",
+        PEER_SRC,
+        "--peers",
+        "1",
+    ])
+    .args([
+        "--origin-host",
+        "pgw1.lab.example",
+        "--tw",
+        "6",
+        "--quiet",
+        "--scenario",
+    ])
+    .arg(root.join(spec.scenario))
+    .arg("--rows")
+    .arg(&rows_path)
+    .arg("--summary-json")
+    .arg(&summary_path);
+    let mut client = Proc::new(
+        "dra-loadgen client",
+        demo::spawn_to(&client_log, "pgw1", &mut c)?,
+    );
     let t0 = Instant::now();
     eprintln!("xtask: run {} ({}): {} s", spec.name, spec.purpose, total_s);
     let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
@@ -563,37 +769,63 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     // slows down under the policer and dra-loadgen keeps queueing): it then waits for
     // its DPA behind that backlog. Its rows are written every second, so for the runs
     // that need no summary it is stopped after a grace period.
-    let timeout_s = scn.get("request_timeout_ms").and_then(toml::Value::as_integer).unwrap_or(2000) as f64 / 1000.0;
-    let grace = if spec.needs_summary { 40.0 } else { timeout_s + 8.0 };
+    let timeout_s = scn
+        .get("request_timeout_ms")
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(2000) as f64
+        / 1000.0;
+    let grace = if spec.needs_summary {
+        40.0
+    } else {
+        timeout_s + 8.0
+    };
     let deadline = t0 + Duration::from_secs_f64(total_s + grace);
     let mut client_end = "exited by itself".to_owned();
     while client.exited().is_none() {
         demo::interrupted()?;
         if Instant::now() > deadline {
             if spec.needs_summary {
-                bail!("the load generator did not finish in time; log {}", client_log.display());
+                bail!(
+                    "the load generator did not finish in time; log {}",
+                    client_log.display()
+                );
             }
             client.stop(Duration::from_secs(2));
-            client_end = format!("stopped by xtask {grace:.0} s after its last phase (still sending its backlog; no summary)");
+            client_end = format!(
+                "stopped by xtask {grace:.0} s after its last phase (still sending its backlog; no summary)"
+            );
             eprintln!("xtask: run {}: client {client_end}", spec.name);
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     remove_pid_file("pgw1");
-    let summary: Value = match std::fs::read_to_string(&summary_path).ok().and_then(|t| serde_json::from_str(&t).ok()) {
+    let summary: Value = match std::fs::read_to_string(&summary_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+    {
         Some(v) => v,
         None if !spec.needs_summary => Value::Null,
-        None => bail!("no client summary ({:?}); log {}", client.exited(), client_log.display()),
+        None => bail!(
+            "no client summary ({:?}); log {}",
+            client.exited(),
+            client_log.display()
+        ),
     };
     let snap_end = demo::scrape()?;
     let st = dra.stop(Duration::from_secs(10));
     remove_pid_file("dra");
     if !st.is_some_and(|s| s.success()) {
-        bail!("dra run did not exit cleanly on SIGINT ({st:?}); log {}", dra_log.display());
+        bail!(
+            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
+            dra_log.display()
+        );
     }
     if xdp_attached() || Path::new(PIN_DIR).exists() {
-        eprintln!("xtask: the fast path was left attached after run {}: dra detach", spec.name);
+        eprintln!(
+            "xtask: the fast path was left attached after run {}: dra detach",
+            spec.name
+        );
         let mut d = lab::command_in(NS_DRA, &bins.dra)?;
         d.args(["detach", "--iface", DRA_CLIENT_IF, "--pin-dir", PIN_DIR]);
         crate::step("dra detach", &mut d)?;
@@ -607,11 +839,15 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let offered_per_s = interior_mean(&sent, SKIP_FIRST, SKIP_LAST);
     let interior_s = plan.measure_s - (SKIP_FIRST + SKIP_LAST) as f64;
     let metrics_interior_per_s: BTreeMap<String, f64> =
-        outcome_deltas(&snap_i0, &snap_i1, PEER, CLASS).into_iter().map(|(k, v)| (k, v / interior_s)).collect();
+        outcome_deltas(&snap_i0, &snap_i1, PEER, CLASS)
+            .into_iter()
+            .map(|(k, v)| (k, v / interior_s))
+            .collect();
     let metrics_measure = outcome_deltas(&snap_m0, &snap_m1, PEER, CLASS);
     let cpu_s = cpu1 - cpu0;
     let window_s = (at1 - at0).as_secs_f64();
-    let req_in = |snap: &Snap| snap.sum("dra_requests_total", &[("peer", PEER), ("direction", "in")]);
+    let req_in =
+        |snap: &Snap| snap.sum("dra_requests_total", &[("peer", PEER), ("direction", "in")]);
     let requests_in_per_s = (req_in(&snap_m1) - req_in(&snap_m0)) / plan.measure_s;
     let u_p99: Vec<f64> = rows_p99(&rows, MEASURE, "gx_ccr_u");
     let cfg_limit = config_limit(&read_toml(root, spec.config)?)?.0;
@@ -655,7 +891,10 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
         window_s,
         offered_per_s.unwrap_or(f64::NAN),
         admitted_per_s.unwrap_or(f64::NAN),
-        summary.pointer("/classes/gx_ccr_u/latency/p99_ms").and_then(Value::as_f64).map_or("-".into(), |v| format!("{v:.2}"))
+        summary
+            .pointer("/classes/gx_ccr_u/latency/p99_ms")
+            .and_then(Value::as_f64)
+            .map_or("-".into(), |v| format!("{v:.2}"))
     );
     Ok(RunResult {
         name: spec.name,
@@ -673,7 +912,12 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn dra_pid(p: &Proc) -> Result<u32> {
@@ -683,7 +927,9 @@ fn dra_pid(p: &Proc) -> Result<u32> {
 // ---- P3, P4, P5 from the runs -------------------------------------------------------
 
 fn find<'a>(runs: &'a [RunResult], name: &str) -> Result<&'a RunResult> {
-    runs.iter().find(|r| r.name == name).with_context(|| format!("run {name} missing"))
+    runs.iter()
+        .find(|r| r.name == name)
+        .with_context(|| format!("run {name} missing"))
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
@@ -695,7 +941,10 @@ fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
     let l = plan.limit.rate;
     let err = r.admitted_per_s.map(|a| relative_error(a, l));
     let met = err.map(|e| e <= GOAL_P3_MAX_ERROR);
-    let fp_admitted = r.metrics_interior_per_s.get("dra_fastpath_requests_total/admitted").copied();
+    let fp_admitted = r
+        .metrics_interior_per_s
+        .get("dra_fastpath_requests_total/admitted")
+        .copied();
     let v = json!({
         "run": r.name,
         "limit_per_s": l, "burst": plan.limit.burst, "action": plan.limit.action,
@@ -746,7 +995,12 @@ fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
     });
     let row = TableRow {
         metric: "P4 CCR-U p99 during 10× CCR-I storm ÷ without (reject)".into(),
-        measured: format!("{}× ({} ms vs {} ms)", fmt_opt(q, 2), fmt_opt(a, 2), fmt_opt(b, 2)),
+        measured: format!(
+            "{}× ({} ms vs {} ms)",
+            fmt_opt(q, 2),
+            fmt_opt(a, 2),
+            fmt_opt(b, 2)
+        ),
         goal: format!("≤ {GOAL_P4_MAX_RATIO}×"),
         met,
     };
@@ -757,8 +1011,16 @@ fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
 /// labels peer, class, outcome) show over-limit requests dropped or marked, and it
 /// admitted at most [`LIMITED_MAX_FACTOR`] × L. A run without such counters cannot be
 /// verified and does not count as limited.
-pub fn limited(admitted_per_s: Option<f64>, limit: f64, by_outcome: &BTreeMap<String, f64>) -> bool {
-    let refused: f64 = by_outcome.iter().filter(|(k, _)| k.ends_with("/dropped") || k.ends_with("/marked")).map(|(_, v)| v).sum();
+pub fn limited(
+    admitted_per_s: Option<f64>,
+    limit: f64,
+    by_outcome: &BTreeMap<String, f64>,
+) -> bool {
+    let refused: f64 = by_outcome
+        .iter()
+        .filter(|(k, _)| k.ends_with("/dropped") || k.ends_with("/marked"))
+        .map(|(_, v)| v)
+        .sum();
     refused > 0.0 && admitted_per_s.is_some_and(|a| a <= LIMITED_MAX_FACTOR * limit)
 }
 
@@ -768,7 +1030,10 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
     let q = ratio(us.cpu_s, xdp.cpu_s);
     let (ax, sx) = xdp.admitted_at_agent();
     let (au, su) = us.admitted_at_agent();
-    let (lx, lu) = (limited(ax, l, &xdp.metrics_measure), limited(au, l, &us.metrics_measure));
+    let (lx, lu) = (
+        limited(ax, l, &xdp.metrics_measure),
+        limited(au, l, &us.metrics_measure),
+    );
     let valid = lx && lu && xdp.fast_path && !us.fast_path;
     let met = q.map(|q| valid && q >= GOAL_P5_MIN_RATIO);
     let note = if valid {
@@ -830,7 +1095,12 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
         fmt_opt(ax, 0),
         if valid { "" } else { " — INVALID: see note" }
     );
-    let row = TableRow { metric: "P5 agent CPU in 10× storm: userspace limiting ÷ XDP drop".into(), measured, goal: format!("≥ {GOAL_P5_MIN_RATIO}×"), met };
+    let row = TableRow {
+        metric: "P5 agent CPU in 10× storm: userspace limiting ÷ XDP drop".into(),
+        measured,
+        goal: format!("≥ {GOAL_P5_MIN_RATIO}×"),
+        met,
+    };
     (v, row)
 }
 
@@ -841,10 +1111,19 @@ pub fn run(root: &Path) -> Result<()> {
     demo::install_signal_handlers();
     let bins = Bins::release(root);
     for cfg in [REJECT_CONFIG, DROP_XDP_CONFIG, DROP_USERSPACE_CONFIG] {
-        let out = std::process::Command::new(&bins.dra).arg("check-config").arg(root.join(cfg)).output()?;
-        ensure!(out.status.success(), "dra check-config {cfg}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new(&bins.dra)
+            .arg("check-config")
+            .arg(root.join(cfg))
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "dra check-config {cfg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let out: PathBuf = root.join("results").join(format!("bench-storm-{}", demo::timestamp()));
+    let out: PathBuf = root
+        .join("results")
+        .join(format!("bench-storm-{}", demo::timestamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     let started = Instant::now();
     let result = {
@@ -886,7 +1165,11 @@ pub fn run(root: &Path) -> Result<()> {
     }
     let (p3v, p3r) = p3(&plan, find(&runs, "storm-reject-xdp")?);
     let (p4v, p4r) = p4(find(&runs, "no-storm")?, find(&runs, "storm-reject-xdp")?);
-    let (p5v, p5r) = p5(&plan, find(&runs, "storm-drop-xdp")?, find(&runs, "storm-drop-userspace")?);
+    let (p5v, p5r) = p5(
+        &plan,
+        find(&runs, "storm-drop-xdp")?,
+        find(&runs, "storm-drop-userspace")?,
+    );
     let table = vec![p3r, p4r, p5r];
     let mut printed = table.clone();
     printed.extend(coalesced_rows.iter().cloned());
@@ -958,7 +1241,11 @@ not json
     #[test]
     fn admitted_rate_and_error_come_from_the_interior_of_the_phase() {
         let ps = rows_per_second(ROWS, "measure", "gx_ccr_i", "2001");
-        assert_eq!(ps.len(), 6, "only rows of the phase, a second without CCR-I counts as 0");
+        assert_eq!(
+            ps.len(),
+            6,
+            "only rows of the phase, a second without CCR-I counts as 0"
+        );
         assert_eq!(ps[0], (6, 5000, 510));
         assert_eq!(ps[4], (10, 0, 0));
         let ok: Vec<f64> = ps.iter().map(|r| r.2 as f64).collect();
@@ -991,10 +1278,22 @@ not json
         let refused = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 900.0)]);
         let none = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 0.0)]);
         assert!(limited(Some(500.0), 500.0, &refused));
-        assert!(limited(Some(190.0), 500.0, &refused), "TCP back-pressure below L still limited");
-        assert!(!limited(Some(4800.0), 500.0, &refused), "a run that forwarded the storm did not limit");
-        assert!(!limited(Some(231.0), 500.0, &BTreeMap::new()), "no counters of the agent: not verified");
-        assert!(!limited(Some(231.0), 500.0, &none), "nothing refused: low throughput is not limiting");
+        assert!(
+            limited(Some(190.0), 500.0, &refused),
+            "TCP back-pressure below L still limited"
+        );
+        assert!(
+            !limited(Some(4800.0), 500.0, &refused),
+            "a run that forwarded the storm did not limit"
+        );
+        assert!(
+            !limited(Some(231.0), 500.0, &BTreeMap::new()),
+            "no counters of the agent: not verified"
+        );
+        assert!(
+            !limited(Some(231.0), 500.0, &none),
+            "nothing refused: low throughput is not limiting"
+        );
         assert!(!limited(None, 500.0, &refused));
     }
 
@@ -1022,8 +1321,14 @@ not json
         assert_eq!(o["dra_fastpath_requests_total/dropped"], 4500.0);
         assert_eq!(o["dra_userspace_limit_total/dropped"], 3.0);
         let d = counter_deltas(&before, &after, "pgw1");
-        assert_eq!(d["dra_answers_total{peer=\"pgw1\",result_code=\"2001\"}"], 900.0);
-        assert!(!d.keys().any(|k| k.contains("pgw2") || k.contains("effective_rate")));
+        assert_eq!(
+            d["dra_answers_total{peer=\"pgw1\",result_code=\"2001\"}"],
+            900.0
+        );
+        assert!(
+            !d.keys()
+                .any(|k| k.contains("pgw2") || k.contains("effective_rate"))
+        );
     }
 
     #[test]
@@ -1032,7 +1337,10 @@ not json
         let p = plan(&root).unwrap();
         assert_eq!(p.limit.action, "reject");
         assert_eq!(p.drop_limit.action, "drop");
-        assert_eq!((p.limit.rate, p.limit.burst), (p.drop_limit.rate, p.drop_limit.burst));
+        assert_eq!(
+            (p.limit.rate, p.limit.burst),
+            (p.drop_limit.rate, p.drop_limit.burst)
+        );
         assert_eq!(p.storm_rates[CLASS], 10.0 * p.limit.rate);
         assert_eq!(p.baseline_rates[CLASS], p.limit.rate);
         assert_eq!(p.storm_rates["gx_ccr_u"], p.baseline_rates["gx_ccr_u"]);
@@ -1044,11 +1352,20 @@ not json
         let a = read_toml(&root, REJECT_CONFIG).unwrap();
         let text = std::fs::read_to_string(root.join(DROP_USERSPACE_CONFIG)).unwrap();
         let b: toml::Value = toml::from_str(&text.replace("rate = 500", "rate = 600")).unwrap();
-        assert_ne!(without_action_and_interface(&a), without_action_and_interface(&b));
+        assert_ne!(
+            without_action_and_interface(&a),
+            without_action_and_interface(&b)
+        );
         let c: toml::Value = toml::from_str(&text).unwrap();
-        assert_eq!(without_action_and_interface(&a), without_action_and_interface(&c));
-        let drl: toml::Value =
-            toml::from_str(&text.replace("dynamic_rate_limiting = false", "dynamic_rate_limiting = true")).unwrap();
+        assert_eq!(
+            without_action_and_interface(&a),
+            without_action_and_interface(&c)
+        );
+        let drl: toml::Value = toml::from_str(&text.replace(
+            "dynamic_rate_limiting = false",
+            "dynamic_rate_limiting = true",
+        ))
+        .unwrap();
         assert!(config_limit(&drl).is_err());
     }
 }

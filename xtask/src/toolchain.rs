@@ -15,18 +15,41 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 /// Debian packages and why each is needed.
 const APT_PACKAGES: &[(&str, &str)] = &[
-    ("llvm-22-dev", "bpf-linker 0.13.0 links eBPF objects against LLVM 22"),
-    ("iproute2", "tests and the lab build network namespaces and veth pairs with `ip`"),
-    ("ethtool", "tests turn off checksum offload on veth to verify in-kernel checksum fixes"),
-    ("redis-server", "the session-binding DB and the DB-CPU sample source in tests and the demo"),
-    ("tshark", "an independent check that what the agent sends is well-formed Diameter"),
-    ("freediameterd", "interop test and relay bench peer: freeDiameterd 1.2.1 (+ extensions below)"),
-    ("freediameter-extensions", "rt_default.fdx routing for freeDiameterd in the relay bench"),
+    (
+        "llvm-22-dev",
+        "bpf-linker 0.13.0 links eBPF objects against LLVM 22",
+    ),
+    (
+        "iproute2",
+        "tests and the lab build network namespaces and veth pairs with `ip`",
+    ),
+    (
+        "ethtool",
+        "tests turn off checksum offload on veth to verify in-kernel checksum fixes",
+    ),
+    (
+        "redis-server",
+        "the session-binding DB and the DB-CPU sample source in tests and the demo",
+    ),
+    (
+        "tshark",
+        "an independent check that what the agent sends is well-formed Diameter",
+    ),
+    (
+        "freediameterd",
+        "interop test and relay bench peer: freeDiameterd 1.2.1 (+ extensions below)",
+    ),
+    (
+        "freediameter-extensions",
+        "rt_default.fdx routing for freeDiameterd in the relay bench",
+    ),
 ];
 
 fn quiet(cmd: &mut Command) -> Option<String> {
     let out = cmd.stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn is_root() -> bool {
@@ -66,12 +89,18 @@ fn nightly_sysroot() -> Option<PathBuf> {
 
 fn bpf_linker_ok() -> bool {
     let bin = cargo_bin().join("bpf-linker");
-    let cmd = if bin.exists() { bin } else { PathBuf::from("bpf-linker") };
+    let cmd = if bin.exists() {
+        bin
+    } else {
+        PathBuf::from("bpf-linker")
+    };
     quiet(Command::new(cmd).arg("--version")).is_some_and(|v| v.contains(BPF_LINKER_VERSION))
 }
 
 fn run(what: &str, cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("{what}: could not start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: could not start {cmd:?}"))?;
     if !status.success() {
         bail!("{what} failed ({status}): {cmd:?}");
     }
@@ -82,9 +111,10 @@ fn run(what: &str, cmd: &mut Command) -> Result<()> {
 pub fn ensure() -> Result<()> {
     let apt = missing_apt();
     let sysroot = nightly_sysroot();
-    let rust_src = sysroot
-        .as_deref()
-        .is_some_and(|s| s.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists());
+    let rust_src = sysroot.as_deref().is_some_and(|s| {
+        s.join("lib/rustlib/src/rust/library/core/Cargo.toml")
+            .exists()
+    });
     let linker = bpf_linker_ok();
     if apt.is_empty() && sysroot.is_some() && rust_src && linker {
         return Ok(());
@@ -102,9 +132,15 @@ pub fn ensure() -> Result<()> {
             );
         }
         if quiet(Command::new("apt-get").arg("--version")).is_none() {
-            bail!("setup: apt-get not found; install {} by hand (Debian 12 is the supported host)", names.join(" "));
+            bail!(
+                "setup: apt-get not found; install {} by hand (Debian 12 is the supported host)",
+                names.join(" ")
+            );
         }
-        run("apt-get update", Command::new("apt-get").args(["update", "-qq"]))?;
+        run(
+            "apt-get update",
+            Command::new("apt-get").args(["update", "-qq"]),
+        )?;
         run(
             "apt-get install",
             Command::new("apt-get")
@@ -119,7 +155,15 @@ pub fn ensure() -> Result<()> {
         run(
             "rustup toolchain install nightly",
             Command::new("rustup")
-                .args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"])
+                .args([
+                    "toolchain",
+                    "install",
+                    "nightly",
+                    "--profile",
+                    "minimal",
+                    "--component",
+                    "rust-src",
+                ])
                 .env_remove("RUSTUP_TOOLCHAIN"),
         )
         .context("setup: run `rustup toolchain install nightly --component rust-src` by hand")?;
@@ -179,10 +223,14 @@ pub fn ensure_fuzz() -> Result<()> {
     if bin.exists() {
         return Ok(());
     }
-    eprintln!("setup: installing cargo-fuzz (cargo, ~60 s): builds and runs the wire-scanner fuzz target");
+    eprintln!(
+        "setup: installing cargo-fuzz (cargo, ~60 s): builds and runs the wire-scanner fuzz target"
+    );
     run(
         "cargo install cargo-fuzz",
-        Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]).env_remove("RUSTUP_TOOLCHAIN"),
+        Command::new("cargo")
+            .args(["install", "cargo-fuzz", "--locked"])
+            .env_remove("RUSTUP_TOOLCHAIN"),
     )
     .context("setup: run `cargo install cargo-fuzz --locked` by hand")
 }

@@ -6,7 +6,9 @@ use dra_common::wire::{self, Bytes, ReqTypeScan};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&off, rest)) = data.split_first() else { return };
+    let Some((&off, rest)) = data.split_first() else {
+        return;
+    };
     let off = off as usize % 32;
     let b = rest;
     if let Ok(c) = wire::classify(&b, off) {

@@ -461,10 +461,21 @@ impl Core {
         };
         let reopen = self.slots[peer].ever_connected;
         let opts = self.options(reopen);
-        let span = self.span(self.next_conn, remote, Some(&self.cfg.peers[peer].origin_host));
+        let span = self.span(
+            self.next_conn,
+            remote,
+            Some(&self.cfg.peers[peer].origin_host),
+        );
         // Our own outbound connections: the fast path sees their traffic arrive on an
         // ephemeral port, never limited; so does the agent's limiter.
-        match self.open_conn(stream, remote, Some(PeerId(peer)), opts, io::Ingress::None, span) {
+        match self.open_conn(
+            stream,
+            remote,
+            Some(PeerId(peer)),
+            opts,
+            io::Ingress::None,
+            span,
+        ) {
             Some(id) => self.slots[peer].initiator = Some(id),
             None => self.schedule_reconnect(peer, None),
         }

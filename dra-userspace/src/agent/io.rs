@@ -119,7 +119,8 @@ pub fn spawn(
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
-    let reader = tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
+    let reader =
+        tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
     Ok(ConnIo { tx, reader, remote })
 }
 

@@ -448,6 +448,10 @@ burst = 10
 "#);
     let w = c.warnings();
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].starts_with("pgw1 Gx CCR-I: drop limit 500/s with burst 10"), "{}", w[0]);
+    assert!(
+        w[0].starts_with("pgw1 Gx CCR-I: drop limit 500/s with burst 10"),
+        "{}",
+        w[0]
+    );
     assert!(w[0].contains("(100)"), "{}", w[0]);
 }

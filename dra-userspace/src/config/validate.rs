@@ -793,10 +793,20 @@ fn peers(
         let connection_guard = p.connection_rate.as_ref().and_then(|r| {
             let rate = *r.get_ref();
             if !rate.is_finite() || rate <= 0.0 {
-                e.at(&r.span(), format!("connection_rate must be > 0 connections/s, got {rate}"));
+                e.at(
+                    &r.span(),
+                    format!("connection_rate must be > 0 connections/s, got {rate}"),
+                );
                 return None;
             }
-            let burst = u32_in(e, "connection_burst", &p.connection_burst, 1, u32::MAX, default_burst(rate));
+            let burst = u32_in(
+                e,
+                "connection_burst",
+                &p.connection_burst,
+                1,
+                u32::MAX,
+                default_burst(rate),
+            );
             Some(Limit {
                 rate,
                 burst,

@@ -7,18 +7,18 @@ pub mod plan;
 use std::path::{Path, PathBuf};
 
 use aya::{
-    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, PerCpuArray},
+    Ebpf,
+    maps::{Array, HashMap, LpmTrie, Map, MapData, PerCpuArray, lpm_trie::Key},
     programs::{
+        LinkOrder, SchedClassifier, Xdp, XdpMode,
         links::FdLink,
         tc::{TcAttachOptions, TcAttachType},
-        LinkOrder, SchedClassifier, Xdp, XdpMode,
     },
-    Ebpf,
 };
 use dra_common::{
     maps::{
-        names, BucketConfig, BucketKey, BucketState, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig,
-        Ipv4Key, Ipv6Key, PeerInfo, SctpAssoc, TcpFlow,
+        BucketConfig, BucketKey, BucketState, ClassCounters, EgressFlow, EgressPeer, FlowKey,
+        GlobalConfig, Ipv4Key, Ipv6Key, PeerInfo, SctpAssoc, TcpFlow, names,
     },
     stats::Counter,
 };
@@ -66,7 +66,9 @@ const PINNED_MAPS: [&str; 19] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
-    #[error("the eBPF object is empty: this binary was built with AYA_BUILD_SKIP=1; rebuild without it (cargo xtask build)")]
+    #[error(
+        "the eBPF object is empty: this binary was built with AYA_BUILD_SKIP=1; rebuild without it (cargo xtask build)"
+    )]
     NoObject,
     #[error("loading the eBPF object failed")]
     Load(#[source] aya::EbpfError),
@@ -148,7 +150,8 @@ fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
         .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
         .map_err(|source| DataplaneError::Program { name, source })?;
-    prog.load().map_err(|source| DataplaneError::Program { name, source })
+    prog.load()
+        .map_err(|source| DataplaneError::Program { name, source })
 }
 
 /// Loads (verifies) the XDP programs into the kernel and fills the jump table the
@@ -175,9 +178,16 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .map_mut(JUMP_MAP)
         .ok_or(DataplaneError::MissingMap { name: JUMP_MAP })?
         .try_into()
-        .map_err(|source| DataplaneError::Map { name: JUMP_MAP, source })?;
+        .map_err(|source| DataplaneError::Map {
+            name: JUMP_MAP,
+            source,
+        })?;
     for (idx, fd) in &fds {
-        jump.set(*idx, fd, 0).map_err(|source| DataplaneError::Map { name: JUMP_MAP, source })?;
+        jump.set(*idx, fd, 0)
+            .map_err(|source| DataplaneError::Map {
+                name: JUMP_MAP,
+                source,
+            })?;
     }
     Ok(())
 }
@@ -190,13 +200,16 @@ pub fn load_tc(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
         .map_err(|source| DataplaneError::Program { name, source })?;
-    prog.load().map_err(|source| DataplaneError::Program { name, source })
+    prog.load()
+        .map_err(|source| DataplaneError::Program { name, source })
 }
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 fn is_bpffs(p: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else { return false };
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
     // SAFETY: statfs on a NUL-terminated path into a zeroed struct.
     unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
@@ -211,11 +224,20 @@ fn ensure_bpffs(pin_dir: &Path) -> Result<(), DataplaneError> {
     if !pin_dir.starts_with(root) || is_bpffs(root) {
         return Ok(());
     }
-    let io = |source| DataplaneError::Io { path: root.into(), source };
+    let io = |source| DataplaneError::Io {
+        path: root.into(),
+        source,
+    };
     std::fs::create_dir_all(root).map_err(io)?;
     // SAFETY: mount(2) with static NUL-terminated strings.
     let r = unsafe {
-        libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            c"bpf".as_ptr(),
+            c"/sys/fs/bpf".as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if r != 0 {
         return Err(io(std::io::Error::last_os_error()));
@@ -252,40 +274,67 @@ pub struct Maps {
 macro_rules! typed {
     ($map:expr, $name:expr, $variant:ident) => {{
         let m: Map = $map;
-        m.try_into().map_err(|source| DataplaneError::Map { name: $name, source })?
+        m.try_into().map_err(|source| DataplaneError::Map {
+            name: $name,
+            source,
+        })?
     }};
 }
 
 impl Maps {
-    fn from_maps(mut get: impl FnMut(&'static str) -> Result<Map, DataplaneError>) -> Result<Maps, DataplaneError> {
+    fn from_maps(
+        mut get: impl FnMut(&'static str) -> Result<Map, DataplaneError>,
+    ) -> Result<Maps, DataplaneError> {
         Ok(Maps {
             peers_v4: typed!(get(names::PEERS_V4)?, names::PEERS_V4, LpmTrie),
             peers_v6: typed!(get(names::PEERS_V6)?, names::PEERS_V6, LpmTrie),
             class_slots: typed!(get(names::CLASS_SLOTS)?, names::CLASS_SLOTS, HashMap),
             bucket_config: typed!(get(names::BUCKET_CONFIG)?, names::BUCKET_CONFIG, Array),
             bucket_state: typed!(get(names::BUCKET_STATE)?, names::BUCKET_STATE, Array),
-            slot_counters: typed!(get(names::SLOT_COUNTERS)?, names::SLOT_COUNTERS, PerCpuArray),
+            slot_counters: typed!(
+                get(names::SLOT_COUNTERS)?,
+                names::SLOT_COUNTERS,
+                PerCpuArray
+            ),
             stats: typed!(get(names::STATS)?, names::STATS, PerCpuArray),
             global: typed!(get(names::GLOBAL_CONFIG)?, names::GLOBAL_CONFIG, Array),
             tcp_flows: typed!(get(names::TCP_FLOWS)?, names::TCP_FLOWS, HashMap),
             sctp_assocs: typed!(get(names::SCTP_ASSOCS)?, names::SCTP_ASSOCS, HashMap),
-            egress_v4: typed!(get(names::EGRESS_PEERS_V4)?, names::EGRESS_PEERS_V4, LpmTrie),
-            egress_v6: typed!(get(names::EGRESS_PEERS_V6)?, names::EGRESS_PEERS_V6, LpmTrie),
-            egress_class_slots: typed!(get(names::EGRESS_CLASS_SLOTS)?, names::EGRESS_CLASS_SLOTS, HashMap),
+            egress_v4: typed!(
+                get(names::EGRESS_PEERS_V4)?,
+                names::EGRESS_PEERS_V4,
+                LpmTrie
+            ),
+            egress_v6: typed!(
+                get(names::EGRESS_PEERS_V6)?,
+                names::EGRESS_PEERS_V6,
+                LpmTrie
+            ),
+            egress_class_slots: typed!(
+                get(names::EGRESS_CLASS_SLOTS)?,
+                names::EGRESS_CLASS_SLOTS,
+                HashMap
+            ),
             egress_flows: typed!(get(names::EGRESS_FLOWS)?, names::EGRESS_FLOWS, HashMap),
         })
     }
 
     /// Takes the maps out of a loaded object (the object keeps the programs).
     pub fn take(ebpf: &mut Ebpf) -> Result<Maps, DataplaneError> {
-        Maps::from_maps(|name| ebpf.take_map(name).ok_or(DataplaneError::MissingMap { name }))
+        Maps::from_maps(|name| {
+            ebpf.take_map(name)
+                .ok_or(DataplaneError::MissingMap { name })
+        })
     }
 
     /// Opens the maps pinned under `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Maps, DataplaneError> {
         Maps::from_maps(|name| {
             let path = dir.join(name);
-            let data = MapData::from_pin(&path).map_err(|source| DataplaneError::OpenPinned { path: path.clone(), source })?;
+            let data = MapData::from_pin(&path).map_err(|source| DataplaneError::OpenPinned {
+                path: path.clone(),
+                source,
+            })?;
             Map::from_map_data(data).map_err(|source| DataplaneError::OpenPinned { path, source })
         })
     }
@@ -295,7 +344,9 @@ impl Maps {
     pub fn write_plan(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
         let e = |name| move |source| DataplaneError::Map { name, source };
         for s in &plan.slots {
-            self.bucket_config.set(s.index, s.bucket_at(None), 0).map_err(e(names::BUCKET_CONFIG))?;
+            self.bucket_config
+                .set(s.index, s.bucket_at(None), 0)
+                .map_err(e(names::BUCKET_CONFIG))?;
         }
         // Peers: write the new entries first, then remove stale ones, so a restart
         // never leaves a window in which a configured peer looks unknown.
@@ -307,12 +358,16 @@ impl Maps {
                     IpNet::V4(n) => {
                         let k = Key::new(n.prefix_len() as u32, n.network().octets());
                         want4.insert((n.prefix_len() as u32, n.network().octets()));
-                        self.peers_v4.insert(&k, p.info, 0).map_err(e(names::PEERS_V4))?;
+                        self.peers_v4
+                            .insert(&k, p.info, 0)
+                            .map_err(e(names::PEERS_V4))?;
                     }
                     IpNet::V6(n) => {
                         let k = Key::new(n.prefix_len() as u32, n.network().octets());
                         want6.insert((n.prefix_len() as u32, n.network().octets()));
-                        self.peers_v6.insert(&k, p.info, 0).map_err(e(names::PEERS_V6))?;
+                        self.peers_v6
+                            .insert(&k, p.info, 0)
+                            .map_err(e(names::PEERS_V6))?;
                     }
                 }
             }
@@ -336,16 +391,25 @@ impl Maps {
             let _ = self.peers_v6.remove(&k);
         }
         for (k, s) in plan.class_entries() {
-            self.class_slots.insert(k, s, 0).map_err(e(names::CLASS_SLOTS))?;
+            self.class_slots
+                .insert(k, s, 0)
+                .map_err(e(names::CLASS_SLOTS))?;
         }
-        let wanted: std::collections::HashSet<BucketKey> = plan.class_entries().map(|(k, _)| k).collect();
-        let stale: Vec<BucketKey> =
-            self.class_slots.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+        let wanted: std::collections::HashSet<BucketKey> =
+            plan.class_entries().map(|(k, _)| k).collect();
+        let stale: Vec<BucketKey> = self
+            .class_slots
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !wanted.contains(k))
+            .collect();
         for k in stale {
             let _ = self.class_slots.remove(&k);
         }
         self.write_egress(plan)?;
-        self.global.set(0, plan.global, 0).map_err(e(names::GLOBAL_CONFIG))?;
+        self.global
+            .set(0, plan.global, 0)
+            .map_err(e(names::GLOBAL_CONFIG))?;
         Ok(())
     }
 
@@ -361,12 +425,16 @@ impl Maps {
                     IpNet::V4(n) => {
                         want4.insert((n.prefix_len() as u32, n.network().octets()));
                         let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        self.egress_v4.insert(&k, p.info, 0).map_err(e(names::EGRESS_PEERS_V4))?;
+                        self.egress_v4
+                            .insert(&k, p.info, 0)
+                            .map_err(e(names::EGRESS_PEERS_V4))?;
                     }
                     IpNet::V6(n) => {
                         want6.insert((n.prefix_len() as u32, n.network().octets()));
                         let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        self.egress_v6.insert(&k, p.info, 0).map_err(e(names::EGRESS_PEERS_V6))?;
+                        self.egress_v6
+                            .insert(&k, p.info, 0)
+                            .map_err(e(names::EGRESS_PEERS_V6))?;
                     }
                 }
             }
@@ -390,11 +458,18 @@ impl Maps {
             let _ = self.egress_v6.remove(&k);
         }
         for (k, s) in plan.egress_class_entries() {
-            self.egress_class_slots.insert(k, s, 0).map_err(e(names::EGRESS_CLASS_SLOTS))?;
+            self.egress_class_slots
+                .insert(k, s, 0)
+                .map_err(e(names::EGRESS_CLASS_SLOTS))?;
         }
-        let wanted: std::collections::HashSet<BucketKey> = plan.egress_class_entries().map(|(k, _)| k).collect();
-        let stale: Vec<BucketKey> =
-            self.egress_class_slots.keys().filter_map(Result::ok).filter(|k| !wanted.contains(k)).collect();
+        let wanted: std::collections::HashSet<BucketKey> =
+            plan.egress_class_entries().map(|(k, _)| k).collect();
+        let stale: Vec<BucketKey> = self
+            .egress_class_slots
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !wanted.contains(k))
+            .collect();
         for k in stale {
             let _ = self.egress_class_slots.remove(&k);
         }
@@ -418,17 +493,30 @@ impl Maps {
     pub fn set_rate(&mut self, slot: &Slot, rate: f64) -> Result<(), DataplaneError> {
         self.bucket_config
             .set(slot.index, slot.bucket_at(Some(rate)), 0)
-            .map_err(|source| DataplaneError::Map { name: names::BUCKET_CONFIG, source })
+            .map_err(|source| DataplaneError::Map {
+                name: names::BUCKET_CONFIG,
+                source,
+            })
     }
 
     /// The bucket config currently in the map for a slot.
     pub fn bucket_config(&self, slot: u32) -> Result<BucketConfig, DataplaneError> {
-        self.bucket_config.get(&slot, 0).map_err(|source| DataplaneError::Map { name: names::BUCKET_CONFIG, source })
+        self.bucket_config
+            .get(&slot, 0)
+            .map_err(|source| DataplaneError::Map {
+                name: names::BUCKET_CONFIG,
+                source,
+            })
     }
 
     /// The kernel's GCRA state of a slot.
     pub fn bucket_state(&self, slot: u32) -> Result<BucketState, DataplaneError> {
-        self.bucket_state.get(&slot, 0).map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })
+        self.bucket_state
+            .get(&slot, 0)
+            .map_err(|source| DataplaneError::Map {
+                name: names::BUCKET_STATE,
+                source,
+            })
     }
 
     /// A slot's counters, summed over CPUs.
@@ -436,7 +524,10 @@ impl Maps {
         let v = self
             .slot_counters
             .get(&slot, 0)
-            .map_err(|source| DataplaneError::Map { name: names::SLOT_COUNTERS, source })?;
+            .map_err(|source| DataplaneError::Map {
+                name: names::SLOT_COUNTERS,
+                source,
+            })?;
         let mut sum = ClassCounters::default();
         for c in v.iter() {
             sum.accumulate(c);
@@ -451,7 +542,10 @@ impl Maps {
             let v = self
                 .stats
                 .get(&(c as u32), 0)
-                .map_err(|source| DataplaneError::Map { name: names::STATS, source })?;
+                .map_err(|source| DataplaneError::Map {
+                    name: names::STATS,
+                    source,
+                })?;
             out.push((c, v.iter().sum()));
         }
         Ok(out)
@@ -461,7 +555,10 @@ impl Maps {
     pub fn reset_bucket(&mut self, slot: u32) -> Result<(), DataplaneError> {
         self.bucket_state
             .set(slot, BucketState::default(), 0)
-            .map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })
+            .map_err(|source| DataplaneError::Map {
+                name: names::BUCKET_STATE,
+                source,
+            })
     }
 
     /// Fills every bucket (forgets its history): the state an agent starts from.
@@ -469,7 +566,10 @@ impl Maps {
         for slot in 0..dra_common::maps::MAX_SLOTS {
             self.bucket_state
                 .set(slot, BucketState::default(), 0)
-                .map_err(|source| DataplaneError::Map { name: names::BUCKET_STATE, source })?;
+                .map_err(|source| DataplaneError::Map {
+                    name: names::BUCKET_STATE,
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -498,12 +598,23 @@ impl Maps {
 
     /// Writes only the global settings (e.g. the unknown-peer policy).
     pub fn write_global(&mut self, g: GlobalConfig) -> Result<(), DataplaneError> {
-        self.global.set(0, g, 0).map_err(|source| DataplaneError::Map { name: names::GLOBAL_CONFIG, source })
+        self.global
+            .set(0, g, 0)
+            .map_err(|source| DataplaneError::Map {
+                name: names::GLOBAL_CONFIG,
+                source,
+            })
     }
 
     /// One global counter.
     pub fn stat(&self, c: Counter) -> Result<u64, DataplaneError> {
-        let v = self.stats.get(&(c as u32), 0).map_err(|source| DataplaneError::Map { name: names::STATS, source })?;
+        let v = self
+            .stats
+            .get(&(c as u32), 0)
+            .map_err(|source| DataplaneError::Map {
+                name: names::STATS,
+                source,
+            })?;
         Ok(v.iter().sum())
     }
 }
@@ -520,11 +631,21 @@ pub struct Dataplane {
 
 impl Dataplane {
     /// Attaches to `iface`, or reuses what an earlier run pinned in `pin_dir` for it.
-    pub fn attach(iface: &str, mode: AttachMode, pin_dir: &Path) -> Result<Dataplane, DataplaneError> {
+    pub fn attach(
+        iface: &str,
+        mode: AttachMode,
+        pin_dir: &Path,
+    ) -> Result<Dataplane, DataplaneError> {
         let link = link_pin(pin_dir, iface);
         if link.exists() {
             if let Ok(maps) = Maps::open_pinned(pin_dir) {
-                return Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: true, _ebpf: None });
+                return Ok(Dataplane {
+                    maps,
+                    iface: iface.into(),
+                    pin_dir: pin_dir.into(),
+                    reused: true,
+                    _ebpf: None,
+                });
             }
             // A link without its maps: start over.
             let _ = std::fs::remove_file(&link);
@@ -532,7 +653,10 @@ impl Dataplane {
         let mut ebpf = open()?;
         load_xdp(&mut ebpf)?;
         ensure_bpffs(pin_dir)?;
-        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io { path: pin_dir.into(), source })?;
+        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io {
+            path: pin_dir.into(),
+            source,
+        })?;
         // Stale map pins from an earlier, detached run would shadow the new maps.
         for name in PINNED_MAPS {
             let _ = std::fs::remove_file(pin_dir.join(name));
@@ -541,7 +665,11 @@ impl Dataplane {
         // `attach_egress` (called after this) attaches afresh on the new maps.
         if let Ok(rd) = std::fs::read_dir(pin_dir) {
             for entry in rd.flatten() {
-                if entry.file_name().to_string_lossy().starts_with("link_egress_") {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("link_egress_")
+                {
                     let _ = std::fs::remove_file(entry.path());
                 }
             }
@@ -549,15 +677,24 @@ impl Dataplane {
         for name in PINNED_MAPS {
             let map = ebpf.map(name).ok_or(DataplaneError::MissingMap { name })?;
             let path = pin_dir.join(name);
-            map.pin(&path).map_err(|source| DataplaneError::Pin { path, source })?;
+            map.pin(&path)
+                .map_err(|source| DataplaneError::Pin { path, source })?;
         }
         let prog: &mut Xdp = ebpf
             .program_mut(XDP_PROGRAM)
             .ok_or(DataplaneError::MissingProgram { name: XDP_PROGRAM })?
             .try_into()
-            .map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })?;
+            .map_err(|source| DataplaneError::Program {
+                name: XDP_PROGRAM,
+                source,
+            })?;
         let try_attach = |prog: &mut Xdp, m: XdpMode, label: &'static str| {
-            prog.attach(iface, m).map_err(|source| DataplaneError::Attach { iface: iface.into(), mode: label, source })
+            prog.attach(iface, m)
+                .map_err(|source| DataplaneError::Attach {
+                    iface: iface.into(),
+                    mode: label,
+                    source,
+                })
         };
         let id = match mode {
             AttachMode::Native => try_attach(prog, XdpMode::Driver, "native")?,
@@ -567,13 +704,28 @@ impl Dataplane {
                 Err(_) => try_attach(prog, XdpMode::Skb, "skb")?,
             },
         };
-        let xdp_link = prog.take_link(id).map_err(|source| DataplaneError::Program { name: XDP_PROGRAM, source })?;
-        let fd_link: FdLink = xdp_link
-            .try_into()
-            .map_err(|source| DataplaneError::Link { iface: iface.into(), source })?;
-        fd_link.pin(&link).map_err(|source| DataplaneError::Pin { path: link.clone(), source })?;
+        let xdp_link = prog
+            .take_link(id)
+            .map_err(|source| DataplaneError::Program {
+                name: XDP_PROGRAM,
+                source,
+            })?;
+        let fd_link: FdLink = xdp_link.try_into().map_err(|source| DataplaneError::Link {
+            iface: iface.into(),
+            source,
+        })?;
+        fd_link.pin(&link).map_err(|source| DataplaneError::Pin {
+            path: link.clone(),
+            source,
+        })?;
         let maps = Maps::take(&mut ebpf)?;
-        Ok(Dataplane { maps, iface: iface.into(), pin_dir: pin_dir.into(), reused: false, _ebpf: Some(ebpf) })
+        Ok(Dataplane {
+            maps,
+            iface: iface.into(),
+            pin_dir: pin_dir.into(),
+            reused: false,
+            _ebpf: Some(ebpf),
+        })
     }
 
     /// Removes everything pinned for `iface` in `pin_dir` (the XDP and TC egress
@@ -582,15 +734,24 @@ impl Dataplane {
     /// the programs may see a few more packets after this returns.
     pub fn detach(iface: Option<&str>, pin_dir: &Path) -> Result<Vec<PathBuf>, DataplaneError> {
         let mut removed = Vec::new();
-        let Ok(rd) = std::fs::read_dir(pin_dir) else { return Ok(removed) };
+        let Ok(rd) = std::fs::read_dir(pin_dir) else {
+            return Ok(removed);
+        };
         for entry in rd.flatten() {
             let p = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_link = name.starts_with("link_");
-            if is_link && iface.is_some_and(|i| name != format!("link_{i}") && name != format!("link_egress_{i}")) {
+            if is_link
+                && iface.is_some_and(|i| {
+                    name != format!("link_{i}") && name != format!("link_egress_{i}")
+                })
+            {
                 continue;
             }
-            std::fs::remove_file(&p).map_err(|source| DataplaneError::Io { path: p.clone(), source })?;
+            std::fs::remove_file(&p).map_err(|source| DataplaneError::Io {
+                path: p.clone(),
+                source,
+            })?;
             removed.push(p);
         }
         let _ = std::fs::remove_dir(pin_dir);
@@ -613,8 +774,12 @@ impl Dataplane {
             return Err(DataplaneError::NoObject);
         }
         ensure_bpffs(pin_dir)?;
-        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io { path: pin_dir.into(), source })?;
-        let paths: Vec<(&'static str, PathBuf)> = PINNED_MAPS.iter().map(|n| (*n, pin_dir.join(n))).collect();
+        std::fs::create_dir_all(pin_dir).map_err(|source| DataplaneError::Io {
+            path: pin_dir.into(),
+            source,
+        })?;
+        let paths: Vec<(&'static str, PathBuf)> =
+            PINNED_MAPS.iter().map(|n| (*n, pin_dir.join(n))).collect();
         let mut loader = aya::EbpfLoader::new();
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
@@ -625,14 +790,34 @@ impl Dataplane {
             .program_mut(TC_PROGRAM)
             .ok_or(DataplaneError::MissingProgram { name: TC_PROGRAM })?
             .try_into()
-            .map_err(|source| DataplaneError::Program { name: TC_PROGRAM, source })?;
+            .map_err(|source| DataplaneError::Program {
+                name: TC_PROGRAM,
+                source,
+            })?;
         let id = prog
-            .attach_with_options(iface, TcAttachType::Egress, TcAttachOptions::TcxOrder(LinkOrder::default()))
-            .map_err(|source| DataplaneError::AttachEgress { iface: iface.into(), source })?;
-        let tc_link = prog.take_link(id).map_err(|source| DataplaneError::Program { name: TC_PROGRAM, source })?;
-        let fd_link: FdLink =
-            tc_link.try_into().map_err(|source| DataplaneError::Link { iface: iface.into(), source })?;
-        fd_link.pin(&link).map_err(|source| DataplaneError::Pin { path: link.clone(), source })?;
+            .attach_with_options(
+                iface,
+                TcAttachType::Egress,
+                TcAttachOptions::TcxOrder(LinkOrder::default()),
+            )
+            .map_err(|source| DataplaneError::AttachEgress {
+                iface: iface.into(),
+                source,
+            })?;
+        let tc_link = prog
+            .take_link(id)
+            .map_err(|source| DataplaneError::Program {
+                name: TC_PROGRAM,
+                source,
+            })?;
+        let fd_link: FdLink = tc_link.try_into().map_err(|source| DataplaneError::Link {
+            iface: iface.into(),
+            source,
+        })?;
+        fd_link.pin(&link).map_err(|source| DataplaneError::Pin {
+            path: link.clone(),
+            source,
+        })?;
         Ok(false)
     }
 
@@ -651,4 +836,3 @@ impl Dataplane {
         link_pin(pin_dir, iface).exists()
     }
 }
-

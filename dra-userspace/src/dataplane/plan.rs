@@ -28,7 +28,10 @@
 use std::collections::BTreeMap;
 
 use dra_common::{
-    maps::{BucketConfig, BucketKey, EgressPeer, GlobalConfig, PeerInfo, UnknownPeerPolicy, MAX_SLOTS, NO_SLOT},
+    maps::{
+        BucketConfig, BucketKey, EgressPeer, GlobalConfig, MAX_SLOTS, NO_SLOT, PeerInfo,
+        UnknownPeerPolicy,
+    },
     wire::MsgClass,
 };
 use ipnet::IpNet;
@@ -91,8 +94,11 @@ pub struct Plan {
 
 /// Expands "any request type" entries to the specific types without their own slot.
 fn expand_any(classes: &mut BTreeMap<ClassKey, u32>) {
-    let any: Vec<(ClassKey, u32)> =
-        classes.iter().filter(|((_, _, rt), _)| *rt == RequestType::Any.wire()).map(|(k, s)| (*k, *s)).collect();
+    let any: Vec<(ClassKey, u32)> = classes
+        .iter()
+        .filter(|((_, _, rt), _)| *rt == RequestType::Any.wire())
+        .map(|(k, s)| (*k, *s))
+        .collect();
     for ((a, c, _), s) in any {
         for rt in 1..=4u8 {
             classes.entry((a, c, rt)).or_insert(s);
@@ -124,7 +130,12 @@ impl Plan {
         let mut slots: Vec<Slot> = Vec::new();
         let mut push = |owner: &str, label: String, limit: Option<Limit>| -> u32 {
             let index = slots.len() as u32;
-            slots.push(Slot { index, owner: owner.to_string(), class_label: label, limit });
+            slots.push(Slot {
+                index,
+                owner: owner.to_string(),
+                class_label: label,
+                limit,
+            });
             index
         };
 
@@ -157,7 +168,10 @@ impl Plan {
             let own_overall = cfg.peer_rate_limits.iter().find(|p| {
                 p.direction == Direction::Ingress && p.target == Target::Peer(peer.name.clone())
             });
-            let overall_slot = match (own_overall, peer.group.as_ref().and_then(|g| group_overall.get(g))) {
+            let overall_slot = match (
+                own_overall,
+                peer.group.as_ref().and_then(|g| group_overall.get(g)),
+            ) {
                 (Some(p), _) => push(&peer.name, "all".into(), Some(p.limit.clone())),
                 (None, Some(s)) => *s,
                 (None, None) => push(&peer.name, "all".into(), None),
@@ -171,9 +185,13 @@ impl Plan {
             // Classes: this peer's own profiles, then its group's.
             let mut classes: BTreeMap<ClassKey, u32> = BTreeMap::new();
             for m in &cfg.message_rate_limits {
-                if m.direction == Direction::Ingress && m.target == Target::Peer(peer.name.clone()) {
+                if m.direction == Direction::Ingress && m.target == Target::Peer(peer.name.clone())
+                {
                     let c = m.msg_class();
-                    classes.insert(key(c), push(&peer.name, class_label(c), Some(m.limit.clone())));
+                    classes.insert(
+                        key(c),
+                        push(&peer.name, class_label(c), Some(m.limit.clone())),
+                    );
                 }
             }
             if let Some(g) = &peer.group {
@@ -187,12 +205,17 @@ impl Plan {
             if let Some(d) = cfg.dynamic_profile_for_peer(&peer.name) {
                 for c in &d.classes {
                     let mc = c.msg_class();
-                    classes.entry(key(mc)).or_insert_with(|| push(&peer.name, class_label(mc), None));
+                    classes
+                        .entry(key(mc))
+                        .or_insert_with(|| push(&peer.name, class_label(mc), None));
                 }
             }
             // "Any request type" covers the specific types without their own slot.
-            let any: Vec<(ClassKey, u32)> =
-                classes.iter().filter(|((_, _, rt), _)| *rt == RequestType::Any.wire()).map(|(k, s)| (*k, *s)).collect();
+            let any: Vec<(ClassKey, u32)> = classes
+                .iter()
+                .filter(|((_, _, rt), _)| *rt == RequestType::Any.wire())
+                .map(|(k, s)| (*k, *s))
+                .collect();
             for ((a, c, _), s) in any {
                 for rt in 1..=4u8 {
                     classes.entry((a, c, rt)).or_insert(s);
@@ -203,7 +226,12 @@ impl Plan {
             }
             peers.push(PlannedPeer {
                 name: peer.name.clone(),
-                info: PeerInfo { peer_id: id, overall_slot, other_slot, conn_slot },
+                info: PeerInfo {
+                    peer_id: id,
+                    overall_slot,
+                    other_slot,
+                    conn_slot,
+                },
                 prefixes: peer.addresses.clone(),
             });
         }
@@ -214,7 +242,10 @@ impl Plan {
                 continue;
             }
             if let Target::Group(g) = &p.target {
-                group_egress.insert(g.clone(), push(g, "egress:all".into(), Some(p.limit.clone())));
+                group_egress.insert(
+                    g.clone(),
+                    push(g, "egress:all".into(), Some(p.limit.clone())),
+                );
             }
         }
         let mut group_egress_class: BTreeMap<(String, ClassKey), u32> = BTreeMap::new();
@@ -224,18 +255,27 @@ impl Plan {
             }
             if let Target::Group(g) = &m.target {
                 let c = m.msg_class();
-                let s = push(g, format!("egress:{}", class_label(c)), Some(m.limit.clone()));
+                let s = push(
+                    g,
+                    format!("egress:{}", class_label(c)),
+                    Some(m.limit.clone()),
+                );
                 group_egress_class.insert((g.clone(), key(c)), s);
             }
         }
         let names_egress = |peer: &crate::config::Peer| {
             let t = Target::Peer(peer.name.clone());
-            let by_group = |x: &Target| peer.group.as_ref().is_some_and(|g| *x == Target::Group(g.clone()));
-            cfg.peer_rate_limits.iter().any(|p| p.direction == Direction::Egress && (p.target == t || by_group(&p.target)))
-                || cfg
-                    .message_rate_limits
-                    .iter()
-                    .any(|m| m.direction == Direction::Egress && (m.target == t || by_group(&m.target)))
+            let by_group = |x: &Target| {
+                peer.group
+                    .as_ref()
+                    .is_some_and(|g| *x == Target::Group(g.clone()))
+            };
+            cfg.peer_rate_limits
+                .iter()
+                .any(|p| p.direction == Direction::Egress && (p.target == t || by_group(&p.target)))
+                || cfg.message_rate_limits.iter().any(|m| {
+                    m.direction == Direction::Egress && (m.target == t || by_group(&m.target))
+                })
         };
         let mut egress_peers = Vec::new();
         let mut egress_class_slots = BTreeMap::new();
@@ -244,18 +284,33 @@ impl Plan {
                 continue;
             }
             let id = i as u32 + 1;
-            let own = cfg
-                .peer_rate_limits
-                .iter()
-                .find(|p| p.direction == Direction::Egress && p.target == Target::Peer(peer.name.clone()));
-            let dest_slot = push(&peer.name, "egress:all".into(), own.map(|p| p.limit.clone()));
-            let group_slot = peer.group.as_ref().and_then(|g| group_egress.get(g)).copied().unwrap_or(NO_SLOT);
+            let own = cfg.peer_rate_limits.iter().find(|p| {
+                p.direction == Direction::Egress && p.target == Target::Peer(peer.name.clone())
+            });
+            let dest_slot = push(
+                &peer.name,
+                "egress:all".into(),
+                own.map(|p| p.limit.clone()),
+            );
+            let group_slot = peer
+                .group
+                .as_ref()
+                .and_then(|g| group_egress.get(g))
+                .copied()
+                .unwrap_or(NO_SLOT);
             let other_slot = push(&peer.name, "egress:other".into(), None);
             let mut classes: BTreeMap<ClassKey, u32> = BTreeMap::new();
             for m in &cfg.message_rate_limits {
                 if m.direction == Direction::Egress && m.target == Target::Peer(peer.name.clone()) {
                     let c = m.msg_class();
-                    classes.insert(key(c), push(&peer.name, format!("egress:{}", class_label(c)), Some(m.limit.clone())));
+                    classes.insert(
+                        key(c),
+                        push(
+                            &peer.name,
+                            format!("egress:{}", class_label(c)),
+                            Some(m.limit.clone()),
+                        ),
+                    );
                 }
             }
             if let Some(g) = &peer.group {
@@ -278,7 +333,12 @@ impl Plan {
             }
             egress_peers.push(PlannedEgress {
                 name: peer.name.clone(),
-                info: EgressPeer { peer_id: id, dest_slot, group_slot, other_slot },
+                info: EgressPeer {
+                    peer_id: id,
+                    dest_slot,
+                    group_slot,
+                    other_slot,
+                },
                 prefixes,
             });
         }
@@ -286,7 +346,9 @@ impl Plan {
             return Err(PlanError::TooManySlots { max: MAX_SLOTS });
         }
         if cfg.global.diameter_ports.len() > 4 {
-            return Err(PlanError::TooManyPorts { count: cfg.global.diameter_ports.len() });
+            return Err(PlanError::TooManyPorts {
+                count: cfg.global.diameter_ports.len(),
+            });
         }
         let mut ports = [0u16; 4];
         for (i, p) in cfg.global.diameter_ports.iter().enumerate() {
@@ -300,7 +362,14 @@ impl Plan {
             },
             enabled: 1,
         };
-        Ok(Plan { global, peers, slots, class_slots, egress_peers, egress_class_slots })
+        Ok(Plan {
+            global,
+            peers,
+            slots,
+            class_slots,
+            egress_peers,
+            egress_class_slots,
+        })
     }
 
     /// The peer's planned entry, by name.
@@ -323,7 +392,9 @@ impl Plan {
     /// its own: it counts on the destination's `other_slot`).
     pub fn egress_slot_of(&self, peer: &str, class: MsgClass) -> Option<u32> {
         let p = self.egress_peer(peer)?;
-        self.egress_class_slots.get(&(p.info.peer_id, key(class))).copied()
+        self.egress_class_slots
+            .get(&(p.info.peer_id, key(class)))
+            .copied()
     }
 
     /// The egress class-slot map entries.
@@ -346,23 +417,37 @@ mod tests {
     use super::*;
 
     fn seed() -> Plan {
-        let cfg = crate::config::parse(include_str!("../../../config/dra.toml"), "dra.toml").expect("seed config");
+        let cfg = crate::config::parse(include_str!("../../../config/dra.toml"), "dra.toml")
+            .expect("seed config");
         Plan::new(&cfg).expect("plan")
     }
 
     #[test]
     fn seed_egress_group_limits_are_shared_by_members() {
         let plan = seed();
-        let p1 = plan.egress_peer("pcrf1").expect("pcrf1 is a destination").info;
-        let p2 = plan.egress_peer("pcrf2").expect("pcrf2 is a destination").info;
-        let o1 = plan.egress_peer("ocs1").expect("ocs1 is a destination").info;
+        let p1 = plan
+            .egress_peer("pcrf1")
+            .expect("pcrf1 is a destination")
+            .info;
+        let p2 = plan
+            .egress_peer("pcrf2")
+            .expect("pcrf2 is a destination")
+            .info;
+        let o1 = plan
+            .egress_peer("ocs1")
+            .expect("ocs1 is a destination")
+            .info;
         assert_eq!(p1.group_slot, p2.group_slot, "one PCRF group bucket");
         assert_ne!(p1.group_slot, o1.group_slot);
         assert_ne!(p1.dest_slot, p2.dest_slot, "per-destination counting");
         let rate = |s: u32| plan.slots[s as usize].limit.as_ref().map(|l| l.rate);
         assert_eq!(rate(p1.group_slot), Some(2000.0));
         assert_eq!(rate(o1.group_slot), Some(500.0));
-        assert_eq!(rate(p1.dest_slot), None, "no per-peer egress profile: counting only");
+        assert_eq!(
+            rate(p1.dest_slot),
+            None,
+            "no per-peer egress profile: counting only"
+        );
         // Clients are not egress destinations.
         assert!(plan.egress_peer("pgw1").is_none());
     }
@@ -379,7 +464,11 @@ mod tests {
             .unwrap();
         for e in &plan.egress_peers {
             assert!(e.info.dest_slot > max_ingress && e.info.other_slot > max_ingress);
-            assert!(plan.slots[e.info.dest_slot as usize].class_label.starts_with("egress:"));
+            assert!(
+                plan.slots[e.info.dest_slot as usize]
+                    .class_label
+                    .starts_with("egress:")
+            );
         }
     }
 
@@ -388,6 +477,12 @@ mod tests {
         let plan = seed();
         let p1 = plan.egress_peer("pcrf1").unwrap();
         assert!(p1.prefixes.contains(&"198.18.2.2/32".parse().unwrap()));
-        assert_eq!(p1.prefixes.iter().filter(|n| **n == "198.18.2.2/32".parse::<IpNet>().unwrap()).count(), 1);
+        assert_eq!(
+            p1.prefixes
+                .iter()
+                .filter(|n| **n == "198.18.2.2/32".parse::<IpNet>().unwrap())
+                .count(),
+            1
+        );
     }
 }

@@ -183,7 +183,10 @@ fn checksum(b: &[u8], initial: u32) -> u16 {
 
 /// Whether `tshark` can be run (the project's setup installs it).
 pub fn tshark_available() -> bool {
-    std::process::Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// tshark's verbose decode of a pcap, with Diameter on TCP 3868 and IP/TCP checksum
@@ -211,10 +214,18 @@ pub fn tshark_verbose(path: &std::path::Path) -> std::io::Result<String> {
 /// The first problem tshark reports in a decode (malformed packet, expert error or
 /// warning), with the frame it is in; None if the decode is clean.
 pub fn tshark_problem(decoded: &str) -> Option<String> {
-    for bad in ["Malformed", "Expert Info (Error", "[Malformed", "Expert Info (Warning"] {
+    for bad in [
+        "Malformed",
+        "Expert Info (Error",
+        "[Malformed",
+        "Expert Info (Warning",
+    ] {
         if let Some(pos) = decoded.find(bad) {
             let from = decoded[..pos].rfind("Frame ").unwrap_or(0);
-            return Some(format!("tshark reports {bad:?}:\n{}", &decoded[from..(pos + 400).min(decoded.len())]));
+            return Some(format!(
+                "tshark reports {bad:?}:\n{}",
+                &decoded[from..(pos + 400).min(decoded.len())]
+            ));
         }
     }
     None

@@ -167,8 +167,13 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     if cfg.peers == 0 {
         return Err(ClientError::NoPeers);
     }
-    super::check_identity(&cfg.origin_host_pattern, &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
-        .map_err(|source| ClientError::Peer { source })?;
+    super::check_identity(
+        &cfg.origin_host_pattern,
+        &cfg.origin_realm,
+        cfg.connect.ip(),
+        cfg.tw,
+    )
+    .map_err(|source| ClientError::Peer { source })?;
     let mut rows_file = match &cfg.rows_path {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
             |source| ClientError::Rows {
@@ -196,7 +201,8 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             connect: cfg.connect,
             bind: cfg.bind,
             tw: cfg.tw,
-            destination_realm: [App::Gx, App::Gy].map(|a| scenario.destination_realm_of(a).to_owned()),
+            destination_realm: [App::Gx, App::Gy]
+                .map(|a| scenario.destination_realm_of(a).to_owned()),
             destination_host: scenario.destination_host.clone(),
             service_context_id: scenario.service_context_id.clone(),
             timeout,
@@ -257,7 +263,11 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             }
         }
         let now = start.elapsed();
-        let due = if stopped { Default::default() } else { sched.advance(now) };
+        let due = if stopped {
+            Default::default()
+        } else {
+            sched.advance(now)
+        };
         for e in due.events {
             match e {
                 Event::Flush(f) => pool.flush(f),
@@ -409,7 +419,6 @@ enum End {
     /// Stop: the task ends.
     Stop,
 }
-
 
 async fn peer_task(
     ctx: PeerCtx,

@@ -575,8 +575,13 @@ pub async fn run(cfg: ClosedConfig) -> Result<ClosedReport, ClosedError> {
     if cfg.peers == 0 || cfg.window == 0 || cfg.measure.is_zero() {
         return Err(ClosedError::Empty);
     }
-    super::check_identity(&cfg.origin_host_pattern, &cfg.origin_realm, cfg.connect.ip(), cfg.tw)
-        .map_err(|source| ClosedError::Peer { source })?;
+    super::check_identity(
+        &cfg.origin_host_pattern,
+        &cfg.origin_realm,
+        cfg.connect.ip(),
+        cfg.tw,
+    )
+    .map_err(|source| ClosedError::Peer { source })?;
     let now = Instant::now();
     let window = Window {
         from: now + cfg.warmup,

@@ -135,7 +135,9 @@ impl RespClient {
         let mut waiting = Vec::with_capacity(cmds.len());
         for args in cmds {
             let (tx, rx) = oneshot::channel();
-            self.tx.send((encode_command(args), tx)).map_err(|_| RespError::Closed)?;
+            self.tx
+                .send((encode_command(args), tx))
+                .map_err(|_| RespError::Closed)?;
             waiting.push(rx);
         }
         let mut first_err = None;

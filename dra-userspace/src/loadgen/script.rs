@@ -145,7 +145,9 @@ impl ArrivalLog {
             o.drain();
             o.apply(key, &mut frame);
         }
-        let Ok(c) = wire::classify(&frame.as_slice(), 0) else { return };
+        let Ok(c) = wire::classify(&frame.as_slice(), 0) else {
+            return;
+        };
         // RFC 6733 §2.4: Application-Id 0 is the base protocol (CER, DWR, DPR).
         if !c.header.is_request() || c.header.application_id == app::COMMON {
             return;
@@ -489,7 +491,16 @@ impl ScriptedServer {
         handler: Handler,
         stats: Arc<ScriptStats>,
     ) -> std::io::Result<ScriptedServer> {
-        Self::serve(listen, cfg, dra_host, tap, handler, stats, ArrivalLog::default()).await
+        Self::serve(
+            listen,
+            cfg,
+            dra_host,
+            tap,
+            handler,
+            stats,
+            ArrivalLog::default(),
+        )
+        .await
     }
 
     async fn serve(
@@ -697,4 +708,3 @@ pub fn dwr(origin_host: &str, origin_realm: &str) -> Message {
         .with(Avp::utf8(avp_code::ORIGIN_HOST, origin_host).mandatory())
         .with(Avp::utf8(avp_code::ORIGIN_REALM, origin_realm).mandatory())
 }
-

@@ -375,14 +375,18 @@ impl Shared {
 
     /// The configured extra Redis commands for one CCR (see `redis_extra_ops`).
     async fn redis_extra(&self, sid: &str) -> bool {
-        let (Some(r), n) = (&self.redis, self.cfg.redis_extra_ops) else { return true };
+        let (Some(r), n) = (&self.redis, self.cfg.redis_extra_ops) else {
+            return true;
+        };
         if n == 0 {
             return true;
         }
         let key = format!("{}{sid}:state", self.cfg.redis_prefix);
         let fields: Vec<String> = (0..n).map(|k| format!("f{k}")).collect();
-        let cmds: Vec<Vec<&[u8]>> =
-            fields.iter().map(|f| vec![&b"HINCRBY"[..], key.as_bytes(), f.as_bytes(), &b"1"[..]]).collect();
+        let cmds: Vec<Vec<&[u8]>> = fields
+            .iter()
+            .map(|f| vec![&b"HINCRBY"[..], key.as_bytes(), f.as_bytes(), &b"1"[..]])
+            .collect();
         r.pipeline(&cmds).await.is_ok()
     }
 
@@ -390,7 +394,12 @@ impl Shared {
     fn track_session(&self, sid: &str, kind: u32) -> Result<(), u32> {
         match kind {
             1 => {
-                if !self.sessions.lock().expect("sessions").insert(sid.to_owned()) {
+                if !self
+                    .sessions
+                    .lock()
+                    .expect("sessions")
+                    .insert(sid.to_owned())
+                {
                     self.stats.lock().expect("stats").duplicate_session += 1;
                 }
             }

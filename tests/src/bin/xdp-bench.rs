@@ -111,26 +111,43 @@ fn run_once(ebpf: &mut aya::Ebpf, prog: &str, pkt: &[u8], out: &mut Vec<u8>) -> 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn main() {
-    let runs: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let rounds: u32 = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let runs: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let rounds: u32 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20);
     let per_round = (runs / rounds).max(1);
     let cfg = dra::config::parse(CONFIG, "bench.toml").expect("config");
     let plan = Plan::new(&cfg).expect("plan");
     let mut ebpf = dataplane::open().expect("eBPF object");
     dataplane::load_xdp(&mut ebpf).expect("load");
     {
-        let p: &mut Xdp = ebpf.program_mut("dra_xdp_pass").unwrap().try_into().unwrap();
+        let p: &mut Xdp = ebpf
+            .program_mut("dra_xdp_pass")
+            .unwrap()
+            .try_into()
+            .unwrap();
         p.load().expect("load dra_xdp_pass");
     }
     let mut maps = Maps::take(&mut ebpf).expect("maps");
     maps.write_plan(&plan).expect("plan");
 
     let gx = dra_common::wire::app::GX;
-    let (f1, f2) = (Frame::v4("198.18.1.2", "198.18.1.1"), Frame::v4("198.18.1.3", "198.18.1.1"));
+    let (f1, f2) = (
+        Frame::v4("198.18.1.2", "198.18.1.1"),
+        Frame::v4("198.18.1.3", "198.18.1.1"),
+    );
     let seq = 1001;
     let seg = |f: &Frame, payload: &[u8]| f.tcp(40000, 3868, seq, TCP_ACK | TCP_PSH, &[], payload);
     let syn = |f: &Frame| f.tcp(40000, 3868, seq - 1, pkt::TCP_SYN, &[], &[]);
@@ -138,11 +155,29 @@ fn main() {
     let four: Vec<u8> = (0..4).flat_map(|k| pkt::ccr(gx, 2, k)).collect();
     let over = seg(&f2, &i0);
     let flags_at = pkt::tcp_offset(&over) + 20 + 4;
-    let case = |name, prog, pkt: Vec<u8>, f: &Frame, expect| Case { name, prog, pkt, syn: syn(f), expect };
+    let case = |name, prog, pkt: Vec<u8>, f: &Frame, expect| Case {
+        name,
+        prog,
+        pkt,
+        syn: syn(f),
+        expect,
+    };
     let xdp = dataplane::XDP_PROGRAM;
     let cases = [
-        case("bare XDP_PASS", "dra_xdp_pass", seg(&f1, &i0), &f1, Expect::Unchanged),
-        case("non-Diameter TCP", xdp, f1.tcp(40000, 80, seq, TCP_ACK, &[], &i0), &f1, Expect::Unchanged),
+        case(
+            "bare XDP_PASS",
+            "dra_xdp_pass",
+            seg(&f1, &i0),
+            &f1,
+            Expect::Unchanged,
+        ),
+        case(
+            "non-Diameter TCP",
+            xdp,
+            f1.tcp(40000, 80, seq, TCP_ACK, &[], &i0),
+            &f1,
+            Expect::Unchanged,
+        ),
         case(
             "unknown peer on 3868 (LPM miss, pass)",
             xdp,
@@ -150,11 +185,35 @@ fn main() {
             &f1,
             Expect::Unchanged,
         ),
-        case("Diameter answer", xdp, seg(&f1, &pkt::cca(gx, 0)), &f1, Expect::Unchanged),
-        case("CCR-U admitted", xdp, seg(&f1, &pkt::ccr(gx, 2, 0)), &f1, Expect::Unchanged),
+        case(
+            "Diameter answer",
+            xdp,
+            seg(&f1, &pkt::cca(gx, 0)),
+            &f1,
+            Expect::Unchanged,
+        ),
+        case(
+            "CCR-U admitted",
+            xdp,
+            seg(&f1, &pkt::ccr(gx, 2, 0)),
+            &f1,
+            Expect::Unchanged,
+        ),
         case(GOAL_CASE, xdp, seg(&f1, &i0), &f1, Expect::Unchanged),
-        case("CCR-I over limit (marked)", xdp, over, &f2, Expect::Marked(flags_at)),
-        case("segment with 4 messages", xdp, seg(&f1, &four), &f1, Expect::Unchanged),
+        case(
+            "CCR-I over limit (marked)",
+            xdp,
+            over,
+            &f2,
+            Expect::Marked(flags_at),
+        ),
+        case(
+            "segment with 4 messages",
+            xdp,
+            seg(&f1, &four),
+            &f1,
+            Expect::Unchanged,
+        ),
     ];
     // pgw2's CCR-I limit (0.001/s, burst 1): spend the burst, so every timed run is over.
     let mut out = Vec::new();
@@ -181,9 +240,13 @@ fn main() {
                             Expect::Unchanged => out == c.pkt,
                             Expect::Marked(at) => {
                                 out.len() == c.pkt.len()
-                                    && out[at] == c.pkt[at] | dra_common::wire::flags::RATE_LIMIT_MARK
+                                    && out[at]
+                                        == c.pkt[at] | dra_common::wire::flags::RATE_LIMIT_MARK
                                     && out[at] != c.pkt[at]
-                                    && pkt::tcp_checksum_ok(&out, &Frame::v4("198.18.1.3", "198.18.1.1"))
+                                    && pkt::tcp_checksum_ok(
+                                        &out,
+                                        &Frame::v4("198.18.1.3", "198.18.1.1"),
+                                    )
                             }
                         };
                     if !ok && !wrong.iter().any(|w| w.starts_with(c.name)) {
@@ -210,9 +273,17 @@ fn main() {
     println!("| case | ns/packet | min–max | net of bare | × bare XDP_PASS |");
     println!("|---|---:|---:|---:|---:|");
     for (c, (m, lo, hi)) in cases.iter().zip(&stats) {
-        println!("| {} | {m:.1} | {lo:.1}–{hi:.1} | {:.1} | {:.2} |", c.name, m - base, m / base);
+        println!(
+            "| {} | {m:.1} | {lo:.1}–{hi:.1} | {:.1} | {:.2} |",
+            c.name,
+            m - base,
+            m / base
+        );
     }
-    let goal_i = cases.iter().position(|c| c.name == GOAL_CASE).expect("goal case");
+    let goal_i = cases
+        .iter()
+        .position(|c| c.name == GOAL_CASE)
+        .expect("goal case");
     let net = stats[goal_i].0 - base;
     let met = net <= GOAL_NET_NS;
     println!(
@@ -252,5 +323,3 @@ fn main() {
         std::process::exit(1);
     }
 }
-
-

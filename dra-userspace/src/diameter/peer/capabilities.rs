@@ -186,12 +186,20 @@ impl PeerIdentity {
 
     /// Every advertised Auth-Application-Id, plain and vendor-specific, without 0.
     pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(&self.auth_application_ids, &self.vendor_specific_application_ids, true)
+        advertised(
+            &self.auth_application_ids,
+            &self.vendor_specific_application_ids,
+            true,
+        )
     }
 
     /// Every advertised Acct-Application-Id, plain and vendor-specific, without 0.
     pub fn acct_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(&self.acct_application_ids, &self.vendor_specific_application_ids, false)
+        advertised(
+            &self.acct_application_ids,
+            &self.vendor_specific_application_ids,
+            false,
+        )
     }
 }
 

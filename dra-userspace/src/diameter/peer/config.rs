@@ -161,12 +161,20 @@ impl PeerConfig {
     /// Every advertised Auth-Application-Id, plain and vendor-specific, without the
     /// common application 0 (RFC 6733 §5.3: the base protocol is not advertised).
     pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(&self.auth_application_ids, &self.vendor_specific_application_ids, true)
+        advertised(
+            &self.auth_application_ids,
+            &self.vendor_specific_application_ids,
+            true,
+        )
     }
 
     /// Every advertised Acct-Application-Id, plain and vendor-specific, without 0.
     pub fn acct_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(&self.acct_application_ids, &self.vendor_specific_application_ids, false)
+        advertised(
+            &self.acct_application_ids,
+            &self.vendor_specific_application_ids,
+            false,
+        )
     }
 }
 
@@ -214,9 +222,15 @@ pub(crate) fn advertised<'a>(
     vendor_specific: &'a [VendorSpecificApplicationId],
     auth: bool,
 ) -> impl Iterator<Item = u32> + 'a {
-    let vendor = vendor_specific.iter().filter_map(move |v| match (v.application, auth) {
-        (ApplicationId::Auth(id), true) | (ApplicationId::Acct(id), false) => Some(id),
-        _ => None,
-    });
-    plain.iter().copied().chain(vendor).filter(|&id| id != app::COMMON)
+    let vendor = vendor_specific
+        .iter()
+        .filter_map(move |v| match (v.application, auth) {
+            (ApplicationId::Auth(id), true) | (ApplicationId::Acct(id), false) => Some(id),
+            _ => None,
+        });
+    plain
+        .iter()
+        .copied()
+        .chain(vendor)
+        .filter(|&id| id != app::COMMON)
 }
