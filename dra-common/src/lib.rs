@@ -3,6 +3,7 @@
 //! counter enum. `no_std`, no allocation: the same code runs in the kernel.
 #![no_std]
 
+pub mod gcra;
 pub mod maps;
 pub mod stats;
 pub mod wire;

@@ -140,22 +140,13 @@ impl BucketConfig {
         _pad: 0,
     };
 
-    /// Bucket for `rate` msgs/s with a burst of `burst` messages (≥ 1).
+    /// Bucket for `rate` msgs/s with a burst of `burst` messages (≥ 1), see
+    /// [`crate::gcra::Rate::new`].
     pub fn new(rate: f64, burst: u32, action: Action) -> BucketConfig {
-        let interval_ns = if rate > 0.0 {
-            let v = 1e9 / rate + 0.5;
-            if v >= u64::MAX as f64 {
-                u64::MAX
-            } else {
-                v as u64
-            }
-        } else {
-            u64::MAX
-        };
-        let b = if burst == 0 { 1 } else { burst } as u64;
+        let r = crate::gcra::Rate::new(rate, burst);
         BucketConfig {
-            interval_ns,
-            tolerance_ns: interval_ns.saturating_mul(b - 1),
+            interval_ns: r.interval_ns,
+            tolerance_ns: r.tolerance_ns,
             action: action as u32,
             _pad: 0,
         }

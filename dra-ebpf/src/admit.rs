@@ -41,12 +41,12 @@ fn verdict_of(action: Action) -> Verdict {
 /// given back. Nothing is charged for a request that does not fit.
 #[inline(always)]
 pub fn decide(peer: &PeerInfo, slot: u32, now: u64) -> Verdict {
-    match bucket::charge(peer.overall_slot, now, 1, false) {
+    match bucket::charge(peer.overall_slot, now) {
         Charge::Over { action } => verdict_of(action),
-        o => match bucket::charge(slot, now, 1, false) {
+        o => match bucket::charge(slot, now) {
             Charge::Over { action } => {
-                if matches!(o, Charge::Charged { .. }) {
-                    bucket::refund(peer.overall_slot, 1);
+                if matches!(o, Charge::Charged) {
+                    bucket::refund(peer.overall_slot);
                 }
                 verdict_of(action)
             }

@@ -13,7 +13,10 @@
 
 use core::intrinsics::{AtomicOrdering, atomic_cxchg};
 
-use dra_common::maps::{Action, NO_SLOT};
+use dra_common::{
+    gcra,
+    maps::{Action, NO_SLOT},
+};
 
 use crate::maps::{BUCKET_CONFIG, BUCKET_STATE};
 
@@ -26,8 +29,8 @@ const CAS_RETRIES: usize = 4;
 pub enum Charge {
     /// No bucket in this slot, or the slot only counts.
     Unlimited,
-    /// Charged `n` × `interval_ns`.
-    Charged { interval_ns: u64 },
+    /// Charged one message.
+    Charged,
     /// Does not fit; nothing charged.
     Over { action: Action },
 }
@@ -69,10 +72,10 @@ fn atomic_tat(slot: u32) -> Option<Tat> {
     Some(Tat(p.cast::<u64>()))
 }
 
-/// Charges `n` messages at `now` if they fit (all of them) or, with `force`,
-/// regardless (the bucket may go into debt: later messages pay it back).
+/// Charges one message at `now` if it fits ([`gcra::conforms`], the rule the agent's
+/// userspace limiter and RLF use too).
 #[inline(always)]
-pub fn charge(slot: u32, now: u64, n: u64, force: bool) -> Charge {
+pub fn charge(slot: u32, now: u64) -> Charge {
     if slot == NO_SLOT {
         return Charge::Unlimited;
     }
@@ -83,7 +86,6 @@ pub fn charge(slot: u32, now: u64, n: u64, force: bool) -> Charge {
     if t == 0 {
         return Charge::Unlimited;
     }
-    let tol = cfg.tolerance_ns;
     let Some(tat) = atomic_tat(slot) else {
         return Charge::Unlimited;
     };
@@ -91,39 +93,40 @@ pub fn charge(slot: u32, now: u64, n: u64, force: bool) -> Charge {
     let mut i = 0;
     while i < CAS_RETRIES {
         i += 1;
-        let base = if cur > now { cur } else { now };
-        // The last of the n messages conforms if base + (n−1)·T − now ≤ τ.
-        let last = base + (n - 1) * t;
-        if !force && last - now > tol {
+        let Some(next) = gcra::conforms(cur, now, t, cfg.tolerance_ns) else {
             return Charge::Over {
                 action: Action::from_u32(cfg.action),
             };
-        }
-        match tat.cas(cur, base + n * t) {
-            Ok(_) => return Charge::Charged { interval_ns: t },
+        };
+        match tat.cas(cur, next) {
+            Ok(_) => return Charge::Charged,
             Err(v) => cur = v,
         }
     }
-    let base = if cur > now { cur } else { now };
-    tat.store(base + n * t);
-    Charge::Charged { interval_ns: t }
+    // Another CPU kept winning: judge on the latest value and store without CAS (a
+    // racing charge may be overwritten: at most one message more in that burst).
+    let Some(next) = gcra::conforms(cur, now, t, cfg.tolerance_ns) else {
+        return Charge::Over {
+            action: Action::from_u32(cfg.action),
+        };
+    };
+    tat.store(next);
+    Charge::Charged
 }
 
-/// Gives back `n` charges (a packet that was dropped after some of its messages
-/// were charged).
+/// Gives back one charge (a request charged on its peer's overall bucket but over its
+/// class bucket).
 #[inline(always)]
-pub fn refund(slot: u32, n: u64) {
+pub fn refund(slot: u32) {
     let Some(cfg) = BUCKET_CONFIG.get(slot) else {
         return;
     };
     let Some(tat) = atomic_tat(slot) else { return };
-    let d = n * cfg.interval_ns;
     let mut cur = tat.load();
     let mut i = 0;
     while i < CAS_RETRIES {
         i += 1;
-        let new = cur.saturating_sub(d);
-        match tat.cas(cur, new) {
+        match tat.cas(cur, gcra::refund(cur, cfg.interval_ns)) {
             Ok(_) => return,
             Err(v) => cur = v,
         }

@@ -200,7 +200,7 @@ fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
     let this = w.off;
     w.off = this + ((clen + 3) & !3);
     if ctype == CHUNK_INIT {
-        if let Charge::Over { .. } = bucket::charge(w.peer.conn_slot, w.now, 1, false) {
+        if let Charge::Over { .. } = bucket::charge(w.peer.conn_slot, w.now) {
             count(Counter::SynDropped);
             w.status = STOP_DROP;
             return false;

@@ -500,15 +500,15 @@ fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
     let mut over = false;
     let mut i = 0;
     while i < 3 {
-        match bucket::charge(slots[i], now, 1, false) {
-            Charge::Charged { .. } => charged[i] = true,
+        match bucket::charge(slots[i], now) {
+            Charge::Charged => charged[i] = true,
             Charge::Over {
                 action: Action::Drop,
             } => {
                 let mut j = 0;
                 while j < 3 {
                     if charged[j] {
-                        bucket::refund(slots[j], 1);
+                        bucket::refund(slots[j]);
                     }
                     add(slots[j], 0, len);
                     j += 1;

@@ -236,7 +236,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     let now = unsafe { bpf_ktime_get_ns() };
     if tflags & TCP_SYN != 0 {
         if tflags & TCP_ACK == 0
-            && let Charge::Over { .. } = bucket::charge(peer.conn_slot, now, 1, false)
+            && let Charge::Over { .. } = bucket::charge(peer.conn_slot, now)
         {
             count(Counter::SynDropped);
             return DROP;

@@ -64,22 +64,18 @@ pub enum Charge {
     },
 }
 
-/// GCRA, virtual scheduling (the kernel's `bucket::charge` for one message): with
-/// `base = max(tat, now)`, a message conforms if `base − now ≤ tolerance`, and then
-/// the TAT becomes `base + interval`. An interval of 0 is unlimited. Pure: time is an
-/// argument.
+/// One message against a slot's bucket: [`dra_common::gcra::conforms`], the rule the
+/// kernel's `bucket::charge` applies too, with the slot's action when it does not fit.
+/// An interval of 0 is unlimited. Pure: time is an argument.
 pub fn gcra(tat: u64, now_ns: u64, cfg: &BucketConfig) -> Charge {
     if cfg.interval_ns == 0 {
         return Charge::Unlimited;
     }
-    let base = tat.max(now_ns);
-    if base - now_ns > cfg.tolerance_ns {
-        return Charge::Over {
+    match dra_common::gcra::conforms(tat, now_ns, cfg.interval_ns, cfg.tolerance_ns) {
+        Some(tat) => Charge::Charged { tat },
+        None => Charge::Over {
             action: Action::from_u32(cfg.action),
-        };
-    }
-    Charge::Charged {
-        tat: base.saturating_add(cfg.interval_ns),
+        },
     }
 }
 
@@ -182,7 +178,7 @@ impl SlotState {
         let _ = self
             .tat
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some(t.saturating_sub(d))
+                Some(dra_common::gcra::refund(t, d))
             });
     }
 

@@ -7,9 +7,8 @@
 //! Sans-IO and generic over the queued item `T` (the shell's request handle). Time is a
 //! `Duration` since an arbitrary start.
 //!
-//! The bucket is GCRA (the virtual-scheduling form of a token bucket, ITU-T I.371) on
-//! integer nanoseconds in 96.32 fixed point, so the long-run rate is exact to a few
-//! parts in 10^10 and never drifts.
+//! The bucket is the project's one GCRA ([`dra_common::gcra`], the virtual-scheduling
+//! form of a token bucket, ITU-T I.371) on integer nanoseconds, as the fast path's.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -139,59 +138,40 @@ pub struct RlfStats {
     pub flushed: u64,
 }
 
-/// GCRA in 96.32 fixed-point nanoseconds.
+/// The egress bucket: [`dra_common::gcra`] on nanoseconds since the caller's start.
 #[derive(Debug, Clone)]
 struct Gcra {
-    /// Emission interval 1/rate.
-    interval: u128,
-    /// Burst tolerance (burst − 1) × interval.
-    tau: u128,
-    /// Theoretical arrival time of the next conforming message.
-    tat: u128,
+    rate: dra_common::gcra::Rate,
+    /// Theoretical arrival time of the next conforming message (ns).
+    tat: u64,
 }
 
-const FRAC_BITS: u32 = 32;
-
-fn fixed(t: Duration) -> u128 {
-    t.as_nanos() << FRAC_BITS
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Gcra {
     fn new(rate: f64, burst: u32) -> Gcra {
-        let interval = (1e9 / rate * 4_294_967_296.0).round();
-        // Clamp to [1 unit, 10^28 units] (10^28 units ≈ 74 years per message): the
-        // products and sums below then stay far inside u128.
-        let interval = if interval < 1.0 {
-            1
-        } else if interval > 1e28 {
-            10u128.pow(28)
-        } else {
-            interval as u128
-        };
         Gcra {
-            interval,
-            tau: interval * u128::from(burst - 1),
+            rate: dra_common::gcra::Rate::new(rate, burst),
             tat: 0,
         }
     }
 
-    /// Earliest time a token is available (fixed point).
-    fn ready_at(&self) -> u128 {
-        self.tat.saturating_sub(self.tau)
-    }
-
     fn available(&self, now: Duration) -> bool {
-        self.ready_at() <= fixed(now)
+        dra_common::gcra::ready_at(self.tat, self.rate.tolerance_ns) <= nanos(now)
     }
 
     fn take(&mut self, now: Duration) {
-        self.tat = self.tat.max(fixed(now)).saturating_add(self.interval);
+        let r = self.rate;
+        // Called only when available (or to send regardless: then from max(tat, now)).
+        self.tat = dra_common::gcra::conforms(self.tat, nanos(now), r.interval_ns, r.tolerance_ns)
+            .unwrap_or_else(|| self.tat.max(nanos(now)).saturating_add(r.interval_ns));
     }
 
-    /// [`Gcra::ready_at`] rounded up to whole nanoseconds.
+    /// When the next message conforms.
     fn ready_at_duration(&self) -> Duration {
-        let ns = self.ready_at().div_ceil(1u128 << FRAC_BITS);
-        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        Duration::from_nanos(dra_common::gcra::ready_at(self.tat, self.rate.tolerance_ns))
     }
 }
 
