@@ -14,14 +14,8 @@ use dra::relay::{
 use dra::routing::{PeerId, SplitMix64};
 use dra_common::wire::flags;
 
-const PGW: DownstreamRef = DownstreamRef {
-    conn_id: 7,
-    generation: 1,
-};
-const PGW2: DownstreamRef = DownstreamRef {
-    conn_id: 8,
-    generation: 1,
-};
+const PGW: DownstreamRef = DownstreamRef { conn_id: 7 };
+const PGW2: DownstreamRef = DownstreamRef { conn_id: 8 };
 const PCRF1: PeerId = PeerId(1);
 const PCRF2: PeerId = PeerId(2);
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -110,7 +104,7 @@ fn forward_rewrites_hop_by_hop_keeps_end_to_end_and_appends_route_record() {
     assert_eq!(d.answer.end_to_end, req.end_to_end);
     assert_eq!(d.answer.avps, ans.avps, "answer relayed unchanged");
     assert_eq!(d.answer.flags, ans.flags);
-    assert_eq!(r.poll_released(), Some(PCRF1));
+    assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF1));
     assert_eq!(r.poll_released(), None);
     let s = r.stats();
     assert_eq!((s.requests_in, s.answers_relayed, s.pending), (1, 1, 0));
@@ -285,7 +279,11 @@ fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
     assert_eq!(retry.cause, FailureCause::Timeout);
     assert_eq!(retry.downstream, PGW);
     assert!(retry.request.is_retransmit(), "T flag on the retry");
-    assert_eq!(r.poll_released(), Some(PCRF1), "PCRF1's slot is free");
+    assert_eq!(
+        r.poll_released().map(|x| x.peer),
+        Some(PCRF1),
+        "PCRF1's slot is free"
+    );
     assert!(r.invariant_ok());
     assert_eq!(
         r.stats().pending,
@@ -332,7 +330,7 @@ fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
         "{}",
         error_message(&a)
     );
-    assert_eq!(r.poll_released(), Some(PCRF2));
+    assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF2));
     let s = r.stats();
     assert_eq!(
         (s.requests_in, s.retries, s.answers_generated, s.pending),
@@ -419,7 +417,7 @@ fn peer_failure_fails_over_its_pending_requests_in_order() {
     assert_eq!(r.outstanding(PCRF1), 0);
     assert_eq!(r.outstanding(PCRF2), 1, "other peer untouched");
     for _ in 0..3 {
-        assert_eq!(r.poll_released(), Some(PCRF1));
+        assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF1));
     }
     for x in retries {
         let (to, m) = expect_send(r.retry(ms(10), x, Some(PCRF2), TIMEOUT));
@@ -462,7 +460,7 @@ fn answers_for_a_closed_downstream_are_discarded_and_counted() {
     r.downstream_closed(PGW.conn_id);
     // The upstream still answers; the slot is freed, the answer goes nowhere.
     assert!(r.on_answer(PCRF1, pcrf_answer(&a)).is_none());
-    assert_eq!(r.poll_released(), Some(PCRF1));
+    assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF1));
     let s = r.stats();
     assert_eq!((s.answers_discarded, s.late_answers), (1, 0));
     // A timeout of a closed downstream's request is not retried.
@@ -486,59 +484,20 @@ fn answers_for_a_closed_downstream_are_discarded_and_counted() {
 }
 
 #[test]
-fn a_reconnected_downstream_does_not_get_the_old_connections_answers() {
-    let mut r = relay(16);
-    let old = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
-        .expect("old");
-    // Same connection id, new transport connection (the shell bumps the generation).
-    let reconnected = DownstreamRef {
-        generation: PGW.generation + 1,
-        ..PGW
-    };
-    let new = r
-        .forward(
-            ms(1),
-            reconnected,
-            fx::PGW_HOST,
-            fx::ccr_i_gx(),
-            PCRF1,
-            TIMEOUT,
-        )
-        .expect("new");
-    assert!(r.on_answer(PCRF1, pcrf_answer(&old)).is_none());
-    let d = r
-        .on_answer(PCRF1, pcrf_answer(&new))
-        .expect("new conn gets it");
-    assert_eq!(d.to, reconnected);
-    let s = r.stats();
-    assert_eq!((s.answers_discarded, s.answers_relayed), (1, 1));
-    assert!(r.invariant_ok());
-}
-
-#[test]
-fn egress_refusals_cancel_or_drop_the_pending_request() {
+fn egress_refusals_are_answered_or_dropped_and_never_pending() {
     let mut r = relay(16);
     let req = fx::ccr_i_gx();
-    let a = r
-        .forward(ms(0), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect("a");
-    let b = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_u_gy(), PCRF1, TIMEOUT)
-        .expect("b");
+    let a = r.admit(PGW, fx::PGW_HOST, req.clone(), 0).expect("a");
+    let b = r.admit(PGW, fx::PGW_HOST, fx::ccr_u_gy(), 0).expect("b");
+    assert_eq!(r.len(), 0, "admitted, not pending");
     let d = r
-        .cancel(
-            PCRF1,
-            a.hop_by_hop,
-            result_code::UNABLE_TO_COMPLY,
-            "egress limit",
-        )
+        .refused(PGW, &a, result_code::UNABLE_TO_COMPLY, "egress limit")
         .expect("answer");
     assert_eq!(d.answer.result_code(), Some(result_code::UNABLE_TO_COMPLY));
     assert!(!d.answer.is_error(), "5012 is not a protocol error");
     assert_eq!(d.answer.hop_by_hop, req.hop_by_hop);
-    assert!(r.drop_request(PCRF1, b.hop_by_hop));
-    assert!(!r.drop_request(PCRF1, b.hop_by_hop));
+    drop(b);
+    r.dropped();
     assert_eq!(r.poll_released(), None, "neither was ever outstanding");
     let s = r.stats();
     assert_eq!(
@@ -546,6 +505,33 @@ fn egress_refusals_cancel_or_drop_the_pending_request() {
         (1, 1, 0)
     );
     assert!(r.invariant_ok());
+}
+
+#[test]
+fn send_encodes_once_with_a_fresh_hop_by_hop_id() {
+    let mut r = relay(16);
+    let req = fx::ccr_i_gx();
+    let admitted = r
+        .admit(PGW, fx::PGW_HOST, req.clone(), 0)
+        .expect("admitted");
+    let bytes = r
+        .send(ms(0), PGW, admitted, PCRF1, TIMEOUT, false)
+        .expect("encoded");
+    let sent = dra::diameter::decode(&bytes).expect("decodes");
+    assert_ne!(sent.hop_by_hop, req.hop_by_hop);
+    assert_eq!(sent.end_to_end, req.end_to_end);
+    assert_eq!(route_records(&sent), [fx::PGW_HOST]);
+    assert_eq!(r.outstanding(PCRF1), 1);
+    let d = r.on_answer(PCRF1, pcrf_answer(&sent)).expect("relayed");
+    assert_eq!(d.answer.hop_by_hop, req.hop_by_hop);
+    assert_eq!(r.outstanding(PCRF1), 0);
+    let rel = r.poll_released().expect("released");
+    assert_eq!((rel.peer, rel.answered_sent_at), (PCRF1, Some(ms(0))));
+    // Capacity counts what the caller holds elsewhere (an egress queue).
+    let err = r
+        .admit(PGW, fx::PGW_HOST, fx::ccr_i_gx(), 16)
+        .expect_err("full with 16 held elsewhere");
+    assert!(matches!(err, RelayError::TooBusy { .. }));
 }
 
 #[test]
@@ -616,7 +602,10 @@ fn randomized_run_every_request_gets_exactly_one_outcome() {
     let mut rng = SplitMix64::new(0x00d1_a5ee_d000_0001);
     let mut r = relay(300);
     let mut now = Duration::ZERO;
-    let mut generation: Vec<u64> = vec![1; CONNS as usize];
+    // The connection ids in use; a closed connection's slot gets a fresh id (the shell
+    // never reuses one).
+    let mut conn_ids: Vec<u64> = (0..CONNS).collect();
+    let mut next_conn_id = CONNS;
     let mut sent: Vec<Sent> = Vec::with_capacity(REQUESTS as usize);
     // Requests upstream as the peers see them (may be stale after failover).
     let mut upstream: Vec<(PeerId, Message)> = Vec::new();
@@ -634,8 +623,7 @@ fn randomized_run_every_request_gets_exactly_one_outcome() {
             // A new request.
             let conn = rng.below(CONNS);
             let from = DownstreamRef {
-                conn_id: conn,
-                generation: generation[conn as usize],
+                conn_id: conn_ids[conn as usize],
             };
             let hbh = rng.next_u64() as u32;
             let mut req = Message::request(272, 16_777_238, hbh, next)
@@ -651,38 +639,39 @@ fn randomized_run_every_request_gets_exactly_one_outcome() {
             });
             let to = PeerId(rng.below(PEERS as u64) as usize);
             let timeout = Duration::from_millis(50 + rng.below(200));
-            match r.forward(now, from, "pgw", req, to, timeout) {
-                Ok(fwd) => {
-                    assert_eq!(fwd.end_to_end, next);
-                    // Egress refusals now and then.
-                    match rng.below(200) {
-                        0 => {
-                            let d = r
-                                .cancel(to, fwd.hop_by_hop, result_code::TOO_BUSY, "egress")
-                                .expect("pending and live");
-                            deliver(d, &mut sent);
-                        }
-                        1 => {
-                            assert!(r.drop_request(to, fwd.hop_by_hop));
-                            sent[next as usize].outcomes += 1;
-                            dropped += 1;
-                        }
-                        _ => upstream.push((to, fwd)),
+            // Egress refusals now and then: admitted, then answered or dropped.
+            let refusal = rng.below(200);
+            let result = if refusal < 2 {
+                r.admit(from, "pgw", req, 0).map(|admitted| {
+                    if refusal == 0 {
+                        let d = r
+                            .refused(from, &admitted, result_code::TOO_BUSY, "egress")
+                            .expect("live");
+                        deliver(d, &mut sent);
+                    } else {
+                        r.dropped();
+                        sent[next as usize].outcomes += 1;
+                        dropped += 1;
                     }
-                }
-                Err(e) => {
-                    let rc = e.result_code().expect("answerable");
-                    assert!(rc == result_code::LOOP_DETECTED || rc == result_code::TOO_BUSY);
-                    let a = e.into_answer().expect("answer");
-                    assert_eq!((a.hop_by_hop, a.end_to_end), (hbh, next));
-                    deliver(
-                        Delivery {
-                            to: from,
-                            answer: a,
-                        },
-                        &mut sent,
-                    );
-                }
+                })
+            } else {
+                r.forward(now, from, "pgw", req, to, timeout).map(|fwd| {
+                    assert_eq!(fwd.end_to_end, next);
+                    upstream.push((to, fwd));
+                })
+            };
+            if let Err(e) = result {
+                let rc = e.result_code().expect("answerable");
+                assert!(rc == result_code::LOOP_DETECTED || rc == result_code::TOO_BUSY);
+                let a = e.into_answer().expect("answer");
+                assert_eq!((a.hop_by_hop, a.end_to_end), (hbh, next));
+                deliver(
+                    Delivery {
+                        to: from,
+                        answer: a,
+                    },
+                    &mut sent,
+                );
             }
             next += 1;
         } else if roll < 900 {
@@ -726,11 +715,12 @@ fn randomized_run_every_request_gets_exactly_one_outcome() {
             let exp = r.peer_failed(now, PeerId(rng.below(PEERS as u64) as usize));
             handle_expired(exp, &mut retries, &mut sent);
         } else if roll < 968 {
-            // A downstream connection closes and comes back as a new generation.
-            let conn = rng.below(CONNS);
+            // A downstream connection closes; a new one takes its place.
+            let conn = rng.below(CONNS) as usize;
             closes += 1;
-            r.downstream_closed(conn);
-            generation[conn as usize] += 1;
+            r.downstream_closed(conn_ids[conn]);
+            conn_ids[conn] = next_conn_id;
+            next_conn_id += 1;
         }
         if rng.below(100) == 0 {
             retries.clear(); // the shell forgot some: they must still end

@@ -9,6 +9,9 @@ use dra::routing::PeerId;
 const A: PeerId = PeerId(10);
 const B: PeerId = PeerId(11);
 
+/// No requests outstanding (limiters without a cap ignore the count).
+const NONE: fn(PeerId) -> u32 = |_| 0;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -41,7 +44,7 @@ fn drive(rlf: &mut Rlf<u64>, per_sec: u64, dur: Duration) -> Tally {
     let mut wakeups = 0u64;
     loop {
         let next_offer = k * 1_000_000_000 / per_sec;
-        let wake = match rlf.poll_timeout() {
+        let wake = match rlf.poll_timeout(NONE) {
             Some(p) if (p.as_nanos() as u64) < next_offer => (p.as_nanos() as u64).max(now),
             _ => next_offer,
         };
@@ -58,13 +61,13 @@ fn drive(rlf: &mut Rlf<u64>, per_sec: u64, dur: Duration) -> Tally {
         while rlf.poll_expired(at).is_some() {
             t.expired += 1;
         }
-        while rlf.poll_ready(at).is_some() {
+        while rlf.poll_ready(at, NONE).is_some() {
             t.sent += 1;
             t.sent_at.push(now);
         }
         if now == next_offer {
             t.offered += 1;
-            match rlf.offer(at, k, A) {
+            match rlf.offer(at, k, A, NONE) {
                 Offer::Send(_) => {
                     t.sent += 1;
                     t.sent_at.push(now);
@@ -161,20 +164,20 @@ fn queued_items_beyond_the_delay_tolerance_get_the_action() {
         ..RlfConfig::new(10.0, 1)
     })
     .expect("valid");
-    assert_eq!(rlf.offer(ms(0), 0u64, A), Offer::Send(0));
+    assert_eq!(rlf.offer(ms(0), 0u64, A, NONE), Offer::Send(0));
     for i in 1..=30u64 {
-        assert_eq!(rlf.offer(ms(0), i, A), Offer::Queued, "slow down");
+        assert_eq!(rlf.offer(ms(0), i, A, NONE), Offer::Queued, "slow down");
     }
     let mut sent = Vec::new();
     let mut expired = Vec::new();
-    while let Some(at) = rlf.poll_timeout() {
+    while let Some(at) = rlf.poll_timeout(NONE) {
         while let Some(o) = rlf.poll_expired(at) {
             assert!(o.waited > Duration::from_secs(2));
             assert_eq!(o.action, reject(3004, "PCRF group busy"));
             assert_eq!(o.peer, A);
             expired.push(o.item);
         }
-        while let Some((item, peer)) = rlf.poll_ready(at) {
+        while let Some((item, peer)) = rlf.poll_ready(at, NONE) {
             assert_eq!(peer, A);
             sent.push((item, at));
         }
@@ -200,11 +203,11 @@ fn full_queue_gets_the_action_at_once() {
             ..RlfConfig::new(1.0, 1)
         })
         .expect("valid");
-        assert_eq!(rlf.offer(ms(0), 0u32, A), Offer::Send(0));
+        assert_eq!(rlf.offer(ms(0), 0u32, A, NONE), Offer::Send(0));
         for i in 1..=3 {
-            assert_eq!(rlf.offer(ms(1), i, A), Offer::Queued);
+            assert_eq!(rlf.offer(ms(1), i, A, NONE), Offer::Queued);
         }
-        let got = rlf.offer(ms(2), 4, A);
+        let got = rlf.offer(ms(2), 4, A, NONE);
         match action {
             RlfAction::Drop => assert_eq!(got, Offer::Dropped(4)),
             RlfAction::Reject { .. } => assert_eq!(
@@ -228,10 +231,10 @@ fn zero_delay_tolerance_never_queues() {
         ..RlfConfig::new(100.0, 2)
     })
     .expect("valid");
-    assert_eq!(rlf.offer(ms(0), 1u8, A), Offer::Send(1));
-    assert_eq!(rlf.offer(ms(0), 2, A), Offer::Send(2));
+    assert_eq!(rlf.offer(ms(0), 1u8, A, NONE), Offer::Send(1));
+    assert_eq!(rlf.offer(ms(0), 2, A, NONE), Offer::Send(2));
     assert!(matches!(
-        rlf.offer(ms(0), 3, A),
+        rlf.offer(ms(0), 3, A, NONE),
         Offer::Rejected {
             item: 3,
             result_code: 3002,
@@ -239,7 +242,7 @@ fn zero_delay_tolerance_never_queues() {
         }
     ));
     assert_eq!(
-        rlf.offer(ms(10), 4, A),
+        rlf.offer(ms(10), 4, A, NONE),
         Offer::Send(4),
         "one token back after 10 ms"
     );
@@ -248,17 +251,35 @@ fn zero_delay_tolerance_never_queues() {
 #[test]
 fn back_pressure_says_when_to_send_again() {
     let mut rlf = Rlf::new(RlfConfig::new(100.0, 1)).expect("valid");
-    assert_eq!(rlf.offer(ms(0), 'a', A), Offer::Send('a'));
-    assert_eq!(rlf.offer(ms(0), 'b', A), Offer::Queued);
-    assert_eq!(rlf.offer(ms(1), 'c', A), Offer::Queued, "behind b");
-    assert_eq!(rlf.poll_timeout(), Some(ms(10)));
-    assert_eq!(rlf.poll_ready(Duration::from_micros(9_999)), None);
-    assert_eq!(rlf.poll_ready(ms(10)), Some(('b', A)));
-    assert_eq!(rlf.poll_ready(ms(10)), None);
-    assert_eq!(rlf.poll_timeout(), Some(ms(20)));
+    assert_eq!(rlf.offer(ms(0), 'a', A, NONE), Offer::Send('a'));
+    assert_eq!(rlf.offer(ms(0), 'b', A, NONE), Offer::Queued);
+    assert_eq!(rlf.offer(ms(1), 'c', A, NONE), Offer::Queued, "behind b");
+    assert_eq!(rlf.poll_timeout(NONE), Some(ms(10)));
+    assert_eq!(rlf.poll_ready(Duration::from_micros(9_999), NONE), None);
+    assert_eq!(rlf.poll_ready(ms(10), NONE), Some(('b', A)));
+    assert_eq!(rlf.poll_ready(ms(10), NONE), None);
+    assert_eq!(rlf.poll_timeout(NONE), Some(ms(20)));
     // A new offer does not overtake a queued item whose token is due.
-    assert_eq!(rlf.offer(ms(25), 'd', A), Offer::Queued);
-    assert_eq!(rlf.poll_ready(ms(25)), Some(('c', A)));
+    assert_eq!(rlf.offer(ms(25), 'd', A, NONE), Offer::Queued);
+    assert_eq!(rlf.poll_ready(ms(25), NONE), Some(('c', A)));
+}
+
+/// The caller's count of requests outstanding per peer (the relay's, in the agent).
+#[derive(Default)]
+struct Outstanding(std::cell::RefCell<std::collections::HashMap<PeerId, u32>>);
+
+impl Outstanding {
+    fn of(&self) -> impl Fn(PeerId) -> u32 + '_ {
+        |p| self.0.borrow().get(&p).copied().unwrap_or(0)
+    }
+    fn sent(&self, p: PeerId) {
+        *self.0.borrow_mut().entry(p).or_insert(0) += 1;
+    }
+    fn answered(&self, p: PeerId) {
+        if let Some(n) = self.0.borrow_mut().get_mut(&p) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 #[test]
@@ -268,29 +289,48 @@ fn max_outstanding_blocks_until_answers_arrive() {
         ..RlfConfig::new(1e6, 100)
     })
     .expect("valid");
+    let out = Outstanding::default();
     let now = ms(0);
-    assert_eq!(rlf.offer(now, 1u32, A), Offer::Send(1));
-    assert_eq!(rlf.offer(now, 2, A), Offer::Send(2));
+    let offer = |rlf: &mut Rlf<u32>, i: u32, p: PeerId| {
+        let o = rlf.offer(now, i, p, out.of());
+        if matches!(o, Offer::Send(_)) {
+            out.sent(p);
+        }
+        o
+    };
+    assert_eq!(offer(&mut rlf, 1, A), Offer::Send(1));
+    assert_eq!(offer(&mut rlf, 2, A), Offer::Send(2));
     for i in 3..=5 {
-        assert_eq!(rlf.offer(now, i, A), Offer::Queued, "A has 2 outstanding");
+        assert_eq!(offer(&mut rlf, i, A), Offer::Queued, "A has 2 outstanding");
     }
     // Another peer of the group is not held up by A's queue.
-    assert_eq!(rlf.offer(now, 100, B), Offer::Send(100));
-    assert_eq!(rlf.outstanding(A), 2);
-    assert_eq!(rlf.poll_ready(ms(1)), None, "tokens, but no answers yet");
+    assert_eq!(offer(&mut rlf, 100, B), Offer::Send(100));
+    assert_eq!(out.of()(A), 2);
+    assert_eq!(
+        rlf.poll_ready(ms(1), out.of()),
+        None,
+        "tokens, but no answers yet"
+    );
     // Only the delay tolerance is left to wait for.
     assert_eq!(
-        rlf.poll_timeout(),
+        rlf.poll_timeout(out.of()),
         Some(Duration::from_secs(2) + Duration::from_nanos(1))
     );
-    rlf.on_answer(A);
-    assert_eq!(rlf.poll_ready(ms(2)), Some((3, A)));
-    assert_eq!(rlf.poll_ready(ms(2)), None);
-    rlf.on_answer(A);
-    rlf.on_answer(A);
-    assert_eq!(rlf.poll_ready(ms(3)), Some((4, A)));
-    assert_eq!(rlf.poll_ready(ms(3)), Some((5, A)));
-    assert_eq!(rlf.outstanding(A), 2);
+    let ready = |rlf: &mut Rlf<u32>, at| {
+        let r = rlf.poll_ready(at, out.of());
+        if let Some((_, p)) = r {
+            out.sent(p);
+        }
+        r
+    };
+    out.answered(A);
+    assert_eq!(ready(&mut rlf, ms(2)), Some((3, A)));
+    assert_eq!(ready(&mut rlf, ms(2)), None);
+    out.answered(A);
+    out.answered(A);
+    assert_eq!(ready(&mut rlf, ms(3)), Some((4, A)));
+    assert_eq!(ready(&mut rlf, ms(3)), Some((5, A)));
+    assert_eq!(out.of()(A), 2);
     assert_eq!(rlf.queue_len(), 0);
 }
 
@@ -303,12 +343,12 @@ fn resumes_after_draining() {
     assert!(rlf.queue_len() > 0);
     // Then quiet: the queue drains at the token times, nothing expires.
     let mut drained = 0;
-    while let Some(at) = rlf.poll_timeout() {
+    while let Some(at) = rlf.poll_timeout(NONE) {
         assert!(
             rlf.poll_expired(at).is_none(),
             "drains within the tolerance"
         );
-        while rlf.poll_ready(at).is_some() {
+        while rlf.poll_ready(at, NONE).is_some() {
             drained += 1;
         }
     }
@@ -317,9 +357,9 @@ fn resumes_after_draining() {
     // After a pause the bucket is full again: a burst goes out at once.
     let later = Duration::from_secs(60);
     for i in 0..5u64 {
-        assert_eq!(rlf.offer(later, i, A), Offer::Send(i));
+        assert_eq!(rlf.offer(later, i, A, NONE), Offer::Send(i));
     }
-    assert_eq!(rlf.offer(later, 5, A), Offer::Queued);
+    assert_eq!(rlf.offer(later, 5, A, NONE), Offer::Queued);
 }
 
 #[test]
@@ -329,21 +369,31 @@ fn peer_failure_returns_its_queued_items() {
         ..RlfConfig::new(1000.0, 10)
     })
     .expect("valid");
-    assert_eq!(rlf.offer(ms(0), "a1", A), Offer::Send("a1"));
-    assert_eq!(rlf.offer(ms(0), "a2", A), Offer::Queued);
-    assert_eq!(rlf.offer(ms(0), "b1", B), Offer::Send("b1"));
-    assert_eq!(rlf.offer(ms(0), "b2", B), Offer::Queued);
-    assert_eq!(rlf.offer(ms(0), "a3", A), Offer::Queued);
+    let out = Outstanding::default();
+    let offer = |rlf: &mut Rlf<&'static str>, at, item, p: PeerId| {
+        let o = rlf.offer(at, item, p, out.of());
+        if matches!(o, Offer::Send(_)) {
+            out.sent(p);
+        }
+        o
+    };
+    assert_eq!(offer(&mut rlf, ms(0), "a1", A), Offer::Send("a1"));
+    assert_eq!(offer(&mut rlf, ms(0), "a2", A), Offer::Queued);
+    assert_eq!(offer(&mut rlf, ms(0), "b1", B), Offer::Send("b1"));
+    assert_eq!(offer(&mut rlf, ms(0), "b2", B), Offer::Queued);
+    assert_eq!(offer(&mut rlf, ms(0), "a3", A), Offer::Queued);
     assert_eq!(rlf.on_peer_failed(A), vec!["a2", "a3"]);
-    assert_eq!(rlf.outstanding(A), 0);
+    // The caller's count: A's outstanding request failed over with it.
+    out.answered(A);
+    assert_eq!(out.of()(A), 0);
     assert_eq!(rlf.queue_len(), 1);
     assert_eq!(
-        rlf.offer(ms(1), "a4", A),
+        offer(&mut rlf, ms(1), "a4", A),
         Offer::Send("a4"),
         "A usable again"
     );
-    rlf.on_answer(B);
-    assert_eq!(rlf.poll_ready(ms(1)), Some(("b2", B)));
+    out.answered(B);
+    assert_eq!(rlf.poll_ready(ms(1), out.of()), Some(("b2", B)));
 }
 
 #[test]

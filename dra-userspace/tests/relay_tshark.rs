@@ -43,10 +43,7 @@ fn tshark_decodes_relayed_and_generated_messages_cleanly() {
         println!("SKIPPED tshark_decodes_relayed_and_generated_messages_cleanly: no tshark");
         return;
     }
-    let pgw = DownstreamRef {
-        conn_id: 1,
-        generation: 1,
-    };
+    let pgw = DownstreamRef { conn_id: 1 };
     let (pcrf1, pcrf2) = (PeerId(1), PeerId(2));
     let timeout = Duration::from_secs(2);
     let mut relay = Relay::new(RelayConfig {

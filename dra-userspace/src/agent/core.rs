@@ -20,8 +20,8 @@ use crate::diameter::peer::{
 use crate::diameter::{Dictionary, Message, answer_for, validate_request};
 use crate::metrics::{self, Metrics};
 use crate::relay::{
-    DownstreamRef, Expired, GroupId, MarkedHandler, MarkedPolicy, MarkedResponse, Offer, Relay,
-    RelayConfig, RelayError, RetryOutcome, Rlf, RlfAction,
+    DownstreamRef, GroupId, MarkedHandler, MarkedPolicy, MarkedResponse, Output, Pipeline, Relay,
+    RelayConfig, RelayError, Retry, Rlf,
 };
 use crate::routing::{
     CcRequestType, Decision, MemoryBindingStore, PeerId, PeerStates, PeerTable, RouteRequest,
@@ -52,8 +52,6 @@ struct Slot {
     state: Option<metrics::PeerState>,
     requests_in: u64,
     requests_out: u64,
-    answers_to: u64,
-    answers_from: u64,
     rate_in: f64,
     rate_out: f64,
     last_in: u64,
@@ -77,14 +75,10 @@ pub(super) struct Core {
     group_strategy: Vec<Strategy>,
     scratch: Vec<crate::routing::Candidate>,
     bindings: MemoryBindingStore,
-    relay: Relay,
-    rlfs: Vec<Option<Rlf<Message>>>,
+    /// Relay core + egress limiters (the forwarding pipeline, sans-IO).
+    pipeline: Pipeline,
     timeouts: Vec<Duration>,
     marked: MarkedHandler,
-    sent_at: HashMap<(PeerId, u32), Duration>,
-    /// Per peer: requests written upstream and not answered yet (the `sent_at` entries of
-    /// the peer), mirrored into `peers` for the selectors (`PeerView::pending`).
-    inflight: Vec<u32>,
     /// Our RFC 8583 Load-Value for downstream DWAs (`super::load`).
     own_load: u16,
     own_cpu: super::load::OwnCpu,
@@ -143,7 +137,7 @@ impl Core {
                 Router::new(table.clone(), Selector::new(s, opts.seed ^ s as u64))
             });
         }
-        let rlfs = setup::egress(&cfg)
+        let rlfs: Vec<Option<Rlf<crate::relay::Held>>> = setup::egress(&cfg)
             .map_err(AgentError::Setup)?
             .into_iter()
             .map(|c| c.map(|c| Rlf::new(c).expect("checked in setup")))
@@ -157,6 +151,7 @@ impl Core {
             capacity: opts.pending_capacity,
             hop_by_hop_seed: (opts.seed as u32) ^ (start_secs as u32),
         });
+        let pipeline = Pipeline::new(relay, rlfs, groups.clone());
         let (io_tx, io_rx) = mpsc::channel(4096);
         let slots = cfg.peers.iter().map(|_| Slot::default()).collect();
         Ok(Core {
@@ -174,11 +169,8 @@ impl Core {
             bindings: MemoryBindingStore::new(
                 NonZeroUsize::new(opts.binding_capacity.max(1)).expect("nonzero"),
             ),
-            relay,
-            rlfs,
+            pipeline,
             marked,
-            sent_at: HashMap::new(),
-            inflight: vec![0; cfg.peers.len()],
             own_load: crate::routing::LOAD_VALUE_IDLE,
             own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
@@ -254,10 +246,7 @@ impl Core {
         for c in self.conns.values() {
             consider(c.pc.poll_timeout());
         }
-        consider(self.relay.poll_timeout());
-        for r in self.rlfs.iter().flatten() {
-            consider(r.poll_timeout());
-        }
+        consider(self.pipeline.poll_timeout());
         for s in &self.slots {
             consider(s.reconnect_at);
         }
@@ -299,17 +288,15 @@ impl Core {
 
     fn snapshot(&self) -> AgentStats {
         let mut s = self.stats.clone();
-        s.relay = self.relay.stats();
+        s.relay = self.pipeline.stats();
         let m = self.marked.stats();
         s.marked_answered = m.answered;
         s.marked_discarded = m.discarded;
-        s.egress = self
-            .rlfs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .map(|r| (self.cfg.peer_groups[i].name.clone(), r.stats()))
+        s.egress = (0..self.cfg.peer_groups.len())
+            .filter_map(|i| {
+                self.pipeline
+                    .rlf_stats(GroupId(i))
+                    .map(|st| (self.cfg.peer_groups[i].name.clone(), st))
             })
             .collect();
         s
@@ -717,7 +704,7 @@ impl Core {
                 c.io.reader.abort();
                 // Dropping `c.io.tx` lets the writer flush what is queued and close.
                 drop(c.io);
-                self.relay.downstream_closed(id);
+                self.pipeline.downstream_closed(id);
                 if let Some(p) = peer {
                     let slot = &mut self.slots[p.0];
                     if slot.conn == Some(id) {
@@ -748,13 +735,20 @@ impl Core {
         let Some(c) = self.conns.get(&id) else {
             return false;
         };
-        let bytes = match m.try_encode() {
-            Ok(b) => b,
+        match m.try_encode() {
+            Ok(b) => self.write_bytes(id, b),
             Err(e) => {
                 c.span
                     .in_scope(|| warn!(error = %e, "cannot encode message"));
-                return false;
+                false
             }
+        }
+    }
+
+    /// Queues an encoded message on connection `id` (see [`Core::write`]).
+    fn write_bytes(&mut self, id: ConnId, bytes: Vec<u8>) -> bool {
+        let Some(c) = self.conns.get(&id) else {
+            return false;
         };
         match c.io.tx.try_send(bytes) {
             Ok(()) => true,
@@ -795,18 +789,12 @@ impl Core {
     fn count_answer_out(&mut self, conn: ConnId, ans: &Message) {
         self.stats.answers_out += 1;
         if let Some(p) = self.conns.get(&conn).and_then(|c| c.peer) {
-            self.slots[p.0].answers_to += 1;
             let rc = ans
                 .result_code()
                 .or_else(|| ans.experimental_result().map(|(_, c)| c))
                 .unwrap_or(0);
             self.metrics.inc_answer(&self.cfg.peers[p.0].name, rc);
         }
-    }
-
-    fn deliver(&mut self, d: crate::relay::Delivery) {
-        let conn = d.to.conn_id;
-        self.reply(conn, &d.answer);
     }
 
     // ----- requests and answers -----
@@ -857,13 +845,13 @@ impl Core {
             }
         };
         let timeout = self.timeout_of(to);
-        let from_host = self.cfg.peers[from.0].origin_host.clone();
-        let down = DownstreamRef {
-            conn_id: conn,
-            generation: 0,
-        };
-        match self.relay.forward(now, down, &from_host, req, to, timeout) {
-            Ok(fwd) => self.dispatch(now, to, fwd),
+        let down = DownstreamRef { conn_id: conn };
+        let from_host = &self.cfg.peers[from.0].origin_host;
+        match self
+            .pipeline
+            .forward(now, down, from_host, req, to, timeout)
+        {
+            Ok(()) => self.pump(now, Vec::new()),
             Err(e) => {
                 if let RelayError::TooBusy { .. } | RelayError::LoopDetected { .. } = e
                     && let Some(a) = e.into_answer()
@@ -927,82 +915,44 @@ impl Core {
         }
     }
 
-    /// A request the relay accepted for `to`: through the group's egress limiter, then
-    /// onto the wire.
-    fn dispatch(&mut self, now: Duration, to: PeerId, req: Message) {
-        let Some(g) = self.groups[to.0].filter(|g| self.rlfs[g.0].is_some()) else {
-            return self.send_upstream(now, to, req);
-        };
-        let rlf = self.rlfs[g.0].as_mut().expect("limiter");
-        match rlf.offer(now, req, to) {
-            Offer::Send(m) => self.send_upstream(now, to, m),
-            Offer::Queued => {}
-            Offer::Rejected {
-                item,
-                result_code,
-                error_message,
-            } => {
-                if let Some(d) = self
-                    .relay
-                    .cancel(to, item.hop_by_hop, result_code, &error_message)
-                {
-                    self.deliver(d);
-                }
-            }
-            Offer::Dropped(item) => {
-                self.relay.drop_request(to, item.hop_by_hop);
-            }
-        }
-        self.service_rlf(now, g);
-    }
-
-    fn service_rlf(&mut self, now: Duration, g: GroupId) {
+    /// Carries out what the pipeline asks: requests upstream, answers downstream,
+    /// latencies; routes the retries it hands back (and those in `retries`).
+    fn pump(&mut self, now: Duration, mut retries: Vec<Retry>) {
         loop {
-            let Some(rlf) = self.rlfs[g.0].as_mut() else {
-                return;
-            };
-            if let Some(o) = rlf.poll_expired(now) {
-                // StarOS RLF: beyond the delay tolerance the configured action applies.
-                match o.action {
-                    RlfAction::Reject {
-                        result_code,
-                        error_message,
-                    } => {
-                        if let Some(d) = self.relay.cancel(
-                            o.peer,
-                            o.item.hop_by_hop,
-                            result_code,
-                            &error_message,
-                        ) {
-                            self.deliver(d);
-                        }
-                    }
-                    RlfAction::Drop => {
-                        self.relay.drop_request(o.peer, o.item.hop_by_hop);
-                    }
-                }
-                continue;
+            for r in std::mem::take(&mut retries) {
+                // RFC 6733 §5.5.4: one retry on an alternate peer, T flag set.
+                let to = self.route(now, &r.request, Some(r.exclude)).ok();
+                let timeout = to.map_or(self.opts.default_answer_timeout, |p| self.timeout_of(p));
+                self.pipeline.retry(now, r, to, timeout);
             }
-            let Some((m, peer)) = rlf.poll_ready(now) else {
+            let Some(o) = self.pipeline.poll_output() else {
                 break;
             };
-            self.send_upstream(now, peer, m);
+            match o {
+                Output::Send { to, bytes } => self.send_upstream(to, bytes),
+                Output::Deliver(d) => self.reply(d.to.conn_id, &d.answer),
+                Output::Latency { peer, took } => {
+                    self.metrics
+                        .observe_answer_latency(&self.cfg.peers[peer.0].name, took);
+                    self.peers
+                        .set_pending(peer, self.pipeline.outstanding(peer));
+                }
+            }
         }
-        let depth = self.rlfs[g.0].as_ref().map_or(0, |r| r.queue_len() as u64);
-        self.metrics
-            .set_queue_depth(&self.cfg.peer_groups[g.0].name, depth);
+        for g in 0..self.cfg.peer_groups.len() {
+            let depth = self.pipeline.queue_len(GroupId(g)) as u64;
+            self.metrics
+                .set_queue_depth(&self.cfg.peer_groups[g].name, depth);
+        }
     }
 
-    fn send_upstream(&mut self, now: Duration, to: PeerId, m: Message) {
+    fn send_upstream(&mut self, to: PeerId, bytes: Vec<u8>) {
+        self.peers.set_pending(to, self.pipeline.outstanding(to));
         let Some(conn) = self.slots[to.0].conn else {
             // The peer went away while the request waited; the relay's timer answers.
             return;
         };
-        if self.write(conn, &m) {
-            if self.sent_at.insert((to, m.hop_by_hop), now).is_none() {
-                self.inflight[to.0] += 1;
-                self.peers.set_pending(to, self.inflight[to.0]);
-            }
+        if self.write_bytes(conn, bytes) {
             self.slots[to.0].requests_out += 1;
             self.metrics
                 .inc_request(&self.cfg.peers[to.0].name, metrics::Direction::Out);
@@ -1010,65 +960,16 @@ impl Core {
     }
 
     fn on_answer(&mut self, now: Duration, from: PeerId, ans: Message) {
-        self.slots[from.0].answers_from += 1;
-        if let Some(t) = self.sent_at.remove(&(from, ans.hop_by_hop)) {
-            self.inflight[from.0] = self.inflight[from.0].saturating_sub(1);
-            self.peers.set_pending(from, self.inflight[from.0]);
-            self.metrics
-                .observe_answer_latency(&self.cfg.peers[from.0].name, now.saturating_sub(t));
-        }
-        if let Some(d) = self.relay.on_answer(from, ans) {
-            self.deliver(d);
-        }
-        self.released(now);
-    }
-
-    fn released(&mut self, now: Duration) {
-        let mut touched = Vec::new();
-        while let Some(p) = self.relay.poll_released() {
-            if let Some(g) = self.groups[p.0]
-                && let Some(r) = self.rlfs[g.0].as_mut()
-            {
-                r.on_answer(p);
-                if !touched.contains(&g) {
-                    touched.push(g);
-                }
-            }
-        }
-        for g in touched {
-            self.service_rlf(now, g);
-        }
+        self.pipeline.on_answer(now, from, ans);
+        self.peers
+            .set_pending(from, self.pipeline.outstanding(from));
+        self.pump(now, Vec::new());
     }
 
     fn peer_failed(&mut self, now: Duration, p: PeerId) {
-        if let Some(g) = self.groups[p.0]
-            && let Some(r) = self.rlfs[g.0].as_mut()
-        {
-            // Queued items are also pending in the relay, which fails them over below.
-            let _ = r.on_peer_failed(p);
-        }
-        let expired = self.relay.peer_failed(now, p);
-        self.expired(now, expired);
-    }
-
-    fn expired(&mut self, now: Duration, list: Vec<Expired>) {
-        for e in list {
-            match e {
-                Expired::Answer(d) => self.deliver(d),
-                Expired::Retry(r) => {
-                    // RFC 6733 §5.5.4: one retry on an alternate peer, T flag set.
-                    let to = self.route(now, &r.request, Some(r.exclude)).ok();
-                    let timeout =
-                        to.map_or(self.opts.default_answer_timeout, |p| self.timeout_of(p));
-                    match self.relay.retry(now, r, to, timeout) {
-                        RetryOutcome::Send { to, request } => self.dispatch(now, to, request),
-                        RetryOutcome::Answer(d) => self.deliver(d),
-                        RetryOutcome::Discarded | RetryOutcome::Stale => {}
-                    }
-                }
-            }
-        }
-        self.released(now);
+        let retries = self.pipeline.peer_failed(now, p);
+        self.peers.set_pending(p, self.pipeline.outstanding(p));
+        self.pump(now, retries);
     }
 
     // ----- timers -----
@@ -1087,16 +988,9 @@ impl Core {
             }
             self.drive(now, id);
         }
-        let expired = self.relay.handle_timeout(now);
-        self.expired(now, expired);
-        for g in 0..self.rlfs.len() {
-            if self.rlfs[g]
-                .as_ref()
-                .and_then(|r| r.poll_timeout())
-                .is_some_and(|t| t <= now)
-            {
-                self.service_rlf(now, GroupId(g));
-            }
+        if self.pipeline.poll_timeout().is_some_and(|t| t <= now) {
+            let retries = self.pipeline.handle_timeout(now);
+            self.pump(now, retries);
         }
         for i in 0..self.slots.len() {
             if self.slots[i].reconnect_at.is_some_and(|t| t <= now) {
@@ -1112,33 +1006,16 @@ impl Core {
 
     fn housekeeping(&mut self, now: Duration) {
         let secs = TICK.as_secs_f64();
-        let outstanding: Vec<u64> = (0..self.slots.len())
-            .map(|i| self.relay_outstanding(PeerId(i)))
-            .collect();
         for (i, s) in self.slots.iter_mut().enumerate() {
             s.rate_in = (s.requests_in - s.last_in) as f64 / secs;
             s.rate_out = (s.requests_out - s.last_out) as f64 / secs;
             s.last_in = s.requests_in;
             s.last_out = s.requests_out;
             if self.cfg.peers[i].role == CfgRole::Server {
+                let n = u64::from(self.pipeline.outstanding(PeerId(i)));
                 self.metrics
-                    .set_pending_requests(&self.cfg.peers[i].name, outstanding[i]);
+                    .set_pending_requests(&self.cfg.peers[i].name, n);
             }
-        }
-        // Latency bookkeeping of requests that were never answered.
-        let horizon = self
-            .opts
-            .default_answer_timeout
-            .max(self.timeouts.iter().copied().max().unwrap_or_default())
-            * 2;
-        self.sent_at.retain(|_, t| now.saturating_sub(*t) < horizon);
-        // Recount what the selectors see as pending (purged entries, failed-over peers).
-        self.inflight.iter_mut().for_each(|n| *n = 0);
-        for (p, _) in self.sent_at.keys() {
-            self.inflight[p.0] += 1;
-        }
-        for (i, n) in self.inflight.iter().enumerate() {
-            self.peers.set_pending(PeerId(i), *n);
         }
         self.bindings.purge_expired(now);
         let s = self.snapshot();
@@ -1178,10 +1055,6 @@ impl Core {
                 c.pc.set_own_load(value);
             }
         }
-    }
-
-    fn relay_outstanding(&self, p: PeerId) -> u64 {
-        self.relay.outstanding(p) as u64
     }
 
     // ----- status -----
@@ -1231,7 +1104,7 @@ impl Core {
                 CfgRole::Server => "server",
             };
             let pending = if p.role == CfgRole::Server {
-                self.relay_outstanding(PeerId(i))
+                self.pipeline.outstanding(PeerId(i))
             } else {
                 0
             };
@@ -1256,7 +1129,7 @@ impl Core {
                 .iter()
                 .position(|g| &g.name == name)
                 .expect("group");
-            let q = self.rlfs[g].as_ref().map_or(0, |r| r.queue_len());
+            let q = self.pipeline.queue_len(GroupId(g));
             let _ = writeln!(
                 o,
                 "egress {name}: queued now {q}  offered {}  refused {}  expired {}",

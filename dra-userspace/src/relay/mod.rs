@@ -9,28 +9,34 @@
 //!   ([`reject_marked`]) with the most specific ingress profile ([`MarkedPolicy`]).
 //! - [`rlf`]: [`Rlf`], the egress token bucket per upstream peer group with queue,
 //!   delay tolerance, outstanding cap and back-pressure (StarOS RLF, seed 001).
+//! - [`pipeline`]: [`Pipeline`] puts them together for the shell: relay core, then the
+//!   group's egress limiter, then pending upstream; one count of outstanding requests
+//!   per peer (the relay's), read by the limiter's cap and the selectors.
 //! - [`forward`]: Route-Record helpers.
 //!
 //! One request's path through the shell:
 //!
 //! ```text
 //! marked?  → MarkedHandler::handle → answer / discard
-//! route    → Relay::forward → Rlf::offer → Send | Queued (later poll_ready) | refused
-//!            (refused → Relay::cancel / Relay::drop_request)
-//! answer   → Relay::on_answer → Delivery;   Relay::poll_released → Rlf::on_answer
-//! timeout  → Relay::handle_timeout → Retry (route again, Relay::retry) | 3002 Delivery
+//! route    → Pipeline::forward: Relay::admit → Rlf::offer → Send (Relay::send: pending,
+//!            encoded) | Queued (sent when poll_ready allows) | refused (Relay::refused /
+//!            Relay::dropped: never pending)
+//! answer   → Pipeline::on_answer → Delivery; the group's queue is serviced
+//! timeout  → Pipeline::handle_timeout → Retry (route again, Pipeline::retry) | 3002
 //! ```
 
 pub mod forward;
 pub mod pending;
+pub mod pipeline;
 pub mod reject;
 pub mod rlf;
 
 pub use forward::{append_route_record, is_loop, route_record_contains};
 pub use pending::{
     Delivery, DownstreamRef, Expired, FailureCause, Relay, RelayConfig, RelayError, RelayStats,
-    Retry, RetryOutcome,
+    Released, Retry, RetryOutcome, RetryTaken,
 };
+pub use pipeline::{Held, Output, Pipeline};
 pub use reject::{
     ClassMatch, DEFAULT_REJECT_MESSAGE, GroupId, IngressAction, IngressRule, MarkedHandler,
     MarkedPolicy, MarkedPolicyConfig, MarkedResponse, MarkedStats, PolicyError, ProfileSource,

@@ -6,8 +6,12 @@
 //!
 //! Life of a request:
 //!
-//! 1. [`Relay::forward`] checks for a loop (3005) and for room in the bounded pending
-//!    table (3004), then returns the rewritten request to send to the chosen peer.
+//! 1. [`Relay::admit`] checks for a loop (3005) and for room in the bounded pending
+//!    table (3004) and rewrites the request (Route-Record, mark cleared); once the
+//!    egress limiter lets it go, [`Relay::send`] makes it pending on the chosen peer
+//!    and encodes it with a fresh Hop-by-Hop id ([`Relay::forward`] does both). A
+//!    request the egress limiter refuses is answered with [`Relay::refused`] or counted
+//!    with [`Relay::dropped`]; it was never pending.
 //! 2. [`Relay::on_answer`] restores the Hop-by-Hop id and says which downstream
 //!    connection gets the answer.
 //! 3. No answer in time ([`Relay::handle_timeout`]) or the upstream transport failed
@@ -27,14 +31,12 @@ use crate::routing::PeerId;
 
 use super::forward::{append_route_record, is_loop, set_retransmit};
 
-/// A downstream connection: the shell's connection id plus a generation that changes
-/// whenever the id is reused for a new transport connection (e.g. after a reconnect).
+/// A downstream connection: the shell's connection id (never reused while the relay
+/// lives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DownstreamRef {
     /// The shell's connection id.
     pub conn_id: u64,
-    /// The connection's generation; answers for an older generation are discarded.
-    pub generation: u64,
 }
 
 /// An answer to write to a downstream connection.
@@ -173,11 +175,11 @@ pub struct RelayStats {
     pub requests_in: u64,
     /// Upstream answers relayed downstream.
     pub answers_relayed: u64,
-    /// Answers generated here (3002, 3004, 3005, and [`Relay::cancel`]).
+    /// Answers generated here (3002, 3004, 3005, and [`Relay::refused`]).
     pub answers_generated: u64,
     /// Outcomes that could not be delivered: the downstream connection was closed.
     pub answers_discarded: u64,
-    /// Requests removed without any answer ([`Relay::drop_request`], egress `drop`).
+    /// Requests that got no answer on purpose ([`Relay::dropped`], egress `drop`).
     pub requests_dropped: u64,
     /// Answers whose Hop-by-Hop id matched nothing pending (late or duplicate).
     pub late_answers: u64,
@@ -216,6 +218,30 @@ struct Entry {
     retried: bool,
     timeout: Duration,
     timer: TimerKey,
+    /// When it was made pending (sent).
+    sent_at: Duration,
+}
+
+/// An upstream peer has one request fewer outstanding ([`Relay::poll_released`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The peer.
+    pub peer: PeerId,
+    /// When the request was sent, if it was answered (for the answer latency).
+    pub answered_sent_at: Option<Duration>,
+}
+
+/// A request that waits for an alternate peer, taken with [`Relay::take_retry`]: send it
+/// with [`Relay::send`] (`retried = true`) or answer it with [`Relay::refused`].
+#[derive(Debug)]
+pub struct RetryTaken {
+    /// Where it came from.
+    pub downstream: DownstreamRef,
+    /// The request (T flag set, Route-Record appended, downstream Hop-by-Hop id).
+    pub request: Message,
+    /// Whether its downstream connection is still open (if not, it was counted as
+    /// discarded already).
+    pub live: bool,
 }
 
 #[derive(Debug)]
@@ -227,9 +253,8 @@ struct Awaiting {
 
 #[derive(Debug, Clone, Copy)]
 struct DownstreamState {
-    generation: u64,
     open: bool,
-    /// Entries (any generation) of this connection id still in the table.
+    /// Entries of this connection still in the table.
     entries: usize,
 }
 
@@ -242,7 +267,11 @@ pub struct Relay {
     timers: BTreeMap<TimerKey, Timed>,
     next_hop_by_hop: HashMap<PeerId, u32>,
     downstreams: HashMap<u64, DownstreamState>,
-    released: VecDeque<PeerId>,
+    released: VecDeque<Released>,
+    /// Per upstream peer: requests sent and not yet answered, timed out or failed over
+    /// (the `pending` entries of that peer). The one count of outstanding requests: the
+    /// egress limiter's cap and the selectors read it.
+    outstanding: HashMap<PeerId, u32>,
     seq: u64,
     stats: RelayStats,
 }
@@ -258,6 +287,7 @@ impl Relay {
             next_hop_by_hop: HashMap::new(),
             downstreams: HashMap::new(),
             released: VecDeque::new(),
+            outstanding: HashMap::new(),
             seq: 0,
             stats: RelayStats::default(),
         }
@@ -269,7 +299,8 @@ impl Relay {
     }
 
     /// Forwards `req`, received on `from` whose peer identity (Origin-Host in its CER)
-    /// is `from_host`, to upstream peer `to`; `timeout` is the answer timeout.
+    /// is `from_host`, to upstream peer `to`; `timeout` is the answer timeout:
+    /// [`Relay::admit`] then [`Relay::send`] in one (no egress limiter in between).
     ///
     /// Returns the request to send: fresh Hop-by-Hop id unique towards `to`, same
     /// End-to-End id, Route-Record `from_host` appended, the fast path's mark cleared.
@@ -279,9 +310,28 @@ impl Relay {
         now: Duration,
         from: DownstreamRef,
         from_host: &str,
-        mut req: Message,
+        req: Message,
         to: PeerId,
         timeout: Duration,
+    ) -> Result<Message, RelayError> {
+        let req = self.admit(from, from_host, req, 0)?;
+        let mut out = req.clone();
+        out.hop_by_hop = self.insert(now, from, req, to, timeout, false);
+        Ok(out)
+    }
+
+    /// Takes in a request received on `from` (whose Origin-Host in its CER is
+    /// `from_host`): counted, checked for a forwarding loop (3005) and for room — the
+    /// pending table plus `held_elsewhere` requests the caller holds for it (an egress
+    /// queue) must stay below the capacity (3004) — and rewritten: Route-Record
+    /// appended, the fast path's mark cleared. The result is not pending yet: hand it to
+    /// [`Relay::send`], [`Relay::refused`] or [`Relay::dropped`].
+    pub fn admit(
+        &mut self,
+        from: DownstreamRef,
+        from_host: &str,
+        mut req: Message,
+        held_elsewhere: usize,
     ) -> Result<Message, RelayError> {
         if !req.is_request() {
             return Err(RelayError::NotARequest {
@@ -302,7 +352,7 @@ impl Relay {
                 answer: Box::new(self.answer(&req, result_code::LOOP_DETECTED, &text)),
             });
         }
-        if self.len() >= self.cfg.capacity {
+        if self.len() + held_elsewhere >= self.cfg.capacity {
             self.stats.answers_generated += 1;
             let text = format!(
                 "too busy: {} requests already await an upstream answer",
@@ -317,7 +367,69 @@ impl Relay {
         req.clear_mark();
         // RFC 6733 §6.1.8: append the identity of the peer the request came from.
         append_route_record(&mut req, from_host);
-        Ok(self.insert(now, from, req, to, timeout, false))
+        Ok(req)
+    }
+
+    /// Makes an admitted request (or a taken retry, `retried`) pending on `to` and
+    /// returns its encoding with a fresh Hop-by-Hop id: the request is encoded once,
+    /// not copied. An encoding error (a message too large for the length field) answers
+    /// it 5012 here and returns `Err(answer)` instead.
+    pub fn send(
+        &mut self,
+        now: Duration,
+        from: DownstreamRef,
+        req: Message,
+        to: PeerId,
+        timeout: Duration,
+        retried: bool,
+    ) -> Result<Vec<u8>, Option<Delivery>> {
+        let mut req = req;
+        if retried {
+            // RFC 6733 §5.5.4: requests resent after a failover carry the T flag.
+            set_retransmit(&mut req);
+        }
+        let mut bytes = match req.try_encode() {
+            Ok(b) => b,
+            Err(e) => {
+                let text = format!("cannot forward: {e}");
+                return Err(self.refused(from, &req, result_code::UNABLE_TO_COMPLY, &text));
+            }
+        };
+        if retried {
+            self.stats.retries += 1;
+        }
+        let hbh = self.insert(now, from, req, to, timeout, retried);
+        // The Hop-by-Hop Identifier is header bytes 12..16 (RFC 6733 §3).
+        bytes[12..16].copy_from_slice(&hbh.to_be_bytes());
+        Ok(bytes)
+    }
+
+    /// An admitted (or taken) request that will not be sent (e.g. the egress limiter
+    /// refused it): answered with `result_code` and `error_message`, or — its
+    /// downstream is gone — counted as discarded (`None`).
+    pub fn refused(
+        &mut self,
+        from: DownstreamRef,
+        req: &Message,
+        result_code: u32,
+        error_message: &str,
+    ) -> Option<Delivery> {
+        if self.is_live(from) {
+            self.stats.answers_generated += 1;
+            Some(Delivery {
+                to: from,
+                answer: self.answer(req, result_code, error_message),
+            })
+        } else {
+            self.stats.answers_discarded += 1;
+            None
+        }
+    }
+
+    /// An admitted request that gets no answer on purpose (egress action `drop`; the
+    /// downstream's transport or application retransmits).
+    pub fn dropped(&mut self) {
+        self.stats.requests_dropped += 1;
     }
 
     /// Matches an upstream answer from `from` (RFC 6733 §6.2.2). Returns the answer
@@ -342,9 +454,10 @@ impl Relay {
         let downstream = entry.downstream;
         ans.hop_by_hop = entry.request.hop_by_hop;
         let timer = entry.timer;
+        let sent_at = entry.sent_at;
         self.pending.remove(&key);
         self.timers.remove(&timer);
-        self.released.push_back(from);
+        self.release(from, Some(sent_at));
         let live = self.is_live(downstream);
         self.entry_gone(downstream);
         if live {
@@ -412,6 +525,7 @@ impl Relay {
 
     /// Resolves a [`Retry`]: `to = Some(peer)` resends the request there (T flag set,
     /// fresh Hop-by-Hop id, answer timeout `timeout`); `None` answers 3002.
+    /// ([`Relay::take_retry`] and [`Relay::send`] when an egress limiter sits between.)
     pub fn retry(
         &mut self,
         now: Duration,
@@ -419,78 +533,79 @@ impl Relay {
         to: Option<PeerId>,
         timeout: Duration,
     ) -> RetryOutcome {
-        let Some(aw) = self.awaiting.remove(&retry.token) else {
+        let exclude = retry.exclude;
+        let Some(t) = self.take_retry(retry) else {
             return RetryOutcome::Stale;
         };
-        self.timers.remove(&aw.timer);
-        if !self.is_live(aw.downstream) {
-            self.stats.answers_discarded += 1;
-            self.entry_gone(aw.downstream);
+        if !t.live {
             return RetryOutcome::Discarded;
         }
         match to {
             Some(peer) => {
                 self.stats.retries += 1;
-                // The entry moves from `awaiting` to `pending`: count it once.
-                self.entry_gone(aw.downstream);
-                let request = self.insert(now, aw.downstream, aw.request, peer, timeout, true);
-                RetryOutcome::Send { to: peer, request }
-            }
-            None => {
-                let text = format!(
-                    "unable to deliver: upstream peer #{} failed and no alternate peer is available",
-                    retry.exclude.0
-                );
-                match self.generate_unable(aw.downstream, &aw.request, &text) {
-                    Some(Expired::Answer(d)) => RetryOutcome::Answer(d),
-                    _ => RetryOutcome::Discarded,
+                let mut out = t.request.clone();
+                out.hop_by_hop = self.insert(now, t.downstream, t.request, peer, timeout, true);
+                RetryOutcome::Send {
+                    to: peer,
+                    request: out,
                 }
             }
+            None => match self.refused(
+                t.downstream,
+                &t.request,
+                result_code::UNABLE_TO_DELIVER,
+                &no_alternate(exclude),
+            ) {
+                Some(d) => RetryOutcome::Answer(d),
+                None => RetryOutcome::Discarded,
+            },
         }
     }
 
-    /// Answers a pending request that was never sent upstream (e.g. egress RLF refused
-    /// it) with `result_code` and `error_message`. `hop_by_hop` is the id in the
-    /// rewritten request. `None` if nothing matches or the downstream is gone.
-    /// Does not emit a release ([`Relay::poll_released`]): nothing was outstanding.
-    pub fn cancel(
-        &mut self,
-        peer: PeerId,
-        hop_by_hop: u32,
-        result_code: u32,
-        error_message: &str,
-    ) -> Option<Delivery> {
-        let entry = self.pending.remove(&(peer, hop_by_hop))?;
-        self.timers.remove(&entry.timer);
-        self.entry_gone(entry.downstream);
-        if self.is_live(entry.downstream) {
-            self.stats.answers_generated += 1;
-            Some(Delivery {
-                to: entry.downstream,
-                answer: self.answer(&entry.request, result_code, error_message),
-            })
-        } else {
+    /// Takes the request of a [`Retry`] out of the table (`None` if it was already
+    /// resolved: it timed out waiting). Give a live one to [`Relay::send`] with
+    /// `retried = true` or answer it with [`Relay::refused`]; a dead one (downstream
+    /// gone) is counted as discarded.
+    pub fn take_retry(&mut self, retry: Retry) -> Option<RetryTaken> {
+        let aw = self.awaiting.remove(&retry.token)?;
+        self.timers.remove(&aw.timer);
+        self.entry_gone(aw.downstream);
+        let live = self.is_live(aw.downstream);
+        if !live {
             self.stats.answers_discarded += 1;
-            None
         }
+        Some(RetryTaken {
+            downstream: aw.downstream,
+            request: aw.request,
+            live,
+        })
     }
 
-    /// Removes a pending request that was never sent and gets no answer (egress action
-    /// `drop`; the downstream's transport or application retransmits). Counted in
-    /// `requests_dropped`. Returns whether it was pending.
-    pub fn drop_request(&mut self, peer: PeerId, hop_by_hop: u32) -> bool {
-        let Some(entry) = self.pending.remove(&(peer, hop_by_hop)) else {
-            return false;
+    /// A request admitted but never sent whose peer failed before it could go (it
+    /// waited in an egress queue): it waits for the caller's choice of another peer as
+    /// after a failure ([`Expired::Retry`]).
+    pub fn reroute(
+        &mut self,
+        now: Duration,
+        from: DownstreamRef,
+        request: Message,
+        exclude: PeerId,
+        timeout: Duration,
+    ) -> Option<Expired> {
+        self.entry_added(from);
+        let entry = Entry {
+            downstream: from,
+            request,
+            retried: false,
+            timeout,
+            timer: (now, 0),
+            sent_at: now,
         };
-        self.timers.remove(&entry.timer);
-        self.entry_gone(entry.downstream);
-        self.stats.requests_dropped += 1;
-        true
+        self.fail_over(now, exclude, entry, FailureCause::PeerFailed)
     }
 
-    /// The downstream connection `conn_id` closed (every generation so far): outcomes
-    /// of its requests are discarded and counted in `answers_discarded`. A later
-    /// [`Relay::forward`] with a higher generation reopens the id.
+    /// The downstream connection `conn_id` closed: outcomes of its requests are
+    /// discarded and counted in `answers_discarded`.
     pub fn downstream_closed(&mut self, conn_id: u64) {
         if let Some(st) = self.downstreams.get_mut(&conn_id) {
             st.open = false;
@@ -501,14 +616,14 @@ impl Relay {
     }
 
     /// Next upstream peer with one request fewer outstanding (answered, timed out or
-    /// failed over). Feed these to the egress limiter ([`super::Rlf::on_answer`]).
-    pub fn poll_released(&mut self) -> Option<PeerId> {
+    /// failed over); with the send time when it was answered.
+    pub fn poll_released(&mut self) -> Option<Released> {
         self.released.pop_front()
     }
 
-    /// Requests waiting for an answer from `peer`.
-    pub fn outstanding(&self, peer: PeerId) -> usize {
-        self.pending.keys().filter(|(p, _)| *p == peer).count()
+    /// Requests sent to `peer` and not yet answered, timed out or failed over.
+    pub fn outstanding(&self, peer: PeerId) -> u32 {
+        self.outstanding.get(&peer).copied().unwrap_or(0)
     }
 
     /// Requests in the table (waiting for an upstream answer or for a retry choice).
@@ -550,23 +665,23 @@ impl Relay {
         (deadline, self.seq)
     }
 
-    /// Stores `req` (downstream Hop-by-Hop id) pending on `to`; returns the copy to send.
+    /// Stores `req` (downstream Hop-by-Hop id) pending on `to`; returns the Hop-by-Hop id
+    /// it gets towards `to`.
     fn insert(
         &mut self,
         now: Duration,
         from: DownstreamRef,
-        mut req: Message,
+        req: Message,
         to: PeerId,
         timeout: Duration,
         retried: bool,
-    ) -> Message {
+    ) -> u32 {
+        let mut req = req;
         if retried {
             // RFC 6733 §5.5.4: requests resent after a failover carry the T flag.
             set_retransmit(&mut req);
         }
         let hbh = self.alloc_hop_by_hop(to);
-        let mut out = req.clone();
-        out.hop_by_hop = hbh;
         let timer = self.next_timer(now.saturating_add(timeout));
         self.timers.insert(timer, Timed::Pending(to, hbh));
         self.pending.insert(
@@ -577,10 +692,26 @@ impl Relay {
                 retried,
                 timeout,
                 timer,
+                sent_at: now,
             },
         );
+        *self.outstanding.entry(to).or_insert(0) += 1;
         self.entry_added(from);
-        out
+        hbh
+    }
+
+    /// One request of `peer` left the pending table.
+    fn release(&mut self, peer: PeerId, answered_sent_at: Option<Duration>) {
+        if let Some(n) = self.outstanding.get_mut(&peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.outstanding.remove(&peer);
+            }
+        }
+        self.released.push_back(Released {
+            peer,
+            answered_sent_at,
+        });
     }
 
     /// A Hop-by-Hop id not pending towards `peer` (RFC 6733 §3: unique per connection).
@@ -608,7 +739,20 @@ impl Relay {
         entry: Entry,
         cause: FailureCause,
     ) -> Option<Expired> {
-        self.released.push_back(peer);
+        self.release(peer, None);
+        self.fail_over(now, peer, entry, cause)
+    }
+
+    /// An entry (out of the pending table, still counted for its downstream) whose
+    /// attempt on `peer` failed: 3002 after a retry, else it waits for the caller's
+    /// choice of an alternate (RFC 6733 §5.5.4) with the T flag set.
+    fn fail_over(
+        &mut self,
+        now: Duration,
+        peer: PeerId,
+        entry: Entry,
+        cause: FailureCause,
+    ) -> Option<Expired> {
         if !self.is_live(entry.downstream) {
             self.stats.answers_discarded += 1;
             self.entry_gone(entry.downstream);
@@ -677,25 +821,16 @@ impl Relay {
     }
 
     fn note_downstream(&mut self, from: DownstreamRef) {
-        let st = self
-            .downstreams
+        self.downstreams
             .entry(from.conn_id)
             .or_insert(DownstreamState {
-                generation: from.generation,
                 open: true,
                 entries: 0,
             });
-        if from.generation > st.generation {
-            // A new transport connection reusing the id: earlier generations are dead.
-            st.generation = from.generation;
-            st.open = true;
-        }
     }
 
     fn is_live(&self, d: DownstreamRef) -> bool {
-        self.downstreams
-            .get(&d.conn_id)
-            .is_some_and(|st| st.open && st.generation == d.generation)
+        self.downstreams.get(&d.conn_id).is_some_and(|st| st.open)
     }
 
     fn entry_added(&mut self, d: DownstreamRef) {
@@ -705,7 +840,7 @@ impl Relay {
     }
 
     /// Bookkeeping when an entry leaves the table; forgets closed, empty connections
-    /// (only closed ones, so [`Relay::is_live`] answers the same before and after).
+    /// (only closed ones, so `is_live` answers the same before and after).
     fn entry_gone(&mut self, d: DownstreamRef) {
         if let Some(st) = self.downstreams.get_mut(&d.conn_id) {
             st.entries = st.entries.saturating_sub(1);
@@ -714,4 +849,13 @@ impl Relay {
             }
         }
     }
+}
+
+/// The Error-Message of the 3002 for a request whose peer failed and no alternate was
+/// found.
+pub(crate) fn no_alternate(failed: PeerId) -> String {
+    format!(
+        "unable to deliver: upstream peer #{} failed and no alternate peer is available",
+        failed.0
+    )
 }

@@ -5,12 +5,14 @@
 //! [`Rlf::poll_ready`] tells it when it may send.
 //!
 //! Sans-IO and generic over the queued item `T` (the shell's request handle). Time is a
-//! `Duration` since an arbitrary start.
+//! `Duration` since an arbitrary start. The requests outstanding per peer are not
+//! counted here: the caller owns that count (the relay's pending table) and passes a
+//! view of it (`outstanding`) wherever the cap matters.
 //!
 //! The bucket is the project's one GCRA ([`dra_common::gcra`], the virtual-scheduling
 //! form of a token bucket, ITU-T I.371) on integer nanoseconds, as the fast path's.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::diameter::result_code;
@@ -188,7 +190,6 @@ pub struct Rlf<T> {
     cfg: RlfConfig,
     bucket: Gcra,
     queue: VecDeque<Queued<T>>,
-    outstanding: HashMap<PeerId, u32>,
     stats: RlfStats,
 }
 
@@ -205,7 +206,6 @@ impl<T> Rlf<T> {
             bucket: Gcra::new(cfg.rate, cfg.burst),
             cfg,
             queue: VecDeque::new(),
-            outstanding: HashMap::new(),
             stats: RlfStats::default(),
         })
     }
@@ -216,14 +216,24 @@ impl<T> Rlf<T> {
     }
 
     /// Offers `item` for `peer`: [`Offer::Send`] when a token is free, the peer is
-    /// below its outstanding cap and nothing queued is entitled to go first;
-    /// [`Offer::Queued`] when it may wait; otherwise the configured action at once.
-    /// A queued item whose token is already due goes first: after `Queued`, call
-    /// [`Rlf::poll_ready`] (and keep calling it at [`Rlf::poll_timeout`]).
-    pub fn offer(&mut self, now: Duration, item: T, peer: PeerId) -> Offer<T> {
+    /// below its outstanding cap (`outstanding` gives each peer's count) and nothing
+    /// queued is entitled to go first; [`Offer::Queued`] when it may wait; otherwise the
+    /// configured action at once. A queued item whose token is already due goes first:
+    /// after `Queued`, call [`Rlf::poll_ready`] (and keep calling it at
+    /// [`Rlf::poll_timeout`]).
+    pub fn offer(
+        &mut self,
+        now: Duration,
+        item: T,
+        peer: PeerId,
+        outstanding: impl Fn(PeerId) -> u32,
+    ) -> Offer<T> {
         self.stats.offered += 1;
-        if self.bucket.available(now) && !self.peer_blocked(peer) && !self.any_eligible(now) {
-            self.send(now, peer);
+        if self.bucket.available(now)
+            && !self.peer_blocked(peer, &outstanding)
+            && !self.any_eligible(now, &outstanding)
+        {
+            self.bucket.take(now);
             self.stats.sent_direct += 1;
             return Offer::Send(item);
         }
@@ -253,14 +263,20 @@ impl<T> Rlf<T> {
     }
 
     /// The next queued item that may be sent now (FIFO among items whose peer is below
-    /// its outstanding cap and that are within the delay tolerance). Call until `None`.
-    pub fn poll_ready(&mut self, now: Duration) -> Option<(T, PeerId)> {
+    /// its outstanding cap and that are within the delay tolerance). Call until `None`
+    /// (counting each item returned as outstanding in `outstanding` before the next
+    /// call).
+    pub fn poll_ready(
+        &mut self,
+        now: Duration,
+        outstanding: impl Fn(PeerId) -> u32,
+    ) -> Option<(T, PeerId)> {
         if !self.bucket.available(now) {
             return None;
         }
-        let idx = self.first_eligible(now)?;
+        let idx = self.first_eligible(now, &outstanding)?;
         let q = self.queue.remove(idx)?;
-        self.send(now, q.peer);
+        self.bucket.take(now);
         self.stats.sent_queued += 1;
         Some((q.item, q.peer))
     }
@@ -288,9 +304,10 @@ impl<T> Rlf<T> {
     }
 
     /// When something can next move: a token for a sendable queued item, or the first
-    /// queued item passing its delay tolerance. `None` when the queue is empty or only
-    /// answers ([`Rlf::on_answer`]) can unblock it. May be in the past: poll now.
-    pub fn poll_timeout(&self) -> Option<Duration> {
+    /// queued item passing its delay tolerance. `None` when the queue is empty; only
+    /// the tolerance when answers must unblock it (poll again after an answer). May be
+    /// in the past: poll now.
+    pub fn poll_timeout(&self, outstanding: impl Fn(PeerId) -> u32) -> Option<Duration> {
         let front = self.queue.front()?;
         let expiry = front
             .since
@@ -299,35 +316,19 @@ impl<T> Rlf<T> {
         let token = self
             .queue
             .iter()
-            .any(|q| !self.peer_blocked(q.peer))
+            .any(|q| !self.peer_blocked(q.peer, &outstanding))
             .then(|| self.bucket.ready_at_duration());
         Some(token.map_or(expiry, |t| t.min(expiry)))
     }
 
-    /// One request sent to `peer` was answered (or timed out): one fewer outstanding.
-    pub fn on_answer(&mut self, peer: PeerId) {
-        if let Some(n) = self.outstanding.get_mut(&peer) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.outstanding.remove(&peer);
-            }
-        }
-    }
-
-    /// The transport to `peer` failed: nothing is outstanding on it any more, and the
-    /// items queued for it are returned (in order) for the caller to re-route or answer.
+    /// The transport to `peer` failed: the items queued for it are returned (in order)
+    /// for the caller to re-route or answer.
     pub fn on_peer_failed(&mut self, peer: PeerId) -> Vec<T> {
-        self.outstanding.remove(&peer);
         let (gone, keep): (VecDeque<_>, VecDeque<_>) =
             self.queue.drain(..).partition(|q| q.peer == peer);
         self.queue = keep;
         self.stats.flushed += gone.len() as u64;
         gone.into_iter().map(|q| q.item).collect()
-    }
-
-    /// Requests sent to `peer` and not yet answered, as counted here.
-    pub fn outstanding(&self, peer: PeerId) -> u32 {
-        self.outstanding.get(&peer).copied().unwrap_or(0)
     }
 
     /// Items queued.
@@ -340,15 +341,10 @@ impl<T> Rlf<T> {
         self.stats
     }
 
-    fn send(&mut self, now: Duration, peer: PeerId) {
-        self.bucket.take(now);
-        *self.outstanding.entry(peer).or_insert(0) += 1;
-    }
-
-    fn peer_blocked(&self, peer: PeerId) -> bool {
+    fn peer_blocked(&self, peer: PeerId, outstanding: &impl Fn(PeerId) -> u32) -> bool {
         self.cfg
             .max_outstanding_per_peer
-            .is_some_and(|max| self.outstanding(peer) >= max)
+            .is_some_and(|max| outstanding(peer) >= max)
     }
 
     /// Waited strictly longer than the tolerance.
@@ -356,13 +352,13 @@ impl<T> Rlf<T> {
         now.saturating_sub(since) > self.cfg.delay_tolerance
     }
 
-    fn first_eligible(&self, now: Duration) -> Option<usize> {
+    fn first_eligible(&self, now: Duration, outstanding: &impl Fn(PeerId) -> u32) -> Option<usize> {
         self.queue
             .iter()
-            .position(|q| !self.overdue(now, q.since) && !self.peer_blocked(q.peer))
+            .position(|q| !self.overdue(now, q.since) && !self.peer_blocked(q.peer, outstanding))
     }
 
-    fn any_eligible(&self, now: Duration) -> bool {
-        self.first_eligible(now).is_some()
+    fn any_eligible(&self, now: Duration, outstanding: &impl Fn(PeerId) -> u32) -> bool {
+        self.first_eligible(now, outstanding).is_some()
     }
 }
