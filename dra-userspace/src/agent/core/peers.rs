@@ -1,0 +1,498 @@
+//! Connections: accepted and dialled, reconnect with back-off, the peer state machines'
+//! inputs (I/O events) and outputs (messages to write, events), CER and election,
+//! peer slots and their state metric, writing with a bounded queue.
+
+use super::*;
+
+impl Core {
+    pub(super) fn span(
+        &self,
+        id: ConnId,
+        remote: std::net::SocketAddr,
+        origin_host: Option<&str>,
+    ) -> Span {
+        let span = info_span!("peer", conn = id, %remote, origin_host = tracing::field::Empty);
+        if let Some(h) = origin_host {
+            span.record("origin_host", h);
+        }
+        span
+    }
+
+    pub(super) fn options(&mut self, reopen: bool) -> ConnectionOptions {
+        let seed = self
+            .opts
+            .seed
+            .wrapping_add(self.next_conn.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        ConnectionOptions::new(seed, self.start_secs).reopen(reopen)
+    }
+
+    pub(super) fn accepted(&mut self, stream: tokio::net::TcpStream) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let Ok(remote) = stream.peer_addr() else {
+            return;
+        };
+        // Inbound connections are usually clients: they start with our current load.
+        let opts = self.options(false).own_load(self.own_load);
+        let span = self.span(self.next_conn, remote, None);
+        // Accepted connections come to a Diameter port: the ingress limits apply when
+        // the agent enforces them itself.
+        let ingress = self.opts.ingress.clone();
+        self.open_conn(stream, remote, None, opts, ingress, span);
+    }
+
+    /// Sets up a connection: its `PeerConnection` (responder for an accepted one,
+    /// initiator when `peer` is the server we dialled), its I/O tasks, and starts it.
+    /// `None` (logged) if either could not be created.
+    pub(super) fn open_conn(
+        &mut self,
+        stream: tokio::net::TcpStream,
+        remote: std::net::SocketAddr,
+        peer: Option<PeerId>,
+        opts: ConnectionOptions,
+        ingress: io::Ingress,
+        span: Span,
+    ) -> Option<ConnId> {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let (cfg, dir) = (self.peer_cfg.clone(), self.dir.clone());
+        let pc = match peer {
+            None => PeerConnection::responder(cfg, dir, remote.ip(), opts),
+            Some(_) => PeerConnection::initiator(cfg, dir, remote.ip(), opts),
+        };
+        let pc = match pc {
+            Ok(pc) => pc,
+            Err(e) => {
+                span.in_scope(|| warn!(error = %e, "cannot create a peer connection"));
+                return None;
+            }
+        };
+        let io = match io::spawn(
+            id,
+            stream,
+            self.io_tx.clone(),
+            self.opts.max_message_size,
+            self.opts.write_queue,
+            ingress,
+            span.clone(),
+        ) {
+            Ok(io) => io,
+            Err(e) => {
+                span.in_scope(|| warn!(error = %e, "connection unusable"));
+                return None;
+            }
+        };
+        span.in_scope(|| match peer {
+            None => debug!("accepted"),
+            Some(_) => info!("connected, sending CER"),
+        });
+        self.conns.insert(id, Conn { pc, io, peer, span });
+        let now = self.now();
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pc.handle_connected(now);
+        }
+        self.drive(now, id);
+        Some(id)
+    }
+
+    pub(super) fn dial(&mut self, peer: usize) {
+        let Some(addr) = self.cfg.peers[peer].connect else {
+            return;
+        };
+        let slot = &mut self.slots[peer];
+        if slot.connecting || slot.initiator.is_some() || self.shutdown.is_some() {
+            return;
+        }
+        slot.connecting = true;
+        slot.reconnect_at = None;
+        let tx = self.ctl_tx.clone();
+        let timeout = self.opts.connect_timeout;
+        tokio::spawn(async move {
+            let result =
+                match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    )),
+                };
+            let _ = tx.send(Ctl::Connected { peer, result }).await;
+        });
+    }
+
+    pub(super) fn schedule_reconnect(&mut self, peer: usize, hold_off: Option<Duration>) {
+        if self.shutdown.is_some() || self.cfg.peers[peer].connect.is_none() {
+            return;
+        }
+        let now = self.now();
+        let slot = &mut self.slots[peer];
+        // RFC 6733 §2.1 Tc, doubled per consecutive failure (bounded).
+        let backoff = self
+            .peer_cfg
+            .tc
+            .saturating_mul(1u32 << slot.failures.min(10))
+            .min(self.opts.max_backoff);
+        let delay = hold_off.map_or(backoff, |h| h.max(backoff));
+        slot.failures = slot.failures.saturating_add(1);
+        slot.reconnect_at = Some(now + delay);
+        debug!(peer = %self.cfg.peers[peer].name, ?delay, "reconnect scheduled");
+    }
+
+    pub(super) fn connected(
+        &mut self,
+        peer: usize,
+        result: std::io::Result<tokio::net::TcpStream>,
+    ) {
+        self.slots[peer].connecting = false;
+        let stream = match result {
+            Ok(s) if self.shutdown.is_none() => s,
+            Ok(_) => return,
+            Err(e) => {
+                warn!(peer = %self.cfg.peers[peer].name, error = %e, "connect failed");
+                self.schedule_reconnect(peer, None);
+                return;
+            }
+        };
+        let Ok(remote) = stream.peer_addr() else {
+            self.schedule_reconnect(peer, None);
+            return;
+        };
+        let reopen = self.slots[peer].ever_connected;
+        let opts = self.options(reopen);
+        let span = self.span(
+            self.next_conn,
+            remote,
+            Some(&self.cfg.peers[peer].origin_host),
+        );
+        // Our own outbound connections: the fast path sees their traffic arrive on an
+        // ephemeral port, never limited; so does the agent's limiter.
+        match self.open_conn(
+            stream,
+            remote,
+            Some(PeerId(peer)),
+            opts,
+            io::Ingress::None,
+            span,
+        ) {
+            Some(id) => self.slots[peer].initiator = Some(id),
+            None => self.schedule_reconnect(peer, None),
+        }
+    }
+
+    // ----- I/O events -----
+
+    pub(super) fn on_io(&mut self, e: IoEvent) {
+        let now = self.now();
+        match e {
+            IoEvent::Closed { conn, why } => {
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                c.span.in_scope(|| match &why {
+                    CloseCause::Eof => debug!("peer closed the connection"),
+                    CloseCause::Io(e) => info!(error = %e, "transport error"),
+                    CloseCause::Framing(e) => warn!(error = %e, "broken framing: closing"),
+                });
+                if matches!(why, CloseCause::Framing(_)) {
+                    c.pc.abort(now);
+                } else {
+                    c.pc.handle_closed(now);
+                }
+                self.drive(now, conn);
+            }
+            IoEvent::Message { conn, msg, .. } => {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.undecodable(now, conn, &e);
+                        return;
+                    }
+                };
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                let handled = c.pc.handle_message(now, msg);
+                match handled {
+                    Handled::Consumed => {}
+                    Handled::Application(m) => {
+                        if let Some(p) = c.peer {
+                            if m.is_request() {
+                                self.on_request(now, conn, p, m);
+                            } else {
+                                self.on_answer(now, p, m);
+                            }
+                        }
+                    }
+                    Handled::CerReceived { peer } => self.cer_received(now, conn, peer.id),
+                }
+                self.drive(now, conn);
+            }
+        }
+    }
+
+    pub(super) fn undecodable(
+        &mut self,
+        now: Duration,
+        conn: ConnId,
+        e: &crate::diameter::DecodeError,
+    ) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.pc.handle_traffic(now);
+        let open = c.pc.is_open();
+        if let (Some(req), Some(pe), true) = (
+            e.partial(),
+            e.to_protocol_error(Dictionary::standard()),
+            open,
+        ) && req.is_request()
+        {
+            // RFC 6733 §7.1.5: a malformed request is answered with the error.
+            self.stats.requests_in += 1;
+            self.stats.local_answers += 1;
+            let ans = pe.answer(
+                req,
+                &self.cfg.global.origin_host,
+                &self.cfg.global.origin_realm,
+            );
+            self.reply(conn, &ans);
+        } else {
+            c.span
+                .in_scope(|| warn!(error = %e, "undecodable message ignored"));
+        }
+    }
+
+    pub(super) fn cer_received(&mut self, now: Duration, conn: ConnId, peer: PeerId) {
+        let slot = &self.slots[peer.0];
+        let other_open = slot
+            .conn
+            .filter(|o| *o != conn)
+            .is_some_and(|o| self.conns.get(&o).is_some_and(|c| c.pc.is_open()));
+        let mut accept = true;
+        if other_open {
+            // RFC 6733 §5.6.4 R-Reject: the peer already has an open connection.
+            accept = false;
+        } else if let Some(i) = slot.initiator.filter(|i| *i != conn)
+            && self
+                .conns
+                .get(&i)
+                .is_some_and(|c| c.pc.state() == PeerState::WaitCea)
+        {
+            // RFC 6733 §5.6.4 election. Simplification: when we lose, the responder
+            // connection is refused at once instead of held until our CEA arrives.
+            let won = election_won(
+                &self.cfg.global.origin_host,
+                &self.cfg.peers[peer.0].origin_host,
+            );
+            if let Some(c) = self.conns.get_mut(&i) {
+                c.pc.handle_election(now, won);
+            }
+            self.drive(now, i);
+            accept = won;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.peer = Some(peer);
+        c.span
+            .record("origin_host", self.cfg.peers[peer.0].origin_host.as_str());
+        if accept {
+            c.pc.accept_cer(now);
+        } else {
+            c.pc.abort(now);
+        }
+    }
+
+    // ----- the peer state machine's outputs -----
+
+    pub(super) fn drive(&mut self, now: Duration, id: ConnId) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let mut out = Vec::new();
+            while let Some(m) = c.pc.poll_transmit() {
+                out.push(m);
+            }
+            let mut events = Vec::new();
+            while let Some(e) = c.pc.poll_event() {
+                events.push(e);
+            }
+            if out.is_empty() && events.is_empty() {
+                break;
+            }
+            for m in &out {
+                self.write(id, m);
+            }
+            for e in events {
+                self.on_peer_event(now, id, e);
+            }
+        }
+        self.refresh_peer(now, id);
+    }
+
+    pub(super) fn refresh_peer(&mut self, now: Duration, id: ConnId) {
+        let Some(p) = self.conns.get(&id).and_then(|c| c.peer) else {
+            return;
+        };
+        self.refresh_slot(now, p);
+    }
+
+    pub(super) fn refresh_slot(&mut self, now: Duration, p: PeerId) {
+        let slot = &self.slots[p.0];
+        let conn = slot
+            .conn
+            .or(slot.initiator)
+            .and_then(|c| self.conns.get(&c));
+        let good = slot
+            .conn
+            .and_then(|c| self.conns.get(&c))
+            .is_some_and(|c| c.pc.in_service());
+        let state = match conn {
+            None => metrics::PeerState::Closed,
+            Some(c) => match (c.pc.state(), c.pc.watchdog_state()) {
+                (PeerState::Open, WatchdogState::Okay) => metrics::PeerState::Open,
+                (PeerState::Open, WatchdogState::Suspect) => metrics::PeerState::Suspect,
+                (PeerState::Open, WatchdogState::Reopen) => metrics::PeerState::Reopen,
+                (PeerState::Open, _) => metrics::PeerState::Down,
+                (PeerState::WaitCea, _) => metrics::PeerState::WaitCea,
+                _ => metrics::PeerState::Closed,
+            },
+        };
+        let was_good = self.slots[p.0].good;
+        self.slots[p.0].good = good;
+        self.peers.set_good(p, good);
+        if self.slots[p.0].state != Some(state) {
+            self.set_state_metric(p, state);
+        }
+        if was_good && !good {
+            // RFC 6733 §5.5.4 / RFC 3539 §3.4: out of service → fail pending requests over.
+            self.peer_failed(now, p);
+        }
+    }
+
+    pub(super) fn set_state_metric(&mut self, p: PeerId, state: metrics::PeerState) {
+        self.slots[p.0].state = Some(state);
+        self.metrics
+            .set_peer_state(&self.cfg.peers[p.0].name, state);
+    }
+
+    pub(super) fn on_peer_event(&mut self, now: Duration, id: ConnId, e: PeerEvent) {
+        let Some(c) = self.conns.get(&id) else { return };
+        let peer = c.peer;
+        let span = c.span.clone();
+        let _g = span.enter();
+        match e {
+            PeerEvent::Opened { peer: known, .. } => {
+                info!("capabilities exchanged: open");
+                let p = known.id;
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.peer = Some(p);
+                }
+                let slot = &mut self.slots[p.0];
+                slot.conn = Some(id);
+                slot.ever_connected = true;
+                slot.failures = 0;
+            }
+            PeerEvent::Rejected {
+                result_code,
+                error_message,
+            } => {
+                warn!(
+                    result_code,
+                    error_message = error_message.as_deref().unwrap_or(""),
+                    "CER refused by the peer"
+                );
+            }
+            PeerEvent::WatchdogSuspect => warn!("watchdog: SUSPECT"),
+            PeerEvent::WatchdogOkay => info!("watchdog: OKAY"),
+            PeerEvent::WatchdogDown => warn!("watchdog: DOWN"),
+            PeerEvent::LoadReport(load) => {
+                if let Some(p) = peer {
+                    self.peers.set_load(p, Some(load));
+                }
+            }
+            PeerEvent::Closed { reason, reconnect } => {
+                info!(?reason, "connection closed");
+                let Some(c) = self.conns.remove(&id) else {
+                    return;
+                };
+                c.io.reader.abort();
+                // Dropping `c.io.tx` lets the writer flush what is queued and close.
+                drop(c.io);
+                self.pipeline.downstream_closed(id);
+                if let Some(p) = peer {
+                    let slot = &mut self.slots[p.0];
+                    if slot.conn == Some(id) {
+                        slot.conn = None;
+                    }
+                    let was_initiator = slot.initiator == Some(id);
+                    if was_initiator {
+                        slot.initiator = None;
+                    }
+                    self.refresh_slot(now, p);
+                    if was_initiator && self.slots[p.0].conn.is_none() {
+                        let hold = match reconnect {
+                            Reconnect::After(d) => Some(d),
+                            Reconnect::PeerAskedNot { hold_off, .. } => Some(hold_off),
+                            Reconnect::No => None,
+                        };
+                        self.schedule_reconnect(p.0, hold);
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- writing -----
+
+    /// Queues `m` on connection `id`; a full queue aborts the connection (module docs).
+    pub(super) fn write(&mut self, id: ConnId, m: &Message) -> bool {
+        let Some(c) = self.conns.get(&id) else {
+            return false;
+        };
+        match m.try_encode() {
+            Ok(b) => self.write_bytes(id, b),
+            Err(e) => {
+                c.span
+                    .in_scope(|| warn!(error = %e, "cannot encode message"));
+                false
+            }
+        }
+    }
+
+    /// Queues an encoded message on connection `id` (see [`Core::write`]).
+    pub(super) fn write_bytes(&mut self, id: ConnId, bytes: Vec<u8>) -> bool {
+        let Some(c) = self.conns.get(&id) else {
+            return false;
+        };
+        match c.io.tx.try_send(bytes) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if !self.to_abort.contains(&id) {
+                    c.span.in_scope(|| {
+                        warn!(
+                            limit = self.opts.write_queue,
+                            "write queue full: peer too slow, closing"
+                        )
+                    });
+                    self.stats.write_queue_overflows += 1;
+                    self.to_abort.push(id);
+                }
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    pub(super) fn abort_overflowed(&mut self) {
+        let now = self.now();
+        for id in std::mem::take(&mut self.to_abort) {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.pc.abort(now);
+            }
+            self.drive(now, id);
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! What the core reports: the counters snapshot and the `dra status` text.
+
+use super::*;
+
+impl Core {
+    pub(super) fn snapshot(&self) -> AgentStats {
+        let mut s = self.stats.clone();
+        s.relay = self.pipeline.stats();
+        let m = self.marked.stats();
+        s.marked_answered = m.answered;
+        s.marked_discarded = m.discarded;
+        s.egress = (0..self.cfg.peer_groups.len())
+            .filter_map(|i| {
+                self.pipeline
+                    .rlf_stats(GroupId(i))
+                    .map(|st| (self.cfg.peer_groups[i].name.clone(), st))
+            })
+            .collect();
+        s
+    }
+
+    // ----- status -----
+
+    pub(super) fn status(&self) -> String {
+        let now = self.now();
+        let s = self.snapshot();
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "dra {} ({})  up {}s  connections {}",
+            self.cfg.global.origin_host,
+            self.cfg.global.origin_realm,
+            now.as_secs(),
+            self.conns.len()
+        );
+        let _ = writeln!(
+            o,
+            "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  discarded {}  pending {}  retries {}  invariant {}",
+            s.requests_in,
+            s.local_answers,
+            s.marked_answered,
+            s.relay.answers_relayed,
+            s.relay.answers_generated,
+            s.relay.answers_discarded,
+            s.relay.pending,
+            s.relay.retries,
+            if s.invariant_ok() { "ok" } else { "VIOLATED" }
+        );
+        let _ = writeln!(
+            o,
+            "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
+            "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load"
+        );
+        for (i, p) in self.cfg.peers.iter().enumerate() {
+            let sl = &self.slots[i];
+            let state = sl.state.map_or("closed", |st| st.name());
+            let load = self
+                .peers
+                .view(PeerId(i))
+                .and_then(|v| v.load)
+                .map_or("-".to_owned(), |l| {
+                    format!("{:.0}%", l.load_fraction() * 100.0)
+                });
+            let role = match p.role {
+                CfgRole::Client => "client",
+                CfgRole::Server => "server",
+            };
+            let pending = if p.role == CfgRole::Server {
+                self.pipeline.outstanding(PeerId(i))
+            } else {
+                0
+            };
+            let _ = writeln!(
+                o,
+                "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8.0} {:>8.0} {:>8} {:>6}",
+                p.name,
+                role,
+                state,
+                sl.requests_in,
+                sl.requests_out,
+                sl.rate_in,
+                sl.rate_out,
+                pending,
+                load
+            );
+        }
+        for (name, st) in &s.egress {
+            let g = self
+                .cfg
+                .peer_groups
+                .iter()
+                .position(|g| &g.name == name)
+                .expect("group");
+            let q = self.pipeline.queue_len(GroupId(g));
+            let _ = writeln!(
+                o,
+                "egress {name}: queued now {q}  offered {}  refused {}  expired {}",
+                st.offered, st.refused, st.expired
+            );
+        }
+        o
+    }
+}
