@@ -12,7 +12,6 @@
 //!   through TCP flow control, as XDP_DROP is through retransmission; nothing is
 //!   lost).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
@@ -49,8 +48,6 @@ pub enum IoEvent {
         conn: ConnId,
         /// The decoded message, or the decode error (which may carry a partial request).
         msg: Result<Message, Box<DecodeError>>,
-        /// Encoded size, for the pcap/tap and statistics.
-        len: usize,
     },
     /// The transport ended: EOF, read error, or broken framing (RFC 6733 §3: a
     /// stream that cannot be framed cannot be resynchronised: close it).
@@ -80,8 +77,6 @@ pub struct ConnIo {
     pub tx: mpsc::Sender<Vec<u8>>,
     /// The reader task (aborted when the core drops the connection).
     pub reader: tokio::task::JoinHandle<()>,
-    /// Remote address.
-    pub remote: SocketAddr,
 }
 
 /// How the reader of one connection applies the ingress verdicts.
@@ -121,7 +116,7 @@ pub fn spawn(
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
     let reader =
         tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
-    Ok(ConnIo { tx, reader, remote })
+    Ok(ConnIo { tx, reader })
 }
 
 async fn reader(
@@ -164,11 +159,10 @@ async fn reader(
                             }
                         },
                     }
-                    let len = frame.len();
                     let msg = decode(&frame).map_err(Box::new);
                     // Bounded channel: a busy core slows the reader, and TCP slows the peer.
                     if events
-                        .send(IoEvent::Message { conn, msg, len })
+                        .send(IoEvent::Message { conn, msg })
                         .await
                         .is_err()
                     {

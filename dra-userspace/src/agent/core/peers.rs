@@ -201,7 +201,7 @@ impl Core {
                 }
                 self.drive(now, conn);
             }
-            IoEvent::Message { conn, msg, .. } => {
+            IoEvent::Message { conn, msg } => {
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {

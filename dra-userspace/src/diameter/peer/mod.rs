@@ -64,6 +64,12 @@
 //!
 //! The peer runs the same election with the opposite outcome, so both ends keep the
 //! connection initiated by the loser.
+//!
+//! The agent's shell (`agent/core/peers.rs`, `cer_received`) implements this table with
+//! two simplifications: on a lost election it refuses the responder at once
+//! (`r.abort`) instead of keeping it waiting for our CEA, and it does not hold a
+//! responder while our initiator is still connecting (it accepts it). Both still end
+//! with one connection per peer; the peer may have to reconnect once.
 
 pub mod capabilities;
 pub mod config;
