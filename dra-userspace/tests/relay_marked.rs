@@ -6,9 +6,9 @@ mod diameter_fixtures;
 use diameter_fixtures as fx;
 use dra::diameter::{Avp, Message, avp_code, command_code, result_code};
 use dra::relay::{
-    ClassMatch, GroupId, IngressAction, IngressRule, MarkedHandler, MarkedPolicy,
-    MarkedPolicyConfig, MarkedResponse, PolicyError, ProfileSource, RejectProfile, RequestClass,
-    Scope, reject_marked, respond_marked,
+    ClassMatch, GroupId, IngressRule, LimitAction, MarkedHandler, MarkedPolicy, MarkedPolicyConfig,
+    MarkedResponse, PolicyError, ProfileSource, RejectProfile, RequestClass, Scope, reject_marked,
+    respond_marked,
 };
 use dra::routing::PeerId;
 use dra_common::wire::{app, avp_flags, flags};
@@ -156,10 +156,10 @@ fn marked_non_credit_control_request_gets_no_cc_avps() {
 fn drop_action_discards() {
     let req = marked(fx::ccr_i_gx());
     assert_eq!(
-        respond_marked(&req, &IngressAction::Drop, fx::DRA_HOST, fx::DRA_REALM),
+        respond_marked(&req, &LimitAction::Drop, fx::DRA_HOST, fx::DRA_REALM),
         MarkedResponse::Discard
     );
-    match respond_marked(&req, &IngressAction::default(), fx::DRA_HOST, fx::DRA_REALM) {
+    match respond_marked(&req, &LimitAction::default(), fx::DRA_HOST, fx::DRA_REALM) {
         MarkedResponse::Answer(a) => {
             assert_eq!(a.result_code(), Some(result_code::UNABLE_TO_DELIVER));
             assert_eq!(error_message(&a), Some("rate limit exceeded"));
@@ -182,11 +182,11 @@ fn gx_ccr(request_type: Option<u32>) -> ClassMatch {
     }
 }
 
-fn reject(code: u32, text: &str) -> IngressAction {
-    IngressAction::Reject(profile(code, text))
+fn reject(code: u32, text: &str) -> LimitAction {
+    LimitAction::Reject(profile(code, text))
 }
 
-fn rule(scope: Scope, class: Option<ClassMatch>, action: IngressAction) -> IngressRule {
+fn rule(scope: Scope, class: Option<ClassMatch>, action: LimitAction) -> IngressRule {
     IngressRule {
         scope,
         class,
@@ -220,7 +220,7 @@ fn policy() -> MarkedPolicy {
                 Some(gx_ccr(Some(1))),
                 reject(3002, "p1 gx ccr-i"),
             ),
-            rule(Scope::Peer(P3), None, IngressAction::Drop),
+            rule(Scope::Peer(P3), None, LimitAction::Drop),
         ],
         memberships: vec![(P1, G1), (P2, G1)],
         ..MarkedPolicyConfig::default()
@@ -236,10 +236,10 @@ fn class(application: u32, request_type: Option<u32>) -> RequestClass {
     }
 }
 
-fn text(a: &IngressAction) -> &str {
+fn text(a: &LimitAction) -> &str {
     match a {
-        IngressAction::Reject(p) => &p.error_message,
-        IngressAction::Drop => "drop",
+        LimitAction::Reject(p) => &p.error_message,
+        LimitAction::Drop => "drop",
     }
 }
 
@@ -305,7 +305,7 @@ fn marked_policy_picks_the_most_specific_profile() {
     let (default, _) = p.select(P4, &class(app::GY, None));
     assert_eq!(
         default,
-        &IngressAction::Reject(profile(
+        &LimitAction::Reject(profile(
             result_code::UNABLE_TO_DELIVER,
             "rate limit exceeded"
         ))
@@ -324,7 +324,7 @@ fn request_class_reads_cc_request_type_only_for_credit_control() {
 fn marked_policy_rejects_ambiguous_config() {
     let dup = MarkedPolicy::new(MarkedPolicyConfig {
         rules: vec![
-            rule(Scope::Peer(P1), Some(gx_ccr(Some(1))), IngressAction::Drop),
+            rule(Scope::Peer(P1), Some(gx_ccr(Some(1))), LimitAction::Drop),
             rule(Scope::Peer(P1), Some(gx_ccr(Some(1))), reject(3002, "x")),
         ],
         ..MarkedPolicyConfig::default()

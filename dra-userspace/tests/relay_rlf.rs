@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dra::relay::{Offer, Rlf, RlfAction, RlfConfig, RlfConfigError};
+use dra::relay::{LimitAction, Offer, RejectProfile, Rlf, RlfConfig, RlfConfigError};
 use dra::routing::PeerId;
 
 const A: PeerId = PeerId(10);
@@ -16,11 +16,11 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn reject(code: u32, text: &str) -> RlfAction {
-    RlfAction::Reject {
+fn reject(code: u32, text: &str) -> LimitAction {
+    LimitAction::Reject(RejectProfile {
         result_code: code,
         error_message: text.to_owned(),
-    }
+    })
 }
 
 #[derive(Debug, Default)]
@@ -196,7 +196,7 @@ fn queued_items_beyond_the_delay_tolerance_get_the_action() {
 
 #[test]
 fn full_queue_gets_the_action_at_once() {
-    for action in [reject(5012, "egress limit"), RlfAction::Drop] {
+    for action in [reject(5012, "egress limit"), LimitAction::Drop] {
         let mut rlf = Rlf::new(RlfConfig {
             queue_limit: 3,
             action: action.clone(),
@@ -209,8 +209,8 @@ fn full_queue_gets_the_action_at_once() {
         }
         let got = rlf.offer(ms(2), 4, A, NONE);
         match action {
-            RlfAction::Drop => assert_eq!(got, Offer::Dropped(4)),
-            RlfAction::Reject { .. } => assert_eq!(
+            LimitAction::Drop => assert_eq!(got, Offer::Dropped(4)),
+            LimitAction::Reject(_) => assert_eq!(
                 got,
                 Offer::Rejected {
                     item: 4,

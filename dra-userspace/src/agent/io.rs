@@ -161,11 +161,7 @@ async fn reader(
                     }
                     let msg = decode(&frame).map_err(Box::new);
                     // Bounded channel: a busy core slows the reader, and TCP slows the peer.
-                    if events
-                        .send(IoEvent::Message { conn, msg })
-                        .await
-                        .is_err()
-                    {
+                    if events.send(IoEvent::Message { conn, msg }).await.is_err() {
                         return;
                     }
                 }

@@ -9,8 +9,8 @@ use ipnet::IpNet;
 use crate::config::{self, Config, Direction, RequestType, RouteRealm, Selection, Target};
 use crate::diameter::peer::StaticPeerDirectory;
 use crate::relay::{
-    ClassMatch, GroupId, IngressAction, IngressRule, MarkedPolicyConfig, RejectProfile, RlfAction,
-    RlfConfig, Scope,
+    ClassMatch, GroupId, IngressRule, LimitAction, MarkedPolicyConfig, RejectProfile, RlfConfig,
+    Scope,
 };
 use crate::routing::{PeerId, PeerTable, RouteEntry, RouteTable, RouteTableError, Strategy};
 
@@ -124,16 +124,6 @@ fn group_index(cfg: &Config, name: &str) -> Option<usize> {
     cfg.peer_groups.iter().position(|g| g.name == name)
 }
 
-fn rlf_action(l: &config::Limit) -> RlfAction {
-    match l.action {
-        Action::Drop => RlfAction::Drop,
-        Action::Reject => RlfAction::Reject {
-            result_code: l.result_code,
-            error_message: l.error_message.clone(),
-        },
-    }
-}
-
 /// One egress limiter setting per group (index = group position), from the group's
 /// overall egress profile (`peer_rate_limit_profile`, direction egress) and the group's
 /// queue limit, delay tolerance and max outstanding. A group with `max_outstanding`
@@ -147,7 +137,7 @@ pub fn egress(cfg: &Config) -> Result<Vec<Option<RlfConfig>>, SetupError> {
         let rc = match profile {
             Some(p) => {
                 let mut c = RlfConfig::new(p.limit.rate, p.limit.burst);
-                c.action = rlf_action(&p.limit);
+                c.action = limit_action(&p.limit);
                 Some(c)
             }
             None if g.max_outstanding.is_some() => Some(RlfConfig::new(1e9, u32::MAX)),
@@ -175,10 +165,11 @@ pub fn answer_timeouts(cfg: &Config) -> Vec<Duration> {
     cfg.peer_groups.iter().map(|g| g.answer_timeout).collect()
 }
 
-fn ingress_action(l: &config::Limit) -> IngressAction {
+/// What a configured limit does to a request over it (ingress or egress alike).
+fn limit_action(l: &config::Limit) -> LimitAction {
     match l.action {
-        Action::Drop => IngressAction::Drop,
-        Action::Reject => IngressAction::Reject(RejectProfile {
+        Action::Drop => LimitAction::Drop,
+        Action::Reject => LimitAction::Reject(RejectProfile {
             result_code: l.result_code,
             error_message: l.error_message.clone(),
         }),
@@ -209,7 +200,7 @@ pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
             rules.push(IngressRule {
                 scope,
                 class: None,
-                action: ingress_action(&p.limit),
+                action: limit_action(&p.limit),
             });
         }
     }
@@ -230,7 +221,7 @@ pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
                     command: m.class.command,
                     request_type,
                 }),
-                action: ingress_action(&m.limit),
+                action: limit_action(&m.limit),
             });
         }
     }
@@ -242,6 +233,6 @@ pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
     MarkedPolicyConfig {
         rules,
         memberships,
-        default: IngressAction::default(),
+        default: LimitAction::default(),
     }
 }

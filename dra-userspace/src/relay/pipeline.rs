@@ -21,8 +21,8 @@ use crate::diameter::Message;
 use crate::routing::PeerId;
 
 use super::{
-    Delivery, DownstreamRef, Expired, GroupId, Offer, Relay, RelayError, RelayStats, Retry, Rlf,
-    RlfAction, RlfStats,
+    Delivery, DownstreamRef, Expired, GroupId, LimitAction, Offer, Relay, RelayError, RelayStats,
+    Retry, Rlf, RlfStats,
 };
 
 /// A request waiting in an egress queue: admitted, not pending yet.
@@ -289,21 +289,18 @@ impl Pipeline {
             if let Some(o) = rlf.poll_expired(now) {
                 // StarOS RLF: beyond the delay tolerance the configured action applies.
                 match o.action {
-                    RlfAction::Reject {
-                        result_code,
-                        error_message,
-                    } => {
+                    LimitAction::Reject(p) => {
                         let h = o.item;
                         if let Some(d) = self.relay.refused(
                             h.downstream,
                             &h.request,
-                            result_code,
-                            &error_message,
+                            p.result_code,
+                            &p.error_message,
                         ) {
                             self.out.push_back(Output::Deliver(d));
                         }
                     }
-                    RlfAction::Drop => self.relay.dropped(),
+                    LimitAction::Drop => self.relay.dropped(),
                 }
                 continue;
             }

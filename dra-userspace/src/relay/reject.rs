@@ -57,19 +57,20 @@ pub fn reject_marked(
     )
 }
 
-/// What to do with a request over an ingress limit.
+/// What happens to a request over a limit — ingress (a marked request) or egress (the
+/// RLF's queue full or waited too long).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum IngressAction {
+pub enum LimitAction {
     /// Answer with this profile.
     Reject(RejectProfile),
     /// Discard silently and count; the sender's transport or application retransmits.
     Drop,
 }
 
-impl Default for IngressAction {
+impl Default for LimitAction {
     /// Reject with 3002 "rate limit exceeded".
-    fn default() -> IngressAction {
-        IngressAction::Reject(RejectProfile::default())
+    fn default() -> LimitAction {
+        LimitAction::Reject(RejectProfile::default())
     }
 }
 
@@ -85,15 +86,15 @@ pub enum MarkedResponse {
 /// Applies `action` to a marked request.
 pub fn respond_marked(
     req: &Message,
-    action: &IngressAction,
+    action: &LimitAction,
     own_host: &str,
     own_realm: &str,
 ) -> MarkedResponse {
     match action {
-        IngressAction::Reject(p) => {
+        LimitAction::Reject(p) => {
             MarkedResponse::Answer(reject_marked(req, p, own_host, own_realm))
         }
-        IngressAction::Drop => MarkedResponse::Discard,
+        LimitAction::Drop => MarkedResponse::Discard,
     }
 }
 
@@ -154,7 +155,7 @@ pub struct IngressRule {
     /// The message class, or `None` for the overall (peer rate limit) profile.
     pub class: Option<ClassMatch>,
     /// What happens to its over-limit requests.
-    pub action: IngressAction,
+    pub action: LimitAction,
 }
 
 /// Inputs of [`MarkedPolicy::new`].
@@ -166,7 +167,7 @@ pub struct MarkedPolicyConfig {
     /// Group of each peer that has one.
     pub memberships: Vec<(PeerId, GroupId)>,
     /// Used when nothing matches (default: reject 3002 "rate limit exceeded").
-    pub default: IngressAction,
+    pub default: LimitAction,
 }
 
 /// Which rule [`MarkedPolicy::select`] picked, most specific first.
@@ -214,9 +215,9 @@ pub enum PolicyError {
 /// Picks the ingress profile for a marked request (see [`MarkedPolicy::select`]).
 #[derive(Debug, Clone)]
 pub struct MarkedPolicy {
-    rules: HashMap<(Scope, Option<ClassMatch>), IngressAction>,
+    rules: HashMap<(Scope, Option<ClassMatch>), LimitAction>,
     groups: HashMap<PeerId, GroupId>,
-    default: IngressAction,
+    default: LimitAction,
 }
 
 impl MarkedPolicy {
@@ -255,7 +256,7 @@ impl MarkedPolicy {
     /// message profile for that class (exact CC-Request-Type before any), else the
     /// group's message profile, else the peer's overall profile, else the group's
     /// overall profile, else the default.
-    pub fn select(&self, peer: PeerId, class: &RequestClass) -> (&IngressAction, ProfileSource) {
+    pub fn select(&self, peer: PeerId, class: &RequestClass) -> (&LimitAction, ProfileSource) {
         let cm = |request_type| ClassMatch {
             application: class.application,
             command: class.command,

@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::{LimitAction, RejectProfile};
 use crate::diameter::result_code;
 use crate::routing::PeerId;
 
@@ -24,20 +25,6 @@ pub const DEFAULT_DELAY_TOLERANCE: Duration = Duration::from_secs(2);
 pub const DEFAULT_QUEUE_LIMIT: u32 = 1000;
 /// Default Error-Message of an egress rejection.
 pub const DEFAULT_EGRESS_MESSAGE: &str = "egress rate limit exceeded";
-
-/// What happens to a request that cannot be queued or waited too long.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RlfAction {
-    /// Answer it (3002, 3004, 5012, ...) with this Error-Message.
-    Reject {
-        /// Result-Code of the answer.
-        result_code: u32,
-        /// Error-Message of the answer.
-        error_message: String,
-    },
-    /// Discard it without an answer.
-    Drop,
-}
 
 /// Settings of one limiter (one upstream peer group).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +40,7 @@ pub struct RlfConfig {
     /// Most requests sent to one peer and not yet answered (StarOS `max-outstanding`).
     pub max_outstanding_per_peer: Option<u32>,
     /// Applied when the queue is full or a request waited too long.
-    pub action: RlfAction,
+    pub action: LimitAction,
 }
 
 impl RlfConfig {
@@ -66,10 +53,10 @@ impl RlfConfig {
             queue_limit: DEFAULT_QUEUE_LIMIT,
             delay_tolerance: DEFAULT_DELAY_TOLERANCE,
             max_outstanding_per_peer: None,
-            action: RlfAction::Reject {
+            action: LimitAction::Reject(RejectProfile {
                 result_code: result_code::UNABLE_TO_DELIVER,
                 error_message: DEFAULT_EGRESS_MESSAGE.to_owned(),
-            },
+            }),
         }
     }
 }
@@ -118,7 +105,7 @@ pub struct Overdue<T> {
     /// How long it waited.
     pub waited: Duration,
     /// The configured action to apply.
-    pub action: RlfAction,
+    pub action: LimitAction,
 }
 
 /// Counters.
@@ -250,15 +237,12 @@ impl<T> Rlf<T> {
         }
         self.stats.refused += 1;
         match &self.cfg.action {
-            RlfAction::Reject {
-                result_code,
-                error_message,
-            } => Offer::Rejected {
+            LimitAction::Reject(p) => Offer::Rejected {
                 item,
-                result_code: *result_code,
-                error_message: error_message.clone(),
+                result_code: p.result_code,
+                error_message: p.error_message.clone(),
             },
-            RlfAction::Drop => Offer::Dropped(item),
+            LimitAction::Drop => Offer::Dropped(item),
         }
     }
 
