@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::{
     demo::{self, Proc, Snap},
     lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR},
-    report::TableRow,
+    results::{self, STORM_LATEST, TableRow},
     storm::outcome_deltas,
 };
 
@@ -329,13 +329,13 @@ pub fn run(root: &Path) -> Result<()> {
     };
     let (entries, rows) = result?;
     merge_into_latest(root, &entries, &rows)?;
-    print!("\n{}", crate::report::render_markdown(&rows));
+    print!("\n{}", results::render_markdown(&rows));
     Ok(())
 }
 
 /// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
 pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> Result<()> {
-    let latest = root.join(crate::storm::LATEST);
+    let latest = root.join(STORM_LATEST);
     let mut doc: Value = std::fs::read_to_string(&latest)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())

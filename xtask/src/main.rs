@@ -4,6 +4,7 @@ mod coalesced;
 mod demo;
 mod lab;
 mod report;
+mod results;
 mod storm;
 mod toolchain;
 

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use crate::{
     demo::{self, Proc, Snap},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR},
-    report::{self, TableRow},
+    results::{self, STORM_LATEST, TableRow},
 };
 
 /// P3, P4 (action reject, XDP attached).
@@ -42,8 +42,6 @@ pub const DROP_USERSPACE_CONFIG: &str = "config/bench/dra-storm-drop-userspace.t
 pub const BASELINE_SCENARIO: &str = "config/bench/storm-baseline.toml";
 /// CCR-I at 10 × the limit.
 pub const STORM_SCENARIO: &str = "config/bench/storm-10x.toml";
-/// Where `bench storm` writes its numbers (the aggregate reads them back).
-pub const LATEST: &str = "bench/results/storm-latest.json";
 
 /// The scenario phase every number is taken from.
 const MEASURE: &str = "measure";
@@ -1105,7 +1103,7 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
 }
 
 /// `cargo xtask bench storm` (after the release build): runs everything, writes
-/// [`LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
+/// [`STORM_LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
 pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;
     demo::install_signal_handlers();
@@ -1174,7 +1172,7 @@ pub fn run(root: &Path) -> Result<()> {
     let mut printed = table.clone();
     printed.extend(coalesced_rows.iter().cloned());
     let doc = json!({
-        "machine": report::machine(root),
+        "machine": results::machine(root),
         "duration_s": started.elapsed().as_secs_f64(),
         "configs": { "reject": REJECT_CONFIG, "drop_xdp": DROP_XDP_CONFIG, "drop_userspace": DROP_USERSPACE_CONFIG,
                      "baseline_scenario": BASELINE_SCENARIO, "storm_scenario": STORM_SCENARIO,
@@ -1189,11 +1187,11 @@ pub fn run(root: &Path) -> Result<()> {
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
     let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(LATEST);
+    let latest = root.join(STORM_LATEST);
     std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
     std::fs::write(out.join("storm.json"), &text)?;
     let mut s = String::new();
-    let _ = writeln!(s, "\n{}", report::render_markdown(&printed));
+    let _ = writeln!(s, "\n{}", results::render_markdown(&printed));
     print!("{s}");
     println!("written {} (runs in {})", latest.display(), out.display());
     Ok(())
