@@ -24,8 +24,9 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    demo::{self, Proc, Snap},
-    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR},
+    demo::{self, Snap},
+    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    procs::{self, Proc, remove_pid_file},
     results::{self, STORM_LATEST, TableRow},
     storm::outcome_deltas,
 };
@@ -110,15 +111,15 @@ fn one(
         .args(["--pin-dir", PIN_DIR, "--detach-on-exit"])
         .env("RUST_LOG", "warn");
     let dra_log = dir.join("dra.log");
-    let mut dra = Proc::new("dra run", demo::spawn_to(&dra_log, "dra", &mut cmd)?);
+    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
     let end = Instant::now() + Duration::from_secs(40);
     loop {
-        demo::interrupted()?;
+        procs::interrupted()?;
         if let Some(st) = dra.exited() {
             bail!("dra run exited ({st}); log {}", dra_log.display());
         }
         if let Ok(s) = demo::scrape()
-            && demo::UPSTREAMS
+            && UPSTREAMS
                 .iter()
                 .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
         {
@@ -155,12 +156,12 @@ fn one(
     let client_log = dir.join("pgw1.log");
     let mut client = Proc::new(
         "dra-loadgen closed",
-        demo::spawn_to(&client_log, "pgw1", &mut c)?,
+        procs::spawn_to(&client_log, "pgw1", &mut c)?,
     );
     let t0 = Instant::now();
     let wait = |t: Duration, client: &mut Proc| -> Result<()> {
         while t0.elapsed() < t {
-            demo::interrupted()?;
+            procs::interrupted()?;
             if let Some(st) = client.exited() {
                 bail!(
                     "the gateway exited early ({st}); log {}",
@@ -177,7 +178,7 @@ fn one(
     let b = demo::scrape()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.exited().is_none() {
-        demo::interrupted()?;
+        procs::interrupted()?;
         ensure!(
             Instant::now() < deadline,
             "the gateway did not finish; log {}",
@@ -185,9 +186,9 @@ fn one(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("pgw1.pid"));
+    remove_pid_file("pgw1");
     let st = dra.stop(Duration::from_secs(10));
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("dra.pid"));
+    remove_pid_file("dra");
     ensure!(
         st.is_some_and(|s| s.success()),
         "dra run did not exit cleanly ({st:?}); log {}",
@@ -316,11 +317,11 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
 /// `cargo xtask bench coalesced` alone: lab up, the runs, lab down; merges the result
 /// into `storm-latest.json` (key `coalesced`).
 pub fn run(root: &Path) -> Result<()> {
-    demo::install_signal_handlers();
+    procs::install_signal_handlers();
     let bins = Bins::release(root);
     let out: PathBuf = root
         .join("results")
-        .join(format!("bench-coalesced-{}", demo::timestamp()));
+        .join(format!("bench-coalesced-{}", results::timestamp()));
     std::fs::create_dir_all(&out)?;
     let result = {
         let _lab = lab::LabGuard;

@@ -13,14 +13,16 @@ use std::{
     fmt::Write as _,
     io::{Read, Write},
     path::{Path, PathBuf},
-    process::Child,
-    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR};
+use crate::{
+    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    procs::{Proc, install_signal_handlers, interrupted, spawn_to},
+    results::timestamp,
+};
 
 const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
 pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
@@ -28,92 +30,6 @@ const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
-pub(crate) const UPSTREAMS: [&str; 3] = ["pcrf1", "pcrf2", "ocs1"];
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-pub(crate) fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
-}
-
-pub(crate) fn interrupted() -> Result<()> {
-    if STOP.load(Ordering::SeqCst) {
-        bail!("interrupted");
-    }
-    Ok(())
-}
-
-/// A process of the demo, stopped (SIGINT, then SIGKILL) when dropped.
-pub(crate) struct Proc {
-    name: String,
-    child: Option<Child>,
-    status: Option<std::process::ExitStatus>,
-}
-
-impl Proc {
-    pub(crate) fn new(name: &str, child: Child) -> Proc {
-        Proc {
-            name: name.to_owned(),
-            child: Some(child),
-            status: None,
-        }
-    }
-
-    /// Its pid while it has not been reaped.
-    pub(crate) fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Its exit status, once it has exited (reaped here, remembered).
-    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        if self.status.is_none()
-            && let Some(c) = self.child.as_mut()
-            && let Ok(Some(st)) = c.try_wait()
-        {
-            self.status = Some(st);
-            self.child = None;
-        }
-        self.status
-    }
-
-    /// SIGINT, up to `grace` to exit, then SIGKILL; the exit status.
-    pub(crate) fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
-        if self.exited().is_some() {
-            return self.status;
-        }
-        let mut c = self.child.take()?;
-        // SAFETY: kill(2) on our own, not yet reaped child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let end = Instant::now() + grace;
-        while Instant::now() < end {
-            if let Ok(Some(st)) = c.try_wait() {
-                self.status = Some(st);
-                return self.status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("xtask: {} did not stop in {grace:?}: killed", self.name);
-        let _ = c.kill();
-        self.status = c.wait().ok();
-        self.status
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.exited().is_none() && self.child.is_some() {
-            eprintln!("xtask: stopping {}", self.name);
-            self.stop(Duration::from_secs(5));
-        }
-    }
-}
 
 // ---- /metrics --------------------------------------------------------------
 
@@ -408,12 +324,6 @@ fn scenario_secs(path: &Path) -> Result<f64> {
         .unwrap_or(0.0))
 }
 
-pub(crate) fn timestamp() -> String {
-    lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"])
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "now".into())
-}
-
 // ---- the run -------------------------------------------------------------------
 
 /// What the run observed, for the checks and the summary.
@@ -644,21 +554,6 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         last,
         clients: client_reports,
     })
-}
-
-/// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
-pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
-    let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-    let child = cmd
-        .stdout(f.try_clone()?)
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("start {name}"))?;
-    std::fs::write(
-        Path::new(lab::STATE_DIR).join(format!("{name}.pid")),
-        format!("{}\n", child.id()),
-    )?;
-    Ok(child)
 }
 
 // ---- summary, checks, plot ------------------------------------------------------

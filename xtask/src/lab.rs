@@ -75,6 +75,9 @@ pub const SERVERS: [Server; 3] = [
     },
 ];
 
+/// The names of [`SERVERS`]: the upstream peers `dra run` connects to in the lab.
+pub const UPSTREAMS: [&str; 3] = [SERVERS[0].name, SERVERS[1].name, SERVERS[2].name];
+
 /// Runs a command, failing with its stderr.
 pub fn sh(args: &[&str]) -> Result<String> {
     let out = Command::new(args[0])

@@ -3,6 +3,7 @@
 mod coalesced;
 mod demo;
 mod lab;
+mod procs;
 mod report;
 mod results;
 mod storm;

@@ -115,6 +115,13 @@ pub fn machine(root: &Path) -> Value {
     })
 }
 
+/// UTC date and time for the name of a run directory (`results/<what>-<timestamp>/`).
+pub(crate) fn timestamp() -> String {
+    lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "now".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

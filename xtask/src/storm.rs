@@ -27,8 +27,9 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    demo::{self, Proc, Snap},
-    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR},
+    demo::{self, Snap},
+    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    procs::{self, Proc, remove_pid_file},
     results::{self, STORM_LATEST, TableRow},
 };
 
@@ -633,7 +634,7 @@ fn wait_until(
     client_log: &Path,
 ) -> Result<()> {
     loop {
-        demo::interrupted()?;
+        procs::interrupted()?;
         if let Some(st) = dra.exited() {
             bail!(
                 "dra run exited during the run ({st}); log {}",
@@ -654,10 +655,6 @@ fn wait_until(
     }
 }
 
-fn remove_pid_file(name: &str) {
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join(format!("{name}.pid")));
-}
-
 fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) -> Result<RunResult> {
     let dir = out.join(spec.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
@@ -674,11 +671,11 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     // warn: the same (quiet) logging in every run, so logging is no part of the CPU compared.
     cmd.env("RUST_LOG", "warn");
     let dra_log = dir.join("dra.log");
-    let mut dra = Proc::new("dra run", demo::spawn_to(&dra_log, "dra", &mut cmd)?);
+    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
     let dra_pid = dra_pid(&dra)?;
     let end = Instant::now() + Duration::from_secs(40);
     loop {
-        demo::interrupted()?;
+        procs::interrupted()?;
         if let Some(st) = dra.exited() {
             bail!(
                 "dra run exited ({st}); log:\n{}",
@@ -686,7 +683,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
             );
         }
         if let Ok(s) = demo::scrape()
-            && demo::UPSTREAMS
+            && UPSTREAMS
                 .iter()
                 .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
         {
@@ -742,7 +739,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     .arg(&summary_path);
     let mut client = Proc::new(
         "dra-loadgen client",
-        demo::spawn_to(&client_log, "pgw1", &mut c)?,
+        procs::spawn_to(&client_log, "pgw1", &mut c)?,
     );
     let t0 = Instant::now();
     eprintln!("xtask: run {} ({}): {} s", spec.name, spec.purpose, total_s);
@@ -780,7 +777,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     let deadline = t0 + Duration::from_secs_f64(total_s + grace);
     let mut client_end = "exited by itself".to_owned();
     while client.exited().is_none() {
-        demo::interrupted()?;
+        procs::interrupted()?;
         if Instant::now() > deadline {
             if spec.needs_summary {
                 bail!(
@@ -1106,7 +1103,7 @@ fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
 /// [`STORM_LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
 pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;
-    demo::install_signal_handlers();
+    procs::install_signal_handlers();
     let bins = Bins::release(root);
     for cfg in [REJECT_CONFIG, DROP_XDP_CONFIG, DROP_USERSPACE_CONFIG] {
         let out = std::process::Command::new(&bins.dra)
@@ -1121,7 +1118,7 @@ pub fn run(root: &Path) -> Result<()> {
     }
     let out: PathBuf = root
         .join("results")
-        .join(format!("bench-storm-{}", demo::timestamp()));
+        .join(format!("bench-storm-{}", results::timestamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     let started = Instant::now();
     let result = {
@@ -1147,7 +1144,7 @@ pub fn run(root: &Path) -> Result<()> {
                 Err(e) => failed = Some(e),
             }
         }
-        for s in demo::UPSTREAMS {
+        for s in UPSTREAMS {
             let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
         }
         match failed {
