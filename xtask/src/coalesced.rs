@@ -24,11 +24,10 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    demo::{self, Snap},
     lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{self, Snap, outcome_deltas},
     procs::{self, Proc, remove_pid_file},
     results::{self, STORM_LATEST, TableRow},
-    storm::outcome_deltas,
 };
 
 /// The XDP `reject` config; the others are derived from it (action, interface).
@@ -118,7 +117,7 @@ fn one(
         if let Some(st) = dra.exited() {
             bail!("dra run exited ({st}); log {}", dra_log.display());
         }
-        if let Ok(s) = demo::scrape()
+        if let Ok(s) = metrics::scrape()
             && UPSTREAMS
                 .iter()
                 .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
@@ -173,9 +172,9 @@ fn one(
         Ok(())
     };
     wait(Duration::from_secs(WARMUP_S + FROM_S), &mut client)?;
-    let a = demo::scrape()?;
+    let a = metrics::scrape()?;
     wait(Duration::from_secs(WARMUP_S + TO_S), &mut client)?;
-    let b = demo::scrape()?;
+    let b = metrics::scrape()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.exited().is_none() {
         procs::interrupted()?;

@@ -9,9 +9,9 @@
 //! The lab is always removed (guard + SIGINT/SIGTERM handling).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     fmt::Write as _,
-    io::{Read, Write},
+    io::Write,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -20,126 +20,16 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{Snap, scrape},
     procs::{Proc, install_signal_handlers, interrupted, spawn_to},
     results::timestamp,
 };
 
 const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
-pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
-
-// ---- /metrics --------------------------------------------------------------
-
-/// One sample of a Prometheus text exposition.
-#[derive(Clone, Debug)]
-pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) labels: Vec<(String, String)>,
-    pub(crate) value: f64,
-}
-
-pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
-    let mut out = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let (head, value) = match line.rsplit_once(' ') {
-            Some(x) => x,
-            None => continue,
-        };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = match head.split_once('{') {
-            Some((n, rest)) => {
-                let body = rest.trim_end_matches('}');
-                let mut labels = Vec::new();
-                for kv in body.split("\",").filter(|s| !s.is_empty()) {
-                    if let Some((k, v)) = kv.split_once('=') {
-                        labels.push((k.trim().to_owned(), v.trim().trim_matches('"').to_owned()));
-                    }
-                }
-                (n.to_owned(), labels)
-            }
-            None => (head.to_owned(), Vec::new()),
-        };
-        out.push(Series {
-            name,
-            labels,
-            value,
-        });
-    }
-    out
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Snap {
-    pub(crate) series: Vec<Series>,
-}
-
-impl Snap {
-    /// Sum of the series `name` whose labels include all of `want`.
-    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
-            .map(|s| s.value)
-            .sum()
-    }
-
-    fn label_values(&self, name: &str, want: &[(&str, &str)], label: &str) -> BTreeSet<String> {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
-            .filter_map(|s| {
-                s.labels
-                    .iter()
-                    .find(|(k, _)| k == label)
-                    .map(|(_, v)| v.clone())
-            })
-            .collect()
-    }
-}
-
-fn http_get_metrics() -> Result<String> {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "metrics endpoint answered {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_owned())
-}
-
-/// Fetches the agent's metrics from inside the dra namespace.
-pub(crate) fn scrape() -> Result<Snap> {
-    let text = lab::in_netns(NS_DRA, http_get_metrics)??;
-    Ok(Snap {
-        series: parse_metrics(&text),
-    })
-}
 
 // ---- the DRL profile shown on screen ---------------------------------------
 
@@ -914,42 +804,7 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const EXPOSITION: &str = "\
-# HELP dra_fastpath_requests_total requests
-# TYPE dra_fastpath_requests_total counter
-dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"seen\"} 900
-dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"} 300
-dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 400
-dra_throttle_percent{peer=\"pgw1\"} 40
-dra_db_cpu_percent 4.5
-";
-
-    #[test]
-    fn metrics_are_read_by_name_and_labels() {
-        let s = Snap {
-            series: parse_metrics(EXPOSITION),
-        };
-        assert_eq!(
-            s.sum(
-                "dra_fastpath_requests_total",
-                &[("peer", "pgw1"), ("outcome", "seen")]
-            ),
-            900.0
-        );
-        assert_eq!(
-            s.sum(
-                "dra_fastpath_requests_total",
-                &[("class", "gx_ccr_i"), ("outcome", "seen")]
-            ),
-            1300.0
-        );
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
-        assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
-        let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
-        assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
-    }
+    use crate::metrics::{parse_metrics, tests::EXPOSITION};
 
     #[test]
     fn per_second_rates_come_from_counter_deltas() {

@@ -3,6 +3,7 @@
 mod coalesced;
 mod demo;
 mod lab;
+mod metrics;
 mod procs;
 mod report;
 mod results;

@@ -27,8 +27,8 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    demo::{self, Snap},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{self, Snap, counter_deltas, outcome_deltas},
     procs::{self, Proc, remove_pid_file},
     results::{self, STORM_LATEST, TableRow},
 };
@@ -263,59 +263,6 @@ pub fn relative_error(measured: f64, target: f64) -> f64 {
 /// a / b, None unless both are finite and b > 0.
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
-}
-
-fn series_key(name: &str, labels: &[(String, String)]) -> String {
-    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    format!("{name}{{{}}}", l.join(","))
-}
-
-/// Deltas (after − before) of every counter sample (`*_total`) that has label
-/// `peer = peer`, keyed `name{labels}`; zero deltas are left out.
-pub fn counter_deltas(before: &Snap, after: &Snap, peer: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for s in after.series.iter().filter(|s| {
-        s.name.ends_with("_total") && s.labels.iter().any(|(k, v)| k == "peer" && v == peer)
-    }) {
-        let b = before
-            .series
-            .iter()
-            .find(|x| x.name == s.name && x.labels == s.labels)
-            .map_or(0.0, |x| x.value);
-        let d = s.value - b;
-        if d != 0.0 {
-            out.insert(series_key(&s.name, &s.labels), d);
-        }
-    }
-    out
-}
-
-/// Per `family/outcome`: deltas of every counter with labels peer, class and outcome
-/// (`dra_fastpath_requests_total` for the fast path, or whatever family a userspace
-/// limiter exports with the same labels).
-pub fn outcome_deltas(
-    before: &Snap,
-    after: &Snap,
-    peer: &str,
-    class: &str,
-) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for s in &after.series {
-        let has = |k: &str, v: &str| s.labels.iter().any(|(a, b)| a == k && b == v);
-        if !(s.name.ends_with("_total") && has("peer", peer) && has("class", class)) {
-            continue;
-        }
-        let Some((_, outcome)) = s.labels.iter().find(|(k, _)| k == "outcome") else {
-            continue;
-        };
-        let b = before
-            .series
-            .iter()
-            .find(|x| x.name == s.name && x.labels == s.labels)
-            .map_or(0.0, |x| x.value);
-        *out.entry(format!("{}/{outcome}", s.name)).or_insert(0.0) += s.value - b;
-    }
-    out
 }
 
 // ---- the bench configs --------------------------------------------------------------
@@ -682,7 +629,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
                 std::fs::read_to_string(&dra_log).unwrap_or_default()
             );
         }
-        if let Ok(s) = demo::scrape()
+        if let Ok(s) = metrics::scrape()
             && UPSTREAMS
                 .iter()
                 .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
@@ -750,15 +697,15 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
     wait_until(m_start, &mut dra, &mut client, &dra_log, &client_log)?;
     let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
-    let snap_m0 = demo::scrape()?;
+    let snap_m0 = metrics::scrape()?;
     wait_until(i_start, &mut dra, &mut client, &dra_log, &client_log)?;
-    let snap_i0 = demo::scrape()?;
+    let snap_i0 = metrics::scrape()?;
     wait_until(i_end, &mut dra, &mut client, &dra_log, &client_log)?;
-    let snap_i1 = demo::scrape()?;
+    let snap_i1 = metrics::scrape()?;
     wait_until(m_end, &mut dra, &mut client, &dra_log, &client_log)?;
     let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
-    let snap_m1 = demo::scrape()?;
+    let snap_m1 = metrics::scrape()?;
     // The client stops after its last phase plus a drain of one request timeout. With
     // `drop` its TCP connection can be far behind (the sender's congestion control
     // slows down under the policer and dra-loadgen keeps queueing): it then waits for
@@ -807,7 +754,7 @@ fn run_one(root: &Path, bins: &Bins, spec: &RunSpec, plan: &Plan, out: &Path) ->
             client_log.display()
         ),
     };
-    let snap_end = demo::scrape()?;
+    let snap_end = metrics::scrape()?;
     let st = dra.stop(Duration::from_secs(10));
     remove_pid_file("dra");
     if !st.is_some_and(|s| s.success()) {
@@ -1197,7 +1144,6 @@ pub fn run(root: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::parse_metrics;
 
     #[test]
     fn proc_stat_gives_utime_plus_stime_even_with_spaces_and_parens_in_the_name() {
@@ -1290,40 +1236,6 @@ not json
             "nothing refused: low throughput is not limiting"
         );
         assert!(!limited(None, 500.0, &refused));
-    }
-
-    #[test]
-    fn metric_deltas_pick_the_peer_class_and_every_outcome_family() {
-        let before = Snap {
-            series: parse_metrics(
-                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 100\n\
-                 dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 0\n",
-            ),
-        };
-        let after = Snap {
-            series: parse_metrics(
-                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 600\n\
-                 dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 4500\n\
-                 dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"dropped\"} 7\n\
-                 dra_userspace_limit_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 3\n\
-                 dra_answers_total{peer=\"pgw1\",result_code=\"2001\"} 900\n\
-                 dra_effective_rate{peer=\"pgw1\",class=\"gx_ccr_i\"} 500\n",
-            ),
-        };
-        let o = outcome_deltas(&before, &after, "pgw1", "gx_ccr_i");
-        assert_eq!(o.len(), 3);
-        assert_eq!(o["dra_fastpath_requests_total/admitted"], 500.0);
-        assert_eq!(o["dra_fastpath_requests_total/dropped"], 4500.0);
-        assert_eq!(o["dra_userspace_limit_total/dropped"], 3.0);
-        let d = counter_deltas(&before, &after, "pgw1");
-        assert_eq!(
-            d["dra_answers_total{peer=\"pgw1\",result_code=\"2001\"}"],
-            900.0
-        );
-        assert!(
-            !d.keys()
-                .any(|k| k.contains("pgw2") || k.contains("effective_rate"))
-        );
     }
 
     #[test]
