@@ -228,8 +228,9 @@ fn one(
         .and_then(Value::as_u64)
         .unwrap_or(u64::MAX);
     eprintln!(
-        "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of {limit:.0} ({error_pct:+.2} %), \
-         gateway saw {by_pcrf_per_s:.1}/s answered by the PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
+        "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of \
+         {limit:.0} ({error_pct:+.2} %), gateway saw {by_pcrf_per_s:.1}/s answered by the \
+         PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
         client
             .get("requests_per_s")
             .and_then(Value::as_f64)
@@ -245,7 +246,10 @@ fn one(
         "error_pct": error_pct,
         "utilization_pct": 100.0 * admitted_per_s / limit,
         "met": met,
-        "admitted_source": format!("the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} of the measured window"),
+        "admitted_source": format!(
+            "the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} \
+             of the measured window"
+        ),
         "gateway": {
             "answered_by_pcrf_per_s": by_pcrf_per_s,
             "answered_in_window": client.get("answered"),

@@ -153,7 +153,8 @@ fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
         s,
         "dra demo — t = {:>4.0} s of ~{:.0} s   phase: {}\n\
          DRL profile (DEMO, lower CPU than the seed): {}\n\
-         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis (INFO cpu)\n",
+         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis \
+         (INFO cpu)\n",
         row.t,
         total_s,
         row.phase,
@@ -163,7 +164,8 @@ fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
     );
     let _ = writeln!(
         s,
-        "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective rate {:>5.0}/s\n",
+        "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective \
+         rate {:>5.0}/s\n",
         row.cpu, row.throttle, row.eff_rate
     );
     let _ = writeln!(
@@ -303,7 +305,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         }
         if Instant::now() > end {
             bail!(
-                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); log {}",
+                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); \
+                 log {}",
                 dra_log.display()
             );
         }
@@ -346,8 +349,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     let tty = unsafe { libc::isatty(1) } == 1;
     if !tty {
         println!(
-            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, seed 30 s), step {} %; \
-             CPU source = the lab's Redis",
+            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, \
+             seed 30 s), step {} %; CPU source = the lab's Redis",
             profile.describe(),
             profile.hold,
             profile.step
@@ -392,7 +395,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
             };
             let (a, b) = (r("pgw1", "all"), r("pgw2", "all"));
             println!(
-                "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
+                "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} \
+                 pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
                 row.t, row.phase, row.cpu, row.throttle, a[0], a[1], a[2], b[0], b[1], b[2]
             );
         }
@@ -654,7 +658,8 @@ fn write_csv(rows: &[Row], path: &PathBuf) -> Result<()> {
         let up = |p: &str| r.upstream.get(p).copied().unwrap_or((0.0, f64::NAN));
         let _ = writeln!(
             s,
-            "{:.1},{},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.3},{:.0},{:.3}",
+            "{:.1},{},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},\
+             {:.3},{:.0},{:.3}",
             r.t,
             r.phase,
             r.cpu,

@@ -268,7 +268,8 @@ fn real_main() -> Result<()> {
             toolchain::ensure()?;
             if !is_root() {
                 bail!(
-                    "the benchmarks load eBPF programs and create network namespaces: run them as root"
+                    "the benchmarks load eBPF programs and create network namespaces: \
+                     run them as root"
                 );
             }
             let (which, rest) = match rest.split_first() {

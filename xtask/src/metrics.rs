@@ -227,21 +227,23 @@ dra_db_cpu_percent 4.5
 
     #[test]
     fn metric_deltas_pick_the_peer_class_and_every_outcome_family() {
+        const BEFORE: &str = "\
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 100
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 0
+";
+        const AFTER: &str = "\
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 600
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 4500
+dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"dropped\"} 7
+dra_userspace_limit_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 3
+dra_answers_total{peer=\"pgw1\",result_code=\"2001\"} 900
+dra_effective_rate{peer=\"pgw1\",class=\"gx_ccr_i\"} 500
+";
         let before = Snap {
-            series: parse_metrics(
-                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 100\n\
-                 dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 0\n",
-            ),
+            series: parse_metrics(BEFORE),
         };
         let after = Snap {
-            series: parse_metrics(
-                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 600\n\
-                 dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 4500\n\
-                 dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"dropped\"} 7\n\
-                 dra_userspace_limit_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 3\n\
-                 dra_answers_total{peer=\"pgw1\",result_code=\"2001\"} 900\n\
-                 dra_effective_rate{peer=\"pgw1\",class=\"gx_ccr_i\"} 500\n",
-            ),
+            series: parse_metrics(AFTER),
         };
         let o = outcome_deltas(&before, &after, "pgw1", "gx_ccr_i");
         assert_eq!(o.len(), 3);

@@ -159,7 +159,13 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let doc = json!({
         "machine": machine,
         "p1": { "source": XDP_LATEST, "goal": "reported (no goal)", "results": xdp },
-        "p2": { "source": RELAY_LATEST, "ratio": p2q, "goal_min_ratio": GOAL_P2_MIN_RATIO, "met": p2met, "results": relay },
+        "p2": {
+            "source": RELAY_LATEST,
+            "ratio": p2q,
+            "goal_min_ratio": GOAL_P2_MIN_RATIO,
+            "met": p2met,
+            "results": relay,
+        },
         "p3": storm.get("p3"),
         "p4": storm.get("p4"),
         "p5": storm.get("p5"),
@@ -190,7 +196,8 @@ pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>)
         })
     };
     let mut s = format!(
-        "# cargo xtask bench — {}\n\nKernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
+        "# cargo xtask bench — {}\n\n\
+         Kernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
         g("date"),
         g("kernel"),
         g("cpus"),
@@ -218,7 +225,8 @@ mod tests {
     #[test]
     fn p1_and_p2_rows_come_from_the_bench_files_formats() {
         let xdp: Value = serde_json::from_str(
-            r#"{"runs":1000,"cases":[{"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
+            r#"{"runs":1000,"cases":[
+                {"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
                 {"case":"CCR-U admitted","ns_per_packet":260.0,"ratio_to_pass":6.5}]}"#,
         )
         .unwrap();
@@ -231,7 +239,8 @@ mod tests {
         );
         assert_eq!(rows[0].met, None);
         let relay: Value = serde_json::from_str(
-            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},{"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
+            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},
+                {"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
         )
         .unwrap();
         let (row, met, q) = p2_row(&relay).unwrap();
@@ -254,9 +263,20 @@ mod tests {
 
     #[test]
     fn the_report_names_the_machine() {
-        let m = json!({"date": "2026-11-30T20:00:00Z", "kernel": "6.1.0", "cpus": 2, "cpu_model": "Xeon", "load_average": "1 2 3", "git_commit": "abc", "git_dirty": false});
+        let m = json!({
+            "date": "2026-11-30T20:00:00Z",
+            "kernel": "6.1.0",
+            "cpus": 2,
+            "cpu_model": "Xeon",
+            "load_average": "1 2 3",
+            "git_commit": "abc",
+            "git_dirty": false,
+        });
         let md = render_report(&m, &[], Some("both runs limited"));
-        assert!(md.starts_with("# cargo xtask bench — 2026-11-30T20:00:00Z\n\nKernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"));
+        assert!(md.starts_with(
+            "# cargo xtask bench — 2026-11-30T20:00:00Z\n\n\
+             Kernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"
+        ));
         assert!(md.contains("\nP5: both runs limited\n"));
     }
 }

@@ -29,7 +29,12 @@ pub struct TableRow {
 impl TableRow {
     /// As stored in the JSON files.
     pub fn to_json(&self) -> Value {
-        json!({ "metric": self.metric, "measured": self.measured, "goal": self.goal, "met": self.met })
+        json!({
+            "metric": self.metric,
+            "measured": self.measured,
+            "goal": self.goal,
+            "met": self.met,
+        })
     }
 
     /// Back from [`TableRow::to_json`].
@@ -107,9 +112,17 @@ pub fn machine(root: &Path) -> Value {
         "kernel": first_line(&["uname", "-r"]),
         "cpu_model": model,
         "cpus": cpus,
-        "load_average": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        "load_average": std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
         // The gateways' TCP reacts to `drop` (P5) with this congestion control.
-        "tcp_congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default().trim(),
+        "tcp_congestion_control":
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+                .unwrap_or_default()
+                .trim(),
         "git_commit": commit,
         "git_dirty": dirty,
     })

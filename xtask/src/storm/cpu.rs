@@ -97,8 +97,9 @@ mod tests {
     #[test]
     fn proc_stat_gives_utime_plus_stime_even_with_spaces_and_parens_in_the_name() {
         // Fields 14 (utime) = 1234 and 15 (stime) = 56.
-        let stat = "4242 (dra (run) x) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 56 0 0 20 0 6 0 \
-                    31337 1000000 500 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0";
+        let stat = "4242 (dra (run) x) S 1 4242 4242 0 -1 4194560 9000 0 0 0 \
+                    1234 56 0 0 20 0 6 0 31337 1000000 500 18446744073709551615 \
+                    1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0";
         assert_eq!(proc_stat_cpu_ticks(stat).unwrap(), 1290);
         assert!(proc_stat_cpu_ticks("4242 (dra) S 1 2").is_err());
         assert!(proc_stat_cpu_ticks("no parens at all").is_err());

@@ -51,9 +51,11 @@ pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
         "error": err,
         "goal_max_error": GOAL_P3_MAX_ERROR,
         "met": met,
-        "source": format!("client rows (--rows): {CLASS} answered 2001 per second, mean over the interior of {MEASURE}"),
+        "source": format!("client rows (--rows): {CLASS} answered 2001 per \
+                           second, mean over the interior of {MEASURE}"),
         "cross_check": {
-            "source": "agent metrics dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"}, same interior",
+            "source": "agent metrics dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",\
+                       outcome=\"admitted\"}, same interior",
             "admitted_per_s": fp_admitted,
             "error": fp_admitted.map(|a| relative_error(a, l)),
             "all_outcomes_per_s": r.metrics_interior_per_s,
@@ -86,7 +88,8 @@ pub(super) fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
         "ratio": q,
         "goal_max_ratio": GOAL_P4_MAX_RATIO,
         "met": met,
-        "source": "client summary (HdrHistogram) of gx_ccr_u; CCR-U is sent only in the measure phase",
+        "source": "client summary (HdrHistogram) of gx_ccr_u; \
+                   CCR-U is sent only in the measure phase",
         "ccr_u_no_storm": calm.ccr_u(),
         "ccr_u_storm": storm.ccr_u(),
     });
@@ -135,10 +138,11 @@ pub(super) fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableR
     let met = q.map(|q| valid && q >= GOAL_P5_MIN_RATIO);
     let note = if valid {
         format!(
-            "both runs limited CCR-I (the agent's counters show refused requests, admitted ≤ {LIMITED_MAX_FACTOR} L): \
-             XDP run {}/s ({sx}), userspace run {}/s ({su}); the agent read {:.0} requests/s from pgw1 in the XDP \
-             run and {:.0}/s in the userspace run. With drop, the sender's TCP slows down under the policer, so an \
-             XDP run can admit less than L.",
+            "both runs limited CCR-I (the agent's counters show refused requests, \
+             admitted ≤ {LIMITED_MAX_FACTOR} L): XDP run {}/s ({sx}), userspace \
+             run {}/s ({su}); the agent read {:.0} requests/s from pgw1 in the XDP \
+             run and {:.0}/s in the userspace run. With drop, the sender's TCP \
+             slows down under the policer, so an XDP run can admit less than L.",
             fmt_opt(ax, 0),
             fmt_opt(au, 0),
             xdp.requests_in_per_s,
@@ -146,10 +150,11 @@ pub(super) fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableR
         )
     } else {
         format!(
-            "NOT A VALID COMPARISON: CCR-I limited in the XDP run: {lx} ({}/s, {sx}), in the userspace run: {lu} \
-             ({}/s, {su}); limited = the agent's counters (labels peer, class, outcome) show dropped/marked CCR-I \
-             and admitted ≤ {LIMITED_MAX_FACTOR} L = {:.0}/s; XDP attached in run 1 and not in run 2. Without a \
-             userspace limiter in `dra run` the fast-path-less run forwards the whole storm.",
+            "NOT A VALID COMPARISON: CCR-I limited in the XDP run: {lx} ({}/s, {sx}), in the \
+             userspace run: {lu} ({}/s, {su}); limited = the agent's counters (labels peer, \
+             class, outcome) show dropped/marked CCR-I and admitted ≤ {LIMITED_MAX_FACTOR} L \
+             = {:.0}/s; XDP attached in run 1 and not in run 2. Without a userspace limiter \
+             in `dra run` the fast-path-less run forwards the whole storm.",
             fmt_opt(ax, 0),
             fmt_opt(au, 0),
             LIMITED_MAX_FACTOR * l
@@ -181,7 +186,8 @@ pub(super) fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableR
         "valid": valid,
         "met": met,
         "note": note,
-        "source": "utime+stime of `dra run` over the measure phase (/proc/<pid>/stat, sysconf(_SC_CLK_TCK))",
+        "source": "utime+stime of `dra run` over the measure \
+                   phase (/proc/<pid>/stat, sysconf(_SC_CLK_TCK))",
     });
     let measured = format!(
         "{}× ({:.2} s vs {:.2} s CPU; CCR-I admitted {} vs {} /s){}",

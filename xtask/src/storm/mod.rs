@@ -5,12 +5,14 @@
 //! runs, each a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
 //! `dralab-gw`:
 //!
-//! | run | dra config | scenario | for |
+//! | run | dra config: dra-storm-….toml | scenario | for |
 //! |---|---|---|---|
-//! | `no-storm` | dra-storm-reject.toml (XDP) | storm-baseline.toml (CCR-I at L) | P4 denominator |
-//! | `storm-reject-xdp` | dra-storm-reject.toml (XDP) | storm-10x.toml (CCR-I at 10·L) | P3, P4 numerator |
-//! | `storm-drop-xdp` | dra-storm-drop-xdp.toml (XDP) | storm-10x.toml | P5 run 1 |
-//! | `storm-drop-userspace` | dra-storm-drop-userspace.toml (no fast path) | storm-10x.toml | P5 run 2 |
+//! | `no-storm` | reject (XDP) | storm-baseline.toml (CCR-I at L) | P4 denominator |
+//! | `storm-reject-xdp` | reject (XDP) | storm-10x.toml (CCR-I at 10·L) | P3, P4 numerator |
+//! | `storm-drop-xdp` | drop-xdp (XDP) | storm-10x.toml | P5 run 1 |
+//! | `storm-drop-userspace` | drop-userspace (no fast path) | storm-10x.toml | P5 run 2 |
+//!
+//! (configs and scenarios in config/bench/)
 //!
 //! Everything is measured over the scenario's `measure` phase, located on xtask's clock
 //! from the instant the client was spawned (the client's phases are timed from its start,
@@ -74,8 +76,8 @@ pub fn preflight(root: &Path) -> Result<Plan> {
     let ns = lab::namespaces();
     if !ns.is_empty() || Path::new(PIN_DIR).exists() {
         bail!(
-            "a lab is up (namespaces {ns:?}, pins {PIN_DIR}: {}); the storm benchmark builds its own. \
-             Remove it with `cargo xtask lab down` and run again",
+            "a lab is up (namespaces {ns:?}, pins {PIN_DIR}: {}); the storm benchmark \
+             builds its own. Remove it with `cargo xtask lab down` and run again",
             Path::new(PIN_DIR).exists()
         );
     }
@@ -154,9 +156,15 @@ pub fn run(root: &Path) -> Result<()> {
     let doc = json!({
         "machine": results::machine(root),
         "duration_s": started.elapsed().as_secs_f64(),
-        "configs": { "reject": REJECT_CONFIG, "drop_xdp": DROP_XDP_CONFIG, "drop_userspace": DROP_USERSPACE_CONFIG,
-                     "baseline_scenario": BASELINE_SCENARIO, "storm_scenario": STORM_SCENARIO,
-                     "measure_rates_storm": plan.storm_rates, "measure_rates_no_storm": plan.baseline_rates },
+        "configs": {
+            "reject": REJECT_CONFIG,
+            "drop_xdp": DROP_XDP_CONFIG,
+            "drop_userspace": DROP_USERSPACE_CONFIG,
+            "baseline_scenario": BASELINE_SCENARIO,
+            "storm_scenario": STORM_SCENARIO,
+            "measure_rates_storm": plan.storm_rates,
+            "measure_rates_no_storm": plan.baseline_rates,
+        },
         "p3": p3v,
         "p4": p4v,
         "p5": p5v,

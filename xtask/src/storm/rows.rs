@@ -84,7 +84,9 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
 mod tests {
     use super::*;
 
-    const ROWS: &str = r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":400,"answered":{"2001":400}}}}
+    const ROWS: &str = concat!(
+        r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":400,"answered":{"2001":400}}}}"#,
+        r#"
 {"t":6,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":510,"3002":4490}}}}
 {"t":7,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":502,"3002":4498}}}}
 {"t":8,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":498,"3002":4502}}}}
@@ -92,7 +94,8 @@ mod tests {
 {"t":10,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000}}}}
 {"t":11,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":300}}}}
 not json
-"#;
+"#
+    );
 
     #[test]
     fn admitted_rate_and_error_come_from_the_interior_of_the_phase() {
@@ -117,11 +120,22 @@ not json
 
     #[test]
     fn per_second_p99_and_median() {
-        let rows = r#"{"t":6,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{"2001":990},"p99_ms":12.5}}}
-{"t":7,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{},"p99_ms":0.0}}}
-{"t":8,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":80.0}}}
-{"t":9,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":11.0}}}
-{"t":5,"phase":"open","classes":{"gx_ccr_u":{"sent":1,"answered":{"2001":1},"p99_ms":99.0}}}"#;
+        let rows = concat!(
+            r#"{"t":6,"phase":"measure","classes":"#,
+            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":990},"p99_ms":12.5}}}"#,
+            "\n",
+            r#"{"t":7,"phase":"measure","classes":"#,
+            r#"{"gx_ccr_u":{"sent":1000,"answered":{},"p99_ms":0.0}}}"#,
+            "\n",
+            r#"{"t":8,"phase":"measure","classes":"#,
+            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":80.0}}}"#,
+            "\n",
+            r#"{"t":9,"phase":"measure","classes":"#,
+            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":11.0}}}"#,
+            "\n",
+            r#"{"t":5,"phase":"open","classes":"#,
+            r#"{"gx_ccr_u":{"sent":1,"answered":{"2001":1},"p99_ms":99.0}}}"#,
+        );
         let v = rows_p99(rows, "measure", "gx_ccr_u");
         assert_eq!(v, [12.5, 80.0, 11.0], "a second without answers has no p99");
         assert_eq!(median(&v), Some(12.5));

@@ -248,7 +248,8 @@ pub(super) fn run_one(
             }
             client.stop(Duration::from_secs(2));
             client_end = format!(
-                "stopped by xtask {grace:.0} s after its last phase (still sending its backlog; no summary)"
+                "stopped by xtask {grace:.0} s after its last \
+                 phase (still sending its backlog; no summary)"
             );
             eprintln!("xtask: run {}: client {client_end}", spec.name);
             break;
@@ -312,20 +313,46 @@ pub(super) fn run_one(
         "purpose": spec.purpose,
         "dra_config": spec.config,
         "scenario": spec.scenario,
-        "limit": { "peer": PEER, "class": CLASS, "rate_per_s": cfg_limit.rate, "burst": cfg_limit.burst, "action": cfg_limit.action },
+        "limit": {
+            "peer": PEER,
+            "class": CLASS,
+            "rate_per_s": cfg_limit.rate,
+            "burst": cfg_limit.burst,
+            "action": cfg_limit.action,
+        },
         "fast_path_attached": attached,
-        "measure_phase": { "start_s": plan.measure_start_s, "duration_s": plan.measure_s,
-                           "interior": format!("seconds {}..{} of {MEASURE} (first {SKIP_FIRST} and last {SKIP_LAST} left out)", SKIP_FIRST, plan.measure_s as usize - SKIP_LAST) },
-        "agent_cpu": { "seconds": cpu_s, "window_s": window_s, "percent_of_one_core": 100.0 * cpu_s / window_s,
-                       "source": "utime+stime of the `dra run` process, /proc/<pid>/stat, at the start and end of measure" },
-        "client_ccr_i": { "offered_per_s": offered_per_s, "answered_2001_per_s": admitted_per_s,
-                          "per_second": per_second.iter().map(|(t, s, a)| json!({"t": t, "sent": s, "answered_2001": a})).collect::<Vec<_>>() },
+        "measure_phase": {
+            "start_s": plan.measure_start_s,
+            "duration_s": plan.measure_s,
+            "interior": format!(
+                "seconds {}..{} of {MEASURE} (first {SKIP_FIRST} and last {SKIP_LAST} left out)",
+                SKIP_FIRST,
+                plan.measure_s as usize - SKIP_LAST
+            ),
+        },
+        "agent_cpu": {
+            "seconds": cpu_s,
+            "window_s": window_s,
+            "percent_of_one_core": 100.0 * cpu_s / window_s,
+            "source": "utime+stime of the `dra run` process, /proc/<pid>/stat, at the start \
+                       and end of measure",
+        },
+        "client_ccr_i": {
+            "offered_per_s": offered_per_s,
+            "answered_2001_per_s": admitted_per_s,
+            "per_second": per_second
+                .iter()
+                .map(|(t, s, a)| json!({"t": t, "sent": s, "answered_2001": a}))
+                .collect::<Vec<_>>(),
+        },
         "agent_metrics": {
             "ccr_i_by_outcome_measure": metrics_measure,
             "ccr_i_by_outcome_interior_per_s": metrics_interior_per_s,
             "pgw1_counter_deltas_measure": counter_deltas(&snap_m0, &snap_m1, PEER),
-            "pgw1_counter_totals_at_end": counter_deltas(&Snap { series: Vec::new() }, &snap_end, PEER),
-            "note": "fast-path counters are copied into the metrics once per second; the interior snapshots are a whole number of seconds apart",
+            "pgw1_counter_totals_at_end":
+                counter_deltas(&Snap { series: Vec::new() }, &snap_end, PEER),
+            "note": "fast-path counters are copied into the metrics once per second; \
+                     the interior snapshots are a whole number of seconds apart",
         },
         "agent_requests_in_per_s": requests_in_per_s,
         "machine_during_measure": {
@@ -333,15 +360,21 @@ pub(super) fn run_one(
             "lab_processes_cpu_s": lab1 - lab0,
             "other_cpu_s": (busy1 - busy0) - (lab1 - lab0),
             "load_average_start": load0, "load_average_end": load1,
-            "note": "other = machine busy − the lab's processes: other jobs on the machine plus kernel time not charged to a process (softirq: the lab's packets, XDP)",
+            "note": "other = machine busy − the lab's processes: other jobs on the machine plus \
+                     kernel time not charged to a process (softirq: the lab's packets, XDP)",
         },
-        "client_ccr_u_per_second_p99_ms": { "median": median(&u_p99), "max": u_p99.iter().copied().fold(f64::NAN, f64::max), "values": u_p99 },
+        "client_ccr_u_per_second_p99_ms": {
+            "median": median(&u_p99),
+            "max": u_p99.iter().copied().fold(f64::NAN, f64::max),
+            "values": u_p99,
+        },
         "client_end": client_end,
         "client_summary": summary,
         "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
     });
     eprintln!(
-        "xtask: run {}: agent CPU {:.2} s over {:.1} s; CCR-I offered {:.0}/s, answered 2001 {:.0}/s; CCR-U p99 {} ms",
+        "xtask: run {}: agent CPU {:.2} s over {:.1} s; CCR-I \
+         offered {:.0}/s, answered 2001 {:.0}/s; CCR-U p99 {} ms",
         spec.name,
         cpu_s,
         window_s,
