@@ -1,6 +1,7 @@
 //! What the benchmarks share about their results: the `*-latest.json` files each part
 //! writes, the results table (rows, markdown) and the machine context stored with them.
-//! Used by `report` (the aggregate of one `cargo xtask bench`), `storm` and `coalesced`.
+//! Used by `report` (the aggregate of one `cargo xtask bench`), `storm` and `coalesced`;
+//! `timestamp` also names the demo's run directory.
 
 use std::{fmt::Write as _, path::Path};
 
