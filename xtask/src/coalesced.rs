@@ -24,10 +24,10 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    demo::{self, Proc, Snap},
-    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR},
-    report::TableRow,
-    storm::outcome_deltas,
+    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{self, Snap, outcome_deltas},
+    procs::{self, Proc, remove_pid_file},
+    results::{self, STORM_LATEST, TableRow},
 };
 
 /// The XDP `reject` config; the others are derived from it (action, interface).
@@ -110,15 +110,15 @@ fn one(
         .args(["--pin-dir", PIN_DIR, "--detach-on-exit"])
         .env("RUST_LOG", "warn");
     let dra_log = dir.join("dra.log");
-    let mut dra = Proc::new("dra run", demo::spawn_to(&dra_log, "dra", &mut cmd)?);
+    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
     let end = Instant::now() + Duration::from_secs(40);
     loop {
-        demo::interrupted()?;
+        procs::interrupted()?;
         if let Some(st) = dra.exited() {
             bail!("dra run exited ({st}); log {}", dra_log.display());
         }
-        if let Ok(s) = demo::scrape()
-            && demo::UPSTREAMS
+        if let Ok(s) = metrics::scrape()
+            && UPSTREAMS
                 .iter()
                 .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
         {
@@ -155,12 +155,12 @@ fn one(
     let client_log = dir.join("pgw1.log");
     let mut client = Proc::new(
         "dra-loadgen closed",
-        demo::spawn_to(&client_log, "pgw1", &mut c)?,
+        procs::spawn_to(&client_log, "pgw1", &mut c)?,
     );
     let t0 = Instant::now();
     let wait = |t: Duration, client: &mut Proc| -> Result<()> {
         while t0.elapsed() < t {
-            demo::interrupted()?;
+            procs::interrupted()?;
             if let Some(st) = client.exited() {
                 bail!(
                     "the gateway exited early ({st}); log {}",
@@ -172,12 +172,12 @@ fn one(
         Ok(())
     };
     wait(Duration::from_secs(WARMUP_S + FROM_S), &mut client)?;
-    let a = demo::scrape()?;
+    let a = metrics::scrape()?;
     wait(Duration::from_secs(WARMUP_S + TO_S), &mut client)?;
-    let b = demo::scrape()?;
+    let b = metrics::scrape()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.exited().is_none() {
-        demo::interrupted()?;
+        procs::interrupted()?;
         ensure!(
             Instant::now() < deadline,
             "the gateway did not finish; log {}",
@@ -185,9 +185,9 @@ fn one(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("pgw1.pid"));
+    remove_pid_file("pgw1");
     let st = dra.stop(Duration::from_secs(10));
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join("dra.pid"));
+    remove_pid_file("dra");
     ensure!(
         st.is_some_and(|s| s.success()),
         "dra run did not exit cleanly ({st:?}); log {}",
@@ -228,8 +228,9 @@ fn one(
         .and_then(Value::as_u64)
         .unwrap_or(u64::MAX);
     eprintln!(
-        "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of {limit:.0} ({error_pct:+.2} %), \
-         gateway saw {by_pcrf_per_s:.1}/s answered by the PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
+        "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of \
+         {limit:.0} ({error_pct:+.2} %), gateway saw {by_pcrf_per_s:.1}/s answered by the \
+         PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
         client
             .get("requests_per_s")
             .and_then(Value::as_f64)
@@ -245,7 +246,10 @@ fn one(
         "error_pct": error_pct,
         "utilization_pct": 100.0 * admitted_per_s / limit,
         "met": met,
-        "admitted_source": format!("the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} of the measured window"),
+        "admitted_source": format!(
+            "the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} \
+             of the measured window"
+        ),
         "gateway": {
             "answered_by_pcrf_per_s": by_pcrf_per_s,
             "answered_in_window": client.get("answered"),
@@ -316,11 +320,11 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
 /// `cargo xtask bench coalesced` alone: lab up, the runs, lab down; merges the result
 /// into `storm-latest.json` (key `coalesced`).
 pub fn run(root: &Path) -> Result<()> {
-    demo::install_signal_handlers();
+    procs::install_signal_handlers();
     let bins = Bins::release(root);
     let out: PathBuf = root
         .join("results")
-        .join(format!("bench-coalesced-{}", demo::timestamp()));
+        .join(format!("bench-coalesced-{}", results::timestamp()));
     std::fs::create_dir_all(&out)?;
     let result = {
         let _lab = lab::LabGuard;
@@ -329,13 +333,13 @@ pub fn run(root: &Path) -> Result<()> {
     };
     let (entries, rows) = result?;
     merge_into_latest(root, &entries, &rows)?;
-    print!("\n{}", crate::report::render_markdown(&rows));
+    print!("\n{}", results::render_markdown(&rows));
     Ok(())
 }
 
 /// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
 pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> Result<()> {
-    let latest = root.join(crate::storm::LATEST);
+    let latest = root.join(STORM_LATEST);
     let mut doc: Value = std::fs::read_to_string(&latest)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())

@@ -9,221 +9,27 @@
 //! The lab is always removed (guard + SIGINT/SIGTERM handling).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     fmt::Write as _,
-    io::{Read, Write},
+    io::Write,
     path::{Path, PathBuf},
-    process::Child,
-    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR};
+use crate::{
+    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{Snap, scrape},
+    procs::{Proc, install_signal_handlers, interrupted, spawn_to},
+    results::timestamp,
+};
 
 const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
-pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
-pub(crate) const UPSTREAMS: [&str; 3] = ["pcrf1", "pcrf2", "ocs1"];
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-pub(crate) fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
-}
-
-pub(crate) fn interrupted() -> Result<()> {
-    if STOP.load(Ordering::SeqCst) {
-        bail!("interrupted");
-    }
-    Ok(())
-}
-
-/// A process of the demo, stopped (SIGINT, then SIGKILL) when dropped.
-pub(crate) struct Proc {
-    name: String,
-    child: Option<Child>,
-    status: Option<std::process::ExitStatus>,
-}
-
-impl Proc {
-    pub(crate) fn new(name: &str, child: Child) -> Proc {
-        Proc {
-            name: name.to_owned(),
-            child: Some(child),
-            status: None,
-        }
-    }
-
-    /// Its pid while it has not been reaped.
-    pub(crate) fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Its exit status, once it has exited (reaped here, remembered).
-    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        if self.status.is_none()
-            && let Some(c) = self.child.as_mut()
-            && let Ok(Some(st)) = c.try_wait()
-        {
-            self.status = Some(st);
-            self.child = None;
-        }
-        self.status
-    }
-
-    /// SIGINT, up to `grace` to exit, then SIGKILL; the exit status.
-    pub(crate) fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
-        if self.exited().is_some() {
-            return self.status;
-        }
-        let mut c = self.child.take()?;
-        // SAFETY: kill(2) on our own, not yet reaped child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let end = Instant::now() + grace;
-        while Instant::now() < end {
-            if let Ok(Some(st)) = c.try_wait() {
-                self.status = Some(st);
-                return self.status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("xtask: {} did not stop in {grace:?}: killed", self.name);
-        let _ = c.kill();
-        self.status = c.wait().ok();
-        self.status
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.exited().is_none() && self.child.is_some() {
-            eprintln!("xtask: stopping {}", self.name);
-            self.stop(Duration::from_secs(5));
-        }
-    }
-}
-
-// ---- /metrics --------------------------------------------------------------
-
-/// One sample of a Prometheus text exposition.
-#[derive(Clone, Debug)]
-pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) labels: Vec<(String, String)>,
-    pub(crate) value: f64,
-}
-
-pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
-    let mut out = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let (head, value) = match line.rsplit_once(' ') {
-            Some(x) => x,
-            None => continue,
-        };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = match head.split_once('{') {
-            Some((n, rest)) => {
-                let body = rest.trim_end_matches('}');
-                let mut labels = Vec::new();
-                for kv in body.split("\",").filter(|s| !s.is_empty()) {
-                    if let Some((k, v)) = kv.split_once('=') {
-                        labels.push((k.trim().to_owned(), v.trim().trim_matches('"').to_owned()));
-                    }
-                }
-                (n.to_owned(), labels)
-            }
-            None => (head.to_owned(), Vec::new()),
-        };
-        out.push(Series {
-            name,
-            labels,
-            value,
-        });
-    }
-    out
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Snap {
-    pub(crate) series: Vec<Series>,
-}
-
-impl Snap {
-    /// Sum of the series `name` whose labels include all of `want`.
-    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
-            .map(|s| s.value)
-            .sum()
-    }
-
-    fn label_values(&self, name: &str, want: &[(&str, &str)], label: &str) -> BTreeSet<String> {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
-            .filter_map(|s| {
-                s.labels
-                    .iter()
-                    .find(|(k, _)| k == label)
-                    .map(|(_, v)| v.clone())
-            })
-            .collect()
-    }
-}
-
-fn http_get_metrics() -> Result<String> {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "metrics endpoint answered {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_owned())
-}
-
-/// Fetches the agent's metrics from inside the dra namespace.
-pub(crate) fn scrape() -> Result<Snap> {
-    let text = lab::in_netns(NS_DRA, http_get_metrics)??;
-    Ok(Snap {
-        series: parse_metrics(&text),
-    })
-}
 
 // ---- the DRL profile shown on screen ---------------------------------------
 
@@ -347,7 +153,8 @@ fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
         s,
         "dra demo — t = {:>4.0} s of ~{:.0} s   phase: {}\n\
          DRL profile (DEMO, lower CPU than the seed): {}\n\
-         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis (INFO cpu)\n",
+         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis \
+         (INFO cpu)\n",
         row.t,
         total_s,
         row.phase,
@@ -357,7 +164,8 @@ fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
     );
     let _ = writeln!(
         s,
-        "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective rate {:>5.0}/s\n",
+        "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective \
+         rate {:>5.0}/s\n",
         row.cpu, row.throttle, row.eff_rate
     );
     let _ = writeln!(
@@ -406,12 +214,6 @@ fn scenario_secs(path: &Path) -> Result<f64> {
                 .sum()
         })
         .unwrap_or(0.0))
-}
-
-pub(crate) fn timestamp() -> String {
-    lab::sh(&["date", "-u", "+%Y%m%d-%H%M%S"])
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "now".into())
 }
 
 // ---- the run -------------------------------------------------------------------
@@ -503,7 +305,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         }
         if Instant::now() > end {
             bail!(
-                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); log {}",
+                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); \
+                 log {}",
                 dra_log.display()
             );
         }
@@ -546,8 +349,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     let tty = unsafe { libc::isatty(1) } == 1;
     if !tty {
         println!(
-            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, seed 30 s), step {} %; \
-             CPU source = the lab's Redis",
+            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, \
+             seed 30 s), step {} %; CPU source = the lab's Redis",
             profile.describe(),
             profile.hold,
             profile.step
@@ -592,7 +395,8 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
             };
             let (a, b) = (r("pgw1", "all"), r("pgw2", "all"));
             println!(
-                "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
+                "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} \
+                 pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
                 row.t, row.phase, row.cpu, row.throttle, a[0], a[1], a[2], b[0], b[1], b[2]
             );
         }
@@ -644,21 +448,6 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         last,
         clients: client_reports,
     })
-}
-
-/// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
-pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
-    let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-    let child = cmd
-        .stdout(f.try_clone()?)
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("start {name}"))?;
-    std::fs::write(
-        Path::new(lab::STATE_DIR).join(format!("{name}.pid")),
-        format!("{}\n", child.id()),
-    )?;
-    Ok(child)
 }
 
 // ---- summary, checks, plot ------------------------------------------------------
@@ -869,7 +658,8 @@ fn write_csv(rows: &[Row], path: &PathBuf) -> Result<()> {
         let up = |p: &str| r.upstream.get(p).copied().unwrap_or((0.0, f64::NAN));
         let _ = writeln!(
             s,
-            "{:.1},{},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.3},{:.0},{:.3}",
+            "{:.1},{},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},\
+             {:.3},{:.0},{:.3}",
             r.t,
             r.phase,
             r.cpu,
@@ -1019,42 +809,7 @@ fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const EXPOSITION: &str = "\
-# HELP dra_fastpath_requests_total requests
-# TYPE dra_fastpath_requests_total counter
-dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"seen\"} 900
-dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"} 300
-dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 400
-dra_throttle_percent{peer=\"pgw1\"} 40
-dra_db_cpu_percent 4.5
-";
-
-    #[test]
-    fn metrics_are_read_by_name_and_labels() {
-        let s = Snap {
-            series: parse_metrics(EXPOSITION),
-        };
-        assert_eq!(
-            s.sum(
-                "dra_fastpath_requests_total",
-                &[("peer", "pgw1"), ("outcome", "seen")]
-            ),
-            900.0
-        );
-        assert_eq!(
-            s.sum(
-                "dra_fastpath_requests_total",
-                &[("class", "gx_ccr_i"), ("outcome", "seen")]
-            ),
-            1300.0
-        );
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
-        assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
-        let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
-        assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
-    }
+    use crate::metrics::{parse_metrics, tests::EXPOSITION};
 
     #[test]
     fn per_second_rates_come_from_counter_deltas() {

@@ -75,6 +75,9 @@ pub const SERVERS: [Server; 3] = [
     },
 ];
 
+/// The names of [`SERVERS`]: the upstream peers `dra run` connects to in the lab.
+pub const UPSTREAMS: [&str; 3] = [SERVERS[0].name, SERVERS[1].name, SERVERS[2].name];
+
 /// Runs a command, failing with its stderr.
 pub fn sh(args: &[&str]) -> Result<String> {
     let out = Command::new(args[0])
@@ -538,7 +541,8 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
         Some("up") => {
             if !namespaces().is_empty() {
                 bail!(
-                    "a lab already exists (cargo xtask lab status); remove it with `cargo xtask lab down`"
+                    "a lab already exists (cargo xtask lab status); remove it with \
+                     `cargo xtask lab down`"
                 );
             }
             if let Err(e) = up(bins) {
@@ -549,9 +553,12 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
                 println!("{l}");
             }
             println!(
-                "\nlab up. Start the agent in {NS_DRA} (network namespace only, e.g. `nsenter --net=/run/netns/{NS_DRA} \\\n  \
-                 target/release/dra run --config config/lab/dra-lab.toml --iface {DRA_CLIENT_IF} --pin-dir {PIN_DIR}`),\n\
-                 gateways from {NS_GW} (`dra-loadgen client --bind 198.18.1.2 --connect 198.18.1.1:3868 …`)."
+                "\nlab up. Start the agent in {NS_DRA} (network namespace only, e.g. \
+                 `nsenter --net=/run/netns/{NS_DRA} \\\n  \
+                 target/release/dra run --config config/lab/dra-lab.toml \
+                 --iface {DRA_CLIENT_IF} --pin-dir {PIN_DIR}`),\n\
+                 gateways from {NS_GW} (`dra-loadgen client --bind 198.18.1.2 \
+                 --connect 198.18.1.1:3868 …`)."
             );
             Ok(())
         }

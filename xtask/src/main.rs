@@ -3,7 +3,10 @@
 mod coalesced;
 mod demo;
 mod lab;
+mod metrics;
+mod procs;
 mod report;
+mod results;
 mod storm;
 mod toolchain;
 
@@ -265,7 +268,8 @@ fn real_main() -> Result<()> {
             toolchain::ensure()?;
             if !is_root() {
                 bail!(
-                    "the benchmarks load eBPF programs and create network namespaces: run them as root"
+                    "the benchmarks load eBPF programs and create network namespaces: \
+                     run them as root"
                 );
             }
             let (which, rest) = match rest.split_first() {

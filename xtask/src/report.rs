@@ -10,66 +10,12 @@ use std::{fmt::Write as _, path::Path, time::SystemTime};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::lab;
+use crate::results::{
+    RELAY_LATEST, STORM_LATEST, TableRow, XDP_LATEST, first_line, machine, render_markdown,
+};
 
-/// P1 output of `tests/src/bin/xdp-bench.rs`.
-pub const XDP_LATEST: &str = "bench/results/xdp-latest.json";
-/// P2 output of `dra-userspace/src/bin/dra-bench.rs`.
-pub const RELAY_LATEST: &str = "bench/results/relay-latest.json";
 /// P2 goal: dra agent req/s ÷ freeDiameter req/s at least this.
 pub const GOAL_P2_MIN_RATIO: f64 = 3.0;
-
-/// One line of the results table.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TableRow {
-    pub metric: String,
-    pub measured: String,
-    pub goal: String,
-    /// None: no goal (reported only) or not measurable.
-    pub met: Option<bool>,
-}
-
-impl TableRow {
-    /// As stored in the JSON files.
-    pub fn to_json(&self) -> Value {
-        json!({ "metric": self.metric, "measured": self.measured, "goal": self.goal, "met": self.met })
-    }
-
-    /// Back from [`TableRow::to_json`].
-    pub fn from_json(v: &Value) -> Option<TableRow> {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        Some(TableRow {
-            metric: s("metric")?,
-            measured: s("measured")?,
-            goal: s("goal")?,
-            met: v.get("met").and_then(Value::as_bool),
-        })
-    }
-}
-
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
-}
-
-/// The markdown table: metric, measured, goal, met?
-pub fn render_markdown(rows: &[TableRow]) -> String {
-    let mut s = String::from("| metric | measured | goal | met? |\n|---|---|---|---|\n");
-    for r in rows {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "—",
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {met} |",
-            cell(&r.metric),
-            cell(&r.measured),
-            cell(&r.goal)
-        );
-    }
-    s
-}
 
 /// P1 rows from the xdp-bench JSON: one per case, ns/packet and ratio to bare XDP_PASS.
 pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
@@ -161,52 +107,6 @@ pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
     Ok((row, met, q))
 }
 
-fn first_line(args: &[&str]) -> String {
-    lab::sh(args)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|e| format!("unknown ({e:#})"))
-}
-
-/// Date, kernel, CPU model and count, git commit.
-pub fn machine(root: &Path) -> Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown".to_owned(), |(_, m)| m.trim().to_owned());
-    let cpus = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
-    let root_s = root.display().to_string();
-    let commit = first_line(&["git", "-C", &root_s, "rev-parse", "HEAD"]);
-    // Results files are rewritten by the bench itself: they do not make the tree dirty.
-    let dirty = lab::sh(&[
-        "git",
-        "-C",
-        &root_s,
-        "status",
-        "--porcelain",
-        "--",
-        ".",
-        ":!bench/results",
-    ])
-    .map(|s| !s.trim().is_empty())
-    .ok();
-    json!({
-        "date": first_line(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-        "kernel": first_line(&["uname", "-r"]),
-        "cpu_model": model,
-        "cpus": cpus,
-        "load_average": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-        // The gateways' TCP reacts to `drop` (P5) with this congestion control.
-        "tcp_congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default().trim(),
-        "git_commit": commit,
-        "git_dirty": dirty,
-    })
-}
-
 fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
     let p = root.join(rel);
     let modified = std::fs::metadata(&p)
@@ -227,7 +127,7 @@ fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
 pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let xdp = read_fresh(root, XDP_LATEST, since)?;
     let relay = read_fresh(root, RELAY_LATEST, since)?;
-    let storm = read_fresh(root, crate::storm::LATEST, since)?;
+    let storm = read_fresh(root, STORM_LATEST, since)?;
     let mut table = p1_rows(&xdp)?;
     let (p2row, p2met, p2q) = p2_row(&relay)?;
     table.push(p2row);
@@ -259,7 +159,13 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let doc = json!({
         "machine": machine,
         "p1": { "source": XDP_LATEST, "goal": "reported (no goal)", "results": xdp },
-        "p2": { "source": RELAY_LATEST, "ratio": p2q, "goal_min_ratio": GOAL_P2_MIN_RATIO, "met": p2met, "results": relay },
+        "p2": {
+            "source": RELAY_LATEST,
+            "ratio": p2q,
+            "goal_min_ratio": GOAL_P2_MIN_RATIO,
+            "met": p2met,
+            "results": relay,
+        },
         "p3": storm.get("p3"),
         "p4": storm.get("p4"),
         "p5": storm.get("p5"),
@@ -290,7 +196,8 @@ pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>)
         })
     };
     let mut s = format!(
-        "# cargo xtask bench — {}\n\nKernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
+        "# cargo xtask bench — {}\n\n\
+         Kernel {}, {} × {}, load average {} at the end, commit {}{}.\n\n",
         g("date"),
         g("kernel"),
         g("cpus"),
@@ -316,44 +223,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_marks_missed_goals_and_escapes_pipes() {
-        let rows = [
-            TableRow {
-                metric: "P2 a|b".into(),
-                measured: "5.43×".into(),
-                goal: "≥ 3×".into(),
-                met: Some(true),
-            },
-            TableRow {
-                metric: "P4".into(),
-                measured: "2.10×".into(),
-                goal: "≤ 1.5×".into(),
-                met: Some(false),
-            },
-            TableRow {
-                metric: "P1".into(),
-                measured: "38 ns".into(),
-                goal: "— (reported)".into(),
-                met: None,
-            },
-        ];
-        let md = render_markdown(&rows);
-        let lines: Vec<&str> = md.lines().collect();
-        assert_eq!(lines[0], "| metric | measured | goal | met? |");
-        assert_eq!(lines[1], "|---|---|---|---|");
-        assert_eq!(lines[2], "| P2 a\\|b | 5.43× | ≥ 3× | yes |");
-        assert_eq!(lines[3], "| P4 | 2.10× | ≤ 1.5× | **no** |");
-        assert_eq!(lines[4], "| P1 | 38 ns | — (reported) | — |");
-        assert_eq!(lines.len(), 5);
-        for r in &rows {
-            assert_eq!(TableRow::from_json(&r.to_json()).as_ref(), Some(r));
-        }
-    }
-
-    #[test]
     fn p1_and_p2_rows_come_from_the_bench_files_formats() {
         let xdp: Value = serde_json::from_str(
-            r#"{"runs":1000,"cases":[{"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
+            r#"{"runs":1000,"cases":[
+                {"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
                 {"case":"CCR-U admitted","ns_per_packet":260.0,"ratio_to_pass":6.5}]}"#,
         )
         .unwrap();
@@ -366,7 +239,8 @@ mod tests {
         );
         assert_eq!(rows[0].met, None);
         let relay: Value = serde_json::from_str(
-            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},{"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
+            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},
+                {"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
         )
         .unwrap();
         let (row, met, q) = p2_row(&relay).unwrap();
@@ -389,9 +263,20 @@ mod tests {
 
     #[test]
     fn the_report_names_the_machine() {
-        let m = json!({"date": "2026-11-30T20:00:00Z", "kernel": "6.1.0", "cpus": 2, "cpu_model": "Xeon", "load_average": "1 2 3", "git_commit": "abc", "git_dirty": false});
+        let m = json!({
+            "date": "2026-11-30T20:00:00Z",
+            "kernel": "6.1.0",
+            "cpus": 2,
+            "cpu_model": "Xeon",
+            "load_average": "1 2 3",
+            "git_commit": "abc",
+            "git_dirty": false,
+        });
         let md = render_report(&m, &[], Some("both runs limited"));
-        assert!(md.starts_with("# cargo xtask bench — 2026-11-30T20:00:00Z\n\nKernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"));
+        assert!(md.starts_with(
+            "# cargo xtask bench — 2026-11-30T20:00:00Z\n\n\
+             Kernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"
+        ));
         assert!(md.contains("\nP5: both runs limited\n"));
     }
 }

@@ -127,7 +127,8 @@ pub fn ensure() -> Result<()> {
         }
         if !is_root() {
             bail!(
-                "setup: missing Debian packages and not root. Run:\n  sudo apt-get update && sudo apt-get install -y {}\nthen run this command again.",
+                "setup: missing Debian packages and not root. Run:\n  \
+                 sudo apt-get update && sudo apt-get install -y {}\nthen run this command again.",
                 names.join(" ")
             );
         }
@@ -183,7 +184,8 @@ pub fn ensure() -> Result<()> {
             bail!("setup: {LLVM_PREFIX} is missing; install llvm-22-dev (apt) and run again");
         }
         eprintln!(
-            "setup: installing bpf-linker {BPF_LINKER_VERSION} (cargo, built against LLVM 22, ~80 s): it links the eBPF programs"
+            "setup: installing bpf-linker {BPF_LINKER_VERSION} (cargo, built against LLVM 22, \
+             ~80 s): it links the eBPF programs"
         );
         run(
             "cargo install bpf-linker",
@@ -202,7 +204,8 @@ pub fn ensure() -> Result<()> {
                 .env_remove("RUSTUP_TOOLCHAIN"),
         )
         .context(format!(
-            "setup: run `LLVM_PREFIX={LLVM_PREFIX} cargo install bpf-linker --version {BPF_LINKER_VERSION} --no-default-features --features llvm-22` by hand"
+            "setup: run `LLVM_PREFIX={LLVM_PREFIX} cargo install bpf-linker --version \
+             {BPF_LINKER_VERSION} --no-default-features --features llvm-22` by hand"
         ))?;
     }
     Ok(())

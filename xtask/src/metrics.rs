@@ -1,0 +1,263 @@
+//! The agent's Prometheus metrics as demo, storm and coalesced read them: one scrape of
+//! /metrics (from inside the lab's dra namespace), its parsed samples, and deltas between
+//! two scrapes.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read, Write},
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::lab::{self, NS_DRA};
+
+/// The agent's metrics listener in the lab (`[metrics]` of the lab and bench configs).
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
+
+/// One sample of a Prometheus text exposition.
+#[derive(Clone, Debug)]
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) value: f64,
+}
+
+/// The samples of a Prometheus text exposition (comments and unparsable lines skipped).
+pub(crate) fn parse_metrics(text: &str) -> Vec<Series> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let (head, value) = match line.rsplit_once(' ') {
+            Some(x) => x,
+            None => continue,
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = match head.split_once('{') {
+            Some((n, rest)) => {
+                let body = rest.trim_end_matches('}');
+                let mut labels = Vec::new();
+                for kv in body.split("\",").filter(|s| !s.is_empty()) {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        labels.push((k.trim().to_owned(), v.trim().trim_matches('"').to_owned()));
+                    }
+                }
+                (n.to_owned(), labels)
+            }
+            None => (head.to_owned(), Vec::new()),
+        };
+        out.push(Series {
+            name,
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// One scrape of the agent's /metrics.
+#[derive(Clone, Debug)]
+pub(crate) struct Snap {
+    pub(crate) series: Vec<Series>,
+}
+
+impl Snap {
+    /// Sum of the series `name` whose labels include all of `want`.
+    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.series
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|s| s.value)
+            .sum()
+    }
+
+    /// The values of `label` on the series `name` whose labels include all of `want`.
+    pub(crate) fn label_values(
+        &self,
+        name: &str,
+        want: &[(&str, &str)],
+        label: &str,
+    ) -> BTreeSet<String> {
+        self.series
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .filter_map(|s| {
+                s.labels
+                    .iter()
+                    .find(|(k, _)| k == label)
+                    .map(|(_, v)| v.clone())
+            })
+            .collect()
+    }
+}
+
+fn http_get_metrics() -> Result<String> {
+    let mut s =
+        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!(
+            "metrics endpoint answered {}",
+            head.lines().next().unwrap_or("")
+        );
+    }
+    Ok(body.to_owned())
+}
+
+/// Fetches the agent's metrics from inside the dra namespace.
+pub(crate) fn scrape() -> Result<Snap> {
+    let text = lab::in_netns(NS_DRA, http_get_metrics)??;
+    Ok(Snap {
+        series: parse_metrics(&text),
+    })
+}
+
+fn series_key(name: &str, labels: &[(String, String)]) -> String {
+    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{name}{{{}}}", l.join(","))
+}
+
+/// Deltas (after − before) of every counter sample (`*_total`) that has label
+/// `peer = peer`, keyed `name{labels}`; zero deltas are left out.
+pub(crate) fn counter_deltas(before: &Snap, after: &Snap, peer: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for s in after.series.iter().filter(|s| {
+        s.name.ends_with("_total") && s.labels.iter().any(|(k, v)| k == "peer" && v == peer)
+    }) {
+        let b = before
+            .series
+            .iter()
+            .find(|x| x.name == s.name && x.labels == s.labels)
+            .map_or(0.0, |x| x.value);
+        let d = s.value - b;
+        if d != 0.0 {
+            out.insert(series_key(&s.name, &s.labels), d);
+        }
+    }
+    out
+}
+
+/// Per `family/outcome`: deltas of every counter with labels peer, class and outcome
+/// (`dra_fastpath_requests_total` for the fast path, or whatever family a userspace
+/// limiter exports with the same labels).
+pub(crate) fn outcome_deltas(
+    before: &Snap,
+    after: &Snap,
+    peer: &str,
+    class: &str,
+) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for s in &after.series {
+        let has = |k: &str, v: &str| s.labels.iter().any(|(a, b)| a == k && b == v);
+        if !(s.name.ends_with("_total") && has("peer", peer) && has("class", class)) {
+            continue;
+        }
+        let Some((_, outcome)) = s.labels.iter().find(|(k, _)| k == "outcome") else {
+            continue;
+        };
+        let b = before
+            .series
+            .iter()
+            .find(|x| x.name == s.name && x.labels == s.labels)
+            .map_or(0.0, |x| x.value);
+        *out.entry(format!("{}/{outcome}", s.name)).or_insert(0.0) += s.value - b;
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A small exposition (also used by demo's tests).
+    pub(crate) const EXPOSITION: &str = "\
+# HELP dra_fastpath_requests_total requests
+# TYPE dra_fastpath_requests_total counter
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"seen\"} 900
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"} 300
+dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 400
+dra_throttle_percent{peer=\"pgw1\"} 40
+dra_db_cpu_percent 4.5
+";
+
+    #[test]
+    fn metrics_are_read_by_name_and_labels() {
+        let s = Snap {
+            series: parse_metrics(EXPOSITION),
+        };
+        assert_eq!(
+            s.sum(
+                "dra_fastpath_requests_total",
+                &[("peer", "pgw1"), ("outcome", "seen")]
+            ),
+            900.0
+        );
+        assert_eq!(
+            s.sum(
+                "dra_fastpath_requests_total",
+                &[("class", "gx_ccr_i"), ("outcome", "seen")]
+            ),
+            1300.0
+        );
+        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
+        assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
+        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
+        let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
+        assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
+    }
+
+    #[test]
+    fn metric_deltas_pick_the_peer_class_and_every_outcome_family() {
+        const BEFORE: &str = "\
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 100
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 0
+";
+        const AFTER: &str = "\
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 600
+dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 4500
+dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"dropped\"} 7
+dra_userspace_limit_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"dropped\"} 3
+dra_answers_total{peer=\"pgw1\",result_code=\"2001\"} 900
+dra_effective_rate{peer=\"pgw1\",class=\"gx_ccr_i\"} 500
+";
+        let before = Snap {
+            series: parse_metrics(BEFORE),
+        };
+        let after = Snap {
+            series: parse_metrics(AFTER),
+        };
+        let o = outcome_deltas(&before, &after, "pgw1", "gx_ccr_i");
+        assert_eq!(o.len(), 3);
+        assert_eq!(o["dra_fastpath_requests_total/admitted"], 500.0);
+        assert_eq!(o["dra_fastpath_requests_total/dropped"], 4500.0);
+        assert_eq!(o["dra_userspace_limit_total/dropped"], 3.0);
+        let d = counter_deltas(&before, &after, "pgw1");
+        assert_eq!(
+            d["dra_answers_total{peer=\"pgw1\",result_code=\"2001\"}"],
+            900.0
+        );
+        assert!(
+            !d.keys()
+                .any(|k| k.contains("pgw2") || k.contains("effective_rate"))
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! `cargo xtask bench storm`: P3, P4 and P5 on the lab with the real binaries
+//! (docs/bench.md, "Storm benchmarks").
+//!
+//! One lab (`lab::up`: namespaces, Redis, the pcrf1/pcrf2/ocs1 simulators), then four
+//! runs, each a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
+//! `dralab-gw`:
+//!
+//! | run | dra config: dra-storm-….toml | scenario | for |
+//! |---|---|---|---|
+//! | `no-storm` | reject (XDP) | storm-baseline.toml (CCR-I at L) | P4 denominator |
+//! | `storm-reject-xdp` | reject (XDP) | storm-10x.toml (CCR-I at 10·L) | P3, P4 numerator |
+//! | `storm-drop-xdp` | drop-xdp (XDP) | storm-10x.toml | P5 run 1 |
+//! | `storm-drop-userspace` | drop-userspace (no fast path) | storm-10x.toml | P5 run 2 |
+//!
+//! (configs and scenarios in config/bench/)
+//!
+//! Everything is measured over the scenario's `measure` phase, located on xtask's clock
+//! from the instant the client was spawned (the client's phases are timed from its start,
+//! a few ms later). The lab is always removed (guard + SIGINT/SIGTERM handling).
+//!
+//! `plan` holds the runs and checks the bench configs, `run` runs one of them (CPU time
+//! from `cpu`, the client's per-second rows through `rows`), `measures` turns the runs
+//! into P3, P4 and P5; this file is the top level (`preflight`, `run`).
+
+mod cpu;
+mod measures;
+mod plan;
+mod rows;
+mod run;
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::json;
+
+use self::{
+    measures::{find, p3, p4, p5},
+    plan::{Plan, RUNS, plan},
+    run::run_one,
+};
+use crate::{
+    lab::{self, Bins, PIN_DIR, UPSTREAMS},
+    procs,
+    results::{self, STORM_LATEST, TableRow},
+};
+
+/// P3, P4 (action reject, XDP attached).
+pub const REJECT_CONFIG: &str = "config/bench/dra-storm-reject.toml";
+/// P5 run 1 (action drop, XDP attached).
+pub const DROP_XDP_CONFIG: &str = "config/bench/dra-storm-drop-xdp.toml";
+/// P5 run 2 (action drop, no fast path: the agent limits in userspace).
+pub const DROP_USERSPACE_CONFIG: &str = "config/bench/dra-storm-drop-userspace.toml";
+/// CCR-I at the limit.
+pub const BASELINE_SCENARIO: &str = "config/bench/storm-baseline.toml";
+/// CCR-I at 10 × the limit.
+pub const STORM_SCENARIO: &str = "config/bench/storm-10x.toml";
+
+/// The scenario phase every number is taken from.
+const MEASURE: &str = "measure";
+/// The limited peer and class.
+const PEER: &str = "pgw1";
+const PEER_SRC: &str = "198.18.1.2";
+const CLASS: &str = "gx_ccr_i";
+/// Seconds of `measure` left out of per-second averages (start-up of the storm, drain).
+const SKIP_FIRST: usize = 2;
+const SKIP_LAST: usize = 1;
+/// The storm's multiple of the limit.
+const STORM_FACTOR: f64 = 10.0;
+
+/// Refuses to start when a lab (namespaces or pins) exists: it may be someone's.
+pub fn preflight(root: &Path) -> Result<Plan> {
+    let ns = lab::namespaces();
+    if !ns.is_empty() || Path::new(PIN_DIR).exists() {
+        bail!(
+            "a lab is up (namespaces {ns:?}, pins {PIN_DIR}: {}); the storm benchmark \
+             builds its own. Remove it with `cargo xtask lab down` and run again",
+            Path::new(PIN_DIR).exists()
+        );
+    }
+    plan(root)
+}
+
+/// `cargo xtask bench storm` (after the release build): runs everything, writes
+/// [`STORM_LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
+pub fn run(root: &Path) -> Result<()> {
+    let plan = preflight(root)?;
+    procs::install_signal_handlers();
+    let bins = Bins::release(root);
+    for cfg in [REJECT_CONFIG, DROP_XDP_CONFIG, DROP_USERSPACE_CONFIG] {
+        let out = std::process::Command::new(&bins.dra)
+            .arg("check-config")
+            .arg(root.join(cfg))
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "dra check-config {cfg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out: PathBuf = root
+        .join("results")
+        .join(format!("bench-storm-{}", results::timestamp()));
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    let started = Instant::now();
+    let result = {
+        let _lab = lab::LabGuard;
+        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
+        lab::up(&bins)?;
+        let mut runs = Vec::new();
+        let mut failed = None;
+        for spec in &RUNS {
+            match run_one(root, &bins, spec, &plan, &out) {
+                Ok(r) => runs.push(r),
+                Err(e) => {
+                    failed = Some(e.context(format!("run {}", spec.name)));
+                    break;
+                }
+            }
+        }
+        // P3's coalesced case, on the same lab.
+        let mut coalesced = (Vec::new(), Vec::new());
+        if failed.is_none() {
+            match crate::coalesced::runs(root, &bins, &out) {
+                Ok(c) => coalesced = c,
+                Err(e) => failed = Some(e),
+            }
+        }
+        for s in UPSTREAMS {
+            let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((runs, coalesced)),
+        }
+    };
+    let left_ns = lab::namespaces();
+    let left_pins = Path::new(PIN_DIR).exists();
+    let (runs, (coalesced, coalesced_rows)) = result?;
+    if !left_ns.is_empty() || left_pins {
+        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
+    }
+    let (p3v, p3r) = p3(&plan, find(&runs, "storm-reject-xdp")?);
+    let (p4v, p4r) = p4(find(&runs, "no-storm")?, find(&runs, "storm-reject-xdp")?);
+    let (p5v, p5r) = p5(
+        &plan,
+        find(&runs, "storm-drop-xdp")?,
+        find(&runs, "storm-drop-userspace")?,
+    );
+    let table = vec![p3r, p4r, p5r];
+    let mut printed = table.clone();
+    printed.extend(coalesced_rows.iter().cloned());
+    let doc = json!({
+        "machine": results::machine(root),
+        "duration_s": started.elapsed().as_secs_f64(),
+        "configs": {
+            "reject": REJECT_CONFIG,
+            "drop_xdp": DROP_XDP_CONFIG,
+            "drop_userspace": DROP_USERSPACE_CONFIG,
+            "baseline_scenario": BASELINE_SCENARIO,
+            "storm_scenario": STORM_SCENARIO,
+            "measure_rates_storm": plan.storm_rates,
+            "measure_rates_no_storm": plan.baseline_rates,
+        },
+        "p3": p3v,
+        "p4": p4v,
+        "p5": p5v,
+        "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
+        "coalesced": coalesced,
+        "coalesced_table": coalesced_rows.iter().map(TableRow::to_json).collect::<Vec<_>>(),
+        "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
+    });
+    let text = serde_json::to_string_pretty(&doc)? + "\n";
+    let latest = root.join(STORM_LATEST);
+    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
+    std::fs::write(out.join("storm.json"), &text)?;
+    let mut s = String::new();
+    let _ = writeln!(s, "\n{}", results::render_markdown(&printed));
+    print!("{s}");
+    println!("written {} (runs in {})", latest.display(), out.display());
+    Ok(())
+}

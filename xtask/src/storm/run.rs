@@ -1,0 +1,405 @@
+//! One run: a fresh `dra run` in the lab and one `dra-loadgen client` as pgw1, what the
+//! agent, the client and the machine did over the `measure` phase.
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+
+use super::{
+    CLASS, MEASURE, PEER, PEER_SRC, SKIP_FIRST, SKIP_LAST,
+    cpu::{cpu_seconds, lab_processes_cpu_s, loadavg, machine_busy_s},
+    plan::{Plan, RunSpec, config_limit, read_toml, scenario_secs},
+    rows::{interior_mean, median, rows_p99, rows_per_second},
+};
+use crate::{
+    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{self, Snap, counter_deltas, outcome_deltas},
+    procs::{self, Proc, remove_pid_file},
+};
+
+/// What one run measured.
+pub(super) struct RunResult {
+    pub(super) name: &'static str,
+    pub(super) fast_path: bool,
+    pub(super) cpu_s: f64,
+    pub(super) window_s: f64,
+    /// CCR-I 2001 per second over the interior of `measure` (client rows).
+    pub(super) admitted_per_s: Option<f64>,
+    /// CCR-I sent per second over the interior (what the client really offered).
+    pub(super) offered_per_s: Option<f64>,
+    /// Per family/outcome over the interior, from the agent's metrics (per second).
+    pub(super) metrics_interior_per_s: BTreeMap<String, f64>,
+    /// Per family/outcome over all of `measure` (counts).
+    pub(super) metrics_measure: BTreeMap<String, f64>,
+    /// Requests the agent read from pgw1 per second over `measure` (dra_requests_total).
+    pub(super) requests_in_per_s: f64,
+    /// The client's summary, when it finished by itself.
+    summary: Value,
+    pub(super) json: Value,
+}
+
+impl RunResult {
+    /// Admitted CCR-I per second over the interior as the agent counted it (any
+    /// `…/admitted` outcome counter), else as the client saw it (2001 answers).
+    pub(super) fn admitted_at_agent(&self) -> (Option<f64>, &'static str) {
+        let m: Vec<f64> = self
+            .metrics_interior_per_s
+            .iter()
+            .filter(|(k, _)| k.ends_with("/admitted"))
+            .map(|(_, v)| *v)
+            .collect();
+        if m.is_empty() {
+            (self.admitted_per_s, "client rows (CCR-I answered 2001)")
+        } else {
+            (Some(m.iter().sum()), "agent metrics (outcome=\"admitted\")")
+        }
+    }
+
+    pub(super) fn ccr_u(&self) -> Value {
+        self.summary
+            .get("classes")
+            .and_then(|c| c.get("gx_ccr_u"))
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+    pub(super) fn ccr_u_p99(&self) -> Option<f64> {
+        self.ccr_u()
+            .get("latency")
+            .and_then(|l| l.get("p99_ms"))
+            .and_then(Value::as_f64)
+    }
+}
+
+fn xdp_attached() -> bool {
+    lab::sh(&["ip", "-n", NS_DRA, "link", "show", DRA_CLIENT_IF]).is_ok_and(|o| o.contains("xdp"))
+}
+
+/// Sleeps until `t`, failing on Ctrl-C or when the agent or client exits early.
+fn wait_until(
+    t: Instant,
+    dra: &mut Proc,
+    client: &mut Proc,
+    dra_log: &Path,
+    client_log: &Path,
+) -> Result<()> {
+    loop {
+        procs::interrupted()?;
+        if let Some(st) = dra.exited() {
+            bail!(
+                "dra run exited during the run ({st}); log {}",
+                dra_log.display()
+            );
+        }
+        if let Some(st) = client.exited() {
+            bail!(
+                "the load generator exited before the end of {MEASURE} ({st}); log {}",
+                client_log.display()
+            );
+        }
+        let now = Instant::now();
+        if now >= t {
+            return Ok(());
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(20)));
+    }
+}
+
+/// Runs `spec` on the lab that is up; its files go to `out/<run name>/`.
+pub(super) fn run_one(
+    root: &Path,
+    bins: &Bins,
+    spec: &RunSpec,
+    plan: &Plan,
+    out: &Path,
+) -> Result<RunResult> {
+    let dir = out.join(spec.name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    if xdp_attached() || Path::new(PIN_DIR).exists() {
+        bail!(
+            "XDP still attached on {DRA_CLIENT_IF} or {PIN_DIR} present before run {}",
+            spec.name
+        );
+    }
+    let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
+    cmd.args(["run", "--config"])
+        .arg(root.join(spec.config))
+        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"]);
+    // warn: the same (quiet) logging in every run, so logging is no part of the CPU compared.
+    cmd.env("RUST_LOG", "warn");
+    let dra_log = dir.join("dra.log");
+    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
+    let dra_pid = dra_pid(&dra)?;
+    let end = Instant::now() + Duration::from_secs(40);
+    loop {
+        procs::interrupted()?;
+        if let Some(st) = dra.exited() {
+            bail!(
+                "dra run exited ({st}); log:\n{}",
+                std::fs::read_to_string(&dra_log).unwrap_or_default()
+            );
+        }
+        if let Ok(s) = metrics::scrape()
+            && UPSTREAMS
+                .iter()
+                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
+        {
+            break;
+        }
+        if Instant::now() > end {
+            bail!(
+                "the agent did not become ready in 40 s (upstreams open); log {}",
+                dra_log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let attached = xdp_attached();
+    ensure!(
+        attached == spec.fast_path,
+        "run {}: XDP on {DRA_CLIENT_IF} is {} but the config says {}",
+        spec.name,
+        if attached { "attached" } else { "not attached" },
+        if spec.fast_path {
+            "attach"
+        } else {
+            "no fast path"
+        }
+    );
+    let scn = read_toml(root, spec.scenario)?;
+    let total_s = scenario_secs(&scn);
+    let rows_path = dir.join("pgw1-rows.jsonl");
+    let summary_path = dir.join("pgw1-summary.json");
+    let client_log = dir.join("pgw1.log");
+    let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
+    c.args([
+        "client",
+        "--connect",
+        "198.18.1.1:3868",
+        "--bind",
+        PEER_SRC,
+        "--peers",
+        "1",
+    ])
+    .args([
+        "--origin-host",
+        "pgw1.lab.example",
+        "--tw",
+        "6",
+        "--quiet",
+        "--scenario",
+    ])
+    .arg(root.join(spec.scenario))
+    .arg("--rows")
+    .arg(&rows_path)
+    .arg("--summary-json")
+    .arg(&summary_path);
+    let mut client = Proc::new(
+        "dra-loadgen client",
+        procs::spawn_to(&client_log, "pgw1", &mut c)?,
+    );
+    let t0 = Instant::now();
+    eprintln!("xtask: run {} ({}): {} s", spec.name, spec.purpose, total_s);
+    let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
+    let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
+    let i_start = m_start + Duration::from_secs(SKIP_FIRST as u64);
+    let i_end = m_end - Duration::from_secs(SKIP_LAST as u64);
+    wait_until(m_start, &mut dra, &mut client, &dra_log, &client_log)?;
+    let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
+    let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
+    let snap_m0 = metrics::scrape()?;
+    wait_until(i_start, &mut dra, &mut client, &dra_log, &client_log)?;
+    let snap_i0 = metrics::scrape()?;
+    wait_until(i_end, &mut dra, &mut client, &dra_log, &client_log)?;
+    let snap_i1 = metrics::scrape()?;
+    wait_until(m_end, &mut dra, &mut client, &dra_log, &client_log)?;
+    let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
+    let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
+    let snap_m1 = metrics::scrape()?;
+    // The client stops after its last phase plus a drain of one request timeout. With
+    // `drop` its TCP connection can be far behind (the sender's congestion control
+    // slows down under the policer and dra-loadgen keeps queueing): it then waits for
+    // its DPA behind that backlog. Its rows are written every second, so for the runs
+    // that need no summary it is stopped after a grace period.
+    let timeout_s = scn
+        .get("request_timeout_ms")
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(2000) as f64
+        / 1000.0;
+    let grace = if spec.needs_summary {
+        40.0
+    } else {
+        timeout_s + 8.0
+    };
+    let deadline = t0 + Duration::from_secs_f64(total_s + grace);
+    let mut client_end = "exited by itself".to_owned();
+    while client.exited().is_none() {
+        procs::interrupted()?;
+        if Instant::now() > deadline {
+            if spec.needs_summary {
+                bail!(
+                    "the load generator did not finish in time; log {}",
+                    client_log.display()
+                );
+            }
+            client.stop(Duration::from_secs(2));
+            client_end = format!(
+                "stopped by xtask {grace:.0} s after its last \
+                 phase (still sending its backlog; no summary)"
+            );
+            eprintln!("xtask: run {}: client {client_end}", spec.name);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    remove_pid_file("pgw1");
+    let summary: Value = match std::fs::read_to_string(&summary_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+    {
+        Some(v) => v,
+        None if !spec.needs_summary => Value::Null,
+        None => bail!(
+            "no client summary ({:?}); log {}",
+            client.exited(),
+            client_log.display()
+        ),
+    };
+    let snap_end = metrics::scrape()?;
+    let st = dra.stop(Duration::from_secs(10));
+    remove_pid_file("dra");
+    if !st.is_some_and(|s| s.success()) {
+        bail!(
+            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
+            dra_log.display()
+        );
+    }
+    if xdp_attached() || Path::new(PIN_DIR).exists() {
+        eprintln!(
+            "xtask: the fast path was left attached after run {}: dra detach",
+            spec.name
+        );
+        let mut d = lab::command_in(NS_DRA, &bins.dra)?;
+        d.args(["detach", "--iface", DRA_CLIENT_IF, "--pin-dir", PIN_DIR]);
+        crate::step("dra detach", &mut d)?;
+    }
+
+    let rows = std::fs::read_to_string(&rows_path).unwrap_or_default();
+    let per_second = rows_per_second(&rows, MEASURE, CLASS, "2001");
+    let ok: Vec<f64> = per_second.iter().map(|r| r.2 as f64).collect();
+    let sent: Vec<f64> = per_second.iter().map(|r| r.1 as f64).collect();
+    let admitted_per_s = interior_mean(&ok, SKIP_FIRST, SKIP_LAST);
+    let offered_per_s = interior_mean(&sent, SKIP_FIRST, SKIP_LAST);
+    let interior_s = plan.measure_s - (SKIP_FIRST + SKIP_LAST) as f64;
+    let metrics_interior_per_s: BTreeMap<String, f64> =
+        outcome_deltas(&snap_i0, &snap_i1, PEER, CLASS)
+            .into_iter()
+            .map(|(k, v)| (k, v / interior_s))
+            .collect();
+    let metrics_measure = outcome_deltas(&snap_m0, &snap_m1, PEER, CLASS);
+    let cpu_s = cpu1 - cpu0;
+    let window_s = (at1 - at0).as_secs_f64();
+    let req_in =
+        |snap: &Snap| snap.sum("dra_requests_total", &[("peer", PEER), ("direction", "in")]);
+    let requests_in_per_s = (req_in(&snap_m1) - req_in(&snap_m0)) / plan.measure_s;
+    let u_p99: Vec<f64> = rows_p99(&rows, MEASURE, "gx_ccr_u");
+    let cfg_limit = config_limit(&read_toml(root, spec.config)?)?.0;
+    let json = json!({
+        "run": spec.name,
+        "purpose": spec.purpose,
+        "dra_config": spec.config,
+        "scenario": spec.scenario,
+        "limit": {
+            "peer": PEER,
+            "class": CLASS,
+            "rate_per_s": cfg_limit.rate,
+            "burst": cfg_limit.burst,
+            "action": cfg_limit.action,
+        },
+        "fast_path_attached": attached,
+        "measure_phase": {
+            "start_s": plan.measure_start_s,
+            "duration_s": plan.measure_s,
+            "interior": format!(
+                "seconds {}..{} of {MEASURE} (first {SKIP_FIRST} and last {SKIP_LAST} left out)",
+                SKIP_FIRST,
+                plan.measure_s as usize - SKIP_LAST
+            ),
+        },
+        "agent_cpu": {
+            "seconds": cpu_s,
+            "window_s": window_s,
+            "percent_of_one_core": 100.0 * cpu_s / window_s,
+            "source": "utime+stime of the `dra run` process, /proc/<pid>/stat, at the start \
+                       and end of measure",
+        },
+        "client_ccr_i": {
+            "offered_per_s": offered_per_s,
+            "answered_2001_per_s": admitted_per_s,
+            "per_second": per_second
+                .iter()
+                .map(|(t, s, a)| json!({"t": t, "sent": s, "answered_2001": a}))
+                .collect::<Vec<_>>(),
+        },
+        "agent_metrics": {
+            "ccr_i_by_outcome_measure": metrics_measure,
+            "ccr_i_by_outcome_interior_per_s": metrics_interior_per_s,
+            "pgw1_counter_deltas_measure": counter_deltas(&snap_m0, &snap_m1, PEER),
+            "pgw1_counter_totals_at_end":
+                counter_deltas(&Snap { series: Vec::new() }, &snap_end, PEER),
+            "note": "fast-path counters are copied into the metrics once per second; \
+                     the interior snapshots are a whole number of seconds apart",
+        },
+        "agent_requests_in_per_s": requests_in_per_s,
+        "machine_during_measure": {
+            "busy_cpu_s_all_cpus": busy1 - busy0,
+            "lab_processes_cpu_s": lab1 - lab0,
+            "other_cpu_s": (busy1 - busy0) - (lab1 - lab0),
+            "load_average_start": load0, "load_average_end": load1,
+            "note": "other = machine busy − the lab's processes: other jobs on the machine plus \
+                     kernel time not charged to a process (softirq: the lab's packets, XDP)",
+        },
+        "client_ccr_u_per_second_p99_ms": {
+            "median": median(&u_p99),
+            "max": u_p99.iter().copied().fold(f64::NAN, f64::max),
+            "values": u_p99,
+        },
+        "client_end": client_end,
+        "client_summary": summary,
+        "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
+    });
+    eprintln!(
+        "xtask: run {}: agent CPU {:.2} s over {:.1} s; CCR-I \
+         offered {:.0}/s, answered 2001 {:.0}/s; CCR-U p99 {} ms",
+        spec.name,
+        cpu_s,
+        window_s,
+        offered_per_s.unwrap_or(f64::NAN),
+        admitted_per_s.unwrap_or(f64::NAN),
+        summary
+            .pointer("/classes/gx_ccr_u/latency/p99_ms")
+            .and_then(Value::as_f64)
+            .map_or("-".into(), |v| format!("{v:.2}"))
+    );
+    Ok(RunResult {
+        name: spec.name,
+        fast_path: attached,
+        cpu_s,
+        window_s,
+        admitted_per_s,
+        offered_per_s,
+        metrics_interior_per_s,
+        metrics_measure,
+        requests_in_per_s,
+        summary,
+        json,
+    })
+}
+
+fn dra_pid(p: &Proc) -> Result<u32> {
+    p.pid().context("dra run has no pid")
+}
