@@ -6,12 +6,12 @@ mod diameter_fixtures;
 use diameter_fixtures as fx;
 use dra::diameter::{Avp, Message, avp_code, command_code, result_code};
 use dra::relay::{
-    ClassMatch, GroupId, IngressRule, LimitAction, MarkedHandler, MarkedPolicy, MarkedPolicyConfig,
-    MarkedResponse, PolicyError, ProfileSource, RejectProfile, RequestClass, Scope, reject_marked,
+    GroupId, IngressRule, LimitAction, MarkedHandler, MarkedPolicy, MarkedPolicyConfig,
+    MarkedResponse, PolicyError, ProfileSource, RejectProfile, Scope, reject_marked,
     respond_marked,
 };
 use dra::routing::PeerId;
-use dra_common::wire::{app, avp_flags, flags};
+use dra_common::wire::{MsgClass, app, avp_flags, flags};
 
 fn marked(mut m: Message) -> Message {
     m.flags |= flags::RATE_LIMIT_MARK;
@@ -174,19 +174,16 @@ const P3: PeerId = PeerId(3);
 const P4: PeerId = PeerId(4);
 const G1: GroupId = GroupId(0);
 
-fn gx_ccr(request_type: Option<u32>) -> ClassMatch {
-    ClassMatch {
-        application: app::GX,
-        command: command_code::CREDIT_CONTROL,
-        request_type,
-    }
+/// A Gx CCR class; request type `None` = every CC-Request-Type (0).
+fn gx_ccr(request_type: Option<u32>) -> MsgClass {
+    MsgClass::gx_ccr(request_type.unwrap_or(0) as u8)
 }
 
 fn reject(code: u32, text: &str) -> LimitAction {
     LimitAction::Reject(profile(code, text))
 }
 
-fn rule(scope: Scope, class: Option<ClassMatch>, action: LimitAction) -> IngressRule {
+fn rule(scope: Scope, class: Option<MsgClass>, action: LimitAction) -> IngressRule {
     IngressRule {
         scope,
         class,
@@ -228,12 +225,12 @@ fn policy() -> MarkedPolicy {
     .expect("valid policy")
 }
 
-fn class(application: u32, request_type: Option<u32>) -> RequestClass {
-    RequestClass {
+fn class(application: u32, request_type: Option<u32>) -> MsgClass {
+    MsgClass::new(
         application,
-        command: command_code::CREDIT_CONTROL,
-        request_type,
-    }
+        command_code::CREDIT_CONTROL,
+        request_type.unwrap_or(0) as u8,
+    )
 }
 
 fn text(a: &LimitAction) -> &str {
@@ -299,10 +296,10 @@ fn marked_policy_picks_the_most_specific_profile() {
         ),
     ];
     for (peer, c, want, src) in cases {
-        let (action, got_src) = p.select(peer, &c);
+        let (action, got_src) = p.select(peer, c);
         assert_eq!((text(action), got_src), (want, src), "{peer:?} {c:?}");
     }
-    let (default, _) = p.select(P4, &class(app::GY, None));
+    let (default, _) = p.select(P4, class(app::GY, None));
     assert_eq!(
         default,
         &LimitAction::Reject(profile(
@@ -314,10 +311,10 @@ fn marked_policy_picks_the_most_specific_profile() {
 
 #[test]
 fn request_class_reads_cc_request_type_only_for_credit_control() {
-    assert_eq!(RequestClass::of(&fx::ccr_i_gx()), class(app::GX, Some(1)));
-    assert_eq!(RequestClass::of(&fx::ccr_u_gy()), class(app::GY, Some(2)));
+    assert_eq!(fx::ccr_i_gx().class(), class(app::GX, Some(1)));
+    assert_eq!(fx::ccr_u_gy().class(), class(app::GY, Some(2)));
     let odd = fx::dwr().with(Avp::u32(avp_code::CC_REQUEST_TYPE, 1));
-    assert_eq!(RequestClass::of(&odd).request_type, None);
+    assert_eq!(odd.class().req_type, 0);
 }
 
 #[test]

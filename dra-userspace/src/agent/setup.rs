@@ -6,11 +6,10 @@ use std::time::Duration;
 use dra_common::maps::Action;
 use ipnet::IpNet;
 
-use crate::config::{self, Config, Direction, RequestType, RouteRealm, Selection, Target};
+use crate::config::{self, Config, Direction, RouteRealm, Selection, Target};
 use crate::diameter::peer::StaticPeerDirectory;
 use crate::relay::{
-    ClassMatch, GroupId, IngressRule, LimitAction, MarkedPolicyConfig, RejectProfile, RlfConfig,
-    Scope,
+    GroupId, IngressRule, LimitAction, MarkedPolicyConfig, RejectProfile, RlfConfig, Scope,
 };
 use crate::routing::{PeerId, PeerTable, RouteEntry, RouteTable, RouteTableError, Strategy};
 
@@ -210,17 +209,9 @@ pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
         .filter(|p| p.direction == Direction::Ingress)
     {
         if let Some(scope) = scope(cfg, &m.target) {
-            let request_type = match m.class.request_type {
-                RequestType::Any => None,
-                t => Some(u32::from(t.wire())),
-            };
             rules.push(IngressRule {
                 scope,
-                class: Some(ClassMatch {
-                    application: m.class.application,
-                    command: m.class.command,
-                    request_type,
-                }),
+                class: Some(m.class.msg_class()),
                 action: limit_action(&m.limit),
             });
         }

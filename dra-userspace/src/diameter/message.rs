@@ -192,6 +192,22 @@ impl Message {
         ))
     }
 
+    /// The rate-limiting class of this message, as the fast path classifies it
+    /// (`dra_common::wire::classify`): application, command, and for a Credit-Control
+    /// request its CC-Request-Type when it is one of the four (else 0).
+    pub fn class(&self) -> dra_common::wire::MsgClass {
+        let rt = if self.is_request() && self.command_code == dra_common::wire::cmd::CREDIT_CONTROL
+        {
+            match self.cc_request_type() {
+                Some(v @ 1..=4) => v as u8,
+                _ => 0,
+            }
+        } else {
+            0
+        };
+        dra_common::wire::MsgClass::new(self.application_id, self.command_code, rt)
+    }
+
     /// CC-Request-Type, when present and 4 bytes (RFC 4006 §8.3).
     pub fn cc_request_type(&self) -> Option<u32> {
         self.find(avp_code::CC_REQUEST_TYPE)

@@ -38,9 +38,9 @@ pub use pending::{
 };
 pub use pipeline::{Held, Output, Pipeline};
 pub use reject::{
-    ClassMatch, DEFAULT_REJECT_MESSAGE, GroupId, IngressRule, LimitAction, MarkedHandler,
-    MarkedPolicy, MarkedPolicyConfig, MarkedResponse, MarkedStats, PolicyError, ProfileSource,
-    RejectProfile, RequestClass, Scope, reject_marked, respond_marked,
+    DEFAULT_REJECT_MESSAGE, GroupId, IngressRule, LimitAction, MarkedHandler, MarkedPolicy,
+    MarkedPolicyConfig, MarkedResponse, MarkedStats, PolicyError, ProfileSource, RejectProfile,
+    Scope, reject_marked, respond_marked,
 };
 pub use rlf::{
     DEFAULT_DELAY_TOLERANCE, DEFAULT_EGRESS_MESSAGE, DEFAULT_QUEUE_LIMIT, Offer, Overdue, Rlf,

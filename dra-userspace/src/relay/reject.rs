@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 
-use crate::diameter::{Message, answer_for, command_code, result_code};
+use dra_common::wire::MsgClass;
+
+use crate::diameter::{Message, answer_for, result_code};
 use crate::routing::PeerId;
 
 /// Default Error-Message of a rate-limit rejection.
@@ -111,49 +113,14 @@ pub enum Scope {
     Group(GroupId),
 }
 
-/// A message class a profile applies to. `request_type: None` matches every
-/// CC-Request-Type (and requests without one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClassMatch {
-    /// Application-Id.
-    pub application: u32,
-    /// Command code.
-    pub command: u32,
-    /// CC-Request-Type (RFC 4006 §8.3), `None` = any.
-    pub request_type: Option<u32>,
-}
-
-/// The class of one request: what [`MarkedPolicy::select`] matches on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RequestClass {
-    /// Application-Id from the header.
-    pub application: u32,
-    /// Command code.
-    pub command: u32,
-    /// CC-Request-Type for Credit-Control requests, when present.
-    pub request_type: Option<u32>,
-}
-
-impl RequestClass {
-    /// The class of `req` (CC-Request-Type only looked at for Credit-Control).
-    pub fn of(req: &Message) -> RequestClass {
-        RequestClass {
-            application: req.application_id,
-            command: req.command_code,
-            request_type: (req.command_code == command_code::CREDIT_CONTROL)
-                .then(|| req.cc_request_type())
-                .flatten(),
-        }
-    }
-}
-
 /// One ingress profile: overall (`class: None`) or for one message class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngressRule {
     /// Peer or group.
     pub scope: Scope,
-    /// The message class, or `None` for the overall (peer rate limit) profile.
-    pub class: Option<ClassMatch>,
+    /// The message class (request type 0: every CC-Request-Type), or `None` for the
+    /// overall (peer rate limit) profile.
+    pub class: Option<MsgClass>,
     /// What happens to its over-limit requests.
     pub action: LimitAction,
 }
@@ -198,7 +165,7 @@ pub enum PolicyError {
         /// The scope.
         scope: Scope,
         /// The class (`None` = overall).
-        class: Option<ClassMatch>,
+        class: Option<MsgClass>,
     },
     /// A peer listed in two groups.
     #[error("peer #{} is in two groups: #{} and #{}", peer.0, first.0, second.0)]
@@ -215,7 +182,7 @@ pub enum PolicyError {
 /// Picks the ingress profile for a marked request (see [`MarkedPolicy::select`]).
 #[derive(Debug, Clone)]
 pub struct MarkedPolicy {
-    rules: HashMap<(Scope, Option<ClassMatch>), LimitAction>,
+    rules: HashMap<(Scope, Option<MsgClass>), LimitAction>,
     groups: HashMap<PeerId, GroupId>,
     default: LimitAction,
 }
@@ -256,17 +223,12 @@ impl MarkedPolicy {
     /// message profile for that class (exact CC-Request-Type before any), else the
     /// group's message profile, else the peer's overall profile, else the group's
     /// overall profile, else the default.
-    pub fn select(&self, peer: PeerId, class: &RequestClass) -> (&LimitAction, ProfileSource) {
-        let cm = |request_type| ClassMatch {
-            application: class.application,
-            command: class.command,
-            request_type,
-        };
+    pub fn select(&self, peer: PeerId, class: MsgClass) -> (&LimitAction, ProfileSource) {
         let peer_scope = Some(Scope::Peer(peer));
         let group_scope = self.groups.get(&peer).map(|g| Scope::Group(*g));
         // `None` skips the candidate; `Some(None)` is the overall profile.
-        let exact = class.request_type.map(|rt| Some(cm(Some(rt))));
-        let any = Some(Some(cm(None)));
+        let exact = (class.req_type != 0).then_some(Some(class));
+        let any = Some(Some(MsgClass::new(class.app_id, class.command_code, 0)));
         let overall = Some(None);
         let order = [
             (peer_scope, exact, ProfileSource::PeerClassExact),
@@ -314,7 +276,7 @@ impl MarkedHandler {
 
     /// Responds to a marked request `req` from downstream `peer`, and counts it.
     pub fn handle(&mut self, peer: PeerId, req: &Message) -> MarkedResponse {
-        let (action, _) = self.policy.select(peer, &RequestClass::of(req));
+        let (action, _) = self.policy.select(peer, req.class());
         let resp = respond_marked(req, action, &self.own_host, &self.own_realm);
         match resp {
             MarkedResponse::Answer(_) => self.stats.answered += 1,
