@@ -516,3 +516,81 @@ fn dictionary_knows_the_dra_avps_and_commands() {
         assert_eq!((def.request_abbrev, def.answer_abbrev), (req, ans));
     }
 }
+
+/// A Subscription-Id nesting `levels` Subscription-Ids (each Grouped), the innermost
+/// holding a Subscription-Id-Data, built as bytes in one pass (the test's own encoder:
+/// 8-byte AVP headers, M bit, lengths computed from the inside out).
+fn nested_subscription_id(levels: usize) -> Avp {
+    let leaf = b"001010123456789\0"; // 16 bytes, no padding needed
+    let leaf_len = 8 + leaf.len();
+    let mut data = Vec::with_capacity(levels * 8 + leaf_len);
+    for i in 1..levels {
+        let len = (levels - i) * 8 + leaf_len;
+        data.extend_from_slice(&c::SUBSCRIPTION_ID.to_be_bytes());
+        data.push(avp_flags::M);
+        data.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+    }
+    data.extend_from_slice(&c::SUBSCRIPTION_ID_DATA.to_be_bytes());
+    data.push(avp_flags::M);
+    data.extend_from_slice(&(leaf_len as u32).to_be_bytes()[1..]);
+    data.extend_from_slice(leaf);
+    Avp::octets(c::SUBSCRIPTION_ID, data).mandatory()
+}
+
+fn with_subscription_id(avp: Avp) -> Message {
+    let mut msg = fx::ccr_i_gx();
+    let pos = msg
+        .avps
+        .iter()
+        .position(|a| a.code == c::SUBSCRIPTION_ID)
+        .unwrap();
+    msg.avps[pos] = avp;
+    msg
+}
+
+#[test]
+fn grouped_nesting_up_to_the_limit_passes() {
+    use dra::diameter::validate::MAX_GROUPED_DEPTH;
+    // Top level (depth 0) to depth MAX_GROUPED_DEPTH − 1 are groups; the leaf is at the
+    // limit.
+    let msg = with_subscription_id(nested_subscription_id(MAX_GROUPED_DEPTH));
+    assert_eq!(check(&msg), Ok(()));
+}
+
+/// ~64 KiB of Grouped AVPs nested 8,000 deep (the hostile message that cost the agent
+/// ~90 ms per message and could exhaust a debug build's stack): answered 5004 at the
+/// depth limit, with a Failed-AVP of 17 headers, after a walk that stops there.
+#[test]
+fn grouped_nesting_beyond_the_limit_is_answered_5004() {
+    use dra::diameter::validate::MAX_GROUPED_DEPTH;
+    for levels in [MAX_GROUPED_DEPTH + 1, 8000] {
+        let msg = with_subscription_id(nested_subscription_id(levels));
+        let wire = encode(&msg);
+        assert!(levels < 1000 || wire.len() > 64_000, "{} bytes", wire.len());
+        let err = check(&decode(&wire).unwrap()).unwrap_err();
+        assert_eq!(err.result_code(), rc::INVALID_AVP_VALUE, "{levels} levels: {err}");
+        assert!(matches!(
+            err,
+            ProtocolError::GroupedTooDeep {
+                code: c::SUBSCRIPTION_ID,
+                limit: MAX_GROUPED_DEPTH,
+                ..
+            }
+        ));
+        // RFC 6733 §7.5: Failed-AVP holds the group hierarchy down to the offending AVP
+        // (its header only: its data is the rest of the nesting).
+        let answer = answer_on_wire(&err, &msg);
+        assert_eq!(answer.result_code(), Some(rc::INVALID_AVP_VALUE));
+        let mut a = failed_avp_of(&answer);
+        let mut depth = 0;
+        while !a.data.is_empty() {
+            assert_eq!(a.code, c::SUBSCRIPTION_ID);
+            let mut inner = a.as_grouped().unwrap();
+            assert_eq!(inner.len(), 1, "single-child groups");
+            a = inner.remove(0);
+            depth += 1;
+        }
+        assert_eq!(depth, MAX_GROUPED_DEPTH, "wrapped in its enclosing groups");
+        assert!(encode(&answer).len() < 512);
+    }
+}

@@ -300,9 +300,47 @@ pub(crate) fn parse_avps(buf: &[u8]) -> Result<Vec<Avp>, AvpListError> {
     Ok(avps)
 }
 
+/// An AVP read in place: its data borrowed from the buffer it was decoded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AvpRef<'a> {
+    pub code: u32,
+    pub flags: u8,
+    pub vendor_id: Option<u32>,
+    pub data: &'a [u8],
+}
+
+impl AvpRef<'_> {
+    /// An owned copy.
+    pub(crate) fn to_avp(self) -> Avp {
+        Avp {
+            code: self.code,
+            flags: self.flags,
+            vendor_id: self.vendor_id,
+            data: self.data.to_vec(),
+        }
+    }
+}
+
+impl Avp {
+    /// This AVP read in place (no copy).
+    pub(crate) fn as_ref(&self) -> AvpRef<'_> {
+        AvpRef {
+            code: self.code,
+            flags: self.flags,
+            vendor_id: self.vendor_id,
+            data: &self.data,
+        }
+    }
+}
+
 /// Decodes the AVP at the start of `b`; returns it and the bytes it takes (padding
 /// included, capped at `b.len()`).
 fn parse_one(b: &[u8]) -> Result<(Avp, usize), OffendingAvp> {
+    parse_ref(b).map(|(a, n)| (a.to_avp(), n))
+}
+
+/// [`parse_one`] without copying the data.
+pub(crate) fn parse_ref(b: &[u8]) -> Result<(AvpRef<'_>, usize), OffendingAvp> {
     // Zero-pad an incomplete header to read what there is (RFC 6733 §7.1.5).
     let mut hdr = [0u8; AVP_HEADER_LEN_VENDOR];
     let n = b.len().min(AVP_HEADER_LEN_VENDOR);
@@ -326,11 +364,11 @@ fn parse_one(b: &[u8]) -> Result<(Avp, usize), OffendingAvp> {
             length: if b.len() < AVP_HEADER_LEN { 0 } else { length },
         });
     }
-    let avp = Avp {
+    let avp = AvpRef {
         code,
         flags,
         vendor_id,
-        data: b[hlen..len].to_vec(),
+        data: &b[hlen..len],
     };
     Ok((avp, pad4(len).min(b.len())))
 }

@@ -267,6 +267,22 @@ pub enum ProtocolError {
         /// Grouped AVPs when it was nested (RFC 6733 §7.5).
         failed_avp: Avp,
     },
+    /// A Grouped AVP nests Grouped AVPs deeper than the node accepts
+    /// ([`super::validate::MAX_GROUPED_DEPTH`]): its data is a value this node does not
+    /// take (RFC 6733 §7.1.5): DIAMETER_INVALID_AVP_VALUE 5004.
+    #[error("Grouped AVP {name} ({code}) nests deeper than {limit} levels")]
+    GroupedTooDeep {
+        /// Code of the AVP at the limit.
+        code: u32,
+        /// Its Vendor-Id.
+        vendor_id: Option<u32>,
+        /// Its dictionary name.
+        name: &'static str,
+        /// The limit.
+        limit: usize,
+        /// What goes into Failed-AVP: that AVP, wrapped in its enclosing Grouped AVPs.
+        failed_avp: Avp,
+    },
     /// A required AVP is absent (RFC 6733 §7.1.5): DIAMETER_MISSING_AVP 5005.
     #[error("missing AVP {name} ({code})")]
     MissingAvp {
@@ -290,6 +306,7 @@ impl ProtocolError {
             ProtocolError::ApplicationUnsupported { .. } => result_code::APPLICATION_UNSUPPORTED,
             ProtocolError::CommandUnsupported { .. } => result_code::COMMAND_UNSUPPORTED,
             ProtocolError::InvalidAvpLength { .. } => result_code::INVALID_AVP_LENGTH,
+            ProtocolError::GroupedTooDeep { .. } => result_code::INVALID_AVP_VALUE,
             ProtocolError::MissingAvp { .. } => result_code::MISSING_AVP,
         }
     }
@@ -298,6 +315,7 @@ impl ProtocolError {
     pub fn failed_avp(&self) -> Option<&Avp> {
         match self {
             ProtocolError::InvalidAvpLength { failed_avp, .. }
+            | ProtocolError::GroupedTooDeep { failed_avp, .. }
             | ProtocolError::MissingAvp { failed_avp, .. } => Some(failed_avp),
             _ => None,
         }
