@@ -513,6 +513,8 @@ fn framer_rejects_bad_version_and_bad_length_after_good_messages() {
         f.next_message(),
         Err(FramingError::BadVersion { version: 0 })
     );
+    // What is kept to answer it (RFC 6733 §7.1.5): its header.
+    assert_eq!(f.failed_head(), &bad_version[..20]);
 
     for length in [0u32, 16, 22] {
         let mut bad = good.clone();
@@ -520,7 +522,13 @@ fn framer_rejects_bad_version_and_bad_length_after_good_messages() {
         let mut f = Framer::new();
         f.push(&bad);
         assert_eq!(f.next_message(), Err(FramingError::BadLength { length }));
+        assert_eq!(f.failed_head(), &bad[..20]);
     }
+    // A bad header cut short: what there is.
+    let mut f = Framer::new();
+    f.push(&bad_version[..14]);
+    assert!(f.next_message().is_err());
+    assert_eq!(f.failed_head(), &bad_version[..14]);
 }
 
 #[test]

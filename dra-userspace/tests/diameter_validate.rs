@@ -568,7 +568,11 @@ fn grouped_nesting_beyond_the_limit_is_answered_5004() {
         let wire = encode(&msg);
         assert!(levels < 1000 || wire.len() > 64_000, "{} bytes", wire.len());
         let err = check(&decode(&wire).unwrap()).unwrap_err();
-        assert_eq!(err.result_code(), rc::INVALID_AVP_VALUE, "{levels} levels: {err}");
+        assert_eq!(
+            err.result_code(),
+            rc::INVALID_AVP_VALUE,
+            "{levels} levels: {err}"
+        );
         assert!(matches!(
             err,
             ProtocolError::GroupedTooDeep {

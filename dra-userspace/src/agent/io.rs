@@ -66,8 +66,9 @@ pub enum CloseCause {
     Eof,
     /// A read failed.
     Io(std::io::Error),
-    /// The byte stream is not Diameter (or a message exceeds the size limit).
-    Framing(FramingError),
+    /// The byte stream is not Diameter (or a message exceeds the size limit); with the
+    /// first bytes (≤ 20) of the message that could not be framed.
+    Framing(FramingError, Vec<u8>),
 }
 
 /// The handles the core keeps for one connection.
@@ -166,7 +167,7 @@ async fn reader(
                     }
                 }
                 Ok(None) => break,
-                Err(e) => break 'outer CloseCause::Framing(e),
+                Err(e) => break 'outer CloseCause::Framing(e, framer.failed_head().to_vec()),
             }
         }
     };

@@ -143,6 +143,8 @@ pub struct Framer {
     start: usize,
     max_message_size: usize,
     failed: Option<FramingError>,
+    /// The first (up to 20) bytes of the message that could not be framed.
+    failed_head: Vec<u8>,
 }
 
 impl Default for Framer {
@@ -164,6 +166,7 @@ impl Framer {
             start: 0,
             max_message_size: max,
             failed: None,
+            failed_head: Vec::new(),
         }
     }
 
@@ -233,7 +236,16 @@ impl Framer {
         Ok(Some(msg))
     }
 
+    /// After a [`FramingError`]: the first bytes (up to the 20 of a header) of the
+    /// message that could not be framed — enough to answer it (RFC 6733 §7.1.5: 5011
+    /// for a bad version, 5015 for a bad length), zero-padded by the caller if short.
+    pub fn failed_head(&self) -> &[u8] {
+        &self.failed_head
+    }
+
     fn fail(&mut self, e: FramingError) -> FramingError {
+        let avail = &self.buf[self.start..];
+        self.failed_head = avail[..avail.len().min(HEADER_LEN)].to_vec();
         self.buf = Vec::new();
         self.start = 0;
         self.failed = Some(e.clone());

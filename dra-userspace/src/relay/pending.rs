@@ -626,6 +626,11 @@ impl Relay {
         self.outstanding.get(&peer).copied().unwrap_or(0)
     }
 
+    /// Requests from downstream connection `conn_id` in the table.
+    pub fn pending_from(&self, conn_id: u64) -> usize {
+        self.downstreams.get(&conn_id).map_or(0, |d| d.entries)
+    }
+
     /// Requests in the table (waiting for an upstream answer or for a retry choice).
     pub fn len(&self) -> usize {
         self.pending.len() + self.awaiting.len()

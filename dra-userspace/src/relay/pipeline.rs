@@ -210,6 +210,18 @@ impl Pipeline {
         self.relay.outstanding(peer)
     }
 
+    /// Requests from downstream connection `conn_id` not answered yet (pending upstream,
+    /// waiting for a retry choice, or in an egress queue).
+    pub fn in_flight_from(&self, conn_id: u64) -> usize {
+        let queued: usize = self
+            .rlfs
+            .iter()
+            .flatten()
+            .map(|r| r.count(|h| h.downstream.conn_id == conn_id))
+            .sum();
+        self.relay.pending_from(conn_id) + queued
+    }
+
     /// Requests waiting in group `g`'s egress queue.
     pub fn queue_len(&self, g: GroupId) -> usize {
         self.rlfs[g.0].as_ref().map_or(0, Rlf::queue_len)

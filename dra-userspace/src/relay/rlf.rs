@@ -315,6 +315,11 @@ impl<T> Rlf<T> {
         gone.into_iter().map(|q| q.item).collect()
     }
 
+    /// Queued items for which `f` holds.
+    pub fn count(&self, f: impl Fn(&T) -> bool) -> usize {
+        self.queue.iter().filter(|q| f(&q.item)).count()
+    }
+
     /// Items queued.
     pub fn queue_len(&self) -> usize {
         self.queue.len()

@@ -97,6 +97,9 @@ pub(super) struct Core {
     stats: AgentStats,
     reported_violations: u64,
     to_abort: Vec<ConnId>,
+    /// Connections that can no longer be read (broken framing), closed once the requests
+    /// relayed from them are answered, or at the deadline.
+    draining: HashMap<ConnId, Duration>,
     io_tx: mpsc::Sender<IoEvent>,
     io_rx: Option<mpsc::Receiver<IoEvent>>,
     ctl_tx: mpsc::Sender<Ctl>,
@@ -188,6 +191,7 @@ impl Core {
             stats: AgentStats::default(),
             reported_violations: 0,
             to_abort: Vec::new(),
+            draining: HashMap::new(),
             io_tx,
             io_rx: Some(io_rx),
             ctl_tx,
@@ -238,6 +242,7 @@ impl Core {
                 _ = tokio::time::sleep_until(deadline.into()) => self.on_timer(),
             }
             self.abort_overflowed();
+            self.finish_draining(self.now());
             if let Some((_, until)) = &self.shutdown
                 && (self.conns.is_empty() || self.now() >= *until)
             {
@@ -261,6 +266,9 @@ impl Core {
         consider(self.pipeline.poll_timeout());
         for s in &self.slots {
             consider(s.reconnect_at);
+        }
+        for t in self.draining.values() {
+            consider(Some(*t));
         }
         next
     }

@@ -192,14 +192,17 @@ impl Core {
                 c.span.in_scope(|| match &why {
                     CloseCause::Eof => debug!("peer closed the connection"),
                     CloseCause::Io(e) => info!(error = %e, "transport error"),
-                    CloseCause::Framing(e) => warn!(error = %e, "broken framing: closing"),
+                    CloseCause::Framing(e, _) => {
+                        warn!(error = %e, "broken framing: answering it, then closing")
+                    }
                 });
-                if matches!(why, CloseCause::Framing(_)) {
-                    c.pc.abort(now);
-                } else {
-                    c.pc.handle_closed(now);
+                match why {
+                    CloseCause::Framing(e, head) => self.framing_error(now, conn, &e, &head),
+                    _ => {
+                        c.pc.handle_closed(now);
+                        self.drive(now, conn);
+                    }
                 }
-                self.drive(now, conn);
             }
             IoEvent::Message { conn, msg } => {
                 let msg = match msg {
@@ -228,6 +231,80 @@ impl Core {
                 }
                 self.drive(now, conn);
             }
+        }
+    }
+
+    /// The connection's byte stream cannot be framed any more (RFC 6733 §3): it must
+    /// close, but nothing is lost on the way. The unframable message, if a request, is
+    /// answered — 5011 DIAMETER_UNSUPPORTED_VERSION for a bad version, 5015
+    /// DIAMETER_INVALID_MESSAGE_LENGTH for a bad length (§7.1.5), 5012 for one over the
+    /// size limit — and the requests already relayed from this connection get their
+    /// answers before it closes (reading has stopped; bounded by the answer timeouts).
+    pub(super) fn framing_error(
+        &mut self,
+        now: Duration,
+        conn: ConnId,
+        e: &crate::diameter::FramingError,
+        head: &[u8],
+    ) {
+        use crate::diameter::{FramingError, result_code};
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let mut h = [0u8; 20];
+        h[..head.len().min(20)].copy_from_slice(&head[..head.len().min(20)]);
+        let w = |o: usize| u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        let request = Message {
+            flags: h[4],
+            command_code: w(4) & 0x00ff_ffff,
+            application_id: w(8),
+            hop_by_hop: w(12),
+            end_to_end: w(16),
+            avps: Vec::new(),
+        };
+        let (code, text) = match e {
+            FramingError::BadVersion { .. } => (result_code::UNSUPPORTED_VERSION, e.to_string()),
+            FramingError::BadLength { .. } => (result_code::INVALID_MESSAGE_LENGTH, e.to_string()),
+            FramingError::Oversized { .. } => (result_code::UNABLE_TO_COMPLY, e.to_string()),
+        };
+        if c.pc.is_open() && request.is_request() && head.len() >= 12 {
+            self.stats.requests_in += 1;
+            self.stats.local_answers += 1;
+            let g = &self.cfg.global;
+            let ans = answer_for(
+                &request,
+                code,
+                &g.origin_host,
+                &g.origin_realm,
+                Some(&text),
+                None,
+            );
+            self.reply(conn, &ans);
+        }
+        let longest = self.timeouts.iter().copied().max().unwrap_or_default();
+        let grace = longest.max(self.opts.default_answer_timeout) * 2;
+        self.draining.insert(conn, now + grace);
+        self.finish_draining(now);
+    }
+
+    /// Closes the draining connections whose relayed requests are all answered (or
+    /// whose grace ran out).
+    pub(super) fn finish_draining(&mut self, now: Duration) {
+        if self.draining.is_empty() {
+            return;
+        }
+        let done: Vec<ConnId> = self
+            .draining
+            .iter()
+            .filter(|(c, until)| now >= **until || self.pipeline.in_flight_from(**c) == 0)
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in done {
+            self.draining.remove(&conn);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.pc.abort(now);
+            }
+            self.drive(now, conn);
         }
     }
 
