@@ -122,6 +122,12 @@ pub struct AgentOptions {
     pub seed: u64,
     /// Wait for DPAs this long at shutdown.
     pub shutdown_grace: Duration,
+    /// Most accepted connections waiting for their CER at once; more are refused
+    /// (closed at once, `dra_connections_refused_total{reason="cer_backlog"}`).
+    pub max_awaiting_cer: usize,
+    /// Most of those from one source address
+    /// (`reason="cer_backlog_per_source"`).
+    pub max_awaiting_cer_per_source: usize,
     /// Who enforces the ingress limits on accepted connections: the agent's own
     /// limiter when the XDP fast path is not attached ([`crate::limiter`], applied to
     /// every message before decoding), or the fast path, whose out-of-band marks the
@@ -143,6 +149,8 @@ impl Default for AgentOptions {
             binding_capacity: 1_000_000,
             seed: 0x5eed_d1a0,
             shutdown_grace: Duration::from_secs(2),
+            max_awaiting_cer: 1024,
+            max_awaiting_cer_per_source: 32,
             ingress: io::Ingress::None,
         }
     }

@@ -43,6 +43,8 @@
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
 //! | `dra_requests_total` | counter | `peer`, `direction` | requests received from (`in`) or sent to (`out`) a peer |
+//! | `dra_connections_refused_total` | counter | `reason` | connections closed at accept: `cer_backlog` (too many waiting for their CER), `cer_backlog_per_source` (too many from one address) |
+//! | `dra_connections_awaiting_cer` | gauge | — | accepted connections waiting for their CER |
 //! | `dra_answers_total` | counter | `peer`, `result_code` | answers sent to a peer, relayed or generated (e.g. 3002 for a marked request) |
 //! | `dra_pending_requests` | gauge | `peer` | requests sent to the peer, not yet answered |
 //! | `dra_queue_depth` | gauge | `group` | requests queued for a peer group |

@@ -118,6 +118,13 @@ struct Inner {
     answer_latency: Family<PeerLabels, Histogram, HistogramCtor>,
     peer_state: Arc<PeerStateCollector>,
     unanswered_violations: Counter,
+    connections_refused: Family<ReasonLabels, Counter>,
+    connections_awaiting_cer: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 /// The agent's metrics registry. Cheap to clone (an [`Arc`]); every setter takes
@@ -159,6 +166,8 @@ impl Metrics {
             Family::<PeerLabels, Histogram, HistogramCtor>::new_with_constructor(latency_histogram);
         let peer_state = Arc::new(PeerStateCollector::default());
         let unanswered_violations = Counter::default();
+        let connections_refused = Family::<ReasonLabels, Counter>::default();
+        let connections_awaiting_cer = Gauge::default();
 
         registry.register(
             "dra_db_cpu_percent",
@@ -221,6 +230,17 @@ impl Metrics {
             "Requests that ended without any answer (must stay 0: every request gets one)",
             unanswered_violations.clone(),
         );
+        registry.register(
+            "dra_connections_refused",
+            "Connections closed at accept, by reason (cer_backlog: too many connections \
+             waiting for their CER; cer_backlog_per_source: too many from one address)",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "dra_connections_awaiting_cer",
+            "Accepted connections waiting for their CER",
+            connections_awaiting_cer.clone(),
+        );
         registry.register_collector(Box::new(Arc::clone(&peer_state)));
         registry.register_collector(Box::new(Arc::clone(&fastpath)));
 
@@ -241,6 +261,8 @@ impl Metrics {
                 answer_latency,
                 peer_state,
                 unanswered_violations,
+                connections_refused,
+                connections_awaiting_cer,
             }),
         }
     }
@@ -345,6 +367,20 @@ impl Metrics {
     /// exported (0 until set).
     pub fn set_fastpath_global(&self, values: &[(FastPathCounter, u64)]) {
         self.inner.fastpath.set_global(values);
+    }
+
+    /// Counts a connection refused at accept (`reason`: `cer_backlog`,
+    /// `cer_backlog_per_source`).
+    pub fn inc_connection_refused(&self, reason: &'static str) {
+        self.inner
+            .connections_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Accepted connections waiting for their CER now.
+    pub fn set_connections_awaiting_cer(&self, n: u64) {
+        self.inner.connections_awaiting_cer.set(gauge_value(n));
     }
 
     /// Sets the agent's out-of-band mark counters (`dra_fastpath_oob_marks_total`,

@@ -48,6 +48,11 @@ struct Conn {
     io: ConnIo,
     peer: Option<PeerId>,
     span: Span,
+    /// An accepted connection not open yet: its source address, counted in
+    /// `Core::awaiting_cer` until it opens or closes.
+    awaiting_from: Option<std::net::IpAddr>,
+    /// Undecodable messages ignored on it (only the first is logged).
+    ignored: u64,
 }
 
 #[derive(Default)]
@@ -97,6 +102,11 @@ pub(super) struct Core {
     stats: AgentStats,
     reported_violations: u64,
     to_abort: Vec<ConnId>,
+    /// Accepted connections waiting for their CER, per source address (capped, see
+    /// `AgentOptions::max_awaiting_cer`).
+    awaiting_cer: HashMap<std::net::IpAddr, usize>,
+    /// Connections refused since the last refusal was logged (logged once a second).
+    refused_since_log: u64,
     /// Connections that can no longer be read (broken framing), closed once the requests
     /// relayed from them are answered, or at the deadline.
     draining: HashMap<ConnId, Duration>,
@@ -191,6 +201,8 @@ impl Core {
             stats: AgentStats::default(),
             reported_violations: 0,
             to_abort: Vec::new(),
+            awaiting_cer: HashMap::new(),
+            refused_since_log: 0,
             draining: HashMap::new(),
             io_tx,
             io_rx: Some(io_rx),
@@ -340,6 +352,15 @@ impl Core {
 
     fn housekeeping(&mut self, now: Duration) {
         let secs = TICK.as_secs_f64();
+        if self.refused_since_log > 1 {
+            warn!(
+                refused = self.refused_since_log - 1,
+                "connections refused in the last second: too many waiting for a CER"
+            );
+        }
+        self.refused_since_log = 0;
+        self.metrics
+            .set_connections_awaiting_cer(self.awaiting_cer.values().sum::<usize>() as u64);
         for (i, s) in self.slots.iter_mut().enumerate() {
             s.rate_in = (s.requests_in - s.last_in) as f64 / secs;
             s.rate_out = (s.requests_out - s.last_out) as f64 / secs;

@@ -33,13 +33,60 @@ impl Core {
         let Ok(remote) = stream.peer_addr() else {
             return;
         };
+        // Connections that have not sent their CER yet cost a task and a timer each: a
+        // peer (or anyone) opening many at once is refused beyond the caps.
+        let ip = remote.ip().to_canonical();
+        let total: usize = self.awaiting_cer.values().sum();
+        let from_ip = self.awaiting_cer.get(&ip).copied().unwrap_or(0);
+        let refuse = if total >= self.opts.max_awaiting_cer {
+            Some("cer_backlog")
+        } else if from_ip >= self.opts.max_awaiting_cer_per_source {
+            Some("cer_backlog_per_source")
+        } else {
+            None
+        };
+        if let Some(reason) = refuse {
+            // Dropping the stream closes it (RST if data is pending).
+            self.metrics.inc_connection_refused(reason);
+            if self.refused_since_log == 0 {
+                warn!(
+                    %remote,
+                    reason,
+                    waiting = total,
+                    from_source = from_ip,
+                    "connection refused: too many connections waiting for a CER (counted; \
+                     logged once per second at most)"
+                );
+            }
+            self.refused_since_log += 1;
+            return;
+        }
         // Inbound connections are usually clients: they start with our current load.
         let opts = self.options(false).own_load(self.own_load);
         let span = self.span(self.next_conn, remote, None);
         // Accepted connections come to a Diameter port: the ingress limits apply when
         // the agent enforces them itself.
         let ingress = self.opts.ingress.clone();
-        self.open_conn(stream, remote, None, opts, ingress, span);
+        if let Some(id) = self.open_conn(stream, remote, None, opts, ingress, span)
+            && let Some(c) = self.conns.get_mut(&id)
+            && !c.pc.is_open()
+        {
+            c.awaiting_from = Some(ip);
+            *self.awaiting_cer.entry(ip).or_insert(0) += 1;
+        }
+    }
+
+    /// The connection stops waiting for its CER (it opened, or it closed).
+    pub(super) fn cer_wait_over(&mut self, id: ConnId) {
+        let Some(ip) = self.conns.get_mut(&id).and_then(|c| c.awaiting_from.take()) else {
+            return;
+        };
+        if let Some(n) = self.awaiting_cer.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.awaiting_cer.remove(&ip);
+            }
+        }
     }
 
     /// Sets up a connection: its `PeerConnection` (responder for an accepted one,
@@ -87,7 +134,17 @@ impl Core {
             None => debug!("accepted"),
             Some(_) => info!("connected, sending CER"),
         });
-        self.conns.insert(id, Conn { pc, io, peer, span });
+        self.conns.insert(
+            id,
+            Conn {
+                pc,
+                io,
+                peer,
+                span,
+                awaiting_from: None,
+                ignored: 0,
+            },
+        );
         let now = self.now();
         if let Some(c) = self.conns.get_mut(&id) {
             c.pc.handle_connected(now);
@@ -335,8 +392,13 @@ impl Core {
             );
             self.reply(conn, &ans);
         } else {
-            c.span
-                .in_scope(|| warn!(error = %e, "undecodable message ignored"));
+            // Once per connection: a peer sending garbage must not flood the log.
+            c.ignored += 1;
+            if c.ignored == 1 {
+                c.span.in_scope(|| {
+                    warn!(error = %e, "undecodable message ignored (further ones on this connection are not logged)")
+                });
+            }
         }
     }
 
@@ -463,6 +525,7 @@ impl Core {
         match e {
             PeerEvent::Opened { peer: known, .. } => {
                 info!("capabilities exchanged: open");
+                self.cer_wait_over(id);
                 let p = known.id;
                 if let Some(c) = self.conns.get_mut(&id) {
                     c.peer = Some(p);
@@ -492,6 +555,7 @@ impl Core {
             }
             PeerEvent::Closed { reason, reconnect } => {
                 info!(?reason, "connection closed");
+                self.cer_wait_over(id);
                 let Some(c) = self.conns.remove(&id) else {
                     return;
                 };
