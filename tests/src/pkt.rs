@@ -391,6 +391,25 @@ pub fn expect_marked(pkt: &[u8], frame: &Frame, flag_offs: &[usize]) -> Vec<u8> 
     out
 }
 
+/// `pkt` (a TCP frame built by [`Frame::tcp`]) with the 2 payload bytes at payload
+/// offset `at` chosen so that its TCP checksum field is 0x0000 (a sum of −0 in ones'
+/// complement: the case RFC 1624 §3 is about), checksum valid.
+pub fn with_zero_checksum(pkt: &[u8], frame: &Frame, at: usize) -> Vec<u8> {
+    let t = tcp_offset(pkt);
+    let doff = ((pkt[t + 12] >> 4) as usize) * 4;
+    let p = t + doff + at;
+    for v in 0..=u16::MAX {
+        let mut out = pkt.to_vec();
+        out[p..p + 2].copy_from_slice(&v.to_be_bytes());
+        out[t + 16] = 0;
+        out[t + 17] = 0;
+        if l4_checksum(frame.src, frame.dst, 6, &out[t..]) == 0 {
+            return out;
+        }
+    }
+    panic!("no value gives a zero checksum");
+}
+
 /// Verifies the TCP checksum of a frame.
 pub fn tcp_checksum_ok(pkt: &[u8], frame: &Frame) -> bool {
     let t = tcp_offset(pkt);

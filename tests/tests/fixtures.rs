@@ -562,6 +562,31 @@ fn rows() -> Vec<Row> {
         vec![("pgw1", CCR_I, 1, 1, 0, 0), ("pgw1", OTHER, 0, 0, 0, 0)],
     ));
 
+    // RFC 1624 §3: segments whose checksum is 0x0000 (ones' complement −0). An admitted
+    // one is left exactly as it was; a marked one gets the checksum a full computation
+    // gives (eqn. 3, never 0xffff for a changed byte).
+    let sid_at = pkt::avp_offset(&i0, dra_common::wire::avp::SESSION_ID).unwrap() + 8 + 14;
+    let zero_i0 = pkt::with_zero_checksum(&seg(&f, 0, &i0), &f, sid_at);
+    let zero_i2 = pkt::with_zero_checksum(&seg(&f, 2 * l, &i2), &f, sid_at);
+    v.push(row(
+        "checksum 0x0000, admitted: packet untouched",
+        vec![step(syn(&f), PASS), step(zero_i0, PASS)],
+        vec![],
+        vec![("pgw1", CCR_I, 1, 1, 0, 0)],
+    ));
+    v.push(Row {
+        name: "checksum 0x0000, marked: checksum as recomputed from scratch",
+        steps: vec![
+            step(syn(&f), PASS),
+            step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
+            Step { out: Some(pkt::expect_marked(&zero_i2, &f, &[4])), pkt: zero_i2, verdict: PASS },
+        ],
+        counters: vec![],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
+        unknown_drop: false,
+        oob: vec![],
+    });
+
     // --- retransmissions and holes ---
     let first = seg(&f, 0, &i0);
     v.push(row(
