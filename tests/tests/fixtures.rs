@@ -579,7 +579,11 @@ fn rows() -> Vec<Row> {
         steps: vec![
             step(syn(&f), PASS),
             step(seg(&f, 0, &cat(&[&i0, &i1])), PASS),
-            Step { out: Some(pkt::expect_marked(&zero_i2, &f, &[4])), pkt: zero_i2, verdict: PASS },
+            Step {
+                out: Some(pkt::expect_marked(&zero_i2, &f, &[4])),
+                pkt: zero_i2,
+                verdict: PASS,
+            },
         ],
         counters: vec![],
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],

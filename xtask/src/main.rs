@@ -27,7 +27,7 @@ usage: cargo xtask <command> [args]
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
-  fuzz [SECS]      run the wire-scanner fuzz target (default 30 s)
+  fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
   bench [N]        every benchmark below (root, ~6 min); N goes to the XDP one. Writes
                    bench/results/<YYYY-MM-DD>.json and .md (P1-P5 table) and prints it
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
@@ -103,17 +103,33 @@ fn build(release: bool) -> Result<()> {
     step("build dra (agent + eBPF programs)", &mut c)
 }
 
+/// The fuzz targets: (crate directory, target). The agent's targets do not need the
+/// eBPF programs (built with `AYA_BUILD_SKIP=1`).
+const FUZZ_TARGETS: [(&str, &str); 4] = [
+    ("dra-common", "wire_scan"),
+    ("dra-userspace", "framer"),
+    ("dra-userspace", "roundtrip"),
+    ("dra-userspace", "grouped"),
+];
+
+/// Runs every fuzz target for `secs` seconds (a smoke run: a crash or a slow input —
+/// over 1 s, `-timeout=1` — fails it).
 fn fuzz_smoke(secs: u64) -> Result<()> {
-    let mut c = cargo_nightly();
-    c.args([
-        "fuzz",
-        "run",
-        "wire_scan",
-        "--",
-        &format!("-max_total_time={secs}"),
-    ]);
-    c.current_dir(workspace_root().join("dra-common"));
-    step(&format!("fuzz wire_scan for {secs} s"), &mut c)
+    for (dir, target) in FUZZ_TARGETS {
+        let mut c = cargo_nightly();
+        c.args([
+            "fuzz",
+            "run",
+            target,
+            "--",
+            &format!("-max_total_time={secs}"),
+            "-timeout=1",
+        ]);
+        c.current_dir(workspace_root().join(dir))
+            .env("AYA_BUILD_SKIP", "1");
+        step(&format!("fuzz {target} for {secs} s"), &mut c)?;
+    }
+    Ok(())
 }
 
 fn test() -> Result<()> {
@@ -172,7 +188,7 @@ fn test() -> Result<()> {
             "xtask",
         ]),
     )?;
-    fuzz_smoke(20)?;
+    fuzz_smoke(10)?;
     if !is_root() {
         bail!(
             "the privileged tests (network namespaces, XDP) need root: run `sudo cargo xtask test`"
