@@ -89,6 +89,13 @@ fn main() -> anyhow::Result<ExitCode> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Run { .. }) {
+        // A command whose output is piped into `head` ends quietly when the reader goes
+        // away, as `cat` does (Rust ignores SIGPIPE, so println! would panic). `dra run`
+        // keeps ignoring it: a peer closing its socket must be an error, not a signal.
+        // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.cmd {
         Cmd::CheckConfig { file } => match dra::config::load(&file) {
             Ok(cfg) => {

@@ -37,7 +37,10 @@ fn fmt_opt(v: Option<f64>, digits: usize) -> String {
 pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
     let l = plan.limit.rate;
     let err = r.admitted_per_s.map(|a| relative_error(a, l));
-    let met = err.map(|e| e <= GOAL_P3_MAX_ERROR);
+    // The goal is about 10× the limit offered: a run whose client could not offer that
+    // (a stalled machine) does not meet it, whatever the error (2 % slack on the offer).
+    let offered_ok = r.offered_per_s.is_some_and(|o| o >= 0.98 * STORM_FACTOR * l);
+    let met = err.map(|e| e <= GOAL_P3_MAX_ERROR && offered_ok);
     let fp_admitted = r
         .metrics_interior_per_s
         .get("dra_fastpath_requests_total/admitted")
@@ -47,6 +50,7 @@ pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
         "limit_per_s": l, "burst": plan.limit.burst, "action": plan.limit.action,
         "offered_target_per_s": STORM_FACTOR * l,
         "offered_per_s": r.offered_per_s,
+        "offered_at_least_10x": offered_ok,
         "admitted_per_s": r.admitted_per_s,
         "error": err,
         "goal_max_error": GOAL_P3_MAX_ERROR,
@@ -69,7 +73,10 @@ pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
             fmt_opt(r.admitted_per_s, 1),
             fmt_opt(r.offered_per_s, 0)
         ),
-        goal: format!("≤ {} %", 100.0 * GOAL_P3_MAX_ERROR),
+        goal: format!(
+            "≤ {} % with ≥ {STORM_FACTOR}× the limit offered",
+            100.0 * GOAL_P3_MAX_ERROR
+        ),
         met,
     };
     (v, row)
