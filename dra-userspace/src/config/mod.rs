@@ -21,6 +21,7 @@ macro_rules! config_names {
     };
 }
 
+mod cpu_source;
 mod error;
 mod raw;
 mod summary;
@@ -35,6 +36,7 @@ use dra_common::maps::{Action, BucketConfig};
 use dra_common::wire::{MsgClass, app, cmd};
 use ipnet::IpNet;
 
+pub use cpu_source::{CpuSource, ProcTarget};
 pub use error::{ConfigError, ConfigErrors};
 pub use values::RequestType;
 
@@ -421,41 +423,6 @@ pub enum OnMissing {
     Hold,
     /// Release the throttle (back to static rates).
     Release,
-}
-
-/// Where the session DB's CPU utilisation is read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CpuSource {
-    /// `/proc` on this host.
-    Procfs(ProcTarget),
-    /// Redis `INFO cpu` of the session DB.
-    Redis {
-        /// Redis address.
-        address: SocketAddr,
-    },
-    /// A Prometheus instant query returning one value in percent.
-    Prometheus {
-        /// Base URL, `http://host:port`.
-        url: String,
-        /// PromQL expression.
-        query: String,
-    },
-    /// A file holding one number (percent), rewritten by something else.
-    File {
-        /// Absolute path.
-        path: PathBuf,
-    },
-}
-
-/// What `/proc` measures.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProcTarget {
-    /// The process with this command name (`/proc/*/comm`).
-    Process(String),
-    /// The process whose pid is in this file.
-    PidFile(PathBuf),
-    /// The whole host (`/proc/stat`).
-    Host,
 }
 
 /// Destination-Realm of a route.

@@ -1,31 +1,14 @@
-//! `[dynamic_throttling_db_cpu_profile]`: thresholds, reversal and sampling settings,
-//! and the CPU sample `source`.
+//! `[dynamic_throttling_db_cpu_profile]`: thresholds, reversal and sampling settings.
+//! Its `source` table is checked by `config/cpu_source.rs`, with everything else about
+//! source kinds.
 
 use std::time::Duration;
 
 use super::Span;
-use super::syntax::{
-    absolute_path, choice, choice_or, int_in, percent, positive_duration, socket_addr, u32_in,
-};
+use super::syntax::{choice_or, int_in, percent, positive_duration, u32_in};
 use crate::config::error::Errors;
-use crate::config::raw::{Item, RawConfig, RawDbCpuProfile, RawSource, RawThreshold};
-use crate::config::values;
-use crate::config::{CpuSource, DbCpuProfile, OnMissing, ProcTarget, Threshold};
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SourceKind {
-    Procfs,
-    Redis,
-    Prometheus,
-    File,
-}
-
-config_names!(SourceKind {
-    Procfs => "procfs",
-    Redis => "redis",
-    Prometheus => "prometheus",
-    File => "file",
-});
+use crate::config::raw::{Item, RawConfig, RawDbCpuProfile, RawThreshold};
+use crate::config::{DbCpuProfile, OnMissing, Threshold, cpu_source, values};
 
 /// `[dynamic_throttling_db_cpu_profile]`, required when DRL is switched on or used.
 pub(super) fn db_cpu_profile_table(e: &mut Errors<'_>, raw: &RawConfig) -> Option<DbCpuProfile> {
@@ -180,7 +163,7 @@ fn db_cpu_profile(e: &mut Errors<'_>, item: &Item<RawDbCpuProfile>) -> Option<Db
             None
         }
         Some(None) => None,
-        Some(Some(src)) => source(e, &src.v, &src.span),
+        Some(Some(src)) => cpu_source::check(e, &src.v, &src.span),
     };
     Some(DbCpuProfile {
         thresholds,
@@ -192,116 +175,4 @@ fn db_cpu_profile(e: &mut Errors<'_>, item: &Item<RawDbCpuProfile>) -> Option<Db
         on_missing,
         source: source?,
     })
-}
-
-fn source(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSource> {
-    let kind = choice(e, "source kind", &s.kind)?;
-    let kind_name = s.kind.get_ref();
-    // Keys each kind accepts; any other key set is reported.
-    let allowed: &[&str] = match kind {
-        SourceKind::Procfs => &["process", "pid_file", "host"],
-        SourceKind::Redis => &["address"],
-        SourceKind::Prometheus => &["url", "query"],
-        SourceKind::File => &["path"],
-    };
-    let present = [
-        ("process", s.process.as_ref().map(|v| v.span())),
-        ("pid_file", s.pid_file.as_ref().map(|v| v.span())),
-        ("host", s.host.as_ref().map(|v| v.span())),
-        ("address", s.address.as_ref().map(|v| v.span())),
-        ("url", s.url.as_ref().map(|v| v.span())),
-        ("query", s.query.as_ref().map(|v| v.span())),
-        ("path", s.path.as_ref().map(|v| v.span())),
-    ];
-    let mut ok = true;
-    for (key, sp) in present {
-        if let Some(sp) = sp
-            && !allowed.contains(&key)
-        {
-            e.at(
-                &sp,
-                format!(
-                    "{key} does not apply to kind = \"{kind_name}\" (it takes {})",
-                    allowed.join(", ")
-                ),
-            );
-            ok = false;
-        }
-    }
-    let missing = |e: &mut Errors<'_>, what: &str| {
-        e.at(span, format!("source kind = \"{kind_name}\" needs {what}"));
-    };
-    let out = match kind {
-        SourceKind::Procfs => {
-            let host = s.host.as_ref().filter(|h| *h.get_ref());
-            match (&s.process, &s.pid_file, host) {
-                (Some(p), None, None) if !p.get_ref().is_empty() => {
-                    Some(CpuSource::Procfs(ProcTarget::Process(p.get_ref().clone())))
-                }
-                (Some(p), None, None) => {
-                    e.at(&p.span(), "process must not be empty");
-                    None
-                }
-                (None, Some(f), None) => absolute_path(e, "pid_file", f)
-                    .map(|p| CpuSource::Procfs(ProcTarget::PidFile(p))),
-                (None, None, Some(_)) => Some(CpuSource::Procfs(ProcTarget::Host)),
-                (None, None, None) => {
-                    missing(
-                        e,
-                        "one of process = \"redis-server\", pid_file = \"/run/...\" or host = true",
-                    );
-                    None
-                }
-                _ => {
-                    e.at(
-                        span,
-                        "procfs source takes exactly one of process, pid_file or host = true",
-                    );
-                    None
-                }
-            }
-        }
-        SourceKind::Redis => match &s.address {
-            Some(a) => socket_addr(e, "address", a, "127.0.0.1:6379")
-                .map(|address| CpuSource::Redis { address }),
-            None => {
-                missing(e, "address = \"127.0.0.1:6379\"");
-                None
-            }
-        },
-        SourceKind::Prometheus => match (&s.url, &s.query) {
-            (Some(u), Some(q)) => {
-                let url = u.get_ref();
-                let rest = url
-                    .strip_prefix("http://")
-                    .or_else(|| url.strip_prefix("https://"));
-                let url_ok = rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'));
-                if !url_ok {
-                    e.at(
-                        &u.span(),
-                        format!("bad url \"{url}\": expected http://host:port"),
-                    );
-                }
-                if q.get_ref().trim().is_empty() {
-                    e.at(&q.span(), "query must not be empty");
-                }
-                (url_ok && !q.get_ref().trim().is_empty()).then(|| CpuSource::Prometheus {
-                    url: url.clone(),
-                    query: q.get_ref().clone(),
-                })
-            }
-            _ => {
-                missing(e, "url = \"http://...\" and query = \"...\"");
-                None
-            }
-        },
-        SourceKind::File => match &s.path {
-            Some(p) => absolute_path(e, "path", p).map(|path| CpuSource::File { path }),
-            None => {
-                missing(e, "path = \"/run/dra/db_cpu\"");
-                None
-            }
-        },
-    };
-    if ok { out } else { None }
 }

@@ -33,7 +33,7 @@ mod limits;
 mod peers;
 mod routes;
 mod scalars;
-mod syntax;
+pub(super) mod syntax;
 
 type Span = Range<usize>;
 

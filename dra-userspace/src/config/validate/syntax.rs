@@ -23,7 +23,11 @@ fn quoted(options: &[&str]) -> String {
 }
 
 /// One of a fixed set of names.
-pub(super) fn choice<T: ConfigName>(e: &mut Errors<'_>, key: &str, v: &S<String>) -> Option<T> {
+pub(in crate::config) fn choice<T: ConfigName>(
+    e: &mut Errors<'_>,
+    key: &str,
+    v: &S<String>,
+) -> Option<T> {
     if let Some(t) = T::from_name(v.get_ref()) {
         return Some(t);
     }
@@ -124,7 +128,7 @@ pub(super) fn positive_duration(
     d
 }
 
-pub(super) fn socket_addr(
+pub(in crate::config) fn socket_addr(
     e: &mut Errors<'_>,
     key: &str,
     v: &S<String>,
@@ -153,7 +157,11 @@ pub(super) fn socket_addr(
     }
 }
 
-pub(super) fn absolute_path(e: &mut Errors<'_>, key: &str, v: &S<String>) -> Option<PathBuf> {
+pub(in crate::config) fn absolute_path(
+    e: &mut Errors<'_>,
+    key: &str,
+    v: &S<String>,
+) -> Option<PathBuf> {
     let p = v.get_ref();
     if p.is_empty() || !p.starts_with('/') {
         e.at(
