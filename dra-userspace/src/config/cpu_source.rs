@@ -42,7 +42,7 @@ pub enum CpuSource {
     },
     /// A Prometheus instant query returning one value in percent.
     Prometheus {
-        /// Base URL, `http://host:port`.
+        /// Base URL, `http://host[:port][/prefix]` (what [`PrometheusCpu::new`] accepts).
         url: String,
         /// PromQL expression.
         query: String,
@@ -248,23 +248,22 @@ fn redis(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSource> {
     socket_addr(e, "address", a, "127.0.0.1:6379").map(|address| CpuSource::Redis { address })
 }
 
-/// `kind = "prometheus"`: `url` and `query`.
+/// `kind = "prometheus"`: `url` and `query`. The URL is checked by the source's own rule
+/// ([`PrometheusCpu::check_base_url`]), so `dra check-config` accepts exactly the URLs
+/// `dra run` can open (no `https://`: the source has no TLS).
 fn prometheus(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSource> {
     let (Some(u), Some(q)) = (&s.url, &s.query) else {
         missing(e, s, span, "url = \"http://...\" and query = \"...\"");
         return None;
     };
     let url = u.get_ref();
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    let url_ok = rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'));
-    if !url_ok {
-        e.at(
-            &u.span(),
-            format!("bad url \"{url}\": expected http://host:port"),
-        );
-    }
+    let url_ok = match PrometheusCpu::check_base_url(url) {
+        Ok(()) => true,
+        Err(reason) => {
+            e.at(&u.span(), format!("bad url \"{url}\": {reason}"));
+            false
+        }
+    };
     let query_ok = !q.get_ref().trim().is_empty();
     if !query_ok {
         e.at(&q.span(), "query must not be empty");

@@ -344,6 +344,37 @@ fn source_kinds_take_only_their_keys() {
 }
 
 #[test]
+fn prometheus_urls_the_source_cannot_open_are_refused() {
+    let with_url = |url: &str| {
+        DB.replace(
+            r#"{ kind = "procfs", process = "redis-server" }"#,
+            &format!(r#"{{ kind = "prometheus", url = "{url}", query = "db_cpu" }}"#),
+        )
+    };
+    for (url, reason) in [
+        (
+            "https://prom:9090",
+            "https is not supported: this source speaks plain HTTP (no TLS)",
+        ),
+        (
+            "http://user@prom:9090",
+            "user info (user@host) is not supported",
+        ),
+        (
+            "http://prom:9090/?x=1",
+            "a query or fragment is not supported",
+        ),
+        ("ftp://prom", "expected http://host:port"),
+    ] {
+        let e = errs(&with_url(url));
+        assert_eq!(e.len(), 1, "{e:?}");
+        let expected = format!("bad url \"{url}\": {reason}");
+        assert!(e[0].starts_with(&expected), "{e:?}");
+    }
+    ok(&with_url("http://prom.lab.example/prom/"));
+}
+
+#[test]
 fn every_source_kind_opens_and_is_summarised() {
     for (source, shown) in [
         (r#"{ kind = "procfs", host = true }"#, "procfs host"),
