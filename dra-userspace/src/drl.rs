@@ -5,11 +5,8 @@
 use std::time::Duration;
 
 use crate::{
-    config::{self, Config, CpuSource as CfgSource, OnMissing as CfgOnMissing, ProcTarget, Target},
-    control::{
-        self, DbCpuProfile, LoopSettings, OnMissing, ThresholdRow,
-        sources::{self, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu},
-    },
+    config::{self, Config, CpuSource as CfgSource, OnMissing as CfgOnMissing, Target},
+    control::{self, DbCpuProfile, LoopSettings, OnMissing, ThresholdRow, sources},
     dataplane::{Plan, Slot},
 };
 
@@ -95,26 +92,10 @@ pub fn settings(p: &config::DbCpuProfile) -> Result<(DbCpuProfile, LoopSettings)
     Ok((profile, settings))
 }
 
-/// The configured CPU sample source.
+/// The configured CPU sample source (each kind is opened by [`CfgSource::open`], next to
+/// its config checks).
 pub fn source(src: &CfgSource, timeout: Duration) -> Result<Box<dyn sources::CpuSource>, DrlError> {
-    Ok(match src {
-        CfgSource::Procfs(ProcTarget::Host) => Box::new(HostCpu::new()),
-        CfgSource::Procfs(ProcTarget::Process(name)) => {
-            Box::new(ProcessCpu::new(ProcessSelector::Name(name.clone())))
-        }
-        CfgSource::Procfs(ProcTarget::PidFile(p)) => {
-            Box::new(ProcessCpu::new(ProcessSelector::PidFile(p.clone())))
-        }
-        CfgSource::Redis { address } => {
-            Box::new(RedisCpu::new(address.to_string()).with_timeout(timeout))
-        }
-        CfgSource::Prometheus { url, query } => Box::new(
-            PrometheusCpu::new(url, query)
-                .map_err(DrlError::Source)?
-                .with_timeout(timeout),
-        ),
-        CfgSource::File { path } => Box::new(FileCpu::new(path.clone())),
-    })
+    src.open(timeout).map_err(DrlError::Source)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use dra::config::{
     self, Config, CpuSource, Direction, MessageClass, RequestType, Role, RouteRealm, Target,
     Threshold,
 };
+use dra::control::sources::PrometheusCpu;
 use dra_common::maps::Action;
 use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
 
@@ -251,6 +252,53 @@ fn examples_in_the_config_reference_are_valid() {
     }
 }
 
+/// `dra check-config` used to accept `https://` Prometheus URLs (and user info, queries)
+/// that `dra run` then refused at start: the config check now applies the source's rule.
+#[test]
+fn check_config_accepts_exactly_the_prometheus_urls_dra_run_opens() {
+    let seed = std::fs::read_to_string(repo_root().join("config/dra.toml")).unwrap();
+    let redis = r#"source = { kind = "redis", address = "127.0.0.1:6379" }"#;
+    assert!(seed.contains(redis), "the seed's source line changed");
+    for url in [
+        "http://127.0.0.1:9090",
+        "http://prom.lab.example/prom/",
+        "http://[::1]:9090",
+        "https://prom.lab.example:9090",
+        "http://user@prom:9090",
+        "http://prom:9090/?x=1",
+        "http://prom:9090/prom#f",
+        "http://",
+        "prom:9090",
+    ] {
+        let line = format!(r#"source = {{ kind = "prometheus", url = "{url}", query = "db" }}"#);
+        let text = seed.replace(redis, &line);
+        let run_opens = PrometheusCpu::new(url, "db").is_ok();
+        match config::parse(&text, "dra.toml") {
+            Ok(cfg) => {
+                assert!(run_opens, "check-config accepts {url}, dra run refuses it");
+                let source = &cfg.db_cpu_profile.unwrap().source;
+                assert!(dra::drl::source(source, Duration::from_secs(1)).is_ok());
+            }
+            Err(e) => {
+                assert!(
+                    !run_opens,
+                    "check-config refuses {url}, dra run opens it:\n{e}"
+                );
+                let at = text.find(&format!("\"{url}\"")).unwrap();
+                let line_no = text[..at].lines().count();
+                let column = at - text[..at].rfind('\n').unwrap();
+                assert_eq!(e.errors.len(), 1, "{e}");
+                let err = &e.errors[0];
+                assert_eq!((err.line, err.column), (line_no, column), "{e}");
+                assert!(
+                    err.message.starts_with(&format!("bad url \"{url}\": ")),
+                    "{e}"
+                );
+            }
+        }
+    }
+}
+
 /// `# expect: LINE:COLUMN message fragment` lines at the top of a fixture.
 fn expectations(text: &str) -> Vec<(usize, usize, String)> {
     text.lines()
@@ -394,6 +442,32 @@ fn check_config_command_prints_ok_and_summary_for_the_seed() {
         );
     }
     assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn check_config_command_refuses_an_https_prometheus_url() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/bad-configs/prometheus_https.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_dra"))
+        .arg("check-config")
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stdout.is_empty(),
+        "no \"ok\" for a config dra run cannot run"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        format!(
+            "{}:52:39: bad url \"https://prom.lab.example:9090\": https is not supported: \
+             this source speaks plain HTTP (no TLS); use http:// to a Prometheus on a trusted \
+             network or to a local TLS-terminating proxy\n",
+            f.display()
+        )
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ macro_rules! config_names {
     };
 }
 
+mod cpu_source;
 mod error;
 mod raw;
 mod summary;
@@ -35,6 +36,7 @@ use dra_common::maps::{Action, BucketConfig};
 use dra_common::wire::{MsgClass, app, cmd};
 use ipnet::IpNet;
 
+pub use cpu_source::{CpuSource, ProcTarget};
 pub use error::{ConfigError, ConfigErrors};
 pub use values::RequestType;
 
@@ -86,7 +88,8 @@ pub struct Global {
     /// The global dynamic rate limiting switch (the seed's Policy Builder checkbox).
     /// When false, no peer is dynamically throttled, whatever the profiles say.
     pub dynamic_rate_limiting: bool,
-    /// What the fast path does with Diameter-port traffic from unknown sources.
+    /// What the fast path (without XDP: the agent's limiter) does with Diameter-port
+    /// traffic from unknown sources.
     pub unknown_peer: UnknownPeer,
     /// TCP/SCTP ports the fast path treats as Diameter.
     pub diameter_ports: Vec<u16>,
@@ -97,7 +100,7 @@ pub struct Global {
 pub enum UnknownPeer {
     /// Pass to the stack (the agent still rejects unknown peers at CER).
     Pass,
-    /// Drop in XDP.
+    /// Drop in XDP; without XDP the agent discards what such a connection sends.
     Drop,
 }
 
@@ -108,7 +111,8 @@ pub struct FastPath {
     pub interface: Option<String>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
-    /// Egress interface for TC; `None` = same as `interface`.
+    /// Where the TC egress program attaches (only with an XDP interface); `None` = no
+    /// egress program (the agent's RLF still applies the egress limits).
     pub egress_interface: Option<String>,
 }
 
@@ -243,7 +247,8 @@ impl Target {
 /// Which way a limit applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
-    /// Requests received from the peer/group (XDP ingress).
+    /// Requests received from the peer/group (enforced in XDP, or by the agent's limiter
+    /// without XDP).
     Ingress,
     /// Requests forwarded to the peer/group (after routing, before sending).
     Egress,
@@ -421,41 +426,6 @@ pub enum OnMissing {
     Hold,
     /// Release the throttle (back to static rates).
     Release,
-}
-
-/// Where the session DB's CPU utilisation is read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CpuSource {
-    /// `/proc` on this host.
-    Procfs(ProcTarget),
-    /// Redis `INFO cpu` of the session DB.
-    Redis {
-        /// Redis address.
-        address: SocketAddr,
-    },
-    /// A Prometheus instant query returning one value in percent.
-    Prometheus {
-        /// Base URL, `http://host:port`.
-        url: String,
-        /// PromQL expression.
-        query: String,
-    },
-    /// A file holding one number (percent), rewritten by something else.
-    File {
-        /// Absolute path.
-        path: PathBuf,
-    },
-}
-
-/// What `/proc` measures.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProcTarget {
-    /// The process with this command name (`/proc/*/comm`).
-    Process(String),
-    /// The process whose pid is in this file.
-    PidFile(PathBuf),
-    /// The whole host (`/proc/stat`).
-    Host,
 }
 
 /// Destination-Realm of a route.

@@ -13,6 +13,7 @@ use serde::de::{self, Visitor};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use super::cpu_source::RawSource;
 use super::error::Errors;
 
 /// A deserialized table with the span of the table itself (for "missing key" errors):
@@ -173,21 +174,6 @@ pub(super) struct RawThreshold {
     pub throttle: S<i64>,
 }
 
-/// `source = { kind = "...", ... }`: every kind's keys, checked per kind by `validate`
-/// (a serde internally-tagged enum would lose the spans).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSource {
-    pub kind: S<String>,
-    pub process: Option<S<String>>,
-    pub pid_file: Option<S<String>>,
-    pub host: Option<S<bool>>,
-    pub address: Option<S<String>>,
-    pub url: Option<S<String>>,
-    pub query: Option<S<String>>,
-    pub path: Option<S<String>>,
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDbCpuProfile {
@@ -200,7 +186,8 @@ pub(super) struct RawDbCpuProfile {
     pub ewma_alpha: Option<S<f64>>,
     pub missing_after: Option<S<i64>>,
     pub on_missing: Option<S<String>>,
-    /// Deserialized on its own; `None` = key absent, `Some(None)` = it failed.
+    /// Deserialized on its own (its keys: `cpu_source.rs`); `None` = key absent,
+    /// `Some(None)` = it failed.
     #[serde(skip)]
     pub source: Option<Option<Item<RawSource>>>,
 }
@@ -266,7 +253,7 @@ pub(super) const ARRAYS: &[&str] = &[
 
 /// Field names of a `#[derive(Deserialize)]` struct: serde hands them to
 /// `deserialize_struct`, which this deserializer records and then refuses.
-fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+pub(super) fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     struct Probe<'a>(&'a mut &'static [&'static str]);
     impl<'de> serde::Deserializer<'de> for Probe<'_> {
         type Error = de::value::Error;
@@ -438,12 +425,16 @@ fn list<'i, T: Deserialize<'i>>(
     out
 }
 
+/// What `array`'s `prepare` returns: puts the keys it took out of an entry back into the
+/// deserialized entry.
+type Finish<'i, T> = Box<dyn FnOnce(&mut T) + 'i>;
+
 fn array<'i, T: Deserialize<'i>>(
     key: &str,
     value: Spanned<DeValue<'i>>,
     errors: &mut Errors<'_>,
     names: Option<&mut Vec<String>>,
-    mut prepare: impl FnMut(&mut Spanned<DeValue<'i>>, &mut Errors<'_>) -> Box<dyn FnOnce(&mut T) + 'i>,
+    mut prepare: impl FnMut(&mut Spanned<DeValue<'i>>, &mut Errors<'_>) -> Finish<'i, T>,
 ) -> (Vec<Item<T>>, usize) {
     let span = value.span();
     let DeValue::Array(entries) = value.into_inner() else {
@@ -481,10 +472,7 @@ fn array<'i, T: Deserialize<'i>>(
     (out, failed)
 }
 
-fn nothing<'i, T>(
-    _: &mut Spanned<DeValue<'i>>,
-    _: &mut Errors<'_>,
-) -> Box<dyn FnOnce(&mut T) + 'i> {
+fn nothing<'i, T>(_: &mut Spanned<DeValue<'i>>, _: &mut Errors<'_>) -> Finish<'i, T> {
     Box::new(|_| {})
 }
 
@@ -512,7 +500,11 @@ impl RawConfig {
                         if v.get_ref().is_table() {
                             one(v, "source", errors)
                         } else {
-                            errors.at(&v.span(), "source must be a table like { kind = \"redis\", address = \"127.0.0.1:6379\" }");
+                            errors.at(
+                                &v.span(),
+                                "source must be a table like { kind = \"redis\", \
+                                 address = \"127.0.0.1:6379\" }",
+                            );
                             None
                         }
                     });
@@ -549,7 +541,10 @@ impl RawConfig {
                 other if !value.get_ref().is_table() && !value.get_ref().is_array() => {
                     errors.at(
                         &key.span(),
-                        format!("unknown top-level key `{other}`: keys belong in a table such as [global]"),
+                        format!(
+                            "unknown top-level key `{other}`: keys belong in a table such as \
+                             [global]"
+                        ),
                     );
                 }
                 other => {

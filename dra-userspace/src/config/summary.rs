@@ -182,16 +182,9 @@ pub(super) fn render(c: &Config) -> String {
     }
 
     if let Some(p) = &c.db_cpu_profile {
-        let source = match &p.source {
-            CpuSource::Procfs(ProcTarget::Process(n)) => format!("procfs process {n}"),
-            CpuSource::Procfs(ProcTarget::PidFile(f)) => format!("procfs pid file {}", f.display()),
-            CpuSource::Procfs(ProcTarget::Host) => "procfs host".to_string(),
-            CpuSource::Redis { address } => format!("redis {address}"),
-            CpuSource::Prometheus { url, query } => format!("prometheus {url} query {query:?}"),
-            CpuSource::File { path } => format!("file {}", path.display()),
-        };
         let mut line = format!(
-            "db cpu profile: {source}, sample every {}, hold {}, step {} %, missing after {} ({})",
+            "db cpu profile: {}, sample every {}, hold {}, step {} %, missing after {} ({})",
+            p.source,
             format_duration(p.sample_period),
             format_duration(p.reversal_hold_time),
             p.reversal_step,

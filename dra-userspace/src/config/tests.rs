@@ -344,6 +344,73 @@ fn source_kinds_take_only_their_keys() {
 }
 
 #[test]
+fn prometheus_urls_the_source_cannot_open_are_refused() {
+    let with_url = |url: &str| {
+        DB.replace(
+            r#"{ kind = "procfs", process = "redis-server" }"#,
+            &format!(r#"{{ kind = "prometheus", url = "{url}", query = "db_cpu" }}"#),
+        )
+    };
+    for (url, reason) in [
+        (
+            "https://prom:9090",
+            "https is not supported: this source speaks plain HTTP (no TLS)",
+        ),
+        (
+            "http://user@prom:9090",
+            "user info (user@host) is not supported",
+        ),
+        (
+            "http://prom:9090/?x=1",
+            "a query or fragment is not supported",
+        ),
+        ("ftp://prom", "expected http://host:port"),
+    ] {
+        let e = errs(&with_url(url));
+        assert_eq!(e.len(), 1, "{e:?}");
+        let expected = format!("bad url \"{url}\": {reason}");
+        assert!(e[0].starts_with(&expected), "{e:?}");
+    }
+    ok(&with_url("http://prom.lab.example/prom/"));
+}
+
+#[test]
+fn every_source_kind_opens_and_is_summarised() {
+    for (source, shown) in [
+        (r#"{ kind = "procfs", host = true }"#, "procfs host"),
+        (
+            r#"{ kind = "procfs", process = "mongod" }"#,
+            "procfs process mongod",
+        ),
+        (
+            r#"{ kind = "procfs", pid_file = "/run/db.pid" }"#,
+            "procfs pid file /run/db.pid",
+        ),
+        (
+            r#"{ kind = "redis", address = "127.0.0.1:6379" }"#,
+            "redis 127.0.0.1:6379",
+        ),
+        (
+            r#"{ kind = "prometheus", url = "http://127.0.0.1:9090", query = "db" }"#,
+            "prometheus http://127.0.0.1:9090 query \"db\"",
+        ),
+        (
+            r#"{ kind = "file", path = "/run/db_cpu" }"#,
+            "file /run/db_cpu",
+        ),
+    ] {
+        let db = DB.replace(r#"{ kind = "procfs", process = "redis-server" }"#, source);
+        let c = ok(&db);
+        let p = c.db_cpu_profile.as_ref().unwrap();
+        assert_eq!(p.source.to_string(), shown);
+        assert!(c.summary().contains(&format!("db cpu profile: {shown}, ")));
+        // Opening reads and connects nothing, so it works here for every kind.
+        let opened = p.source.open(Duration::from_secs(1));
+        assert!(opened.is_ok(), "{source}: {:?}", opened.err());
+    }
+}
+
+#[test]
 fn dynamic_profiles_need_a_db_cpu_profile() {
     let e = errs(
         r#"

@@ -20,7 +20,8 @@ impl FileCpu {
         Self { path: path.into() }
     }
 
-    /// Parses the file contents (exposed for tests and `dra check-config`-style probes).
+    /// Parses the file contents as [`CpuSource::sample`] does (public for tests;
+    /// `dra check-config` does not read the file).
     pub fn parse(context: &str, text: &str) -> Result<f64, SourceError> {
         let token = text
             .split_whitespace()

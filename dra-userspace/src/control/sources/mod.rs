@@ -1,15 +1,32 @@
 //! CPU sample sources (this is the I/O side of DRL).
 //!
-//! Every source implements [`CpuSource`]: a blocking call returning the CPU percentage
-//! since the previous call. Sources that read cumulative counters (procfs, Redis) compute
-//! the value as a delta between two readings over the wall time between them, so their
-//! first call (and the first call after the measured process restarted) returns
-//! `Ok(None)`. Errors are values, never panics; the caller logs them and feeds the
-//! [`super::SampleLoop`] a tick instead of a sample (the loop then applies `on_missing`
-//! after `missing_after` periods).
+//! Every source implements [`CpuSource`]: a blocking call returning a CPU percentage.
+//! Sources that read cumulative counters (procfs, Redis) compute the value as a delta
+//! between two readings over the wall time between them, so their first call (and the
+//! first call after the measured process restarted) returns `Ok(None)`; `prometheus` and
+//! `file` return the value as read. Errors are values, never panics.
 //!
-//! Call sources from a blocking task (`tokio::task::spawn_blocking`); each call is bounded
-//! by the source's I/O timeout.
+//! # Where they run
+//!
+//! A call blocks its thread: file and `/proc` reads, and for `redis` and `prometheus` a
+//! TCP exchange whose connect, writes and reads are each bounded by the source's I/O
+//! timeout (a Prometheus host name is resolved first, by the system resolver). Nothing
+//! here uses `tokio::task::spawn_blocking`; the two callers are:
+//!
+//! - **The DB CPU source** (`[dynamic_throttling_db_cpu_profile] source`, any kind,
+//!   opened by `config::CpuSource::open`): `dra run` samples it on the DRL controller's
+//!   own `std::thread` (`run.rs`, `spawn_controller`), once per `sample_period`, with an
+//!   I/O timeout of `sample_period` capped at 1 s. An error is logged and fed to the
+//!   [`super::SampleLoop`] as a tick instead of a sample (the loop then applies
+//!   `on_missing` after `missing_after` periods).
+//! - **The agent's own CPU**, for the load it reports in its DWAs (`agent/load.rs`,
+//!   `OwnCpu`): a [`ProcessCpu`] on the agent's pid, called inline in the agent's core
+//!   task (`agent/core.rs`, housekeeping, once a second), so on a tokio runtime thread:
+//!   one read of `/proc/<pid>/stat`, no network. After its first error it is not read
+//!   again.
+//!
+//! A source that waits on the network must not be called from an async task: give it a
+//! thread of its own, as `dra run` does.
 
 use std::io;
 use std::num::ParseFloatError;

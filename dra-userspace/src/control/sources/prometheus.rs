@@ -21,9 +21,10 @@ const MAX_RESPONSE: u64 = 1 << 20;
 /// status other than 200 and a Prometheus `"status":"error"` are errors.
 ///
 /// Only `http://` base URLs are supported (no TLS; put Prometheus on a local or
-/// otherwise trusted network, or behind a local proxy). One connection per query
-/// (`Connection: close`); bodies may be sent with `Content-Length`, chunked, or until
-/// close.
+/// otherwise trusted network, or behind a local proxy); the config check refuses the
+/// others with the same reasons ([`PrometheusCpu::check_base_url`]). One connection per
+/// query (`Connection: close`); bodies may be sent with `Content-Length`, chunked, or
+/// until close.
 #[derive(Debug, Clone)]
 pub struct PrometheusCpu {
     base_url: String,
@@ -35,41 +36,28 @@ pub struct PrometheusCpu {
 
 impl PrometheusCpu {
     /// A source querying `base_url` (`http://host[:port][/prefix]`, port 80 by default)
-    /// with `query`, with a 2 s connect/read/write timeout.
+    /// with `query`, with a 2 s connect/read/write timeout. The URL is refused as
+    /// [`PrometheusCpu::check_base_url`] says.
     pub fn new(base_url: &str, query: impl Into<String>) -> Result<Self, SourceError> {
-        let invalid = |reason| SourceError::InvalidAddress {
-            address: base_url.to_owned(),
-            reason,
-        };
-        let rest = base_url
-            .strip_prefix("http://")
-            .ok_or_else(|| invalid("only http:// URLs are supported"))?;
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(invalid("missing host"));
-        }
-        if authority.contains('@') || prefix.contains(['?', '#']) {
-            return Err(invalid("user info, query and fragment are not supported"));
-        }
-        let has_port = match authority.rfind(']') {
-            Some(i) => authority[i + 1..].starts_with(':'),
-            None => authority.contains(':'),
-        };
-        let authority = if has_port {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
-        };
+        let (authority, path_prefix) =
+            split_base_url(base_url).map_err(|reason| SourceError::InvalidAddress {
+                address: base_url.to_owned(),
+                reason,
+            })?;
         Ok(Self {
             base_url: base_url.to_owned(),
             authority,
-            path_prefix: prefix.trim_end_matches('/').to_owned(),
+            path_prefix,
             query: query.into(),
             timeout: Duration::from_secs(2),
         })
+    }
+
+    /// Whether [`PrometheusCpu::new`] accepts `base_url`, and why not: `https://` (no
+    /// TLS here), another scheme, no host, user info, a query or a fragment. The config
+    /// check asks this, so `dra check-config` accepts exactly the URLs `dra run` opens.
+    pub fn check_base_url(base_url: &str) -> Result<(), &'static str> {
+        split_base_url(base_url).map(|_| ())
     }
 
     /// Sets the connect, read and write timeout (each).
@@ -142,6 +130,51 @@ impl CpuSource for PrometheusCpu {
     fn describe(&self) -> String {
         format!("prometheus {}", self.base_url)
     }
+}
+
+/// Why an `https://` URL is refused.
+const NO_TLS: &str = "https is not supported: this source speaks plain HTTP (no TLS); use \
+                      http:// to a Prometheus on a trusted network or to a local \
+                      TLS-terminating proxy";
+/// Why a URL without `http://` or without a host is refused.
+const NOT_HTTP: &str = "expected http://host:port";
+
+/// `http://host[:port][/prefix]` → (`host:port`, port 80 by default; the prefix without
+/// a trailing `/`). The error says why the URL cannot be used.
+fn split_base_url(base_url: &str) -> Result<(String, String), &'static str> {
+    let Some(rest) = base_url.strip_prefix("http://") else {
+        return Err(if base_url.starts_with("https://") {
+            NO_TLS
+        } else {
+            NOT_HTTP
+        });
+    };
+    let (authority, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.is_empty() {
+        return Err(NOT_HTTP);
+    }
+    if authority.contains('@') {
+        return Err("user info (user@host) is not supported");
+    }
+    if prefix.contains(['?', '#']) {
+        return Err(
+            "a query or fragment is not supported (the source sends its own \
+                    /api/v1/query?query=...)",
+        );
+    }
+    let has_port = match authority.rfind(']') {
+        Some(i) => authority[i + 1..].starts_with(':'),
+        None => authority.contains(':'),
+    };
+    let authority = if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    Ok((authority, prefix.trim_end_matches('/').to_owned()))
 }
 
 /// Splits a complete HTTP/1.1 response into status code and decoded body
@@ -344,28 +377,32 @@ mod tests {
             PrometheusCpu::new("http://[::1]", "up").unwrap().authority,
             "[::1]:80"
         );
-        for bad in [
-            "https://x:9090",
-            "x:9090",
-            "http://",
-            "http://u@x/",
-            "http://x/?q",
+        for (bad, why) in [
+            ("https://x:9090", "https is not supported"),
+            ("x:9090", "expected http://host:port"),
+            ("ftp://x", "expected http://host:port"),
+            ("http://", "expected http://host:port"),
+            ("http:///prom", "expected http://host:port"),
+            ("http://u@x/", "user info"),
+            ("http://x/?q", "a query or fragment"),
+            ("http://x/prom#f", "a query or fragment"),
         ] {
-            assert!(
-                matches!(
-                    PrometheusCpu::new(bad, "up"),
-                    Err(SourceError::InvalidAddress { .. })
-                ),
-                "{bad}"
-            );
+            let reason = match PrometheusCpu::new(bad, "up") {
+                Err(SourceError::InvalidAddress { reason, .. }) => reason,
+                other => panic!("{bad}: {other:?}"),
+            };
+            assert!(reason.starts_with(why), "{bad}: {reason}");
+            assert_eq!(PrometheusCpu::check_base_url(bad), Err(reason), "{bad}");
         }
+        assert_eq!(PrometheusCpu::check_base_url("http://x:9090/prom/"), Ok(()));
     }
 
     #[test]
     fn http_bodies_by_length_chunked_and_close() {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA";
         assert_eq!(parse_http_response(r).unwrap(), (200, b"hello".to_vec()));
-        let r = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4;x=y\r\nhell\r\n1\r\no\r\n0\r\n\r\n";
+        let r = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                  4;x=y\r\nhell\r\n1\r\no\r\n0\r\n\r\n";
         assert_eq!(parse_http_response(r).unwrap(), (200, b"hello".to_vec()));
         let r = b"HTTP/1.0 503 Service Unavailable\r\nServer: x\r\n\r\ndown";
         assert_eq!(parse_http_response(r).unwrap(), (503, b"down".to_vec()));
@@ -380,7 +417,8 @@ mod tests {
 
     #[test]
     fn scalar_and_single_vector_results_give_the_value() {
-        let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.1,"62.5"]}}"#;
+        let scalar = br#"{"status":"success","data":{"resultType":"scalar",
+            "result":[1700000000.1,"62.5"]}}"#;
         assert_eq!(parse_query_response("t", 200, scalar).unwrap(), 62.5);
         let vector = br#"{"status":"success","data":{"resultType":"vector","result":[
             {"metric":{"instance":"db1"},"value":[1700000000,"49"]}]}}"#;

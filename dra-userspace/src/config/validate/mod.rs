@@ -1,0 +1,178 @@
+//! Raw config → [`Config`], collecting every error with its span.
+//!
+//! Each check records its error and carries on with what it could resolve, so one
+//! pass reports everything; the partial result is thrown away when anything failed.
+//! Errors are recorded in [`Errors`] (byte span → `file:line:column`) and sorted by
+//! position at the end, so the order of the checks only matters for errors at the same
+//! position.
+//!
+//! One file per part of the file format, in the order of `raw.rs` and
+//! `docs/config.md`:
+//!
+//! - `scalars.rs`: `[global]`, `[fast_path]`, `[metrics]`, `[control]`, `[[listener]]`;
+//! - `peers.rs`: `[[peer_group]]`, `[[peer]]`;
+//! - `limits.rs`: `[[peer_rate_limit_profile]]`, `[[message_rate_limit_profile]]` and
+//!   `[[dynamic_peer_rate_limit_profile]]` (which of those limits DRL scales);
+//! - `db_cpu.rs`: `[dynamic_throttling_db_cpu_profile]`;
+//! - `routes.rs`: `[[route]]`;
+//! - `syntax.rs`: the value syntaxes the tables share (durations, socket addresses,
+//!   names, identities, percentages, applications, commands, ...).
+//!
+//! This file holds the entry point and what relates tables to each other: references
+//! to peers and groups (`peer = ...` / `group = ...`) and duplicate detection.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::error::Errors;
+use super::raw::{RawConfig, S};
+use super::{Config, Target};
+
+mod db_cpu;
+mod limits;
+mod peers;
+mod routes;
+mod scalars;
+pub(super) mod syntax;
+
+type Span = Range<usize>;
+
+/// Names a reference may point to, with where each was defined.
+struct Known<'n> {
+    what: &'static str,
+    names: &'n [String],
+}
+
+impl Known<'_> {
+    fn check(&self, e: &mut Errors<'_>, v: &S<String>) -> Option<String> {
+        let name = v.get_ref();
+        if self.names.iter().any(|n| n == name) {
+            return Some(name.clone());
+        }
+        let mut list: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        list.dedup();
+        let known = if list.is_empty() {
+            format!("no [[{}]] is defined", self.table())
+        } else if list.len() > 8 {
+            format!("known: {}, …", list[..8].join(", "))
+        } else {
+            format!("known: {}", list.join(", "))
+        };
+        e.at(
+            &v.span(),
+            format!("unknown {} \"{name}\" ({known})", self.what),
+        );
+        None
+    }
+
+    fn table(&self) -> &'static str {
+        if self.what == "peer" {
+            "peer"
+        } else {
+            "peer_group"
+        }
+    }
+}
+
+/// `peer = ...` xor `group = ...` of a profile or route.
+fn target(
+    e: &mut Errors<'_>,
+    table: &str,
+    span: &Span,
+    peer: &Option<S<String>>,
+    group: &Option<S<String>>,
+    peers: &Known<'_>,
+    groups: &Known<'_>,
+) -> Option<Target> {
+    match (peer, group) {
+        (Some(_), Some(g)) => {
+            e.at(
+                &g.span(),
+                format!("[[{table}]] sets both peer and group; set exactly one"),
+            );
+            None
+        }
+        (None, None) => {
+            e.at(
+                span,
+                format!(
+                    "[[{table}]] needs a target: set exactly one of peer = \"...\" or \
+                     group = \"...\""
+                ),
+            );
+            None
+        }
+        (Some(p), None) => peers.check(e, p).map(Target::Peer),
+        (None, Some(g)) => groups.check(e, g).map(Target::Group),
+    }
+}
+
+fn target_label(t: &Target) -> String {
+    match t {
+        Target::Peer(n) => format!("peer \"{n}\""),
+        Target::Group(n) => format!("group \"{n}\""),
+    }
+}
+
+/// Records a duplicate when `key` was seen before; otherwise remembers its span.
+fn unique<K: std::hash::Hash + Eq>(
+    e: &mut Errors<'_>,
+    seen: &mut HashMap<K, Span>,
+    key: K,
+    span: &Span,
+    what: impl FnOnce() -> String,
+) -> bool {
+    if let Some(first) = seen.get(&key) {
+        let line = e.line_of(first);
+        e.at(span, format!("{} (first at line {line})", what()));
+        false
+    } else {
+        seen.insert(key, span.clone());
+        true
+    }
+}
+
+/// The names references may point to.
+struct Refs<'n> {
+    peers: Known<'n>,
+    groups: Known<'n>,
+}
+
+/// Checks every table, in the order of the file format. The result is only usable when
+/// no error was recorded in `e` (the caller checks).
+pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
+    let refs = Refs {
+        peers: Known {
+            what: "peer",
+            names: &raw.peer_names,
+        },
+        groups: Known {
+            what: "peer group",
+            names: &raw.group_names,
+        },
+    };
+    let global = scalars::global(e, &raw);
+    let (fast_path, metrics, control) = scalars::settings(e, &raw);
+    let listeners = scalars::listeners(e, &raw, global.as_ref());
+    let peer_groups = peers::peer_groups(e, &raw);
+    let peers = peers::peers(e, &raw, global.as_ref(), &refs);
+    let peer_rate_limits = limits::peer_rate_limits(e, &raw, &refs);
+    let message_rate_limits = limits::message_rate_limits(e, &raw, &refs);
+    let dynamic_peer_rate_limits = limits::dynamic_profiles(e, &raw, &message_rate_limits, &refs);
+    let db_cpu_profile = db_cpu::db_cpu_profile_table(e, &raw);
+    let routes = routes::routes(e, &raw, &refs);
+    Some(Config {
+        global: global?,
+        fast_path,
+        metrics,
+        control,
+        listeners,
+        peers,
+        peer_groups,
+        peer_rate_limits,
+        message_rate_limits,
+        dynamic_peer_rate_limits,
+        db_cpu_profile,
+        routes,
+    })
+}
