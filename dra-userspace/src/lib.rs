@@ -14,6 +14,7 @@ pub mod oob;
 pub mod relay;
 pub mod routing;
 pub mod run;
+pub mod session;
 pub mod sim;
 
 /// An error and its sources, "a: b: c", for logs.

@@ -58,6 +58,8 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[control]`.
     pub control: Control,
+    /// `[session_store]`: where Gx/Gy session bindings live (DESIGN §9).
+    pub session_store: SessionStore,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
     /// `[[peer]]`, in file order.
@@ -133,6 +135,93 @@ pub enum XdpMode {
 pub struct Metrics {
     /// Prometheus HTTP endpoint; `None` = no metrics endpoint.
     pub address: Option<SocketAddr>,
+}
+
+/// `[session_store]`: Session-Id → server bindings, local or shared by several DRA hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionStore {
+    /// Where bindings live.
+    pub kind: StoreKind,
+    /// `host:port` of the Redis server (`redis`) or of the cluster's seed nodes
+    /// (`redis_cluster`); empty for `memory`.
+    pub addresses: Vec<String>,
+    /// Time-to-live of a binding, refreshed by every CCR-U (the session timeout).
+    pub ttl: Duration,
+    /// Bound on every store call (connecting included).
+    pub timeout: Duration,
+    /// Prefix of the store's keys (`<prefix><Session-Id>`).
+    pub key_prefix: String,
+    /// When a new binding is written.
+    pub write: StoreWrite,
+    /// What a request needing the store gets while the store fails.
+    pub on_error: StoreOnError,
+    /// Result-Code answered with `on_error = "reject"`.
+    pub result_code: u32,
+    /// Error-Message answered with `on_error = "reject"`.
+    pub error_message: String,
+    /// Bindings held in the local cache (the whole store for `memory`).
+    pub cache_capacity: usize,
+}
+
+/// Default `[session_store] ttl`: a day, refreshed by every CCR-U.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Default `[session_store] timeout`.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default `[session_store] key_prefix`.
+pub const DEFAULT_KEY_PREFIX: &str = "dra:sess:";
+/// Default `[session_store] result_code`: 3002 DIAMETER_UNABLE_TO_DELIVER.
+pub const DEFAULT_STORE_RESULT_CODE: u32 = 3002;
+/// Default `[session_store] error_message`.
+pub const DEFAULT_STORE_ERROR_MESSAGE: &str = "session store unavailable";
+/// Default `[session_store] cache_capacity`.
+pub const DEFAULT_CACHE_CAPACITY: usize = 1_000_000;
+
+impl Default for SessionStore {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Memory,
+            addresses: Vec::new(),
+            ttl: DEFAULT_SESSION_TTL,
+            timeout: DEFAULT_STORE_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            write: StoreWrite::BeforeForward,
+            on_error: StoreOnError::Local,
+            result_code: DEFAULT_STORE_RESULT_CODE,
+            error_message: DEFAULT_STORE_ERROR_MESSAGE.to_owned(),
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
+        }
+    }
+}
+
+/// `[session_store] kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    /// In this agent only (one DRA host).
+    Memory,
+    /// One Redis server (standalone, or behind Sentinel-managed failover).
+    Redis,
+    /// A Redis Cluster (MOVED/ASK and replica failover handled by the client).
+    RedisCluster,
+}
+
+/// `[session_store] write`: when a new binding (CCR-I, failover) reaches the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreWrite {
+    /// Written and acknowledged before the request is forwarded, so a CCR-U reaching
+    /// another DRA host a moment later finds it.
+    BeforeForward,
+    /// Forwarded at once, written in the background.
+    Async,
+}
+
+/// `[session_store] on_error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreOnError {
+    /// Route with what this host knows and keep a local binding, written to the store
+    /// when it is back.
+    Local,
+    /// Answer with `result_code` / `error_message`.
+    Reject,
 }
 
 /// `[control]`.
@@ -465,6 +554,9 @@ pub trait ConfigName: Copy + 'static {
 config_names!(UnknownPeer { Pass => "pass", Drop => "drop" });
 config_names!(XdpMode { Auto => "auto", Native => "native", Skb => "skb" });
 config_names!(Transport { Tcp => "tcp" });
+config_names!(StoreKind { Memory => "memory", Redis => "redis", RedisCluster => "redis_cluster" });
+config_names!(StoreWrite { BeforeForward => "before_forward", Async => "async" });
+config_names!(StoreOnError { Local => "local", Reject => "reject" });
 config_names!(Role { Client => "client", Server => "server" });
 config_names!(Selection {
     RoundRobin => "round_robin",

@@ -39,7 +39,9 @@ pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
     let err = r.admitted_per_s.map(|a| relative_error(a, l));
     // The goal is about 10× the limit offered: a run whose client could not offer that
     // (a stalled machine) does not meet it, whatever the error (2 % slack on the offer).
-    let offered_ok = r.offered_per_s.is_some_and(|o| o >= 0.98 * STORM_FACTOR * l);
+    let offered_ok = r
+        .offered_per_s
+        .is_some_and(|o| o >= 0.98 * STORM_FACTOR * l);
     let met = err.map(|e| e <= GOAL_P3_MAX_ERROR && offered_ok);
     let fp_admitted = r
         .metrics_interior_per_s

@@ -13,6 +13,7 @@
 //! - `peers.rs`: `[[peer_group]]`, `[[peer]]`;
 //! - `limits.rs`: `[[peer_rate_limit_profile]]`, `[[message_rate_limit_profile]]` and
 //!   `[[dynamic_peer_rate_limit_profile]]` (which of those limits DRL scales);
+//! - `session_store.rs`: `[session_store]`;
 //! - `db_cpu.rs`: `[dynamic_throttling_db_cpu_profile]`;
 //! - `routes.rs`: `[[route]]`;
 //! - `syntax.rs`: the value syntaxes the tables share (durations, socket addresses,
@@ -33,6 +34,7 @@ mod limits;
 mod peers;
 mod routes;
 mod scalars;
+mod session_store;
 pub(super) mod syntax;
 
 type Span = Range<usize>;
@@ -154,6 +156,7 @@ pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
     let global = scalars::global(e, &raw);
     let (fast_path, metrics, control) = scalars::settings(e, &raw);
     let listeners = scalars::listeners(e, &raw, global.as_ref());
+    let session_store = session_store::session_store(e, &raw);
     let peer_groups = peers::peer_groups(e, &raw);
     let peers = peers::peers(e, &raw, global.as_ref(), &refs);
     let peer_rate_limits = limits::peer_rate_limits(e, &raw, &refs);
@@ -166,6 +169,7 @@ pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
         fast_path,
         metrics,
         control,
+        session_store,
         listeners,
         peers,
         peer_groups,
