@@ -594,12 +594,9 @@ cache_capacity = 0
 
 #[test]
 fn redis_cluster_cpu_source_takes_seeds_and_an_aggregate() {
-    let c = ok(&format!(
-        "{}",
-        DB.replace(
-            r#"{ kind = "procfs", process = "redis-server" }"#,
-            r#"{ kind = "redis_cluster", addresses = ["198.18.0.10:7000"], aggregate = "mean" }"#
-        )
+    let c = ok(&DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "redis_cluster", addresses = ["198.18.0.10:7000"], aggregate = "mean" }"#,
     ));
     let src = &c.db_cpu_profile.as_ref().unwrap().source;
     assert_eq!(
