@@ -151,7 +151,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         // An XDP link an earlier run left pinned keeps judging ingress on the maps this
         // run writes, besides the agent's limiter.
         for x in Dataplane::pinned_xdp_links(&opts.pin_dir) {
-            warn!(iface = %x, pin_dir = %opts.pin_dir.display(), "an XDP program an earlier run attached is still pinned and enforces ingress limits too; `dra detach --iface {x}` removes it");
+            warn!(
+                iface = %x,
+                pin_dir = %opts.pin_dir.display(),
+                "an XDP program an earlier run attached is still pinned and enforces \
+                 ingress limits too; `dra detach --iface {x}` removes it"
+            );
         }
     }
     // TC egress (counting, and policing of the `drop` limits per destination and class)
@@ -163,7 +168,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let mut maps = match dataplane {
         Some(dp) => {
-            info!(iface = %dp.iface, reused = dp.reused, pin_dir = %opts.pin_dir.display(), "fast path attached");
+            info!(
+                iface = %dp.iface,
+                reused = dp.reused,
+                pin_dir = %opts.pin_dir.display(),
+                "fast path attached"
+            );
             Some(dp.into_maps())
         }
         // TC egress alone: its maps are the pinned ones (created by attach_egress).

@@ -722,9 +722,10 @@ group = "dial"
     fn other_errors_come_without_enforcement_noise() {
         // A broken rate elsewhere: only that error (the check runs on valid files).
         let text = format!(
-            "{}{}\n[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = 0\n",
+            "{}{}\n[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\n{}",
             head(""),
-            limit("peer = \"pcrf1\"", "egress", "drop", true)
+            limit("peer = \"pcrf1\"", "egress", "drop", true),
+            "rate = 0\n"
         );
         let e = parse_for(&text, "t.toml", &Setup::File).unwrap_err();
         assert_eq!(e.errors.len(), 1, "{e}");
