@@ -10,7 +10,8 @@
 //! it reads. What the PCRF received while the gateway sent is bounded by
 //! rate × duration + burst (the GCRA's own bound; no timing-tight assertion), is more
 //! than a quarter of it (the limit is not starved), and the TC program's counters show
-//! the excess dropped on pcrf1's CCR-I slot.
+//! the excess dropped on pcrf1's CCR-I slot. `/metrics` publishes both parts: the
+//! agent's limiter (ingress, no XDP) and the TC program (egress).
 //!
 //! Topology: gw (198.18.40.2) — veth — dra (198.18.40.1 | 198.18.41.1, TC egress on the
 //! server side) — veth — srv (198.18.41.2, pcrf1). Namespaces (`eg-*`) and pins are
@@ -70,6 +71,9 @@ origin_realm = "lab.example"
 # No interface: no XDP. The TC egress program alone, on the servers' side.
 [fast_path]
 egress_interface = "{egress_if}"
+
+[metrics]
+address = "198.18.40.1:9464"
 
 [[listener]]
 address = "198.18.40.1:3868"
@@ -217,9 +221,64 @@ fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
             counters.admitted
         ));
     }
+    // The metrics: ingress from the agent's limiter, egress from the TC program's maps
+    // (published once a second, once the agent has read every request).
+    let metric = |text: &str, name: &str, labels: &[&str]| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let requests = "dra_fastpath_requests_total{";
+    let tc_dropped = [
+        r#"peer="pcrf1""#,
+        r#"class="egress:gx_ccr_i""#,
+        r#"outcome="dropped""#,
+    ];
+    let mut text = String::new();
+    let pgw1_seen = [r#"peer="pgw1""#, r#"class="all""#, r#"outcome="seen""#];
+    agent.wait_until(Duration::from_secs(20), || {
+        text = dra.enter(|| scrape("198.18.40.1:9464")).unwrap();
+        metric(&text, requests, &tc_dropped) > 0
+            && metric(&text, requests, &pgw1_seen) >= offered as u64
+    });
+    let limiter_seen = metric(&text, requests, &pgw1_seen);
+    let packets = |reason: &str| {
+        metric(
+            &text,
+            "dra_fastpath_packets_total{",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    println!(
+        "metrics: pcrf1 egress CCR-I dropped {}, pgw1 seen by the limiter {limiter_seen}, \
+         requests {}, egress_dropped {}",
+        metric(&text, requests, &tc_dropped),
+        packets("requests"),
+        packets("egress_dropped"),
+    );
+    if metric(&text, requests, &tc_dropped) == 0 || packets("egress_dropped") == 0 {
+        failures.push(format!("no TC drop in the metrics:\n{text}"));
+    }
+    if limiter_seen < offered as u64 || packets("requests") < offered as u64 {
+        failures.push(format!("the limiter's counters are not published:\n{text}"));
+    }
     agent.stop();
     drop(peer);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `GET /metrics` from the calling thread's namespace.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: dra\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
 }
 
 fn agent_log(tmp: &TempDir) -> String {

@@ -344,7 +344,9 @@ pub enum Direction {
     /// Requests received from the peer/group (enforced in XDP, or by the agent's limiter
     /// without XDP).
     Ingress,
-    /// Requests forwarded to the peer/group (after routing, before sending).
+    /// Requests forwarded to the peer/group, after routing: a group's overall limit by
+    /// the agent's RLF before sending, every other one (action drop) by the TC egress
+    /// program as the request leaves.
     Egress,
 }
 
