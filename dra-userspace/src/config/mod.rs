@@ -5,6 +5,11 @@
 //! names are enums, every peer and group reference exists), or [`ConfigErrors`]: every
 //! problem found, each as `file:line:column: reason`.
 //!
+//! [`load_for`] / [`parse_for`] (`dra check-config`, `dra run`) check more: that some
+//! part of the [`Setup`] the config runs with enforces every limit (docs/config.md,
+//! "Which part enforces a limit"). [`parse`] leaves that out, so that tests and tools
+//! can build configs for one part alone (a TC fixture, an agent without XDP).
+//!
 //! The tables are named after the Cisco CPS vDRA CRD tables of the seed scenario
 //! (peer / message rate limit profiles, dynamic peer rate limit profile, dynamic
 //! throttling DB CPU profile). `docs/config.md` is the reference for every key.
@@ -113,8 +118,8 @@ pub struct FastPath {
     pub interface: Option<String>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
-    /// Where the TC egress program attaches (only with an XDP interface); `None` = no
-    /// egress program (the agent's RLF still applies the egress limits).
+    /// Where the TC egress program attaches (with or without XDP); `None` = no egress
+    /// program (the agent's RLF still applies the groups' overall egress limits).
     pub egress_interface: Option<String>,
 }
 
@@ -339,7 +344,9 @@ pub enum Direction {
     /// Requests received from the peer/group (enforced in XDP, or by the agent's limiter
     /// without XDP).
     Ingress,
-    /// Requests forwarded to the peer/group (after routing, before sending).
+    /// Requests forwarded to the peer/group, after routing: a group's overall limit by
+    /// the agent's RLF before sending, every other one (action drop) by the TC egress
+    /// program as the request leaves.
     Egress,
 }
 
@@ -615,11 +622,35 @@ impl Config {
     }
 }
 
-/// Reads and validates a config file. Errors name the file as given.
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+/// What `dra` runs a config with, as far as it decides which part enforces each
+/// limit ([`parse_for`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// `dra check-config`: only the file is known; where `[fast_path] interface` is not
+    /// set, `dra run --iface` may still add XDP.
+    File,
+    /// `dra run`, with `--iface` (which overrides `[fast_path] interface`) or without.
+    Run {
+        /// The `--iface` given.
+        iface: Option<String>,
+    },
+}
+
+/// A config that passed [`parse_for`]: valid, and every limit enforced by its setup.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    /// The config.
+    pub config: Config,
+    /// Limits enforced only under conditions the file cannot state (a command-line
+    /// flag, where traffic is routed): one positioned line each, printed by `dra
+    /// check-config` and logged by `dra run` as warnings.
+    pub warnings: Vec<ConfigError>,
+}
+
+fn read(path: &Path) -> Result<(String, String), ConfigErrors> {
     let file = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, &file),
+        Ok(text) => Ok((text, file)),
         Err(e) => Err(ConfigErrors {
             errors: vec![ConfigError {
                 file,
@@ -631,8 +662,34 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     }
 }
 
-/// Parses and validates config text; `file_name` is used in error messages.
+/// Reads and validates a config file. Errors name the file as given.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let (text, file) = read(path)?;
+    parse(&text, &file)
+}
+
+/// [`load`], then the enforcement check of [`parse_for`].
+pub fn load_for(path: &Path, setup: &Setup) -> Result<Checked, ConfigErrors> {
+    let (text, file) = read(path)?;
+    parse_for(&text, &file, setup)
+}
+
+/// Parses and validates config text; `file_name` is used in error messages. Does not
+/// check that the limits are enforced ([`parse_for`] does).
 pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+    parse_with(text, file_name, None).map(|c| c.config)
+}
+
+/// [`parse`], then — when the file is valid — that some part of `setup` enforces every
+/// limit: a limit nothing would enforce (e.g. a per-peer egress `drop` limit without
+/// `[fast_path] egress_interface`, an ingress limit on a peer without addresses, a
+/// `connection_rate` when `dra run` has no XDP interface) is an error at its position;
+/// one enforced only under conditions the file cannot state is a warning.
+pub fn parse_for(text: &str, file_name: &str, setup: &Setup) -> Result<Checked, ConfigErrors> {
+    parse_with(text, file_name, Some(setup))
+}
+
+fn parse_with(text: &str, file_name: &str, setup: Option<&Setup>) -> Result<Checked, ConfigErrors> {
     let mut errors = error::Errors::new(file_name, text);
     let doc = match toml::de::DeTable::parse(text) {
         Ok(doc) => doc,
@@ -642,8 +699,11 @@ pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
         }
     };
     let raw = raw::RawConfig::from_document(doc, &mut errors);
-    match validate::validate(raw, &mut errors) {
-        Some(cfg) if errors.is_empty() => Ok(cfg),
+    match validate::validate(raw, &mut errors, setup) {
+        Some(config) if errors.is_empty() => Ok(Checked {
+            config,
+            warnings: errors.take_warnings(),
+        }),
         _ => Err(errors.finish()),
     }
 }
