@@ -3,16 +3,22 @@
 //! lab up → `dra run` (config/lab/dra-lab.toml: the seed with a 10 s reversal hold and a
 //! lower-CPU demo profile, CPU source = the lab's Redis) → two gateways (pgw1 with
 //! dynamic throttling, pgw2 with static limits only) send steady traffic, then a
-//! CCR-I/CCR-T storm, then steady traffic again. A live view (from the agent's /metrics,
-//! fetched inside the dra namespace) refreshes each second; at the end a summary, a CSV
-//! and a PNG in results/demo-<timestamp>/, and the story checks decide the exit code.
+//! CCR-I/CCR-T storm, then steady traffic again. The agent's /metrics (fetched inside
+//! the dra namespace) is scraped every 250 ms over the whole run ([`series`]); a live
+//! view refreshes each second; at the end a summary, CSVs and a PNG in
+//! results/demo-<timestamp>/, and the story checks ([`checks`]) decide the exit code.
 //! The lab is always removed (guard + SIGINT/SIGTERM handling).
+
+mod checks;
+mod profile;
+mod series;
+mod view;
 
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
     io::Write,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -24,175 +30,15 @@ use crate::{
     procs::{Proc, install_signal_handlers, interrupted, spawn_to},
     results::timestamp,
 };
+use checks::Check;
+use profile::{Profile, read_profile};
+use series::{Row, Rows, SCRAPE_PERIOD, Sample};
 
 const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
 const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
-
-// ---- the DRL profile shown on screen ---------------------------------------
-
-struct Profile {
-    thresholds: Vec<(f64, f64)>,
-    hold: String,
-    step: f64,
-}
-
-fn read_profile(path: &Path) -> Result<Profile> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    let v: toml::Value =
-        toml::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
-    let p = v
-        .get("dynamic_throttling_db_cpu_profile")
-        .context("no [dynamic_throttling_db_cpu_profile]")?;
-    let num = |x: &toml::Value| x.as_float().or_else(|| x.as_integer().map(|i| i as f64));
-    let thresholds = p
-        .get("thresholds")
-        .and_then(|t| t.as_array())
-        .context("no thresholds")?
-        .iter()
-        .filter_map(|r| Some((num(r.get("cpu")?)?, num(r.get("throttle")?)?)))
-        .collect();
-    Ok(Profile {
-        thresholds,
-        hold: p
-            .get("reversal_hold_time")
-            .and_then(|h| h.as_str())
-            .unwrap_or("?")
-            .to_owned(),
-        step: p.get("reversal_step").and_then(num).unwrap_or(0.0),
-    })
-}
-
-impl Profile {
-    fn describe(&self) -> String {
-        let rows: Vec<String> = self
-            .thresholds
-            .iter()
-            .map(|(c, t)| format!("{c}%→{t}%"))
-            .collect();
-        format!("{} (seed: 50%→20% 55%→30% 60%→40% 65%→50%)", rows.join(" "))
-    }
-
-    fn lowest(&self) -> f64 {
-        self.thresholds
-            .iter()
-            .map(|r| r.0)
-            .fold(f64::INFINITY, f64::min)
-    }
-}
-
-// ---- per-second view ---------------------------------------------------------
-
-/// Per peer and class: offered, admitted, rejected (fast path, per second).
-type ClassRates = BTreeMap<String, [f64; 3]>;
-
-#[derive(Clone, Debug, Default)]
-struct Row {
-    t: f64,
-    phase: String,
-    peers: BTreeMap<String, ClassRates>,
-    throttle: f64,
-    cpu: f64,
-    eff_rate: f64,
-    /// Per upstream: answers/s, mean answer latency in ms over the second.
-    upstream: BTreeMap<String, (f64, f64)>,
-}
-
-fn rates(prev: &Snap, cur: &Snap, dt: f64, t: f64, phase: &str) -> Row {
-    let d = |name: &str, want: &[(&str, &str)]| {
-        ((cur.sum(name, want) - prev.sum(name, want)) / dt).max(0.0)
-    };
-    let mut row = Row {
-        t,
-        phase: phase.to_owned(),
-        ..Row::default()
-    };
-    for (peer, _, _) in GATEWAYS {
-        let mut classes = ClassRates::new();
-        for class in cur.label_values("dra_fastpath_requests_total", &[("peer", peer)], "class") {
-            if class == "conn" {
-                continue;
-            }
-            let f = |outcome| {
-                d(
-                    "dra_fastpath_requests_total",
-                    &[("peer", peer), ("class", &class), ("outcome", outcome)],
-                )
-            };
-            classes.insert(
-                class.clone(),
-                [f("seen"), f("admitted"), f("marked") + f("dropped")],
-            );
-        }
-        row.peers.insert(peer.to_owned(), classes);
-    }
-    row.throttle = cur.sum("dra_throttle_percent", &[("peer", "pgw1")]);
-    row.cpu = cur.sum("dra_db_cpu_percent", &[]);
-    row.eff_rate = cur.sum(
-        "dra_effective_rate",
-        &[("peer", "pgw1"), ("class", "gx_ccr_i")],
-    );
-    for up in UPSTREAMS {
-        let n = cur.sum("dra_answer_latency_seconds_count", &[("peer", up)])
-            - prev.sum("dra_answer_latency_seconds_count", &[("peer", up)]);
-        let s = cur.sum("dra_answer_latency_seconds_sum", &[("peer", up)])
-            - prev.sum("dra_answer_latency_seconds_sum", &[("peer", up)]);
-        row.upstream.insert(
-            up.to_owned(),
-            (n / dt, if n > 0.0 { 1000.0 * s / n } else { f64::NAN }),
-        );
-    }
-    row
-}
-
-fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "dra demo — t = {:>4.0} s of ~{:.0} s   phase: {}\n\
-         DRL profile (DEMO, lower CPU than the seed): {}\n\
-         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis \
-         (INFO cpu)\n",
-        row.t,
-        total_s,
-        row.phase,
-        profile.describe(),
-        profile.hold,
-        profile.step
-    );
-    let _ = writeln!(
-        s,
-        "DB CPU (Redis) {:>5.1} %   pgw1 throttle {:>3.0} %   pgw1 Gx CCR-I/T effective \
-         rate {:>5.0}/s\n",
-        row.cpu, row.throttle, row.eff_rate
-    );
-    let _ = writeln!(
-        s,
-        "{:<6} {:<10} {:>10} {:>10} {:>10}",
-        "peer", "class", "offered/s", "admitted/s", "rejected/s"
-    );
-    for (peer, classes) in &row.peers {
-        for (class, [o, a, r]) in classes {
-            let _ = writeln!(s, "{peer:<6} {class:<10} {o:>10.0} {a:>10.0} {r:>10.0}");
-        }
-    }
-    let _ = writeln!(
-        s,
-        "\n{:<8} {:>10} {:>16}",
-        "upstream", "answers/s", "mean latency ms"
-    );
-    for (up, (n, ms)) in &row.upstream {
-        let ms = if ms.is_nan() {
-            "-".to_owned()
-        } else {
-            format!("{ms:.2}")
-        };
-        let _ = writeln!(s, "{up:<8} {n:>10.0} {ms:>16}");
-    }
-    s
-}
 
 fn last_phase(rows_file: &Path) -> Option<String> {
     let text = std::fs::read_to_string(rows_file).ok()?;
@@ -220,6 +66,9 @@ fn scenario_secs(path: &Path) -> Result<f64> {
 
 /// What the run observed, for the checks and the summary.
 struct Outcome {
+    /// Every scrape, from the gateways' start to their end.
+    samples: Vec<Sample>,
+    /// Fast-path rates per publish period.
     rows: Vec<Row>,
     last: Snap,
     clients: BTreeMap<String, serde_json::Value>,
@@ -357,52 +206,38 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         );
     }
     let t0 = Instant::now();
-    let mut prev = (Instant::now(), scrape()?);
+    let mut samples = Vec::new();
     let mut rows = Vec::new();
+    let mut splitter = Rows::new();
+    let mut last = scrape()?;
+    samples.push(Sample::from_snap(0.0, &last));
     let deadline = t0 + Duration::from_secs_f64(total_s + 60.0);
-    let mut next = t0 + Duration::from_secs(1);
+    let mut next = t0 + SCRAPE_PERIOD;
     loop {
         while Instant::now() < next {
             interrupted()?;
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(10));
         }
-        next += Duration::from_secs(1);
+        next += SCRAPE_PERIOD;
         if let Some(st) = dra.exited() {
             bail!(
                 "dra run exited during the demo ({st}); log {}",
                 dra_log.display()
             );
         }
-        let cur = (Instant::now(), scrape()?);
-        let phase = last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());
-        let row = rates(
-            &prev.1,
-            &cur.1,
-            (cur.0 - prev.0).as_secs_f64(),
-            t0.elapsed().as_secs_f64(),
-            &phase,
-        );
-        let view = render(&row, profile, total_s);
-        if tty {
-            print!("\x1b[H\x1b[2J{view}");
-        } else {
-            let r = |p: &str, c: &str| {
-                row.peers
-                    .get(p)
-                    .and_then(|m| m.get(c))
-                    .copied()
-                    .unwrap_or_default()
-            };
-            let (a, b) = (r("pgw1", "all"), r("pgw2", "all"));
-            println!(
-                "t={:>4.0} {:<9} cpu={:>5.1}% throttle={:>2.0}% pgw1 {:>4.0}/{:>4.0}/{:>4.0} \
-                 pgw2 {:>4.0}/{:>4.0}/{:>4.0} (offered/admitted/rejected per s)",
-                row.t, row.phase, row.cpu, row.throttle, a[0], a[1], a[2], b[0], b[1], b[2]
-            );
+        last = scrape()?;
+        samples.push(Sample::from_snap(t0.elapsed().as_secs_f64(), &last));
+        let phase =
+            || last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());
+        if let Some(row) = splitter.push(&samples, phase) {
+            if tty {
+                print!("\x1b[H\x1b[2J{}", view::render(&row, profile, total_s));
+            } else {
+                println!("{}", view::line(&row));
+            }
+            let _ = std::io::stdout().flush();
+            rows.push(row);
         }
-        let _ = std::io::stdout().flush();
-        rows.push(row);
-        prev = cur;
         if clients.iter_mut().all(|c| c.exited().is_some()) {
             break;
         }
@@ -410,7 +245,6 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
             bail!("the load generators did not finish in time");
         }
     }
-    let last = prev.1;
     let mut client_reports = BTreeMap::new();
     for (c, (peer, _, _)) in clients.iter_mut().zip(GATEWAYS) {
         let st = c.exited();
@@ -444,6 +278,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
     }
     let _ = std::fs::copy(lab::log_file("redis"), out.join("redis.log"));
     Ok(Outcome {
+        samples,
         rows,
         last,
         clients: client_reports,
@@ -552,33 +387,29 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
             }
         }
     }
-    let peak_throttle = o.rows.iter().map(|r| r.throttle).fold(0.0, f64::max);
-    let peak_cpu = o.rows.iter().map(|r| r.cpu).fold(0.0, f64::max);
-    let engaged_at = o.rows.iter().find(|r| r.throttle > 0.0).map(|r| r.t);
-    let last_on = o.rows.iter().rposition(|r| r.throttle > 0.0);
-    let released_at = last_on.and_then(|i| o.rows.get(i + 1)).map(|r| r.t);
-    let final_throttle = o.rows.last().map(|r| r.throttle).unwrap_or(f64::NAN);
+    let pgw1 = |s: &Sample| s.throttle_of("pgw1").unwrap_or(0.0);
+    let peak_throttle = o.samples.iter().map(pgw1).fold(0.0, f64::max);
+    let peak_cpu = o.samples.iter().map(|s| s.cpu).fold(0.0, f64::max);
+    let engaged_at = o.samples.iter().find(|s| pgw1(s) > 0.0).map(|s| s.t);
+    let last_on = o.samples.iter().rposition(|s| pgw1(s) > 0.0);
+    let released_at = last_on.and_then(|i| o.samples.get(i + 1)).map(|s| s.t);
+    let final_throttle = o.samples.last().map_or(f64::NAN, pgw1);
     let pgw1_throttled_rejects: f64 = o
         .rows
         .iter()
         .filter(|r| r.throttle > 0.0)
-        .filter_map(|r| {
-            r.peers
-                .get("pgw1")
-                .and_then(|m| m.get("gx_ccr_i"))
-                .map(|x| x[2])
-        })
+        .map(|r| r.rate("pgw1", "gx_ccr_i", 2) * r.secs)
         .sum();
     let pgw2_rejected = tot("pgw2", "gx_ccr_i", "marked") + tot("pgw2", "gx_ccr_i", "dropped");
     let pgw2_3002 = o.last.sum(
         "dra_answers_total",
         &[("peer", "pgw2"), ("result_code", "3002")],
     );
-    let pgw2_throttle_max = o.last.sum("dra_throttle_percent", &[("peer", "pgw2")]);
     let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
     let ocs_answers = o
         .last
         .sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
+    let at = |t: Option<f64>| t.map_or("-".into(), |t| format!("{t:.1}"));
     let _ = writeln!(
         s,
         "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %"
@@ -586,52 +417,99 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
     let _ = writeln!(
         s,
         "throttle engaged at t = {} s, back to 0 at t = {} s; final throttle {final_throttle:.0} %",
-        engaged_at.map_or("-".into(), |t| format!("{t:.0}")),
-        released_at.map_or("-".into(), |t| format!("{t:.0}"))
+        at(engaged_at),
+        at(released_at)
     );
+    let _ = writeln!(
+        s,
+        "{} scrapes of /metrics every {} ms, {} rows of fast-path rates",
+        o.samples.len(),
+        SCRAPE_PERIOD.as_millis(),
+        o.rows.len()
+    );
+    let gateways: Vec<&str> = GATEWAYS.iter().map(|g| g.0).collect();
     let checks = [
-        (
-            "pgw2's static CCR-I limit rejected requests (fast path marked)",
+        Check::new(
+            "pgw2's static CCR-I limit rejected requests in the fast path",
+            "pgw2 gx_ccr_i marked + dropped > 0",
+            format!("{pgw2_rejected:.0}"),
             pgw2_rejected > 0.0,
         ),
-        ("the agent answered pgw2 with 3002", pgw2_3002 > 0.0),
-        (
+        Check::new(
+            "the agent answered pgw2 with 3002",
+            "dra_answers_total{peer=pgw2,result_code=3002} > 0",
+            format!("{pgw2_3002:.0}"),
+            pgw2_3002 > 0.0,
+        ),
+        Check::new(
             "DB CPU reached the lowest threshold of the profile",
+            format!("peak DB CPU ≥ {} %", profile.lowest()),
+            format!("{peak_cpu:.2} %"),
             peak_cpu >= profile.lowest(),
         ),
-        ("dynamic throttling of pgw1 engaged", peak_throttle > 0.0),
-        (
+        Check::new(
+            "dynamic throttling of pgw1 engaged",
+            "pgw1 throttle > 0 at some scrape",
+            format!(
+                "peak {peak_throttle:.0} %, first at t = {} s",
+                at(engaged_at)
+            ),
+            peak_throttle > 0.0,
+        ),
+        checks::follows_profile(&o.samples, profile, "pgw1"),
+        Check::new(
             "pgw1 requests were rejected while throttled",
+            "pgw1 gx_ccr_i rejected > 0 in rows with throttle > 0",
+            format!("{pgw1_throttled_rejects:.0}"),
             pgw1_throttled_rejects > 0.0,
         ),
-        (
+        checks::admitted_is_effective(&o.samples, &o.rows, profile, "pgw1"),
+        checks::reversal(&o.samples, profile, "pgw1"),
+        Check::new(
             "reversal stepped the throttle back to 0 before the end",
+            "throttle 0 at the last scrape, after a throttle > 0",
+            format!(
+                "back to 0 at t = {} s, final {final_throttle:.0} %",
+                at(released_at)
+            ),
             final_throttle == 0.0 && peak_throttle > 0.0,
         ),
-        (
-            "pgw2 was never throttled dynamically",
-            pgw2_throttle_max == 0.0,
-        ),
-        (
+        checks::throttle_series(&o.samples, profile, &gateways),
+        checks::admitted_is_static(&o.rows, profile, "pgw2"),
+        Check::new(
             "Gy traffic was relayed to ocs1 and answered",
+            "answers from ocs1 > 0",
+            format!("{ocs_answers:.0}"),
             ocs_answers > 0.0,
         ),
-        (
+        Check::new(
             "every request was answered (no timeouts, none unanswered)",
+            "client timeouts + unanswered = 0, invariant violations = 0",
+            format!("{lost} lost at the clients, {violations:.0} violations"),
             lost == 0 && violations == 0.0,
         ),
     ];
     let _ = writeln!(s, "\nstory checks:");
     let mut all = true;
-    for (what, ok) in checks {
-        all &= ok;
-        let _ = writeln!(s, "  [{}] {what}", if ok { "PASS" } else { "FAIL" });
+    for c in &checks {
+        all &= c.ok;
+        let _ = writeln!(
+            s,
+            "  [{}] {}\n         expected: {}\n         saw:      {}",
+            if c.ok { "PASS" } else { "FAIL" },
+            c.what,
+            c.expected,
+            c.saw
+        );
     }
+    let passed = checks.iter().filter(|c| c.ok).count();
+    let _ = writeln!(s, "{passed}/{} story checks passed", checks.len());
     print!("{s}");
     std::fs::write(out.join("summary.txt"), &s)?;
-    write_csv(&o.rows, &out.join("timeseries.csv"))?;
+    view::write_csv(&o.rows, &out.join("timeseries.csv"))?;
+    view::write_samples_csv(&o.samples, &out.join("samples.csv"))?;
     let png = out.join("demo.png");
-    match plot(&o.rows, profile, &png) {
+    match view::plot(&o.rows, &o.samples, profile, &png) {
         Ok(()) => println!("plot: {}", png.display()),
         Err(e) => {
             eprintln!("xtask: plot failed: {e:#}");
@@ -641,192 +519,9 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
     Ok(all)
 }
 
-fn get(r: &Row, peer: &str, class: &str, i: usize) -> f64 {
-    r.peers
-        .get(peer)
-        .and_then(|m| m.get(class))
-        .map_or(0.0, |x| x[i])
-}
-
-fn write_csv(rows: &[Row], path: &PathBuf) -> Result<()> {
-    let mut s = String::from(
-        "t_s,phase,db_cpu_percent,pgw1_throttle_percent,pgw1_ccr_i_effective_rate,\
-         pgw1_offered,pgw1_admitted,pgw1_rejected,pgw2_offered,pgw2_admitted,pgw2_rejected,\
-         pcrf1_answers,pcrf1_latency_ms,pcrf2_answers,pcrf2_latency_ms\n",
-    );
-    for r in rows {
-        let up = |p: &str| r.upstream.get(p).copied().unwrap_or((0.0, f64::NAN));
-        let _ = writeln!(
-            s,
-            "{:.1},{},{:.2},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},\
-             {:.3},{:.0},{:.3}",
-            r.t,
-            r.phase,
-            r.cpu,
-            r.throttle,
-            r.eff_rate,
-            get(r, "pgw1", "all", 0),
-            get(r, "pgw1", "all", 1),
-            get(r, "pgw1", "all", 2),
-            get(r, "pgw2", "all", 0),
-            get(r, "pgw2", "all", 1),
-            get(r, "pgw2", "all", 2),
-            up("pcrf1").0,
-            up("pcrf1").1,
-            up("pcrf2").0,
-            up("pcrf2").1
-        );
-    }
-    std::fs::write(path, s).with_context(|| format!("write {}", path.display()))
-}
-
-fn plot(rows: &[Row], profile: &Profile, path: &Path) -> Result<()> {
-    use plotters::prelude::*;
-    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| anyhow::anyhow!("the embedded font could not be registered"))?;
-    let t_max = rows.last().map_or(1.0, |r| r.t).max(1.0);
-    let root = BitMapBackend::new(path, (1200, 1000)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let panels = root.split_evenly((3, 1));
-    let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
-    // 1. Rates.
-    let r_max = rows
-        .iter()
-        .flat_map(|r| [get(r, "pgw1", "all", 0), get(r, "pgw2", "all", 0)])
-        .fold(10.0, f64::max)
-        * 1.1;
-    let mut c = ChartBuilder::on(&panels[0])
-        .caption(
-            "requests/s at the fast path (Gx, all classes)",
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..r_max)
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("msgs/s")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
-    let lines: [(&str, &str, usize, RGBColor); 6] = [
-        ("pgw1 offered", "pgw1", 0, RGBColor(31, 119, 180)),
-        ("pgw1 admitted", "pgw1", 1, RGBColor(44, 160, 44)),
-        ("pgw1 rejected (throttle)", "pgw1", 2, RGBColor(214, 39, 40)),
-        ("pgw2 offered", "pgw2", 0, RGBColor(148, 103, 189)),
-        ("pgw2 admitted", "pgw2", 1, RGBColor(140, 86, 75)),
-        (
-            "pgw2 rejected (static 3002)",
-            "pgw2",
-            2,
-            RGBColor(255, 127, 14),
-        ),
-    ];
-    for (label, peer, i, col) in lines {
-        c.draw_series(LineSeries::new(
-            rows.iter().map(|r| (r.t, get(r, peer, "all", i))),
-            col.stroke_width(2),
-        ))
-        .map_err(|x| e(&x))?
-        .label(label)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    // 2. Throttle.
-    let mut c = ChartBuilder::on(&panels[1])
-        .caption(
-            format!(
-                "pgw1 dynamic throttle % (reversal hold {}, step {} %)",
-                profile.hold, profile.step
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..100.0)
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("throttle %")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
-    c.draw_series(LineSeries::new(
-        rows.iter().map(|r| (r.t, r.throttle)),
-        RED.stroke_width(2),
-    ))
-    .map_err(|x| e(&x))?;
-    // 3. CPU with the thresholds.
-    let cpu_max = rows.iter().map(|r| r.cpu).fold(
-        profile.thresholds.iter().map(|t| t.0).fold(0.0, f64::max),
-        f64::max,
-    ) * 1.2;
-    let mut c = ChartBuilder::on(&panels[2])
-        .caption(
-            format!(
-                "Redis CPU % of one core (demo thresholds {})",
-                profile.describe()
-            ),
-            ("sans-serif", 16),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..cpu_max.max(1.0))
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("CPU %")
-        .y_label_formatter(&|v| format!("{v:.1}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
-    for (cpu, _) in &profile.thresholds {
-        c.draw_series(LineSeries::new(
-            [(0.0, *cpu), (t_max, *cpu)],
-            RGBColor(180, 180, 180),
-        ))
-        .map_err(|x| e(&x))?;
-    }
-    c.draw_series(LineSeries::new(
-        rows.iter().map(|r| (r.t, r.cpu)),
-        BLUE.stroke_width(2),
-    ))
-    .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{parse_metrics, tests::EXPOSITION};
-
-    #[test]
-    fn per_second_rates_come_from_counter_deltas() {
-        let a = Snap {
-            series: parse_metrics(EXPOSITION),
-        };
-        let b = Snap {
-            series: parse_metrics(
-                &EXPOSITION
-                    .replace("} 900", "} 1800")
-                    .replace("} 300", "} 500"),
-            ),
-        };
-        let row = rates(&a, &b, 2.0, 10.0, "storm");
-        assert_eq!(row.peers["pgw1"]["gx_ccr_i"], [450.0, 0.0, 100.0]);
-        assert_eq!(row.throttle, 40.0);
-    }
 
     #[test]
     fn the_lab_config_keeps_the_seed_apart_from_the_documented_keys() {
@@ -835,6 +530,8 @@ mod tests {
         let seed = read_profile(&root.join("config/dra.toml")).unwrap();
         assert_eq!(lab.hold, "10s");
         assert_eq!(lab.step, seed.step);
+        assert_eq!(lab.drl_peers, seed.drl_peers);
+        assert_eq!(lab.static_rates, seed.static_rates);
         let throttles = |p: &Profile| p.thresholds.iter().map(|t| t.1).collect::<Vec<_>>();
         assert_eq!(
             throttles(&lab),
