@@ -1,5 +1,5 @@
 //! Back-to-back requests through the real agent (issue 11): a gateway keeping 16 or 100
-//! requests in flight on one TCP connection (`dra::loadgen::closed`) writes them back to
+//! requests in flight on one TCP connection (`dra_tools::loadgen::closed`) writes them back to
 //! back, so full segments carry several CCRs and one in every few straddles a segment
 //! boundary. `dra run` has XDP on its gateway-facing veth; the PCRF answers at once.
 //! Gx CCR-I and CCR-T are each limited to 100/s, far below what the gateway offers.
@@ -20,10 +20,6 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use dra::dataplane::{Dataplane, Maps};
-use dra::loadgen::{
-    closed::{self, ClosedConfig, ClosedReport},
-    server::{self, LatencyDist, ServerConfig},
-};
 use dra_common::{
     stats::Counter,
     wire::{MsgClass, cc_request_type as rt},
@@ -31,6 +27,10 @@ use dra_common::{
 use dra_tests::{
     agent::Agent,
     netns::{Netns, VethPair, unique},
+};
+use dra_tools::loadgen::{
+    closed::{self, ClosedConfig, ClosedReport},
+    server::{self, LatencyDist, ServerConfig},
 };
 
 /// Per-class limit (CCR-I and CCR-T each).

@@ -2,7 +2,7 @@
 //! XDP in a test namespace, reads the DB CPU from a `file` source, and rewrites
 //! the bucket rates in the pinned maps, which the test reads back; and the closed
 //! loop, where the admitted rate at a sink follows the throttle. Client and sink are
-//! the project's simulator (`dra::loadgen::script`); each connection starts with
+//! the project's simulator (`dra_tools::loadgen::script`); each connection starts with
 //! CER/CEA (base protocol, passed by the fast path and not in any CCR count).
 
 use std::{

@@ -1,6 +1,6 @@
 //! The fast path on real TCP between network namespaces: a client namespace sends
 //! to a Diameter sink in the DRA namespace, whose veth has the XDP programs
-//! attached. Client and sink are the project's simulator (`dra::loadgen::script`):
+//! attached. Client and sink are the project's simulator (`dra_tools::loadgen::script`):
 //! each connection starts with CER/CEA, which the fast path passes (base protocol);
 //! every count below is of CCRs only. Addresses from 198.18.0.0/15 only; namespaces
 //! and pins are removed on drop, also on panic.

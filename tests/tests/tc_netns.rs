@@ -2,7 +2,7 @@
 //! namespace A (standing for the DRA) sends Diameter requests to a sink in
 //! namespace B (standing for a PCRF), with the classifier attached through TCX on
 //! the egress of A's veth. Client and sink are the project's simulator
-//! (`dra::loadgen::script`): each connection starts with CER/CEA. The egress program
+//! (`dra_tools::loadgen::script`): each connection starts with CER/CEA. The egress program
 //! charges and counts every request, the CER too (on the destination, the group and
 //! the "other" class), so the expectations below add the base-protocol requests the
 //! client wrote, counted from its tap. Addresses from 198.18.0.0/15 only; namespaces

@@ -93,7 +93,7 @@ fn is_root() -> bool {
 
 fn build(release: bool) -> Result<()> {
     let mut c = cargo();
-    c.args(["build", "-p", "dra-userspace", "--bins"]);
+    c.args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]);
     if release {
         c.arg("--release");
     }
@@ -121,6 +121,8 @@ fn test() -> Result<()> {
         "dra-common",
         "-p",
         "dra-userspace",
+        "-p",
+        "dra-tools",
         "-p",
         "xtask",
         "-p",
@@ -165,6 +167,8 @@ fn test() -> Result<()> {
             "dra-common",
             "-p",
             "dra-userspace",
+            "-p",
+            "dra-tools",
             "-p",
             "xtask",
         ]),
@@ -253,7 +257,7 @@ fn real_main() -> Result<()> {
                         "run",
                         "--release",
                         "-p",
-                        "dra-userspace",
+                        "dra-tools",
                         "--bin",
                         "dra-sim",
                         "--",
@@ -309,7 +313,7 @@ fn real_main() -> Result<()> {
                             "run",
                             "--release",
                             "-p",
-                            "dra-userspace",
+                            "dra-tools",
                             "--bin",
                             "dra-bench",
                             "--",
