@@ -10,19 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dra_common::wire::cmd;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::conn::{Close, Flow, Link, Mode, drive};
 use super::scenario::{App, Class, Event, Kind, Scenario, Schedule};
-use super::server::spawn_writer;
 use super::session::{Send, SessionKey, SessionPool, build_ccr};
 use super::stats::{Report, Row, Stats};
 use super::{AllowList, loadgen_peer_config};
-use dra::diameter::peer::{ConnectionOptions, DisconnectCause, Handled, PeerConnection, PeerEvent};
-use dra::diameter::{Framer, Message};
+use dra::diameter::Message;
+use dra::diameter::peer::{ConnectionOptions, DisconnectCause, PeerConnection, PeerEvent};
 
 /// Client configuration (the scenario is separate).
 #[derive(Clone, Debug)]
@@ -459,7 +458,6 @@ async fn connection(
     rx: &mut mpsc::UnboundedReceiver<Cmd>,
     ev: &mpsc::UnboundedSender<Ev>,
 ) -> End {
-    let _ = stream.set_nodelay(true);
     let local_ip = stream
         .local_addr()
         .map(|a| a.ip())
@@ -471,136 +469,149 @@ async fn connection(
         ctx.tw,
     ));
     let opts = ConnectionOptions::new(ctx.seed.wrapping_add(n << 32), ctx.start_secs).reopen(n > 0);
-    let Ok(mut pc) =
+    let Ok(pc) =
         PeerConnection::initiator(cfg, Arc::new(AllowList::default()), ctx.connect.ip(), opts)
     else {
         return End::Stop;
     };
-    let (mut rd, wr) = stream.into_split();
-    let (tx, writer) = spawn_writer(wr);
-    let mut pending: HashMap<u32, (SessionKey, Class, Instant)> = HashMap::new();
-    let mut deadlines: VecDeque<(Instant, u32)> = VecDeque::new();
-    let mut framer = Framer::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut is_up = false;
-    let mut stopping = false;
-    let now = || ctx.start.elapsed();
-    pc.handle_connected(now());
-    let end = 'conn: loop {
-        // Write, report events.
-        while let Some(m) = pc.poll_transmit() {
-            let _ = tx.send(m.encode());
-        }
-        while let Some(e) = pc.poll_event() {
-            match e {
-                PeerEvent::Opened { .. } => {
-                    is_up = true;
-                    let _ = ev.send(Ev::Up(ctx.idx));
-                }
-                PeerEvent::LoadReport(info) => {
-                    let server = pc
-                        .peer_identity()
-                        .map(|p| p.origin_host.clone())
-                        .unwrap_or_default();
-                    let _ = ev.send(Ev::Load {
-                        server,
-                        value: info.value,
-                    });
-                }
-                PeerEvent::Closed { .. } => {
-                    break 'conn if stopping { End::Stop } else { End::Reconnect };
-                }
-                _ => {}
-            }
-        }
-        let pc_deadline = pc.poll_timeout().map(|d| ctx.start + d);
-        let req_deadline = deadlines.front().map(|d| d.0);
-        let deadline = match (pc_deadline, req_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        tokio::select! {
-            c = rx.recv() => match c {
-                None | Some(Cmd::Stop) => {
-                    stopping = true;
-                    if pc.is_open() {
-                        pc.start_disconnect(now(), DisconnectCause::Rebooting);
-                    } else {
-                        pc.abort(now());
-                    }
-                }
-                Some(Cmd::Drop) => {
-                    pc.abort(now());
-                    break 'conn End::Reconnect;
-                }
-                Some(Cmd::Send(s)) => {
-                    if !pc.is_open() {
-                        let _ = ev.send(Ev::Lost { key: s.key, class: s.class });
-                        continue;
-                    }
-                    let hbh = pc.next_hop_by_hop();
-                    let e2e = pc.next_end_to_end();
-                    let m = build_ccr(&s, &ctx.origin_host, &ctx.origin_realm, &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
-                        ctx.destination_host.as_deref(), &ctx.service_context_id, hbh, e2e);
-                    let sent = Instant::now();
-                    pending.insert(hbh, (s.key, s.class, sent));
-                    deadlines.push_back((sent + ctx.timeout, hbh));
-                    let _ = tx.send(m.encode());
-                }
-            },
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                let t = Instant::now();
-                while let Some(&(d, hbh)) = deadlines.front() {
-                    if d > t { break; }
-                    deadlines.pop_front();
-                    if let Some((key, class, _)) = pending.remove(&hbh) {
-                        let _ = ev.send(Ev::Timeout { key, class });
-                    }
-                }
-                pc.handle_timeout(now());
-            }
-            r = rd.read(&mut chunk) => {
-                let n = match r { Ok(0) | Err(_) => { pc.handle_closed(now()); continue; } Ok(n) => n };
-                framer.push(&chunk[..n]);
-                loop {
-                    let frame = match framer.next_message() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(_) => { pc.abort(now()); break; }
-                    };
-                    let Ok(msg) = Message::decode(&frame) else { continue };
-                    match pc.handle_message(now(), msg) {
-                        Handled::Application(m) => answer_in(m, &mut pending, ev),
-                        Handled::CerReceived { .. } => pc.abort(now()),
-                        Handled::Consumed => {}
-                    }
-                }
-            }
-        }
+    let (mut link, _) = Link::with_writer(stream, pc, ctx.start.into_std());
+    let mut conn = Conn {
+        ctx,
+        rx,
+        ev,
+        pending: HashMap::new(),
+        deadlines: VecDeque::new(),
+        is_up: false,
+        stopping: false,
     };
-    for (_, (key, class, _)) in pending.drain() {
+    drive(&mut link, &mut conn).await;
+    for (_, (key, class, _)) in conn.pending.drain() {
         let _ = ev.send(Ev::Lost { key, class });
     }
-    if is_up {
+    if conn.is_up {
         let _ = ev.send(Ev::Down(ctx.idx));
     }
-    match end {
-        End::Stop => {
-            // Let the DPR/DPA go out before closing.
-            while let Some(m) = pc.poll_transmit() {
-                let _ = tx.send(m.encode());
+    if conn.stopping {
+        // A backlog the network does not take (e.g. a peer whose segments are
+        // dropped) must not keep the client from ending: give the DPR a moment.
+        link.close(Close::Flush(Some(STOP_FLUSH))).await;
+        End::Stop
+    } else {
+        link.close(Close::Abort).await;
+        End::Reconnect
+    }
+}
+
+/// One gateway connection: the scheduler's requests out, their answers, timeouts and
+/// the peer's state back as [`Ev`]s.
+struct Conn<'a> {
+    ctx: &'a PeerCtx,
+    rx: &'a mut mpsc::UnboundedReceiver<Cmd>,
+    ev: &'a mpsc::UnboundedSender<Ev>,
+    /// Hop-by-Hop → (session, class, sent at).
+    pending: HashMap<u32, (SessionKey, Class, Instant)>,
+    /// Request deadlines in sending order.
+    deadlines: VecDeque<(Instant, u32)>,
+    is_up: bool,
+    stopping: bool,
+}
+
+impl Mode for Conn<'_> {
+    type Input = Option<Cmd>;
+
+    async fn input(&mut self) -> Option<Cmd> {
+        self.rx.recv().await
+    }
+
+    async fn on_input(&mut self, cmd: Option<Cmd>, link: &mut Link) -> Flow {
+        let now = link.now();
+        match cmd {
+            None | Some(Cmd::Stop) => {
+                self.stopping = true;
+                if link.pc.is_open() {
+                    link.pc.start_disconnect(now, DisconnectCause::Rebooting);
+                } else {
+                    link.pc.abort(now);
+                }
             }
-            drop(tx);
-            // A backlog the network does not take (e.g. a peer whose segments are
-            // dropped) must not keep the client from ending: give the DPR a moment.
-            let abort = writer.abort_handle();
-            if tokio::time::timeout(STOP_FLUSH, writer).await.is_err() {
-                abort.abort();
+            // Closed at once, without DPR: the connection then reconnects.
+            Some(Cmd::Drop) => link.pc.abort(now),
+            Some(Cmd::Send(s)) => self.send(s, link),
+        }
+        Flow::Continue
+    }
+
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadlines.front().map(|d| d.0.into_std())
+    }
+
+    fn on_deadline(&mut self, _link: &mut Link) {
+        let t = Instant::now();
+        while let Some(&(d, hbh)) = self.deadlines.front() {
+            if d > t {
+                break;
+            }
+            self.deadlines.pop_front();
+            if let Some((key, class, _)) = self.pending.remove(&hbh) {
+                let _ = self.ev.send(Ev::Timeout { key, class });
             }
         }
-        End::Reconnect => writer.abort(),
     }
-    end
+
+    fn on_event(&mut self, event: PeerEvent, link: &mut Link) {
+        match event {
+            PeerEvent::Opened { .. } => {
+                self.is_up = true;
+                let _ = self.ev.send(Ev::Up(self.ctx.idx));
+            }
+            PeerEvent::LoadReport(info) => {
+                let server = link
+                    .pc
+                    .peer_identity()
+                    .map(|p| p.origin_host.clone())
+                    .unwrap_or_default();
+                let _ = self.ev.send(Ev::Load {
+                    server,
+                    value: info.value,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_application(&mut self, m: Message, _link: &mut Link) {
+        answer_in(m, &mut self.pending, self.ev);
+    }
+}
+
+impl Conn<'_> {
+    /// Sends one scheduled request (lost at once when the connection is not open).
+    fn send(&mut self, s: Send, link: &mut Link) {
+        if !link.pc.is_open() {
+            let _ = self.ev.send(Ev::Lost {
+                key: s.key,
+                class: s.class,
+            });
+            return;
+        }
+        let ctx = self.ctx;
+        let hbh = link.pc.next_hop_by_hop();
+        let e2e = link.pc.next_end_to_end();
+        let m = build_ccr(
+            &s,
+            &ctx.origin_host,
+            &ctx.origin_realm,
+            &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
+            ctx.destination_host.as_deref(),
+            &ctx.service_context_id,
+            hbh,
+            e2e,
+        );
+        let sent = Instant::now();
+        self.pending.insert(hbh, (s.key, s.class, sent));
+        self.deadlines.push_back((sent + ctx.timeout, hbh));
+        link.out.extend_from_slice(&m.encode());
+    }
 }
 
 fn answer_in(

@@ -27,14 +27,14 @@ use std::time::{Duration, Instant};
 
 use dra_common::wire::{HEADER_LEN, app, avp as avp_code, cmd, flags};
 use hdrhistogram::Histogram;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::conn::{Exit, Flow, Link, Mode, drive};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::peer::{
-    ConnectionOptions, DisconnectCause, Handled, PeerConfigError, PeerConnection, PeerEvent,
+    ConnectionOptions, DisconnectCause, PeerConfigError, PeerConnection, PeerEvent,
 };
-use dra::diameter::{Avp, Framer, FramingError, Message, encode_into};
+use dra::diameter::{Avp, FramingError, Message};
 
 /// CC-Request-Type INITIAL_REQUEST (RFC 4006 §8.3).
 const CCR_I: i32 = 1;
@@ -657,7 +657,7 @@ async fn peer(
     stream.set_nodelay(true).map_err(io)?;
     let local = stream.local_addr().map_err(io)?.ip();
     let start = Instant::now();
-    let mut pc = PeerConnection::initiator(
+    let pc = PeerConnection::initiator(
         Arc::new(loadgen_peer_config(&host, &cfg.origin_realm, local, cfg.tw)),
         Arc::new(AllowList::default()),
         cfg.connect.ip(),
@@ -667,113 +667,114 @@ async fn peer(
         ),
     )
     .map_err(|source| ClosedError::Peer { source })?;
-    let (mut rd, mut wr) = stream.into_split();
-    pc.handle_connected(start.elapsed());
-    let mut core = ClosedPeer::new(&host, &template, cfg.window, window);
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
-    let mut opened = false;
-    let mut disconnecting = false;
+    let mut link = Link::direct(stream, pc, start, 256 * 1024);
     let hard_end = window.to + cfg.drain;
-    // DPR/DPA gets this long after the drain (RFC 6733 §5.4).
-    let give_up = hard_end + Duration::from_secs(2);
-    loop {
-        while let Some(m) = pc.poll_transmit() {
-            let _ = encode_into(&m, &mut out);
+    let mut conn = Conn {
+        core: ClosedPeer::new(&host, &template, cfg.window, window),
+        host: host.clone(),
+        hard_end,
+        // DPR/DPA gets this long after the drain (RFC 6733 §5.4).
+        give_up: hard_end + Duration::from_secs(2),
+        disconnecting: false,
+        failed: None,
+    };
+    let exit = drive(&mut link, &mut conn).await;
+    let end = match exit {
+        Exit::WriteFailed(source) => Some(io(source)),
+        Exit::Closed if !conn.disconnecting => Some(ClosedError::Closed {
+            origin_host: host.clone(),
+        }),
+        Exit::Closed | Exit::Ended => None,
+    };
+    // A refused CER or a framing error is what ended the connection.
+    match conn.failed.or(end) {
+        Some(e) => Err(e),
+        None => Ok(conn.core.into_report()),
+    }
+}
+
+/// The closed loop on one connection: [`ClosedPeer`] takes the answers to its requests
+/// from the raw frames; the rest goes to the [`PeerConnection`].
+struct Conn {
+    core: ClosedPeer,
+    /// Its Origin-Host, for errors.
+    host: String,
+    /// End of the drain: DPR.
+    hard_end: Instant,
+    /// No DPA by then: the run ends anyway.
+    give_up: Instant,
+    disconnecting: bool,
+    /// What ends the run with an error (refused CER, framing).
+    failed: Option<ClosedError>,
+}
+
+impl Mode for Conn {
+    type Input = std::convert::Infallible;
+
+    async fn on_input(&mut self, input: Self::Input, _link: &mut Link) -> Flow {
+        match input {}
+    }
+
+    fn turn(&mut self, link: &mut Link) -> Flow {
+        let now = Instant::now();
+        if !self.disconnecting && (self.core.finished(now) || now >= self.hard_end) {
+            self.disconnecting = true;
+            let since = link.now();
+            link.pc.start_disconnect(since, DisconnectCause::Rebooting);
+        } else if self.disconnecting && now >= self.give_up {
+            return Flow::End;
         }
-        while let Some(e) = pc.poll_event() {
-            match e {
-                PeerEvent::Opened { .. } => opened = true,
-                PeerEvent::Rejected {
+        Flow::Continue
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        Some(if self.disconnecting {
+            self.give_up
+        } else {
+            self.hard_end
+        })
+    }
+
+    fn on_event(&mut self, event: PeerEvent, link: &mut Link) {
+        match event {
+            PeerEvent::Opened { .. } => {
+                let Link { pc, out, .. } = link;
+                let mut ids = || (pc.next_hop_by_hop(), pc.next_end_to_end());
+                self.core.start(Instant::now(), &mut ids, out);
+            }
+            PeerEvent::Rejected {
+                result_code,
+                error_message,
+            } => {
+                self.failed.get_or_insert(ClosedError::Refused {
+                    origin_host: self.host.clone(),
                     result_code,
                     error_message,
-                } => {
-                    return Err(ClosedError::Refused {
-                        origin_host: host.clone(),
-                        result_code,
-                        error_message,
-                    });
-                }
-                PeerEvent::Closed { .. } => {
-                    if disconnecting {
-                        if !out.is_empty() {
-                            let _ = wr.write_all(&out).await;
-                        }
-                        return Ok(core.into_report());
-                    }
-                    return Err(ClosedError::Closed {
-                        origin_host: host.clone(),
-                    });
-                }
-                _ => {}
+                });
             }
+            _ => {}
         }
-        if opened {
-            opened = false;
-            let mut ids = || (pc.next_hop_by_hop(), pc.next_end_to_end());
-            core.start(Instant::now(), &mut ids, &mut out);
-        }
-        if !out.is_empty() {
-            wr.write_all(&out).await.map_err(io)?;
-            out.clear();
-        }
-        let now = Instant::now();
-        if !disconnecting && (core.finished(now) || now >= hard_end) {
-            disconnecting = true;
-            pc.start_disconnect(start.elapsed(), DisconnectCause::Rebooting);
-            continue;
-        }
-        if disconnecting && now >= give_up {
-            return Ok(core.into_report());
-        }
-        let limit = if disconnecting { give_up } else { hard_end };
-        let deadline = pc.poll_timeout().map_or(limit, |t| (start + t).min(limit));
-        tokio::select! {
-            r = rd.read(&mut buf) => {
-                let n = match r {
-                    Ok(0) | Err(_) => {
-                        pc.handle_closed(start.elapsed());
-                        continue;
-                    }
-                    Ok(n) => n,
-                };
-                framer.push(&buf[..n]);
-                let now = Instant::now();
-                let since = now.duration_since(start);
-                let mut traffic = false;
-                loop {
-                    let frame = match framer.next_message() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(source) => return Err(ClosedError::Framing { origin_host: host.clone(), source }),
-                    };
-                    let mut ids = || (pc.next_hop_by_hop(), pc.next_end_to_end());
-                    if core.on_frame(&frame, now, &mut ids, &mut out) {
-                        traffic = true;
-                        continue;
-                    }
-                    let Ok(msg) = Message::decode(&frame) else { continue };
-                    match pc.handle_message(since, msg) {
-                        // We are the initiator: a CER here is a protocol error.
-                        Handled::CerReceived { .. } => pc.abort(since),
-                        Handled::Consumed | Handled::Application(_) => {}
-                    }
-                }
-                if traffic {
-                    // RFC 3539 §3.4.1: any answer counts as traffic for the watchdog.
-                    pc.handle_traffic(since);
-                }
-            }
-            _ = tokio::time::sleep_until(deadline.into()) => pc.handle_timeout(start.elapsed()),
-        }
+    }
+
+    fn on_frame(&mut self, frame: &[u8], at: Instant, link: &mut Link) -> bool {
+        let Link { pc, out, .. } = link;
+        let mut ids = || (pc.next_hop_by_hop(), pc.next_end_to_end());
+        self.core.on_frame(frame, at, &mut ids, out)
+    }
+
+    fn on_framing_error(&mut self, source: FramingError, _link: &mut Link) -> Flow {
+        self.failed.get_or_insert(ClosedError::Framing {
+            origin_host: self.host.clone(),
+            source,
+        });
+        Flow::End
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dra::diameter::{answer_for, avp_code as c, result_code};
+    use dra::diameter::{Framer, answer_for, avp_code as c, result_code};
 
     fn template() -> PeerTemplate {
         PeerTemplate {

@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod closed;
+mod conn;
 pub mod resp;
 pub mod scenario;
 pub mod script;

@@ -26,15 +26,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::conn::{Flow, Link, Mode, drive};
 use dra::diameter::peer::{
-    ConnectionOptions, DisconnectCause, Handled, PeerConfig, PeerConnection, PeerEvent,
-    StaticPeerDirectory,
+    ConnectionOptions, DisconnectCause, PeerConfig, PeerConnection, PeerEvent, StaticPeerDirectory,
 };
-use dra::diameter::{Avp, Framer, Message, answer_for, avp_code, decode, result_code};
+use dra::diameter::{Avp, FramingError, Message, answer_for, avp_code, result_code};
 use dra::routing::PeerId;
 use dra_common::wire::{self, MsgClass, app};
 
@@ -265,138 +264,143 @@ fn spawn_driver(
     arrivals: Option<(ArrivalLog, usize)>,
 ) -> ScriptedPeer {
     let (tx, rx) = mpsc::channel(1024);
-    let task = tokio::spawn(drive(stream, pc, handler, tap, opened, arrivals, rx));
+    let key = match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(r), Ok(l)) => dra::oob::flow_key(r, l),
+        _ => dra_common::maps::FlowKey::default(),
+    };
+    let mut link = Link::direct(stream, pc, Instant::now(), 64 * 1024);
+    let mut conn = Conn {
+        rx: Some(rx),
+        handler,
+        tap,
+        opened,
+        arrivals,
+        key,
+        pending: HashMap::new(),
+    };
+    let task = tokio::spawn(async move {
+        drive(&mut link, &mut conn).await;
+    });
     ScriptedPeer {
         cmd: tx,
         task: Arc::new(task),
     }
 }
 
-async fn drive(
-    stream: TcpStream,
-    mut pc: PeerConnection,
+/// One scripted connection: commands from its [`ScriptedPeer`] handles, answers to
+/// their requests back, application requests to the handler, everything to the tap.
+struct Conn {
+    /// Commands; `None` once every handle is gone.
+    rx: Option<mpsc::Receiver<Cmd>>,
     handler: Option<Handler>,
     tap: Option<Tap>,
-    mut opened: Option<oneshot::Sender<Result<(), u32>>>,
+    /// Told once whether the capabilities exchange succeeded.
+    opened: Option<oneshot::Sender<Result<(), u32>>>,
+    /// Where application requests are logged, and this connection's index there.
     arrivals: Option<(ArrivalLog, usize)>,
-    mut rx: mpsc::Receiver<Cmd>,
-) {
-    let _ = stream.set_nodelay(true);
-    let key = match (stream.peer_addr(), stream.local_addr()) {
-        (Ok(r), Ok(l)) => dra::oob::flow_key(r, l),
-        _ => dra_common::maps::FlowKey::default(),
-    };
-    let start = Instant::now();
-    let (mut rd, mut wr) = stream.into_split();
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut pending: HashMap<u32, oneshot::Sender<Message>> = HashMap::new();
-    let mut out: Vec<u8> = Vec::new();
-    let record = |sent: bool, bytes: &[u8]| {
-        if let Some(t) = &tap {
+    /// The flow, for the fast path's out-of-band marks.
+    key: dra_common::maps::FlowKey,
+    /// Hop-by-Hop → who waits for the answer.
+    pending: HashMap<u32, oneshot::Sender<Message>>,
+}
+
+impl Conn {
+    fn record(&self, sent: bool, bytes: &[u8]) {
+        if let Some(t) = &self.tap {
             t.lock().expect("tap").push((sent, bytes.to_vec()));
         }
-    };
-    pc.handle_connected(start.elapsed());
-    let mut closed = false;
-    let mut rx_open = true;
-    loop {
-        // Outputs of the state machine.
-        while let Some(m) = pc.poll_transmit() {
-            let b = m.encode();
-            record(true, &b);
-            out.extend_from_slice(&b);
+    }
+
+    /// Queues `m` for writing, in the tap too.
+    fn send(&self, m: &Message, out: &mut Vec<u8>) {
+        let b = m.encode();
+        self.record(true, &b);
+        out.extend_from_slice(&b);
+    }
+}
+
+impl Mode for Conn {
+    type Input = Option<Cmd>;
+
+    async fn input(&mut self) -> Option<Cmd> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
         }
-        while let Some(e) = pc.poll_event() {
-            match e {
-                PeerEvent::Opened { .. } => {
-                    if let Some(o) = opened.take() {
-                        let _ = o.send(Ok(()));
-                    }
-                }
-                PeerEvent::Rejected { result_code, .. } => {
-                    if let Some(o) = opened.take() {
-                        let _ = o.send(Err(result_code));
-                    }
-                }
-                PeerEvent::Closed { .. } => closed = true,
-                _ => {}
+    }
+
+    async fn on_input(&mut self, cmd: Option<Cmd>, link: &mut Link) -> Flow {
+        match cmd {
+            Some(Cmd::Request(mut m, tx)) => {
+                m.hop_by_hop = link.pc.next_hop_by_hop();
+                self.pending.insert(m.hop_by_hop, tx);
+                self.send(&m, &mut link.out);
             }
-        }
-        if !out.is_empty() {
-            if wr.write_all(&out).await.is_err() {
-                break;
+            Some(Cmd::Raw(m)) => self.send(&m, &mut link.out),
+            Some(Cmd::Bytes(b, done)) => {
+                // What is queued goes first; then these bytes in one write.
+                self.record(true, &b);
+                if link.write_now(b).await.is_err() {
+                    return Flow::End;
+                }
+                let _ = done.send(());
             }
-            out.clear();
+            Some(Cmd::Disconnect) => {
+                let now = link.now();
+                link.pc.start_disconnect(now, DisconnectCause::Rebooting);
+            }
+            None => self.rx = None,
         }
-        if closed {
-            break;
+        Flow::Continue
+    }
+
+    fn transmit(&mut self, msg: &Message, out: &mut Vec<u8>) {
+        self.send(msg, out);
+    }
+
+    fn on_event(&mut self, event: PeerEvent, _link: &mut Link) {
+        let result = match event {
+            PeerEvent::Opened { .. } => Ok(()),
+            PeerEvent::Rejected { result_code, .. } => Err(result_code),
+            _ => return,
+        };
+        if let Some(o) = self.opened.take() {
+            let _ = o.send(result);
         }
-        let deadline = pc
-            .poll_timeout()
-            .map_or(start + Duration::from_secs(3600), |t| start + t);
-        tokio::select! {
-            c = rx.recv(), if rx_open => match c {
-                Some(Cmd::Request(mut m, tx)) => {
-                    m.hop_by_hop = pc.next_hop_by_hop();
-                    pending.insert(m.hop_by_hop, tx);
-                    let b = m.encode();
-                    record(true, &b);
-                    out.extend_from_slice(&b);
-                }
-                Some(Cmd::Raw(m)) => {
-                    let b = m.encode();
-                    record(true, &b);
-                    out.extend_from_slice(&b);
-                }
-                Some(Cmd::Bytes(b, done)) => {
-                    // What is queued goes first; then these bytes in one write.
-                    if !out.is_empty() {
-                        if wr.write_all(&out).await.is_err() {
-                            break;
-                        }
-                        out.clear();
-                    }
-                    record(true, &b);
-                    if wr.write_all(&b).await.is_err() {
-                        break;
-                    }
-                    let _ = done.send(());
-                }
-                Some(Cmd::Disconnect) => pc.start_disconnect(start.elapsed(), DisconnectCause::Rebooting),
-                None => rx_open = false,
-            },
-            r = rd.read(&mut buf) => {
-                let n = match r { Ok(0) | Err(_) => { pc.handle_closed(start.elapsed()); continue; } Ok(n) => n };
-                let at = Instant::now();
-                framer.push(&buf[..n]);
-                while let Ok(Some(frame)) = framer.next_message() {
-                    record(false, &frame);
-                    if let Some((log, conn)) = &arrivals {
-                        log.record(&frame, at, *conn, &key);
-                    }
-                    let Ok(msg) = decode(&frame) else { continue };
-                    let now = start.elapsed();
-                    if !msg.is_request() && let Some(tx) = pending.remove(&msg.hop_by_hop) {
-                        pc.handle_traffic(now);
-                        let _ = tx.send(msg);
-                        continue;
-                    }
-                    match pc.handle_message(now, msg) {
-                        Handled::Consumed => {}
-                        Handled::CerReceived { .. } => pc.accept_cer(now),
-                        Handled::Application(m) => {
-                            if m.is_request() && let Some(h) = &handler && let Some(a) = h(&m) {
-                                let b = a.encode();
-                                record(true, &b);
-                                out.extend_from_slice(&b);
-                            }
-                        }
-                    }
-                }
-            },
-            _ = tokio::time::sleep_until(deadline.into()) => pc.handle_timeout(start.elapsed()),
+    }
+
+    fn on_frame(&mut self, frame: &[u8], at: Instant, _link: &mut Link) -> bool {
+        self.record(false, frame);
+        if let Some((log, conn)) = &self.arrivals {
+            log.record(frame, at, *conn, &self.key);
         }
+        false
+    }
+
+    fn on_message(&mut self, msg: Message, link: &mut Link) -> Option<Message> {
+        if !msg.is_request()
+            && let Some(tx) = self.pending.remove(&msg.hop_by_hop)
+        {
+            let now = link.now();
+            link.pc.handle_traffic(now);
+            let _ = tx.send(msg);
+            return None;
+        }
+        Some(msg)
+    }
+
+    fn on_application(&mut self, m: Message, link: &mut Link) {
+        if m.is_request()
+            && let Some(h) = &self.handler
+            && let Some(a) = h(&m)
+        {
+            self.send(&a, &mut link.out);
+        }
+    }
+
+    fn on_framing_error(&mut self, _error: FramingError, _link: &mut Link) -> Flow {
+        // Not Diameter: the rest is not read, the connection stays as it is.
+        Flow::Continue
     }
 }
 

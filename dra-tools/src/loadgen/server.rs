@@ -29,18 +29,18 @@ use std::time::Duration;
 
 use dra_common::wire::{app, cmd};
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::conn::{Close, Flow, Link, Mode, drive};
 use super::resp::{RespClient, RespError};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::peer::{
-    ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent, peer_load_avp,
+    ConnectionOptions, PeerConfigError, PeerConnection, PeerEvent, peer_load_avp,
 };
-use dra::diameter::{Framer, Message, answer_for, result_code};
+use dra::diameter::{FramingError, Message, answer_for, result_code};
 use dra::routing::SplitMix64;
 
 /// Service-time distribution of a CCR.
@@ -625,58 +625,19 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
     }
 }
 
-/// Spawns the writer half: everything sent on the channel is written in order.
-pub(crate) fn spawn_writer(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let h = tokio::spawn(async move {
-        while let Some(mut buf) = rx.recv().await {
-            // Coalesce whatever else is queued.
-            while let Ok(more) = rx.try_recv() {
-                buf.extend_from_slice(&more);
-                if buf.len() > 256 * 1024 {
-                    break;
-                }
-            }
-            if wr.write_all(&buf).await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    (tx, h)
-}
-
-fn flush(pc: &mut PeerConnection, tx: &mpsc::UnboundedSender<Vec<u8>>) -> bool {
-    while let Some(m) = pc.poll_transmit() {
-        let _ = tx.send(m.encode());
-    }
-    let mut closed = false;
-    while let Some(ev) = pc.poll_event() {
-        if let PeerEvent::Closed { .. } = ev {
-            closed = true;
-        }
-    }
-    closed
-}
-
 async fn serve_conn(
     stream: TcpStream,
     remote: IpAddr,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     n: u64,
 ) {
-    let _ = stream.set_nodelay(true);
-    let (mut rd, wr) = stream.into_split();
-    let (tx, writer) = spawn_writer(wr);
     let opts = ConnectionOptions::new(
         shared.cfg.seed ^ n.wrapping_mul(0x9E37_79B9),
         shared.start_secs,
     )
     .own_load(shared.load_value());
-    let Ok(mut pc) = PeerConnection::responder(
+    let Ok(pc) = PeerConnection::responder(
         shared.peer_cfg.clone(),
         shared.directory.clone(),
         remote,
@@ -684,62 +645,78 @@ async fn serve_conn(
     ) else {
         return;
     };
-    let mut rng = SplitMix64::new(shared.cfg.seed.wrapping_add(n));
-    pc.handle_connected(shared.start.elapsed());
-    let mut framer = Framer::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    // Inline answers of one read, written together.
-    let inline = shared.answers_inline();
-    let mut batch: Vec<u8> = Vec::new();
-    'outer: loop {
-        let deadline = pc.poll_timeout().map(|d| shared.start + d);
-        tokio::select! {
-            _ = stop.changed() => {
-                pc.abort(shared.start.elapsed());
-                break;
-            }
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                pc.handle_timeout(shared.start.elapsed());
-            }
-            r = rd.read(&mut chunk) => {
-                let now = shared.start.elapsed();
-                let n = match r { Ok(0) | Err(_) => { pc.handle_closed(now); break; } Ok(n) => n };
-                framer.push(&chunk[..n]);
-                loop {
-                    let frame = match framer.next_message() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(_) => { pc.abort(now); break 'outer; }
-                    };
-                    let Ok(msg) = Message::decode(&frame) else { continue };
-                    if msg.command_code == cmd::DEVICE_WATCHDOG && msg.is_request() {
-                        shared.stats.lock().expect("stats").dwr_received += 1;
-                    }
-                    pc.set_own_load(shared.load_value());
-                    match pc.handle_message(now, msg) {
-                        Handled::Consumed => {}
-                        Handled::CerReceived { .. } => {
-                            pc.accept_cer(now);
-                            shared.stats.lock().expect("stats").cer_accepted += 1;
-                        }
-                        Handled::Application(req) => {
-                            let out = if inline { Some(&mut batch) } else { None };
-                            handle_app(&shared, req, &tx, out, &mut rng);
-                        }
-                    }
-                }
-                if !batch.is_empty() {
-                    let _ = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(16 * 1024)));
-                }
-            }
-        }
-        if flush(&mut pc, &tx) {
-            break;
-        }
+    let (mut link, tx) = Link::with_writer(stream, pc, shared.start.into_std());
+    let mut conn = Conn {
+        rng: SplitMix64::new(shared.cfg.seed.wrapping_add(n)),
+        inline: shared.answers_inline(),
+        shared,
+        stop,
+        tx,
+    };
+    drive(&mut link, &mut conn).await;
+    // Answers still in service hold the writer's channel: they are written first.
+    drop(conn);
+    link.close(Close::Flush(None)).await;
+}
+
+/// One connection of the server: CER, DWR and DPR through the [`PeerConnection`]
+/// (with the current Load in DWAs), application requests to [`handle_app`].
+struct Conn {
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    /// The writer task's channel, for answers sent after their service time.
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    rng: SplitMix64,
+    /// Answers are computed at once and written together per read (see
+    /// [`Shared::answers_inline`]).
+    inline: bool,
+}
+
+impl Mode for Conn {
+    type Input = ();
+
+    async fn input(&mut self) {
+        let _ = self.stop.changed().await;
     }
-    flush(&mut pc, &tx);
-    drop(tx);
-    let _ = writer.await;
+
+    async fn on_input(&mut self, (): (), link: &mut Link) -> Flow {
+        let now = link.now();
+        link.pc.abort(now);
+        Flow::Continue
+    }
+
+    fn on_event(&mut self, _event: PeerEvent, _link: &mut Link) {}
+
+    fn on_message(&mut self, msg: Message, link: &mut Link) -> Option<Message> {
+        if msg.command_code == cmd::DEVICE_WATCHDOG && msg.is_request() {
+            self.shared.stats.lock().expect("stats").dwr_received += 1;
+        }
+        link.pc.set_own_load(self.shared.load_value());
+        Some(msg)
+    }
+
+    fn on_cer(&mut self, link: &mut Link) {
+        let now = link.now();
+        link.pc.accept_cer(now);
+        self.shared.stats.lock().expect("stats").cer_accepted += 1;
+    }
+
+    fn on_application(&mut self, req: Message, link: &mut Link) {
+        let out = if self.inline {
+            Some(&mut link.out)
+        } else {
+            None
+        };
+        handle_app(&self.shared, req, &self.tx, out, &mut self.rng);
+    }
+
+    fn on_framing_error(&mut self, _error: FramingError, link: &mut Link) -> Flow {
+        // Aborted: the inline answers of this read are not written.
+        link.out.clear();
+        let now = link.now();
+        link.pc.abort(now);
+        Flow::Continue
+    }
 }
 
 /// Answers an application request: at once into `inline` when given (see
@@ -806,6 +783,7 @@ pub(crate) fn name_id(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loadgen::script::{ScriptedPeer, Tap};
     use dra::diameter::peer::peer_load_value;
     use dra::diameter::{Avp, avp_code as c};
 
@@ -814,65 +792,40 @@ mod tests {
     async fn ccas_for_burst(srv: &ServerHandle, n: u32) -> Vec<Message> {
         let addr = srv.local_addr();
         let host = "pgw1.test.example";
-        let mut sock = TcpStream::connect(addr).await.expect("connect");
-        let cfg = Arc::new(loadgen_peer_config(
-            host,
-            "test.example",
-            addr.ip(),
-            Duration::from_secs(30),
-        ));
-        let mut pc = PeerConnection::initiator(
-            cfg,
-            Arc::new(AllowList::default()),
-            addr.ip(),
-            ConnectionOptions::new(1, 0),
-        )
-        .expect("peer");
-        let t0 = Instant::now();
-        pc.handle_connected(t0.elapsed());
-        let (mut framer, mut buf) = (Framer::new(), vec![0u8; 64 * 1024]);
-        let (mut open, mut sent, mut ccas) = (false, false, Vec::new());
-        while ccas.len() < n as usize {
-            while let Some(m) = pc.poll_transmit() {
-                sock.write_all(&m.encode()).await.expect("write");
-            }
-            while let Some(e) = pc.poll_event() {
-                open |= matches!(e, PeerEvent::Opened { .. });
-            }
-            if open && !sent {
-                let mut burst = Vec::new();
-                for i in 0..n {
-                    // RFC 4006 §3.1: a minimal Gx CCR-I.
-                    let ccr = Message::request(cmd::CREDIT_CONTROL, app::GX, 100 + i, 200 + i)
-                        .proxiable()
-                        .with(Avp::utf8(c::SESSION_ID, &format!("{host};1;{i}")).mandatory())
-                        .with(Avp::u32(c::AUTH_APPLICATION_ID, app::GX).mandatory())
-                        .with(Avp::utf8(c::ORIGIN_HOST, host).mandatory())
-                        .with(Avp::utf8(c::ORIGIN_REALM, "test.example").mandatory())
-                        .with(Avp::utf8(c::DESTINATION_REALM, "pcrf.example").mandatory())
-                        .with(Avp::enumerated(c::CC_REQUEST_TYPE, 1).mandatory())
-                        .with(Avp::u32(c::CC_REQUEST_NUMBER, 0).mandatory());
-                    burst.extend_from_slice(&ccr.encode());
-                }
-                sock.write_all(&burst).await.expect("write");
-                sent = true;
-            }
-            let r = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
-                .await
-                .expect("server answers")
-                .expect("read");
-            assert!(r > 0, "server closed the connection");
-            framer.push(&buf[..r]);
-            while let Some(f) = framer.next_message().expect("frame") {
-                let m = Message::decode(&f).expect("decode");
-                if m.command_code == cmd::CREDIT_CONTROL && !m.is_request() {
-                    ccas.push(m);
-                } else {
-                    let _ = pc.handle_message(t0.elapsed(), m);
-                }
-            }
+        let tap = Tap::default();
+        let cfg = loadgen_peer_config(host, "test.example", addr.ip(), Duration::from_secs(30));
+        let pgw = ScriptedPeer::connect(addr, cfg, srv.origin_host(), Some(tap.clone()))
+            .await
+            .expect("CER accepted");
+        let burst = (0..n)
+            .flat_map(|i| {
+                // RFC 4006 §3.1: a minimal Gx CCR-I.
+                Message::request(cmd::CREDIT_CONTROL, app::GX, 100 + i, 200 + i)
+                    .proxiable()
+                    .with(Avp::utf8(c::SESSION_ID, &format!("{host};1;{i}")).mandatory())
+                    .with(Avp::u32(c::AUTH_APPLICATION_ID, app::GX).mandatory())
+                    .with(Avp::utf8(c::ORIGIN_HOST, host).mandatory())
+                    .with(Avp::utf8(c::ORIGIN_REALM, "test.example").mandatory())
+                    .with(Avp::utf8(c::DESTINATION_REALM, "pcrf.example").mandatory())
+                    .with(Avp::enumerated(c::CC_REQUEST_TYPE, 1).mandatory())
+                    .with(Avp::u32(c::CC_REQUEST_NUMBER, 0).mandatory())
+                    .encode()
+            })
+            .collect();
+        assert!(pgw.send_bytes(burst).await, "server closed the connection");
+        let ccas = || -> Vec<Message> {
+            let tap = tap.lock().expect("tap");
+            let read = tap.iter().filter(|(sent, _)| !sent);
+            read.filter_map(|(_, b)| Message::decode(b).ok())
+                .filter(|m| m.command_code == cmd::CREDIT_CONTROL && !m.is_request())
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ccas().len() < n as usize {
+            assert!(Instant::now() < deadline, "server answers");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        ccas
+        ccas()
     }
 
     fn one_slot_server(load_in_answers: bool) -> ServerConfig {
