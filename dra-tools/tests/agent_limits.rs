@@ -4,6 +4,8 @@
 //! until the limit allows it (`drop`: back-pressure, nothing lost), while the server
 //! sees only what was admitted.
 
+mod support;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,8 @@ use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
 use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::script::{ScriptedPeer, Tap, cc, ccr};
 use dra_tools::loadgen::server::{ServerConfig, ServerHandle};
+use support::agent::agent_config;
+use support::free_port;
 use tokio::time::Instant;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -30,39 +34,35 @@ const BURST: usize = 5;
 /// Bound on waiting for what must happen (never reached when the agent works).
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind((LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 /// The agent's config: listeners on 127.0.0.1 and ::1, client `pgw1` at 127.0.0.1 with
 /// a Gx CCR-I limit of 0.1/s, burst 5 (nothing refills during the test), client `pgw2`
 /// without addresses and with the same limit, server `pcrf1`.
 fn agent_toml(pcrf: SocketAddr, action: &str, rate: f64) -> String {
-    let port = free_port();
     // Answer settings exist only for `reject` (the config refuses them with `drop`).
     let answer = if action == "reject" {
         "result_code = 3002\nerror_message = \"rate limit exceeded: pgw1 Gx CCR-I\"\n"
     } else {
         ""
     };
-    format!(
-        "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{port}]\n\n\
-         [[listener]]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tcp\"\n\n\
-         [[listener]]\naddress = \"[::1]:{port}\"\ntransport = \"tcp\"\n\n\
-         [[peer]]\nname = \"pgw2\"\norigin_host = \"{PGW2_HOST}\"\nrealm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n\
-         [[peer]]\nname = \"pgw1\"\norigin_host = \"{PGW_HOST}\"\nrealm = \"{REALM}\"\naddresses = [\"127.0.0.1\"]\nrole = \"client\"\n\n\
-         [[peer]]\nname = \"pcrf1\"\norigin_host = \"{PCRF_HOST}\"\nrealm = \"{PCRF_REALM}\"\naddresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{pcrf}\"\n\n\
-         [[peer_group]]\nname = \"pcrf\"\nanswer_timeout = \"5s\"\nselection = \"round_robin\"\n\n\
-         [[route]]\nrealm = \"{PCRF_REALM}\"\napplication = \"gx\"\ngroup = \"pcrf\"\n\n\
-         [[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\napplication = \"gx\"\ncommand = \"ccr\"\n\
-         request_type = \"initial\"\nrate = {rate}\nburst = {BURST}\naction = \"{action}\"\n{answer}\n\
-         [[message_rate_limit_profile]]\npeer = \"pgw2\"\ndirection = \"ingress\"\napplication = \"gx\"\ncommand = \"ccr\"\n\
-         request_type = \"initial\"\nrate = {rate}\nburst = {BURST}\naction = \"{action}\"\n"
-    )
+    let limit = |peer: &str| {
+        format!(
+            "[[message_rate_limit_profile]]\npeer = \"{peer}\"\ndirection = \"ingress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+             rate = {rate}\nburst = {BURST}\naction = \"{action}\"\n"
+        )
+    };
+    agent_config(&["127.0.0.1", "[::1]"], free_port())
+        .client("pgw2", REALM, &[], "")
+        .client("pgw1", REALM, &["127.0.0.1"], "")
+        .server("pcrf1", PCRF_REALM, &pcrf.to_string(), "group = \"pcrf\"")
+        .group(
+            "pcrf",
+            "answer_timeout = \"5s\"\nselection = \"round_robin\"",
+        )
+        .route(PCRF_REALM, "application = \"gx\"\ngroup = \"pcrf\"")
+        .with(&format!("{}{answer}", limit("pgw1")))
+        .with(&limit("pgw2"))
+        .to_string()
 }
 
 struct Lab {

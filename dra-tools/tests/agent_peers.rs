@@ -1,11 +1,11 @@
 //! The agent over real TCP: capabilities exchange, watchdog, unknown peers, marked
 //! requests, the control socket.
 
-mod agent_support;
+mod support;
 
-use agent_support::*;
 use dra::diameter::{avp_code, result_code};
 use dra_common::wire::flags;
+use support::agent::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cer_cea_and_dwr_dwa_both_directions() {
@@ -145,8 +145,8 @@ async fn unroutable_and_invalid_requests_are_answered_locally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_socket_serves_status() {
-    let dir = std::env::temp_dir().join(format!("dra-agent-status-{}.sock", std::process::id()));
-    let _guard = TempPath(dir.clone());
+    let tmp = support::TempDir::new("dra-agent-status-");
+    let dir = tmp.0.join("dra.sock");
     let lab = Lab::start(1, 1, Some(&dir), "", None).await;
     let pgw = lab.pgw("pgw1", None).await;
     pgw.request(ccr(

@@ -1,14 +1,16 @@
 //! Egress RLF over real TCP: the agent holds a PCRF group to its configured rate and
 //! rejects what would wait longer than the delay tolerance.
 
-mod agent_support;
+mod support;
 
 use std::time::Duration;
 
-use agent_support::*;
 use dra::diameter::result_code;
+use support::agent::*;
 
-const EGRESS: &str = "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = 200\nburst = 5\naction = \"reject\"\nresult_code = 3004\nerror_message = \"egress limit pcrf 200/s\"\n";
+const EGRESS: &str = "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\n\
+                      rate = 200\nburst = 5\naction = \"reject\"\nresult_code = 3004\n\
+                      error_message = \"egress limit pcrf 200/s\"\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_rlf_holds_the_pcrf_group_to_its_rate_and_rejects_beyond_tolerance() {

@@ -1,13 +1,13 @@
 //! Many mixed Gx/Gy sessions through the agent over real TCP: exactly one answer per
 //! request, session binding, failover when a PCRF dies.
 
-mod agent_support;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use agent_support::*;
 use dra::diameter::result_code;
+use support::agent::*;
 use tokio::sync::Semaphore;
 
 /// Per session: CCR-I, CCR-U, CCR-T in order; which server answered each, and codes.

@@ -2,55 +2,27 @@
 //! to a client, relayed answers and a 3002 answer to a marked request; CER and relayed
 //! requests (Route-Record appended) to a server.
 
-mod agent_support;
+mod support;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
-
-use agent_support::*;
 use dra_common::wire::flags;
-use dra_tools::pcap::{PcapWriter, tshark_available};
+use support::agent::*;
+use support::{assert_clean, tshark_decode, tshark_missing};
 
-/// Writes one TCP connection (the simulator is `sim_is_client`) and decodes it.
+/// tshark's decode of what the simulator (on the client side when `sim_is_client`)
+/// wrote and read, as one TCP connection.
 fn decode(name: &str, tap: &Tap, sim_is_client: bool) -> String {
-    let mut w = PcapWriter::new(
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40_001),
-        SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 3868),
-    );
-    for (sent_by_sim, bytes) in tap.lock().expect("tap").iter() {
-        if *sent_by_sim == sim_is_client {
-            w.client_to_server(bytes);
-        } else {
-            w.server_to_client(bytes);
-        }
-    }
-    let file = TempPath(
-        std::env::temp_dir().join(format!("dra-agent-{name}-{}.pcap", std::process::id())),
-    );
-    w.write_to(&file.0).expect("write pcap");
-    let out = Command::new("tshark")
-        .args(["-n", "-V", "-r"])
-        .arg(&file.0)
-        .args([
-            "-o",
-            "diameter.tcp.port:3868",
-            "-o",
-            "tcp.check_checksum:TRUE",
-        ])
-        .output()
-        .expect("tshark");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let exchange: Vec<(bool, Vec<u8>)> = tap
+        .lock()
+        .expect("tap")
+        .iter()
+        .map(|(sent_by_sim, bytes)| (*sent_by_sim == sim_is_client, bytes.clone()))
+        .collect();
+    tshark_decode(&format!("agent-{name}"), &exchange)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tshark_decodes_what_the_agent_sends() {
-    if !tshark_available() {
-        println!("SKIPPED tshark_decodes_what_the_agent_sends: tshark is not on PATH");
+    if tshark_missing("tshark_decodes_what_the_agent_sends") {
         return;
     }
     let server_tap: Tap = Tap::default();
@@ -129,10 +101,4 @@ async fn tshark_decodes_what_the_agent_sends() {
         !d.contains("Session-Id: wire;2"),
         "the marked request never went upstream"
     );
-}
-
-fn assert_clean(decoded: &str) {
-    if let Some(problem) = dra_tools::pcap::tshark_problem(decoded) {
-        panic!("{problem}");
-    }
 }

@@ -1,18 +1,16 @@
 //! Wire check: our encodings, written into a pcap, decode cleanly in tshark's Diameter
 //! dissector (an independent implementation of RFC 6733 / RFC 4006 / TS 29.212).
 
-#[path = "../../dra-userspace/tests/diameter_fixtures/mod.rs"]
-mod diameter_fixtures;
+mod support;
 
-use diameter_fixtures as fx;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
-use dra_tools::pcap::tshark_available;
+use support::diameter_fixtures as fx;
+use support::{assert_clean, tshark_decode, tshark_missing};
 
 #[test]
 fn tshark_decodes_every_message_cleanly() {
-    if !tshark_available() {
-        println!("SKIPPED tshark_decodes_every_message_cleanly: tshark is not on PATH");
+    if tshark_missing("tshark_decodes_every_message_cleanly") {
         return;
     }
     let dict = Dictionary::standard();
@@ -54,7 +52,7 @@ fn tshark_decodes_every_message_cleanly() {
         (false, fx::dpa(), "Disconnect-Peer Answer"),
     ];
     let exchange: Vec<(bool, Vec<u8>)> = msgs.iter().map(|(c, m, _)| (*c, m.encode())).collect();
-    let decoded = tshark_decode("exchange", &exchange);
+    let decoded = tshark_decode("diameter-exchange", &exchange);
     assert_clean(&decoded);
 
     // Every message is dissected as Diameter, in order, with its command name (from
@@ -115,8 +113,7 @@ fn tshark_decodes_every_message_cleanly() {
 /// The check above is not vacuous: tshark does flag a wrongly encoded message.
 #[test]
 fn tshark_flags_a_wrongly_sized_avp() {
-    if !tshark_available() {
-        println!("SKIPPED tshark_flags_a_wrongly_sized_avp: tshark is not on PATH");
+    if tshark_missing("tshark_flags_a_wrongly_sized_avp") {
         return;
     }
     // Origin-State-Id is Unsigned32; 3 bytes of data is malformed (RFC 6733 §4.2).
@@ -124,22 +121,14 @@ fn tshark_flags_a_wrongly_sized_avp() {
         avp_code::ORIGIN_STATE_ID,
         [0, 0, 1],
     ));
-    let decoded = tshark_decode("bad", &[(true, fx::dwr().encode()), (false, bad.encode())]);
+    let decoded = tshark_decode(
+        "diameter-bad",
+        &[(true, fx::dwr().encode()), (false, bad.encode())],
+    );
     assert!(
         ["Malformed", "Expert Info (Error", "[Malformed"]
             .iter()
             .any(|b| decoded.contains(b)),
         "tshark did not flag a 3-byte Unsigned32:\n{decoded}"
     );
-}
-
-fn assert_clean(decoded: &str) {
-    if let Some(problem) = dra_tools::pcap::tshark_problem(decoded) {
-        panic!("{problem}");
-    }
-}
-
-/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
-fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
-    dra_tools::pcap::tshark_decode_exchange(&format!("diameter-{name}"), exchange).expect("tshark")
 }

@@ -11,6 +11,8 @@
 //! (setns), both freeDiameter daemons run in namespace B. Needs root (namespaces).
 //! See docs/interop.md.
 
+mod support;
+
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -18,6 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use support::TempDir;
+use support::agent::agent_config;
 
 const AGENT_IP: &str = "198.18.0.1";
 const FD_IP: &str = "198.18.0.2";
@@ -117,23 +122,6 @@ fn veth_pair(a: &Netns, b: &Netns) {
     sh(&["ip", "-n", &b.name, "link", "set", &ib, "up"]);
 }
 
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(unique("dra-interop-"));
-        std::fs::create_dir_all(&p).expect("temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A self-signed certificate whose CN is `host`: freeDiameter loads TLS credentials
 /// even when every peer is plain TCP, and checks that the CN matches its Identity.
 fn cert(dir: &Path, host: &str) -> (PathBuf, PathBuf) {
@@ -230,17 +218,20 @@ fn fd_conf(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str)
 }
 
 fn agent_toml() -> String {
-    format!(
-        "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"test.example\"\n\
-         diameter_ports = [{AGENT_PORT}]\n\n\
-         [[listener]]\naddress = \"{AGENT_IP}:{AGENT_PORT}\"\ntransport = \"tcp\"\n\n\
-         [[peer]]\nname = \"fdc\"\norigin_host = \"{FDC_HOST}\"\nrealm = \"test.example\"\n\
-         addresses = []\nrole = \"client\"\n\n\
-         [[peer]]\nname = \"fds\"\norigin_host = \"{FDS_HOST}\"\nrealm = \"pcrf.test.example\"\n\
-         addresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{FD_IP}:{FDS_PORT}\"\n\n\
-         [[peer_group]]\nname = \"pcrf\"\nanswer_timeout = \"2s\"\n\n\
-         [[route]]\nrealm = \"pcrf.test.example\"\napplication = \"gx\"\ngroup = \"pcrf\"\n"
-    )
+    agent_config(&[AGENT_IP], AGENT_PORT)
+        .client("fdc", "test.example", &[], "")
+        .server(
+            "fds",
+            "pcrf.test.example",
+            &format!("{FD_IP}:{FDS_PORT}"),
+            "group = \"pcrf\"",
+        )
+        .group("pcrf", "answer_timeout = \"2s\"")
+        .route(
+            "pcrf.test.example",
+            "application = \"gx\"\ngroup = \"pcrf\"",
+        )
+        .to_string()
 }
 
 /// The state column of `peer`'s row in the agent's status text.
@@ -292,7 +283,7 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
     let agent_ns = Netns::new("dia");
     let fd_ns = Netns::new("dif");
     veth_pair(&agent_ns, &fd_ns);
-    let dir = TempDir::new();
+    let dir = TempDir::new("dra-interop-");
     // freeDiameter dialling the agent (the agent's client peer `fdc`).
     let fdc_conf = fd_conf(
         &dir.0,
@@ -301,7 +292,8 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
         FDC_PORT,
         FDC_TW,
         &format!(
-            "ConnectPeer = \"{DRA_HOST}\" {{ ConnectTo = \"{AGENT_IP}\"; Port = {AGENT_PORT}; No_TLS; }};\n"
+            "ConnectPeer = \"{DRA_HOST}\" {{ ConnectTo = \"{AGENT_IP}\"; \
+             Port = {AGENT_PORT}; No_TLS; }};\n"
         ),
     );
     // freeDiameter the agent dials (server peer `fds`): unknown incoming peers are
@@ -398,12 +390,14 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
     let (dwr_in, dwa_in, dwr_out, dwa_out) = dump_counts(&fdc_log);
     assert!(
         dwr_out >= 1 && dwa_in >= 1,
-        "fdc: no DWR to the agent answered (DWR out {dwr_out}, DWA in {dwa_in}, DWR in {dwr_in}, DWA out {dwa_out}):\n{fdc_log}"
+        "fdc: no DWR to the agent answered (DWR out {dwr_out}, DWA in {dwa_in}, \
+         DWR in {dwr_in}, DWA out {dwa_out}):\n{fdc_log}"
     );
     // ... and `fds` answered the agent's DWRs.
     let (dwr_in, dwa_in, dwr_out, dwa_out) = dump_counts(&fds_log);
     assert!(
         dwr_in >= 1 && dwa_out >= 1,
-        "fds: no DWR from the agent answered (DWR in {dwr_in}, DWA out {dwa_out}, DWR out {dwr_out}, DWA in {dwa_in}):\n{fds_log}"
+        "fds: no DWR from the agent answered (DWR in {dwr_in}, DWA out {dwa_out}, \
+         DWR out {dwr_out}, DWA in {dwa_in}):\n{fds_log}"
     );
 }

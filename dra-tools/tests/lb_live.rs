@@ -20,6 +20,8 @@
 //! load the agent gets no load report at all and least_loaded is round robin. The
 //! assertions below follow from that (see each one).
 
+mod support;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -31,6 +33,8 @@ use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::script::ScriptedPeer;
 use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
+use support::agent::agent_config;
+use support::free_port;
 
 const DRA_HOST: &str = "dra.test.example";
 const REALM: &str = "test.example";
@@ -58,35 +62,23 @@ const STALE: &str = "least_loaded, DWA-only load (stale)";
 /// 1/12, 1/12, 1/24: population stddev / mean = √2 / 5.
 const ROUND_ROBIN_CV: f64 = std::f64::consts::SQRT_2 / 5.0;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 fn agent_toml(port: u16, servers: &[SocketAddr], selection: &str) -> String {
-    let mut t = format!(
-        "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{port}]\n\n\
-         [[listener]]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tcp\"\n\n"
-    );
-    for c in ["pgw1", "pgw2"] {
-        t.push_str(&format!(
-            "[[peer]]\nname = \"{c}\"\norigin_host = \"{c}.{REALM}\"\nrealm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n"
-        ));
-    }
+    let mut t = agent_config(&["127.0.0.1"], port)
+        .client("pgw1", REALM, &[], "")
+        .client("pgw2", REALM, &[], "");
     for (i, a) in servers.iter().enumerate() {
-        let n = i + 1;
-        t.push_str(&format!(
-            "[[peer]]\nname = \"pcrf{n}\"\norigin_host = \"pcrf{n}.{PCRF_REALM}\"\nrealm = \"{PCRF_REALM}\"\naddresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{a}\"\n\n"
-        ));
+        let name = format!("pcrf{}", i + 1);
+        t = t.server(&name, PCRF_REALM, &a.to_string(), "group = \"pcrf\"");
     }
-    t.push_str(&format!(
-        "[[peer_group]]\nname = \"pcrf\"\nanswer_timeout = \"3s\"\ndelay_tolerance = \"200ms\"\nqueue_limit = 100000\nselection = \"{selection}\"\n\n\
-         [[route]]\nrealm = \"{PCRF_REALM}\"\napplication = \"gx\"\ngroup = \"pcrf\"\n"
-    ));
-    t
+    t.group(
+        "pcrf",
+        &format!(
+            "answer_timeout = \"3s\"\ndelay_tolerance = \"200ms\"\nqueue_limit = 100000\n\
+             selection = \"{selection}\""
+        ),
+    )
+    .route(PCRF_REALM, "application = \"gx\"\ngroup = \"pcrf\"")
+    .to_string()
 }
 
 async fn start_agent(servers: &[SocketAddr], selection: &str) -> dra::agent::AgentHandle {
@@ -183,7 +175,8 @@ async fn run_strategy(
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.local_addr()).collect();
     let agent = start_agent(&addrs, strategy).await;
     let scenario = Scenario::from_toml(&format!(
-        "name = \"lb-{strategy}\"\ndestination_realm = \"{PCRF_REALM}\"\nrequest_timeout_ms = 10000\n\n\
+        "name = \"lb-{strategy}\"\ndestination_realm = \"{PCRF_REALM}\"\n\
+         request_timeout_ms = 10000\n\n\
          [[phase]]\nname = \"steady\"\nduration_s = {SECONDS}\nrates = {{ gx_ccr_i = {RATE} }}\n"
     ))
     .expect("scenario");
@@ -221,7 +214,9 @@ async fn run_strategy(
 
 fn table(runs: &[Run]) -> String {
     let mut t = String::from(
-        "| strategy | utilisation CV | p50 ms | mean ms | p99 ms | CCR-I per server (cap 1:1:2) | sent / answered |\n|---|---:|---:|---:|---:|---|---|\n",
+        "| strategy | utilisation CV | p50 ms | mean ms | p99 ms | \
+         CCR-I per server (cap 1:1:2) | sent / answered |\n\
+         |---|---:|---:|---:|---:|---|---|\n",
     );
     for r in runs {
         let per: Vec<String> = r.received.iter().map(u64::to_string).collect();

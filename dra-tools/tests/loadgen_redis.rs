@@ -1,59 +1,12 @@
 //! Server Redis side effects against a real redis-server on a free loopback port.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod support;
 
 use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::resp::{Reply, RespClient};
 use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::server::{self, ServerConfig};
-
-/// redis-server killed on drop, also on panic.
-struct Redis {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("/usr/bin/redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(addr).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        Redis { child, addr }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::RedisServer;
 
 async fn keys(r: &RespClient) -> Vec<String> {
     match r.command(&[b"KEYS", b"loadgen:session:*"]).await.unwrap() {
@@ -70,7 +23,7 @@ async fn keys(r: &RespClient) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_keys_appear_on_ccr_i_and_vanish_on_ccr_t() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut cfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         "pcrf1.lab.example",

@@ -57,7 +57,13 @@ destination_realm = "pcrf.lab.example"
 [[phase]]
 name = "steady"
 duration_s = 5
-rates = { gx_ccr_i = 200, gx_ccr_u = 100, gx_ccr_t = 100, gy_ccr_i = 100, gy_ccr_u = 50, gy_ccr_t = 50 }
+[phase.rates]
+gx_ccr_i = 200
+gx_ccr_u = 100
+gx_ccr_t = 100
+gy_ccr_i = 100
+gy_ccr_u = 50
+gy_ccr_t = 50
 "#,
     )
     .unwrap();

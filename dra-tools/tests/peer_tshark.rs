@@ -2,18 +2,16 @@
 //! DWR, DWA with an RFC 8583 Load AVP, DPR, DPA — produced by real exchanges on fake
 //! time, written into a pcap and decoded by tshark's Diameter dissector.
 
-#[path = "../../dra-userspace/tests/peer_support/mod.rs"]
-mod peer_support;
+mod support;
 
 use std::time::Duration;
 
 use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
-use dra_tools::pcap::tshark_available;
-use peer_support::*;
+use support::peer::*;
+use support::{assert_clean, tshark_missing};
 
-/// A temp file removed on drop (also on panic).
 /// Every kind of message the state machine sends, from real exchanges.
 fn exchanges() -> Vec<Wire> {
     let mut wire = Vec::new();
@@ -93,8 +91,7 @@ fn tshark_decodes_every_peer_message_cleanly() {
             (ce, false, Some(result_code::NO_COMMON_APPLICATION)),
         ]
     );
-    if !tshark_available() {
-        println!("SKIPPED tshark_decodes_every_peer_message_cleanly: tshark is not on PATH");
+    if tshark_missing("tshark_decodes_every_peer_message_cleanly") {
         return;
     }
     let decoded = tshark_decode(&wire);
@@ -138,17 +135,11 @@ fn tshark_decodes_every_peer_message_cleanly() {
     assert_eq!(decoded.matches("..1. .... = Error: Set").count(), 1);
 }
 
-fn assert_clean(decoded: &str) {
-    if let Some(problem) = dra_tools::pcap::tshark_problem(decoded) {
-        panic!("{problem}");
-    }
-}
-
 /// Writes the messages as one TCP connection and returns tshark's verbose decode.
 fn tshark_decode(wire: &[Wire]) -> String {
     let exchange: Vec<(bool, Vec<u8>)> = wire
         .iter()
         .map(|m| (m.from_client, m.msg.encode()))
         .collect();
-    dra_tools::pcap::tshark_decode_exchange("peer", &exchange).expect("tshark")
+    support::tshark_decode("peer", &exchange)
 }

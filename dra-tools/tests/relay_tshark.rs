@@ -2,19 +2,18 @@
 //! with the T flag, restored answer, generated 3002/3004/3005/5012 answers, the answer
 //! to a marked request), in a pcap, decode cleanly in tshark's Diameter dissector.
 
-#[path = "../../dra-userspace/tests/diameter_fixtures/mod.rs"]
-mod diameter_fixtures;
+mod support;
 
 use std::time::Duration;
 
-use diameter_fixtures as fx;
 use dra::diameter::{Avp, Message, avp_code, result_code};
 use dra::relay::{
     DownstreamRef, Expired, RejectProfile, Relay, RelayConfig, RetryOutcome, reject_marked,
 };
 use dra::routing::PeerId;
 use dra_common::wire::flags;
-use dra_tools::pcap::tshark_available;
+use support::diameter_fixtures as fx;
+use support::{assert_clean, tshark_decode, tshark_missing};
 
 /// (flags line, Hop-by-Hop line, Result-Code or "") of each Diameter PDU, in order.
 fn pdus(decoded: &str) -> Vec<(String, String, String)> {
@@ -40,8 +39,7 @@ fn pdus(decoded: &str) -> Vec<(String, String, String)> {
 
 #[test]
 fn tshark_decodes_relayed_and_generated_messages_cleanly() {
-    if !tshark_available() {
-        println!("SKIPPED tshark_decodes_relayed_and_generated_messages_cleanly: no tshark");
+    if tshark_missing("tshark_decodes_relayed_and_generated_messages_cleanly") {
         return;
     }
     let pgw = DownstreamRef {
@@ -177,7 +175,7 @@ fn tshark_decodes_relayed_and_generated_messages_cleanly() {
         (false, ans_5012.clone(), "5012"),
     ];
     let exchange: Vec<(bool, Vec<u8>)> = msgs.iter().map(|(c, m, _)| (*c, m.encode())).collect();
-    let decoded = tshark_decode("relay", &exchange);
+    let decoded = tshark_decode("relay-relay", &exchange);
     assert_clean(&decoded);
 
     let got = pdus(&decoded);
@@ -225,15 +223,4 @@ fn tshark_decodes_relayed_and_generated_messages_cleanly() {
     ] {
         assert!(decoded.contains(needle), "tshark output lacks {needle:?}");
     }
-}
-
-fn assert_clean(decoded: &str) {
-    if let Some(problem) = dra_tools::pcap::tshark_problem(decoded) {
-        panic!("{problem}");
-    }
-}
-
-/// Writes the exchange as one TCP connection and returns tshark's verbose decode.
-fn tshark_decode(name: &str, exchange: &[(bool, Vec<u8>)]) -> String {
-    dra_tools::pcap::tshark_decode_exchange(&format!("relay-{name}"), exchange).expect("tshark")
 }

@@ -1,11 +1,13 @@
-//! Fixtures for the `agent_*` tests: the agent's config and a small lab (PCRF and OCS
-//! simulators + the agent), built on the project's simulator, `dra_tools::loadgen::script`.
-#![allow(dead_code)]
+//! The agent's config and a small lab (PCRF and OCS simulators + the agent) for the
+//! tests that run the agent in process, built on the project's simulator,
+//! `dra_tools::loadgen::script`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use dra::diameter::peer::PeerConfig;
+
+use super::{ConfigToml, free_port};
 // Each test crate that includes this module uses a different subset.
 #[allow(unused_imports)]
 pub use dra_tools::loadgen::script::{
@@ -24,15 +26,6 @@ pub fn any_port() -> SocketAddr {
     SocketAddr::new(ip(LOCALHOST), 0)
 }
 
-/// Kill-on-drop temp path.
-pub struct TempPath(pub std::path::PathBuf);
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Just an address helper.
 pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
@@ -45,6 +38,14 @@ pub const OCS_REALM: &str = "ocs.test.example";
 pub const GX: u32 = 16_777_238;
 pub const GY: u32 = 4;
 
+/// The agent `dra.test.example` (realm [`REALM`]) listening on each of `ips` at `port`,
+/// its only Diameter port.
+pub fn agent_config(ips: &[&str], port: u16) -> ConfigToml {
+    let listeners: Vec<String> = ips.iter().map(|ip| format!("{ip}:{port}")).collect();
+    let listeners: Vec<&str> = listeners.iter().map(String::as_str).collect();
+    ConfigToml::new(REALM, &listeners, &format!("diameter_ports = [{port}]"))
+}
+
 /// The agent's config for the tests: listener on 127.0.0.1 (free port), clients
 /// `pgw1`, `pgw2`, servers of group `pcrf` (Gx, realm [`PCRF_REALM`]) and `ocs` (Gy,
 /// realm [`OCS_REALM`]) at the given addresses; `extra` is appended verbatim.
@@ -55,29 +56,22 @@ pub fn agent_toml(
     extra: &str,
 ) -> String {
     // The config refuses port 0: take a free port (released just before the agent binds it).
-    let port = std::net::TcpListener::bind((LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut t = format!(
-        "[global]\norigin_host = \"{DRA_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{port}]\n\n\
-         [[listener]]\naddress = \"127.0.0.1:{port}\"\ntransport = \"tcp\"\n\n"
-    );
+    let mut t = agent_config(&[LOCALHOST], free_port());
     if let Some(p) = control {
-        t.push_str(&format!("[control]\nsocket = \"{}\"\n\n", p.display()));
+        t = t.with(&format!("[control]\nsocket = \"{}\"", p.display()));
     }
     for c in ["pgw1", "pgw2"] {
-        t.push_str(&format!(
-            "[[peer]]\nname = \"{c}\"\norigin_host = \"{c}.{REALM}\"\nrealm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n"
-        ));
+        t = t.client(c, REALM, &[], "");
     }
     for (group, realm, list) in [("pcrf", PCRF_REALM, pcrfs), ("ocs", OCS_REALM, ocss)] {
         for (i, a) in list.iter().enumerate() {
-            let n = i + 1;
-            t.push_str(&format!(
-                "[[peer]]\nname = \"{group}{n}\"\norigin_host = \"{group}{n}.{realm}\"\nrealm = \"{realm}\"\naddresses = []\nrole = \"server\"\ngroup = \"{group}\"\nconnect = \"{a}\"\n\n"
-            ));
+            let name = format!("{group}{}", i + 1);
+            t = t.server(
+                &name,
+                realm,
+                &a.to_string(),
+                &format!("group = \"{group}\""),
+            );
         }
     }
     for (group, realm, app, list) in [
@@ -87,13 +81,18 @@ pub fn agent_toml(
         if list.is_empty() {
             continue;
         }
-        t.push_str(&format!(
-            "[[peer_group]]\nname = \"{group}\"\nanswer_timeout = \"2s\"\ndelay_tolerance = \"200ms\"\nqueue_limit = 1000\nselection = \"round_robin\"\n\n\
-             [[route]]\nrealm = \"{realm}\"\napplication = \"{app}\"\ngroup = \"{group}\"\n\n"
-        ));
+        t = t
+            .group(
+                group,
+                "answer_timeout = \"2s\"\ndelay_tolerance = \"200ms\"\nqueue_limit = 1000\n\
+                 selection = \"round_robin\"",
+            )
+            .route(
+                realm,
+                &format!("application = \"{app}\"\ngroup = \"{group}\""),
+            );
     }
-    t.push_str(extra);
-    t
+    t.with(extra).to_string()
 }
 
 /// Starts PCRF and OCS simulators and the agent; waits until every server is open.
