@@ -246,17 +246,20 @@ async fn load(relay: SocketAddr, args: &Args, name: &'static str) -> Result<Rela
 
 fn agent_toml(args: &Args, servers: &[ServerHandle]) -> String {
     let mut t = format!(
-        "[global]\norigin_host = \"{AGENT_HOST}\"\norigin_realm = \"{REALM}\"\ndiameter_ports = [{AGENT_PORT}]\n\n\
+        "[global]\norigin_host = \"{AGENT_HOST}\"\norigin_realm = \"{REALM}\"\n\
+         diameter_ports = [{AGENT_PORT}]\n\n\
          [[listener]]\naddress = \"{RELAY_IP}:{AGENT_PORT}\"\ntransport = \"tcp\"\n\n"
     );
     for i in 1..=args.clients {
         t.push_str(&format!(
-            "[[peer]]\nname = \"client{i}\"\norigin_host = \"client{i}.{REALM}\"\nrealm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n"
+            "[[peer]]\nname = \"client{i}\"\norigin_host = \"client{i}.{REALM}\"\n\
+             realm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n"
         ));
     }
     for (i, s) in servers.iter().enumerate() {
         t.push_str(&format!(
-            "[[peer]]\nname = \"srv{}\"\norigin_host = \"{}\"\nrealm = \"{SERVER_REALM}\"\naddresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{}\"\n\n",
+            "[[peer]]\nname = \"srv{}\"\norigin_host = \"{}\"\nrealm = \"{SERVER_REALM}\"\n\
+             addresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{}\"\n\n",
             i + 1,
             s.origin_host(),
             s.local_addr()
@@ -396,7 +399,8 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[ServerHandle]) -> Result<PathBuf>
         "Identity = \"{FD_HOST}\";\nRealm = \"{REALM}\";\nPort = {FD_PORT};\nSecPort = 0;\n\
          No_SCTP;\nNo_IPv6;\nListenOn = \"{RELAY_IP}\";\nTwTimer = 30;\nTcTimer = 1;\n\
          TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";\n\
-         LoadExtension = \"dict_nasreq.fdx\";\nLoadExtension = \"dict_dcca.fdx\";\nLoadExtension = \"dict_dcca_3gpp.fdx\";\n\
+         LoadExtension = \"dict_nasreq.fdx\";\nLoadExtension = \"dict_dcca.fdx\";\n\
+         LoadExtension = \"dict_dcca_3gpp.fdx\";\n\
          LoadExtension = \"acl_wl.fdx\" : \"{}\";\nLoadExtension = \"rt_default.fdx\" : \"{}\";\n",
         crt.display(),
         key.display(),
@@ -516,7 +520,8 @@ fn main() -> Result<()> {
 fn report(args: &Args, results: &[RelayResult]) -> Result<()> {
     let in_flight = args.clients * args.window;
     println!(
-        "relay benchmark: {} clients × {} in flight = {in_flight}, {} servers answering at once, {} s measured after {} s warm-up",
+        "relay benchmark: {} clients × {} in flight = {in_flight}, {} servers answering at \
+         once, {} s measured after {} s warm-up",
         args.clients, args.window, args.servers, args.seconds, args.warmup
     );
     println!(

@@ -32,8 +32,9 @@ enum Cmd {
     /// Runs every variant × client count × heartbeat period × strategy with one seed,
     /// prints markdown tables (a row per strategy, a column per H) and writes
     /// results.md, results.csv and PNG plots (seed002_cv.png, seed002_window_cv.png,
-    /// queue_cv.png, queue_qlen_cv.png, queue_p99.png) into --out. Times are in mean inter-arrival times of
-    /// the aggregate request stream. The same options and seed give the same output.
+    /// queue_cv.png, queue_qlen_cv.png, queue_p99.png) into --out. Times are in mean
+    /// inter-arrival times of the aggregate request stream. The same options and seed give
+    /// the same output.
     Lb(LbArgs),
 }
 

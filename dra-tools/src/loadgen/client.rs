@@ -251,7 +251,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
                 }
             }
             _ = tick.tick() => {}
-            r = async { match stop.as_mut() { Some(s) => s.changed().await, None => std::future::pending().await } }, if !stopped => {
+            r = stop_changed(&mut stop), if !stopped => {
                 // A closed sender (Err) or `true`: stop. `false` changes nothing.
                 if r.is_err() || stop.as_ref().is_some_and(|s| *s.borrow()) {
                     stopped = true;
@@ -354,6 +354,16 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     Ok(stats.report(&name, elapsed, pool.counts(), open_sessions(&pool), owed))
 }
 
+/// The next change of the stop signal (never, without one).
+async fn stop_changed(
+    stop: &mut Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match stop.as_mut() {
+        Some(s) => s.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn open_sessions(pool: &SessionPool) -> BTreeMap<String, u64> {
     [App::Gx, App::Gy]
         .iter()
@@ -369,7 +379,8 @@ fn progress_line(row: &Row) -> String {
     let in_flight: u64 = row.classes.values().map(|c| c.in_flight).sum();
     let p99 = row.classes.values().map(|c| c.p99_ms).fold(0.0, f64::max);
     format!(
-        "t={}s phase={} peers_up={} sent={sent}/s answered={answered}/s timeouts={timeouts} lost={lost} in_flight={in_flight} p99_max={p99:.1}ms sessions={:?}",
+        "t={}s phase={} peers_up={} sent={sent}/s answered={answered}/s timeouts={timeouts} \
+         lost={lost} in_flight={in_flight} p99_max={p99:.1}ms sessions={:?}",
         row.t, row.phase, row.peers_up, row.open_sessions
     )
 }
@@ -443,7 +454,9 @@ async fn peer_task(
                 _ = tokio::time::sleep_until(until) => break,
                 c = rx.recv() => match c {
                     None | Some(Cmd::Stop) => return,
-                    Some(Cmd::Send(s)) => { let _ = ev.send(Ev::Lost { key: s.key, class: s.class }); }
+                    Some(Cmd::Send(s)) => {
+                        let _ = ev.send(Ev::Lost { key: s.key, class: s.class });
+                    }
                     Some(Cmd::Drop) => {}
                 },
             }

@@ -65,7 +65,8 @@ pub enum LatencyDist {
 /// A latency distribution that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "latency {text:?}: expected fixed:<d>, uniform:<min>:<max> or exp:<mean>, durations like 5ms, 1.5s, 200us"
+    "latency {text:?}: expected fixed:<d>, uniform:<min>:<max> or exp:<mean>, durations \
+     like 5ms, 1.5s, 200us"
 )]
 pub struct LatencyParseError {
     /// The text given.
@@ -615,7 +616,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 let Ok((stream, remote)) = r else { continue };
                 n += 1;
                 shared.stats.lock().expect("stats").connections += 1;
-                conns.push(tokio::spawn(serve_conn(stream, remote.ip(), shared.clone(), stop.clone(), n)));
+                let conn = serve_conn(stream, remote.ip(), shared.clone(), stop.clone(), n);
+                conns.push(tokio::spawn(conn));
                 conns.retain(|h: &JoinHandle<()>| !h.is_finished());
             }
         }

@@ -167,7 +167,8 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "scenario {:?}: {:.1} s, peers opened {} dropped {}, sessions opened {} closed {} flush CCR-T {} server switches {}",
+            "scenario {:?}: {:.1} s, peers opened {} dropped {}, sessions opened {} closed {} \
+             flush CCR-T {} server switches {}",
             self.scenario,
             self.duration_s,
             self.peers.opened,
