@@ -6,7 +6,7 @@ mod support;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
 use support::diameter_fixtures as fx;
-use support::{assert_clean, tshark_decode, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, tshark_decode, tshark_missing};
 
 #[test]
 fn tshark_decodes_every_message_cleanly() {
@@ -57,14 +57,11 @@ fn tshark_decodes_every_message_cleanly() {
 
     // Every message is dissected as Diameter, in order, with its command name (from
     // our dictionary, which must agree with Wireshark's) and its flags.
-    let headers: Vec<(String, String)> = decoded
-        .split("\nDiameter Protocol\n")
-        .skip(1)
+    let headers: Vec<(String, String)> = diameter_pdus(&decoded)
+        .into_iter()
         .map(|block| {
             let field = |prefix: &str| {
-                block
-                    .lines()
-                    .find_map(|l| l.strip_prefix(prefix))
+                pdu_field(block, prefix)
                     .unwrap_or_else(|| panic!("no {prefix:?} in Diameter block:\n{block}"))
                     .to_owned()
             };

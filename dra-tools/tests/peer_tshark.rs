@@ -10,7 +10,7 @@ use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
 use support::peer::*;
-use support::{assert_clean, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, tshark_missing};
 
 /// Every kind of message the state machine sends, from real exchanges.
 fn exchanges() -> Vec<Wire> {
@@ -99,15 +99,12 @@ fn tshark_decodes_every_peer_message_cleanly() {
 
     // One Diameter PDU per message, each with the command name and flags we sent.
     let dict = Dictionary::standard();
-    let blocks: Vec<&str> = decoded.split("\nDiameter Protocol\n").skip(1).collect();
+    let blocks = diameter_pdus(&decoded);
     assert_eq!(blocks.len(), wire.len(), "one Diameter PDU per message");
     for (block, w) in blocks.iter().zip(&wire) {
         let def = dict.command(w.msg.command_code).expect("command");
         let field = |prefix: &str| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .unwrap_or_else(|| panic!("no {prefix:?} in:\n{block}"))
+            pdu_field(block, prefix).unwrap_or_else(|| panic!("no {prefix:?} in:\n{block}"))
         };
         assert_eq!(
             field("    Command Code: "),

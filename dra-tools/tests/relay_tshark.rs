@@ -13,21 +13,14 @@ use dra::relay::{
 use dra::routing::PeerId;
 use dra_common::wire::flags;
 use support::diameter_fixtures as fx;
-use support::{assert_clean, tshark_decode, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, tshark_decode, tshark_missing};
 
 /// (flags line, Hop-by-Hop line, Result-Code or "") of each Diameter PDU, in order.
 fn pdus(decoded: &str) -> Vec<(String, String, String)> {
-    decoded
-        .split("\nDiameter Protocol\n")
-        .skip(1)
+    diameter_pdus(decoded)
+        .into_iter()
         .map(|block| {
-            let field = |prefix: &str| {
-                block
-                    .lines()
-                    .find_map(|l| l.strip_prefix(prefix))
-                    .map(str::to_owned)
-                    .unwrap_or_default()
-            };
+            let field = |prefix: &str| pdu_field(block, prefix).unwrap_or_default().to_owned();
             (
                 field("    Flags: "),
                 field("    Hop-by-Hop Identifier: "),

@@ -9,6 +9,8 @@ use aya::programs::{SchedClassifier, TestRun, TestRunOptions, Xdp};
 use aya::{Ebpf, TestRunResult};
 use dra::dataplane::{self, Dataplane, Maps, Plan};
 use dra::oob::OobInbox;
+use dra_common::maps::ClassCounters;
+use dra_common::stats::Counter;
 
 use crate::netns::unique;
 
@@ -124,4 +126,31 @@ where
     let r = prog.test_run(opts).expect("test run");
     out.truncate(r.data_size_out as usize);
     (r.return_value, r.duration)
+}
+
+/// A slot's counts: (seen, admitted, marked, dropped).
+pub type SlotCounts = (u64, u64, u64, u64);
+
+/// What a slot counted from `before` to `after`.
+pub fn slot_delta(before: &ClassCounters, after: &ClassCounters) -> SlotCounts {
+    (
+        after.seen - before.seen,
+        after.admitted - before.admitted,
+        after.marked - before.marked,
+        after.dropped - before.dropped,
+    )
+}
+
+/// Each counter of `want` ((counter, delta)) whose delta from `before` to `after` (the
+/// per-CPU counters as `Maps::stats` reads them) is another, as a message.
+pub fn counter_mismatches(
+    before: &[(Counter, u64)],
+    after: &[(Counter, u64)],
+    want: &[(Counter, u64)],
+) -> Vec<String> {
+    let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
+    want.iter()
+        .filter(|(c, w)| delta(*c) != *w)
+        .map(|(c, w)| format!("counter {} delta {}, want {w}", c.name(), delta(*c)))
+        .collect()
 }

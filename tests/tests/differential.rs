@@ -23,7 +23,9 @@ use dra_common::{
     wire::{app, flags},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
-use dra_tests::support::{Hook, lab_config, load_object, oob_inbox, run_xdp};
+use dra_tests::support::{
+    Hook, SlotCounts, lab_config, load_object, oob_inbox, run_xdp, slot_delta,
+};
 
 const PASS: u32 = 2;
 const DROP: u32 = 1;
@@ -136,20 +138,13 @@ impl Harness {
 }
 
 /// Per slot: (seen, admitted, marked, dropped).
-type Counts = Vec<(u64, u64, u64, u64)>;
+type Counts = Vec<SlotCounts>;
 
 fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Counts {
     after
         .iter()
         .zip(before)
-        .map(|(a, b)| {
-            (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            )
-        })
+        .map(|(a, b)| slot_delta(b, a))
         .collect()
 }
 

@@ -15,7 +15,10 @@ use dra_common::{
     wire::{MsgClass, app, cc_request_type as rt},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN};
-use dra_tests::support::{Hook, LAB_REALM, PCRF_REALM, lab_dra, load_object, oob_inbox, run_xdp};
+use dra_tests::support::{
+    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, oob_inbox, run_xdp,
+    slot_delta,
+};
 
 const PASS: u32 = 2;
 const DROP: u32 = 1;
@@ -879,24 +882,11 @@ fn fixture_table() {
                 r.steps.len()
             ));
         }
-        for (c, want) in &r.counters {
-            if delta(*c) != *want {
-                failures.push(format!(
-                    "{}: counter {} delta {}, want {want}",
-                    r.name,
-                    c.name(),
-                    delta(*c)
-                ));
-            }
+        for e in counter_mismatches(&before, &after, &r.counters) {
+            failures.push(format!("{}: {e}", r.name));
         }
         for ((p, c, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
-            let a = h.maps.slot_counters(h.slot(p, *c)).unwrap();
-            let got = (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            );
+            let got = slot_delta(&b, &h.maps.slot_counters(h.slot(p, *c)).unwrap());
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{c:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",

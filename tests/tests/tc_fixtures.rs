@@ -11,7 +11,9 @@ use dra_common::{
     wire::{MsgClass, app},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
-use dra_tests::support::{Hook, LAB_REALM, PCRF_REALM, lab_dra, load_object, run_tc};
+use dra_tests::support::{
+    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, run_tc, slot_delta,
+};
 
 /// TC_ACT_UNSPEC (TCX "next"): the packet goes on.
 const PASS: u32 = u32::MAX;
@@ -437,24 +439,11 @@ fn tc_fixture_table() {
                 r.steps.len()
             ));
         }
-        for (c, want) in &r.counters {
-            if delta(*c) != *want {
-                failures.push(format!(
-                    "{}: counter {} delta {}, want {want}",
-                    r.name,
-                    c.name(),
-                    delta(*c)
-                ));
-            }
+        for e in counter_mismatches(&before, &after, &r.counters) {
+            failures.push(format!("{}: {e}", r.name));
         }
         for ((p, w, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
-            let a = h.maps.slot_counters(h.slot(p, *w)).unwrap();
-            let got = (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            );
+            let got = slot_delta(&b, &h.maps.slot_counters(h.slot(p, *w)).unwrap());
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{w:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",

@@ -40,3 +40,14 @@ pub fn assert_clean(decoded: &str) {
         panic!("{problem}");
     }
 }
+
+/// The Diameter PDUs of a verbose decode, in order.
+pub fn diameter_pdus(decoded: &str) -> Vec<&str> {
+    decoded.split("\nDiameter Protocol\n").skip(1).collect()
+}
+
+/// The rest of the first line of `pdu` that starts with `prefix` (indentation included,
+/// e.g. `"    Flags: "`).
+pub fn pdu_field<'a>(pdu: &'a str, prefix: &str) -> Option<&'a str> {
+    pdu.lines().find_map(|l| l.strip_prefix(prefix))
+}
