@@ -12,8 +12,12 @@
 //!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
 //!   session.
 //!
+//! Every mode drives its connections with one driver (`conn`: a [`PeerConnection`] over
+//! a TCP stream, the mode's requests, answers and measurements in its own `Mode`).
 //! Sans-IO parts ([`scenario::Schedule`], [`session::SessionPool`]) are unit-tested; the
-//! tokio shells are tested over real TCP in `tests/loadgen_*.rs`.
+//! tokio shells are tested over real TCP in `dra-tools/tests/loadgen_*.rs`.
+//!
+//! [`PeerConnection`]: dra::diameter::peer::PeerConnection
 
 pub mod client;
 pub mod closed;
