@@ -7,7 +7,10 @@
 //!   scripted modes.
 //! - [`sim`]: the deterministic load-balancing simulator behind `dra-sim lb`.
 //! - [`pcap`]: classic pcap files of one TCP connection, and tshark's verdict on them.
+//! - [`netns`]: network namespaces joined by veth pairs (the relay benchmark, the
+//!   freeDiameter interop test).
 
 pub mod loadgen;
+pub mod netns;
 pub mod pcap;
 pub mod sim;

@@ -15,12 +15,11 @@ mod support;
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use dra_tools::netns::{self, Netns};
 use support::TempDir;
 use support::agent::agent_config;
 
@@ -42,85 +41,6 @@ const OBSERVE: Duration = Duration::from_secs(13);
 const DRA_HOST: &str = "dra.test.example";
 const FDC_HOST: &str = "fdc.test.example";
 const FDS_HOST: &str = "fds.pcrf.test.example";
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn unique(prefix: &str) -> String {
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{}x{n}", std::process::id() % 100_000)
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
-/// A network namespace, deleted on drop (also on panic).
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new(prefix: &str) -> Netns {
-        let name = unique(prefix);
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns { name };
-        sh(&["ip", "-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn file(&self) -> File {
-        File::open(format!("/run/netns/{}", self.name)).expect("open netns")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Deleting the namespace also removes its end of the veth pair (and the peer).
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-/// Two namespaces joined by a veth pair: `a` has [`AGENT_IP`], `b` has [`FD_IP`].
-fn veth_pair(a: &Netns, b: &Netns) {
-    let ia = unique("ia");
-    let ib = unique("ib");
-    sh(&[
-        "ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns",
-        &b.name,
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        &a.name,
-        "addr",
-        "add",
-        &format!("{AGENT_IP}/30"),
-        "dev",
-        &ia,
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        &b.name,
-        "addr",
-        "add",
-        &format!("{FD_IP}/30"),
-        "dev",
-        &ib,
-    ]);
-    sh(&["ip", "-n", &a.name, "link", "set", &ia, "up"]);
-    sh(&["ip", "-n", &b.name, "link", "set", &ib, "up"]);
-}
 
 /// A self-signed certificate whose CN is `host`: freeDiameter loads TLS credentials
 /// even when every peer is plain TCP, and checks that the CN matches its Identity.
@@ -154,9 +74,6 @@ struct FreeDiameter {
 
 impl FreeDiameter {
     fn start(ns: &Netns, conf: &Path, log: PathBuf) -> FreeDiameter {
-        use std::os::unix::process::CommandExt;
-        let nsfile = ns.file();
-        let fd = nsfile.as_raw_fd();
         let out = File::create(&log).expect("log file");
         let mut cmd = Command::new("freeDiameterd");
         cmd.arg("-c")
@@ -165,20 +82,9 @@ impl FreeDiameter {
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup"))
             .stderr(out);
-        // SAFETY: only setns(2) between fork and exec (async-signal-safe); the fd stays
-        // open in the parent until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
+        let child = ns
+            .spawn(&mut cmd)
             .expect("spawn freeDiameterd (package freediameterd; `cargo xtask setup` installs it)");
-        drop(nsfile);
         FreeDiameter { child, log }
     }
 
@@ -280,9 +186,15 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
         0,
         "this test creates network namespaces: run it as root (`sudo cargo xtask test`)"
     );
-    let agent_ns = Netns::new("dia");
-    let fd_ns = Netns::new("dif");
-    veth_pair(&agent_ns, &fd_ns);
+    let agent_ns = Netns::new("dia").expect("namespace");
+    let fd_ns = Netns::new("dif").expect("namespace");
+    netns::veth_pair(
+        &agent_ns,
+        &format!("{AGENT_IP}/30"),
+        &fd_ns,
+        &format!("{FD_IP}/30"),
+    )
+    .expect("veth pair");
     let dir = TempDir::new("dra-interop-");
     // freeDiameter dialling the agent (the agent's client peer `fdc`).
     let fdc_conf = fd_conf(
@@ -313,17 +225,13 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
 
     let cfg = dra::config::parse(&agent_toml(), "interop.toml").expect("config");
     let metrics = dra::metrics::Metrics::new();
-    let nsfile = agent_ns.file();
+    let nsfile = agent_ns.file().expect("namespace file");
     let m = metrics;
     // The agent's sockets must live in namespace A: a dedicated thread enters it and
     // runs its own runtime there.
     let agent_thread = std::thread::spawn(move || {
-        // SAFETY: setns on a namespace fd; affects only this thread (and the runtime
-        // it creates below).
-        assert_eq!(
-            unsafe { libc::setns(nsfile.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+        // This thread only (and the runtime it creates below).
+        netns::enter(&nsfile).expect("setns");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

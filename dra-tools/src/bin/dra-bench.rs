@@ -20,7 +20,6 @@
 use std::fs::File;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,6 +29,7 @@ use clap::Parser;
 use dra::diameter::result_code;
 use dra_tools::loadgen::closed::{self, ClosedConfig};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
+use dra_tools::netns::{self, Netns};
 
 const SIM_IP: &str = "198.18.0.1";
 const RELAY_IP: &str = "198.18.0.2";
@@ -68,88 +68,6 @@ struct Args {
     /// Result file (JSON).
     #[arg(long)]
     out: Option<PathBuf>,
-}
-
-// ---------------------------------------------------------------- namespaces
-
-fn sh(args: &[&str]) -> Result<()> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("spawn {args:?}"))?;
-    if !out.status.success() {
-        bail!("{args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
-
-/// A network namespace, deleted on drop.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new(prefix: &str) -> Result<Netns> {
-        let name = format!("{prefix}{}", std::process::id() % 100_000);
-        sh(&["ip", "netns", "add", &name])?;
-        let ns = Netns { name };
-        sh(&["ip", "-n", &ns.name, "link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    fn file(&self) -> Result<File> {
-        File::open(format!("/run/netns/{}", self.name)).context("open netns")
-    }
-
-    /// Moves the calling thread into this namespace (threads it creates follow).
-    fn enter(&self) -> Result<()> {
-        let f = self.file()?;
-        // SAFETY: setns(2) on a network namespace fd; affects only the calling thread.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns {}: {}", self.name, std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn veth(a: &Netns, a_ip: &str, b: &Netns, b_ip: &str) -> Result<()> {
-    let ia = format!("bva{}", std::process::id() % 100_000);
-    let ib = format!("bvb{}", std::process::id() % 100_000);
-    sh(&[
-        "ip", "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns",
-        &b.name,
-    ])?;
-    sh(&[
-        "ip",
-        "-n",
-        &a.name,
-        "addr",
-        "add",
-        &format!("{a_ip}/30"),
-        "dev",
-        &ia,
-    ])?;
-    sh(&[
-        "ip",
-        "-n",
-        &b.name,
-        "addr",
-        "add",
-        &format!("{b_ip}/30"),
-        "dev",
-        &ib,
-    ])?;
-    sh(&["ip", "-n", &a.name, "link", "set", &ia, "up"])?;
-    sh(&["ip", "-n", &b.name, "link", "set", &ib, "up"])?;
-    Ok(())
 }
 
 /// A temporary directory, removed on drop.
@@ -286,13 +204,9 @@ impl AgentRun {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            // SAFETY: setns(2) on a network namespace fd; affects this thread and the
-            // runtime threads it creates below.
-            if unsafe { libc::setns(nsfile.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = ready_tx.send(Err(anyhow::anyhow!(
-                    "setns: {}",
-                    std::io::Error::last_os_error()
-                )));
+            // This thread and the runtime threads it creates below.
+            if let Err(e) = netns::enter(&nsfile) {
+                let _ = ready_tx.send(Err(anyhow::anyhow!("setns: {e}")));
                 return;
             }
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -422,9 +336,6 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[ServerHandle]) -> Result<PathBuf>
 }
 
 fn start_fd(ns: &Netns, conf: &Path, log: &Path) -> Result<FdRun> {
-    use std::os::unix::process::CommandExt;
-    let nsfile = ns.file()?;
-    let fd = nsfile.as_raw_fd();
     let out = File::create(log)?;
     let mut cmd = Command::new("freeDiameterd");
     cmd.arg("-c")
@@ -432,17 +343,8 @@ fn start_fd(ns: &Netns, conf: &Path, log: &Path) -> Result<FdRun> {
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
-    // SAFETY: only setns(2) between fork and exec (async-signal-safe).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
+    let child = ns
+        .spawn(&mut cmd)
         .context("spawn freeDiameterd (package freediameterd; `cargo xtask setup`)")?;
     Ok(FdRun { child })
 }
@@ -461,7 +363,12 @@ fn main() -> Result<()> {
     }
     let sim_ns = Netns::new("bsim")?;
     let relay_ns = Netns::new("brel")?;
-    veth(&sim_ns, SIM_IP, &relay_ns, RELAY_IP)?;
+    netns::veth_pair(
+        &sim_ns,
+        &format!("{SIM_IP}/30"),
+        &relay_ns,
+        &format!("{RELAY_IP}/30"),
+    )?;
     let dir = TempDir(std::env::temp_dir().join(format!("dra-bench-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0)?;
     // This (main) thread runs the simulators in the sim namespace.
