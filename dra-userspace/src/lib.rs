@@ -8,14 +8,12 @@ pub mod dataplane;
 pub mod diameter;
 pub mod drl;
 pub mod limiter;
-pub mod loadgen;
 pub mod metrics;
 pub mod oob;
 pub mod relay;
 pub mod routing;
 pub mod run;
 pub mod session;
-pub mod sim;
 
 /// An error and its sources, "a: b: c", for logs.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

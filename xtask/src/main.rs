@@ -96,7 +96,7 @@ fn is_root() -> bool {
 
 fn build(release: bool) -> Result<()> {
     let mut c = cargo();
-    c.args(["build", "-p", "dra-userspace", "--bins"]);
+    c.args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]);
     if release {
         c.arg("--release");
     }
@@ -141,6 +141,8 @@ fn test() -> Result<()> {
         "-p",
         "dra-userspace",
         "-p",
+        "dra-tools",
+        "-p",
         "xtask",
         "-p",
         "dra-tests",
@@ -184,6 +186,8 @@ fn test() -> Result<()> {
             "dra-common",
             "-p",
             "dra-userspace",
+            "-p",
+            "dra-tools",
             "-p",
             "xtask",
         ]),
@@ -272,7 +276,7 @@ fn real_main() -> Result<()> {
                         "run",
                         "--release",
                         "-p",
-                        "dra-userspace",
+                        "dra-tools",
                         "--bin",
                         "dra-sim",
                         "--",
@@ -329,7 +333,7 @@ fn real_main() -> Result<()> {
                             "run",
                             "--release",
                             "-p",
-                            "dra-userspace",
+                            "dra-tools",
                             "--bin",
                             "dra-bench",
                             "--",
