@@ -190,7 +190,8 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
         });
         assert!(
             ok,
-            "{what}: pgw1 CCR-I rate {}, CCR-T rate {} after {within:?}, want {want} for both (CCR-T follows CCR-I)",
+            "{what}: pgw1 CCR-I rate {}, CCR-T rate {} after {within:?}, want {want} for both \
+             (CCR-T follows CCR-I)",
             rate_of(&maps, pgw1_i),
             rate_of(&maps, pgw1_t)
         );
