@@ -431,3 +431,39 @@ impl Stats {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_answers_are_reported_apart_from_servers() {
+        let mut s = Stats::new();
+        for _ in 0..3 {
+            s.sent(Class::GxCcrT);
+        }
+        s.answered(Class::GxCcrT, 2001, Duration::from_millis(1), Some("pcrf1"));
+        for rc in [3002, 3004] {
+            s.own_answer(rc);
+            s.answered(Class::GxCcrT, rc, Duration::from_millis(1), None);
+        }
+        let r = s.report(
+            "t",
+            Duration::from_secs(1),
+            SessionCounts::default(),
+            BTreeMap::new(),
+            [0; 6],
+        );
+        assert_eq!(r.class(Class::GxCcrT).answered_total(), 3);
+        assert_eq!(r.servers.get("pcrf1"), Some(&1));
+        assert_eq!(r.servers.len(), 1);
+        assert_eq!(r.own_answers.get("3002"), Some(&1));
+        assert_eq!(r.own_answers.get("3004"), Some(&1));
+        assert!(
+            r.to_text()
+                .contains("answered by the connected peer itself (not a server): 3002:1 3004:1"),
+            "{}",
+            r.to_text()
+        );
+    }
+}
