@@ -120,7 +120,10 @@ fn tshark_decodes_our_doic_avps_cleanly() {
     for (i, algo) in [(1, LOSS), (3, LOSS), (5, RATE)] {
         let p = pdus[i];
         assert!(p.contains("OC-Supported-Features"), "{p}");
-        assert!(p.contains(&format!("OC-Feature-Vector: {}", LOSS | PEER_REPORT)), "{p}");
+        assert!(
+            p.contains(&format!("OC-Feature-Vector: {}", LOSS | PEER_REPORT)),
+            "{p}"
+        );
         assert!(p.contains(&format!("OC-Peer-Algo: {algo}")), "{p}");
         assert!(p.contains(&format!("SourceID: {}", fx::DRA_HOST)), "{p}");
         assert!(p.contains("OC-OLR"), "{p}");
@@ -129,7 +132,11 @@ fn tshark_decodes_our_doic_avps_cleanly() {
         assert!(p.contains("OC-Validity-Duration: 30"), "{p}");
     }
     for i in [1, 3] {
-        assert!(pdus[i].contains("OC-Reduction-Percentage: 90"), "{}", pdus[i]);
+        assert!(
+            pdus[i].contains("OC-Reduction-Percentage: 90"),
+            "{}",
+            pdus[i]
+        );
     }
     assert!(pdus[3].contains("DIAMETER_UNABLE_TO_DELIVER (3002)"));
     let rate_pdu = pdus[5];
