@@ -267,7 +267,7 @@ async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
         );
     }
     let last_seq = live.iter().map(|(_, _, o)| o.sequence).max().unwrap();
-    // RFC 7683 §5.5.2: the end is reported (validity 0, no rate, a newer number).
+    // RFC 7683 §5.2: the end is reported (validity 0, no rate, a newer number).
     let ends: Vec<&Olr> = r1
         .iter()
         .filter(|(storm, _, o)| !storm && o.validity == Some(0))
@@ -296,7 +296,7 @@ async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
         .iter()
         .filter(|(storm, _, o)| *storm && o.validity != Some(0))
         .map(|(_, _, o)| o.reduction.expect("loss report"))
-        .last()
+        .next_back()
         .expect("pgw3 got no overload report");
     println!("pgw3: last reduction in the storm {last_storm} %");
     assert!(
@@ -326,12 +326,16 @@ async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
 
     // Metrics: OLRs sent per gateway and kind; pgw2 has none.
     let text = lab.metrics.encode();
-    for needle in [
-        "dra_doic_olrs_sent_total{peer=\"pgw1\",report_type=\"peer\",algorithm=\"rate\",kind=\"report\"}",
-        "dra_doic_olrs_sent_total{peer=\"pgw1\",report_type=\"peer\",algorithm=\"rate\",kind=\"end\"}",
-        "dra_doic_olrs_sent_total{peer=\"pgw3\",report_type=\"peer\",algorithm=\"loss\",kind=\"report\"}",
+    for (peer, algorithm, kind) in [
+        ("pgw1", "rate", "report"),
+        ("pgw1", "rate", "end"),
+        ("pgw3", "loss", "report"),
     ] {
-        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+        let needle = format!(
+            "dra_doic_olrs_sent_total{{peer=\"{peer}\",report_type=\"peer\",\
+             algorithm=\"{algorithm}\",kind=\"{kind}\"}}"
+        );
+        assert!(text.contains(&needle), "metrics lack {needle}:\n{text}");
     }
     assert!(!text.contains("dra_doic_olrs_sent_total{peer=\"pgw2\""));
     let stats = lab.agent.stats().await.expect("stats");

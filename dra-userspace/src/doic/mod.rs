@@ -6,14 +6,19 @@
 //! - [`reporter`]: the DRA as a reporting node towards its gateways — its own overload
 //!   (the ingress limits and DRL throttle it enforces on a gateway) as peer reports,
 //!   loss or rate.
+//! - [`reactor`]: the DRA as a reacting node towards its servers — their host, realm and
+//!   peer loss reports as overload control state and the abatement decision (not wired
+//!   into the agent yet).
 //!
 //! What is implemented and what is not: `docs/doic.md`.
 
 pub mod avps;
+pub mod reactor;
 pub mod reporter;
 
 #[cfg(test)]
 mod tests;
 
 pub use avps::{DoicAvpError, Olr, ReportType, SupportedFeatures};
+pub use reactor::{OcsKey, Reactor, ReactorStats, Received, Verdict};
 pub use reporter::{Algorithm, ClassLimit, GatewayConfig, Report, Reporter, Sent};

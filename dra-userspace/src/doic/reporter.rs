@@ -3,12 +3,14 @@
 //!
 //! # Driving table
 //!
-//! | input | when | effect |
-//! |---|---|---|
-//! | [`Reporter::on_request`] | every request from a gateway, marked ones included | remembers the gateway's DOIC capability, counts the request (total and per limited class) |
-//! | [`Reporter::set_throttle`] | the DRL controller changed the gateway's throttle | the class limits DRL scales follow `static × (100 − t) / 100` |
-//! | [`Reporter::tick`] | once per measurement window (the agent: every second) | recomputes each gateway's report from the window's counts |
-//! | [`Reporter::decorate`] | every answer going to a gateway (relayed or the agent's own) | adds OC-Supported-Features and, while a report is live, the OC-OLR |
+//! - [`Reporter::on_request`], every request from a gateway (marked ones too):
+//!   remembers its DOIC announcement, counts the request (total, per limited class).
+//! - [`Reporter::set_throttle`], when the DRL controller changes a gateway's throttle:
+//!   the classes DRL scales are then limited to `static × (100 − t) / 100`.
+//! - [`Reporter::tick`], once per measurement window (the agent: every second):
+//!   recomputes each gateway's report from the window's counts.
+//! - [`Reporter::decorate`], every answer to a gateway (relayed or the agent's own):
+//!   adds OC-Supported-Features and, while a report is live, the OC-OLR.
 //!
 //! Time is an argument everywhere (`Duration` since an arbitrary start).
 //!
@@ -24,8 +26,9 @@
 //! - The *admitted* rate is what the limits let through from that offered traffic: each
 //!   limited class at most its effective rate (`static × (100 − throttle) / 100` for the
 //!   classes DRL scales), the rest as offered, everything at most the overall limit.
-//! - **Loss** (RFC 7683 §5.5, OC-Reduction-Percentage): `⌈100 × (offered − admitted) /
-//!   offered⌉`, at most 99 (a 100 % report would leave us nothing to measure).
+//! - **Loss** (RFC 7683 §6, OC-Reduction-Percentage):
+//!   `⌈100 × (offered − admitted) / offered⌉`, at most 99 (a 100 % report would leave
+//!   us nothing to measure).
 //! - **Rate** (RFC 8582, OC-Maximum-Rate): the rate the limits admit. Per limited class
 //!   the smaller of its effective rate and the highest rate it was offered during the
 //!   report, plus the highest rate of the gateway's other requests during the report,
@@ -38,16 +41,16 @@
 //! 90 % of its maximum rate (rate: an obeying gateway never exceeds it). After
 //! [`END_AFTER_WINDOWS`] windows without overload the end is reported explicitly:
 //! OC-Validity-Duration 0 (and OC-Reduction-Percentage 0 for loss) with a new sequence
-//! number (RFC 7683 §5.5.2, §7.5), carried for one validity period, after which the
+//! number (RFC 7683 §5.2, §7.5), carried for one validity period, after which the
 //! gateway's copy would have expired anyway and answers carry no OC-OLR again.
 //!
 //! # Capability and selection
 //!
 //! - Answers carry OC-Supported-Features only for gateways whose request carried one
-//!   (RFC 7683 §5.2.2: a reporting node never announces DOIC to a node that did not):
+//!   (RFC 7683 §5.1: a reporting node never announces DOIC to a node that did not):
 //!   gateways without DOIC see nothing new. For the agent's own answers that is the
 //!   request itself; for relayed answers, the latest request from that gateway (RFC
-//!   7683 §5.2.1: a reacting node puts OC-Supported-Features in every request).
+//!   7683 §5.1: a reacting node puts OC-Supported-Features in every request).
 //! - Peer reports need the gateway to announce OLR_PEER_REPORT with its own identity
 //!   as SourceID (RFC 8581: a SourceID that is not the sending peer's means the
 //!   announcement came through a non-supporting agent and must be ignored). Such a
@@ -55,7 +58,7 @@
 //!   without it gets the loss bit only and no OC-OLR (a host report would be misread
 //!   as the server's).
 //! - The peer-report algorithm is the first of our configured algorithms the gateway
-//!   supports; loss when none (every DOIC node supports loss, RFC 7683 §4.1).
+//!   supports; loss when none (every DOIC node supports loss, RFC 7683 §6).
 //! - A relayed answer that already has OC-Supported-Features (a DOIC server's
 //!   selection for its host/realm reports) keeps its feature vector; we add the peer
 //!   bit, our SourceID and OC-Peer-Algo, replacing the server's (RFC 8581: the peer
@@ -322,7 +325,7 @@ impl Reporter {
         let Some(Some(g)) = self.gateways.get_mut(gw) else {
             return None;
         };
-        // RFC 7683 §5.2.2: only to a request that announced DOIC.
+        // RFC 7683 §5.1: only to a request that announced DOIC.
         let caps = request_caps?;
         let peer_ok = peer_capable(caps, &g.cfg.origin_host);
         let algorithm = select(&g.cfg.algorithms, caps.features());
@@ -413,7 +416,7 @@ fn peer_capable(caps: &SupportedFeatures, origin_host: &str) -> bool {
 }
 
 /// The first of `ours` the gateway supports; loss, which every DOIC node supports
-/// (RFC 7683 §4.1), when none is.
+/// (RFC 7683 §6), when none is.
 pub fn select(ours: &[Algorithm], features: u64) -> Algorithm {
     ours.iter()
         .copied()
@@ -553,7 +556,7 @@ impl Gateway {
             }
             (Some(p), false) => {
                 if calm + 1 >= END_AFTER_WINDOWS {
-                    // RFC 7683 §5.5.2: the end is reported, not left to expire.
+                    // RFC 7683 §5.2: the end is reported, not left to expire.
                     self.sequence += 1;
                     let algorithm = match p {
                         Report::Reduction(_) => Algorithm::Loss,

@@ -92,7 +92,7 @@ fn answer(
 }
 
 #[test]
-fn no_doic_in_the_request_means_nothing_new_in_the_answer_rfc7683_5_2_2() {
+fn no_doic_in_the_request_means_nothing_new_in_the_answer_rfc7683_5_1() {
     let mut r = reporter(gw(&[Algorithm::Loss], None, vec![ccr_i_limit(10.0, false)]));
     // Overloaded by a gateway that does not announce DOIC.
     let plain = ccr(rt::INITIAL, None);
@@ -113,7 +113,7 @@ fn no_doic_in_the_request_means_nothing_new_in_the_answer_rfc7683_5_2_2() {
 }
 
 #[test]
-fn loss_reduction_is_the_share_over_the_limit_rfc7683_5_5_rfc8581_peer_report() {
+fn loss_reduction_is_the_share_over_the_limit_rfc7683_6_rfc8581_peer_report() {
     let mut r = reporter(gw(
         &[Algorithm::Loss],
         None,
@@ -183,7 +183,7 @@ fn an_obeying_gateway_keeps_its_reduction_and_sequence_rfc7683_7_4() {
 }
 
 #[test]
-fn the_end_of_overload_is_reported_explicitly_rfc7683_5_5_2() {
+fn the_end_of_overload_is_reported_explicitly_rfc7683_5_2() {
     let mut r = reporter(gw(
         &[Algorithm::Loss],
         None,
@@ -324,7 +324,7 @@ fn drl_throttle_is_what_we_enforce_and_changes_the_number_rfc7683_7_4() {
 }
 
 #[test]
-fn algorithm_selection_falls_back_to_loss_rfc7683_4_1_rfc8582() {
+fn algorithm_selection_falls_back_to_loss_rfc7683_6_rfc8582() {
     let both = [Algorithm::Rate, Algorithm::Loss];
     assert_eq!(reporter::select(&both, LOSS | RATE), Algorithm::Rate);
     assert_eq!(reporter::select(&both, LOSS), Algorithm::Loss);
@@ -435,7 +435,7 @@ fn overall_limit_applies_after_the_class_limits_loss() {
 }
 
 #[test]
-fn a_gateway_that_stops_announcing_doic_gets_no_more_reports_rfc7683_5_2() {
+fn a_gateway_that_stops_announcing_doic_gets_no_more_reports_rfc7683_5_1() {
     let mut r = reporter(gw(
         &[Algorithm::Loss],
         None,
