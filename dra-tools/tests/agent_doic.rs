@@ -224,7 +224,12 @@ fn reports(seen: &[Seen]) -> Vec<(bool, Option<u32>, Olr)> {
 async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
     let lab = start().await;
     let lo2 = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-    let (g1, g2, g3) = tokio::join!(
+    // `dra status` lists the reports in force while the storm lasts.
+    let status = async {
+        tokio::time::sleep(STORM - Duration::from_millis(500)).await;
+        lab.agent.status().await.expect("status")
+    };
+    let (g1, g2, g3, status) = tokio::join!(
         gateway(
             &lab,
             "pgw1",
@@ -234,7 +239,14 @@ async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
         ),
         gateway(&lab, "pgw2", IpAddr::V6(Ipv6Addr::LOCALHOST), None, false),
         gateway(&lab, "pgw3", lo2, announce(LOSS, "pgw3"), true),
+        status,
     );
+    assert!(
+        status.contains("doic pgw1: peer report rate 20/s"),
+        "{status}"
+    );
+    assert!(status.contains("doic pgw3: peer report loss "), "{status}");
+    assert!(!status.contains("doic pgw2"), "{status}");
 
     // --- pgw1: rate. Every answer announces our DOIC back, rate for peer reports.
     for s in &g1 {

@@ -61,7 +61,127 @@ pub fn gateways(cfg: &Config) -> Vec<Option<GatewayConfig>> {
         .collect()
 }
 
+/// The first OC-Sequence-Number: milliseconds since the Unix epoch now, so the reports
+/// of a restarted agent are newer than its predecessor's (as long as that one changed
+/// each gateway's report fewer than 1000 times a second).
+pub fn sequence_base() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 2))
+}
+
 /// The reporting node for `cfg`; sequence numbers start at `sequence_base`.
 pub fn reporter(cfg: &Config, sequence_base: u64) -> Reporter {
     Reporter::new(&cfg.global.origin_host, gateways(cfg), sequence_base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dra_common::wire::{MsgClass, cc_request_type as rt};
+
+    const TEXT: &str = r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+dynamic_rate_limiting = true
+
+[[listener]]
+address = "198.18.1.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.2"]
+role = "client"
+group = "gws"
+doic = true
+doic_algorithms = ["loss"]
+doic_validity = "10s"
+
+[[peer]]
+name = "pgw2"
+origin_host = "pgw2.lab.example"
+realm = "lab.example"
+addresses = ["198.18.1.3"]
+role = "client"
+group = "gws"
+
+[[peer_group]]
+name = "gws"
+
+[[peer_rate_limit_profile]]
+group = "gws"
+direction = "ingress"
+rate = 500
+
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 300
+
+[[message_rate_limit_profile]]
+group = "gws"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 100
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 50
+
+[[message_rate_limit_profile]]
+group = "gws"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "termination"
+rate = 80
+
+[[dynamic_peer_rate_limit_profile]]
+peer = "pgw1"
+classes = [{ application = "gx", command = "ccr", request_type = "initial" }]
+
+[dynamic_throttling_db_cpu_profile]
+thresholds = [{ cpu = 50, throttle = 20 }]
+source = { kind = "procfs", process = "redis-server" }
+"#;
+
+    #[test]
+    fn gateways_take_the_limits_the_fast_path_enforces() {
+        let cfg = crate::config::parse(TEXT, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let g = gateways(&cfg);
+        assert_eq!(g.len(), 2);
+        assert!(g[1].is_none(), "pgw2 has no doic");
+        let g = g[0].clone().expect("pgw1");
+        assert_eq!(g.origin_host, "pgw1.lab.example");
+        assert_eq!(g.algorithms, vec![crate::doic::Algorithm::Loss]);
+        assert_eq!(g.validity_secs, 10);
+        // The peer's own profiles win over the group's; the group's fill the rest.
+        assert_eq!(g.overall, Some(300.0));
+        let mut classes = g.classes.clone();
+        classes.sort_by_key(|c| c.class.req_type);
+        assert_eq!(
+            classes,
+            vec![
+                ClassLimit {
+                    class: MsgClass::gx_ccr(rt::INITIAL),
+                    rate: 50.0,
+                    dynamic: true,
+                },
+                ClassLimit {
+                    class: MsgClass::gx_ccr(rt::TERMINATION),
+                    rate: 80.0,
+                    dynamic: false,
+                },
+            ]
+        );
+    }
 }

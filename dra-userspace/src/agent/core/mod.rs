@@ -210,7 +210,7 @@ impl Core {
             marked,
             own_load: crate::routing::LOAD_VALUE_IDLE,
             // RFC 7683 §7.4: a restarted agent's reports must be newer than the old ones.
-            doic: super::doic::reporter(&cfg, start_secs.saturating_mul(1000)),
+            doic: super::doic::reporter(&cfg, super::doic::sequence_base()),
             own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
             reported_violations: 0,
