@@ -322,6 +322,37 @@ mod tests {
     }
 
     #[test]
+    fn dictionary_has_every_doic_avp_with_its_type_rfc7683_7_rfc8581_rfc8582() {
+        use crate::diameter::DataType::*;
+        let dict = Dictionary::standard();
+        for (code, name, ty) in [
+            (621, "OC-Supported-Features", Grouped),
+            (622, "OC-Feature-Vector", Unsigned64),
+            (623, "OC-OLR", Grouped),
+            (624, "OC-Sequence-Number", Unsigned64),
+            (625, "OC-Validity-Duration", Unsigned32),
+            (626, "OC-Report-Type", Enumerated),
+            (627, "OC-Reduction-Percentage", Unsigned32),
+            (648, "OC-Peer-Algo", Unsigned64),
+            (649, "SourceID", DiameterIdentity),
+            (670, "OC-Maximum-Rate", Unsigned32),
+        ] {
+            let def = dict
+                .avp(code, None)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            assert_eq!(
+                (def.name, def.data_type, def.m_bit),
+                (name, ty, FlagRule::MustNot)
+            );
+        }
+        assert_eq!(
+            (oc_feature::LOSS, oc_feature::RATE, oc_feature::PEER_REPORT),
+            (1, 4, 16)
+        );
+        assert_eq!(ReportType::from_value(2), Ok(ReportType::Peer));
+    }
+
+    #[test]
     fn validity_default_and_maximum_rfc7683_7_5() {
         let mut o = Olr {
             sequence: 1,
