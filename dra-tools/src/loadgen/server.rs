@@ -184,6 +184,8 @@ pub struct ServerConfig {
     pub load_in_answers: bool,
     /// Seed for latency sampling and identifiers.
     pub seed: u64,
+    /// DOIC reporting node (`super::doic`): OLRs in answers to DOIC requests.
+    pub doic: Option<Arc<super::doic::ServerReporter>>,
 }
 
 impl ServerConfig {
@@ -207,6 +209,7 @@ impl ServerConfig {
             tw: Duration::from_secs(30),
             load_in_answers: true,
             seed: 1,
+            doic: None,
         }
     }
 }
@@ -493,7 +496,10 @@ impl Shared {
     /// An answer to an application request, with our Load when configured.
     fn answer(&self, req: &Message, rc: u32, msg: Option<&str>) -> Message {
         let host = &self.cfg.origin_host;
-        let ans = answer_for(req, rc, host, &self.cfg.origin_realm, msg, None);
+        let mut ans = answer_for(req, rc, host, &self.cfg.origin_realm, msg, None);
+        if let Some(d) = &self.cfg.doic {
+            d.decorate_now(req, &mut ans);
+        }
         if self.cfg.load_in_answers {
             // RFC 8583 §5 / §7.1: Load (type PEER, SourceID = us) in any answer.
             ans.with(peer_load_avp(self.load_value(), host))

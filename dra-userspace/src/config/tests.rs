@@ -686,9 +686,23 @@ fn doic_errors_name_file_line_column() {
         "group = \"pcrf\"\ndoic = true\nconnect",
         1,
     );
+    let c = parse(&text, "t.toml").unwrap();
+    let d = c.peers.iter().find_map(|p| p.doic.clone()).unwrap();
+    assert_eq!(d.algorithms, vec![crate::doic::Algorithm::Loss]);
+    // A server: loss only, no validity of ours.
+    let text = HEAD.replacen(
+        "group = \"pcrf\"\nconnect",
+        "group = \"pcrf\"\ndoic = true\ndoic_algorithms = [\"rate\"]\n\
+         doic_validity = \"5s\"\nconnect",
+        1,
+    );
     let err = parse(&text, "t.toml").unwrap_err().to_string();
     assert!(
-        err.starts_with("t.toml:22:8: doic = true is for role = \"client\""),
+        err.starts_with("t.toml:23:20: on a server, doic_algorithms can only be"),
+        "{err}"
+    );
+    assert!(
+        err.contains("t.toml:24:17: doic_validity is for role = \"client\""),
         "{err}"
     );
 }

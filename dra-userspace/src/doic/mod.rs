@@ -7,8 +7,8 @@
 //!   (the ingress limits and DRL throttle it enforces on a gateway) as peer reports,
 //!   loss or rate.
 //! - [`reactor`]: the DRA as a reacting node towards its servers — their host, realm and
-//!   peer loss reports as overload control state and the abatement decision (not wired
-//!   into the agent yet).
+//!   peer loss reports as overload control state and the abatement decision (wired
+//!   into the agent by `agent::core::react`).
 //!
 //! What is implemented and what is not: `docs/doic.md`.
 

@@ -1,6 +1,7 @@
 //! The DRA as a DOIC reacting node towards its servers (RFC 7683 §5.2, §6 loss; RFC
-//! 8581 peer reports), sans-IO. **Not wired into the agent yet** (docs/doic.md): this is
-//! the state and the abatement decision, tested on fake time.
+//! 8581 peer reports), sans-IO: the state and the abatement decision, tested on fake
+//! time. The agent (`agent::core::forward`) shows it every answer from a server with
+//! `doic = true` and asks it about every request routed to one (docs/doic.md).
 //!
 //! - [`Reactor::on_answer`]: every OC-OLR in an answer from a server is checked and
 //!   stored as overload control state (OCS), keyed as RFC 7683 keys it: a host report by
@@ -195,14 +196,52 @@ impl Reactor {
         Received::Applied(key)
     }
 
+    /// The reports in force: key, reduction, sequence number, time left; sorted.
+    pub fn active(&self, now: Duration) -> Vec<(OcsKey, u32, u64, Duration)> {
+        let mut v: Vec<_> = self
+            .ocs
+            .iter()
+            .filter(|(_, e)| e.expires > now)
+            .map(|(k, e)| (k.clone(), e.reduction, e.sequence, e.expires - now))
+            .collect();
+        v.sort_by(|a, b| {
+            (&a.0.name, a.0.report_type.value(), a.0.application_id).cmp(&(
+                &b.0.name,
+                b.0.report_type.value(),
+                b.0.application_id,
+            ))
+        });
+        v
+    }
+
+    /// The largest reduction in force towards the server `host` (its host reports, any
+    /// application, and its peer report); 0 when none.
+    pub fn reduction_towards(&self, now: Duration, host: &str) -> u32 {
+        self.ocs
+            .iter()
+            .filter(|(k, e)| {
+                e.expires > now
+                    && k.report_type != ReportType::Realm
+                    && k.name.eq_ignore_ascii_case(host)
+            })
+            .map(|(_, e)| e.reduction)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether `req`, about to be sent to the peer `to_peer` (its identity), for the
     /// server `target_host` routing chose (or the peer itself), goes.
+    /// `host_and_realm`: whether host and realm reports apply — not when the request
+    /// came from a client that announced DOIC itself: that client is the reacting node
+    /// for them (RFC 7683 §5.1, §5.2; the agent relays the reports to it), so the agent
+    /// abating too would shed twice. Peer reports are the agent's alone (RFC 8581).
     pub fn admit(
         &mut self,
         now: Duration,
         req: &Message,
         to_peer: &str,
         target_host: &str,
+        host_and_realm: bool,
     ) -> Verdict {
         self.ocs.retain(|_, e| e.expires > now);
         let app = req.application_id;
@@ -227,6 +266,7 @@ impl Reactor {
         // The report asking for the largest reduction decides.
         let Some(key) = candidates
             .into_iter()
+            .filter(|k| host_and_realm || k.report_type == ReportType::Peer)
             .filter(|k| self.ocs.contains_key(k))
             .max_by_key(|k| self.ocs[k].reduction)
         else {
@@ -299,7 +339,7 @@ mod tests {
 
     fn shed(r: &mut Reactor, now: Duration, req: &Message, n: usize) -> usize {
         (0..n)
-            .filter(|_| r.admit(now, req, PCRF, PCRF) != Verdict::Send)
+            .filter(|_| r.admit(now, req, PCRF, PCRF, true) != Verdict::Send)
             .count()
     }
 
@@ -322,7 +362,7 @@ mod tests {
         // Another host is not concerned by a host report.
         let other = ccr(app::GX, crt::INITIAL, Some("pcrf2.pcrf.example"));
         let n = (0..100)
-            .filter(|_| r.admit(secs(1), &other, "pcrf2.pcrf.example", "x") != Verdict::Send)
+            .filter(|_| r.admit(secs(1), &other, "pcrf2.pcrf.example", "x", true) != Verdict::Send)
             .count();
         assert_eq!(n, 0);
     }
@@ -344,7 +384,7 @@ mod tests {
                     5..=8 => crt::UPDATE,
                     _ => crt::TERMINATION,
                 };
-                if r.admit(secs(1), &ccr(app::GX, rt, None), PCRF, PCRF) != Verdict::Send {
+                if r.admit(secs(1), &ccr(app::GX, rt, None), PCRF, PCRF, true) != Verdict::Send {
                     match rt {
                         crt::INITIAL => shed.0 += 1,
                         crt::UPDATE => shed.1 += 1,
@@ -464,5 +504,33 @@ mod tests {
         assert_eq!(got, vec![Received::Unusable, Received::Unusable]);
         let req = ccr(app::GX, crt::INITIAL, None);
         assert_eq!(shed(&mut r, secs(1), &req, 10), 0);
+    }
+
+    #[test]
+    fn host_reports_left_to_a_doic_client_peer_reports_kept_rfc7683_5_2_rfc8581() {
+        let mut r = Reactor::new();
+        r.on_answer(
+            secs(0),
+            PCRF,
+            &answer(app::GX, &[olr(ReportType::Host, 1, Some(100), Some(10))]),
+        );
+        let req = ccr(app::GX, crt::INITIAL, None);
+        // The client announced DOIC: it abates by the host report, not the agent.
+        let n = (0..10)
+            .filter(|_| r.admit(secs(1), &req, PCRF, PCRF, false) != Verdict::Send)
+            .count();
+        assert_eq!(n, 0);
+        assert_eq!(r.reduction_towards(secs(1), PCRF), 100);
+        r.on_answer(
+            secs(1),
+            PCRF,
+            &answer(app::GX, &[olr(ReportType::Peer, 1, Some(100), Some(10))]),
+        );
+        let n = (0..10)
+            .filter(|_| r.admit(secs(1), &req, PCRF, PCRF, false) != Verdict::Send)
+            .count();
+        assert_eq!(n, 10);
+        assert_eq!(r.active(secs(1)).len(), 2);
+        assert!(r.active(secs(11)).is_empty());
     }
 }

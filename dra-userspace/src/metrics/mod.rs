@@ -71,6 +71,9 @@
 //! | `dra_doic_olrs_sent_total` | counter | `peer`, `report_type`, `algorithm`, `kind` | answers to a gateway that carried our OC-OLR (`report_type` `peer`; `algorithm` `loss` / `rate`; `kind` `report`, or `end` for the end-of-overload report) |
 //! | `dra_doic_reduction_percent` | gauge | `peer` | OC-Reduction-Percentage currently reported to the gateway (0: none) |
 //! | `dra_doic_max_rate` | gauge | `peer` | OC-Maximum-Rate currently reported to the gateway (0: none) |
+//! | `dra_doic_olrs_received_total` | counter | `peer`, `report_type`, `result` | OC-OLRs received from a server with `doic = true` (`report_type` `host` / `realm` / `peer`; `result` `applied`, `ended`, `stale`, `duplicate`, `source_mismatch`, `unusable`) |
+//! | `dra_doic_server_reduction_percent` | gauge | `peer` | largest loss reduction in force towards a server (0: none) |
+//! | `dra_doic_requests_abated_total` | counter | `peer`, `outcome` | requests to a server abated by its reports (`outcome` `diverted`, or `rejected`: answered 3004) |
 //!
 //! Families with labels appear once their first series is set. Series are never
 //! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].

@@ -130,6 +130,22 @@ struct DoicFamilies {
     olrs_sent: Family<DoicLabels, Counter>,
     reduction: Family<PeerLabels, Gauge>,
     max_rate: Family<PeerLabels, Gauge>,
+    olrs_received: Family<DoicReceivedLabels, Counter>,
+    server_reduction: Family<PeerLabels, Gauge>,
+    abated: Family<DoicAbatedLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DoicReceivedLabels {
+    peer: String,
+    report_type: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DoicAbatedLabels {
+    peer: String,
+    outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -244,6 +260,24 @@ impl Metrics {
             "dra_doic_max_rate",
             "OC-Maximum-Rate (requests/s) currently reported to a gateway (rate; 0 = none)",
             doic.max_rate.clone(),
+        );
+        registry.register(
+            "dra_doic_olrs_received",
+            "OC-OLRs received from a server with doic = true, by report type and result \
+             (applied, ended, stale, duplicate, source_mismatch, unusable)",
+            doic.olrs_received.clone(),
+        );
+        registry.register(
+            "dra_doic_server_reduction_percent",
+            "Largest loss reduction in force towards a server (its host and peer reports; \
+             0 = none)",
+            doic.server_reduction.clone(),
+        );
+        registry.register(
+            "dra_doic_requests_abated",
+            "Requests to a server abated by its DOIC reports, by outcome (diverted to \
+             another server, or rejected: answered 3004 by the agent)",
+            doic.abated.clone(),
         );
 
         registry.register(
@@ -560,6 +594,48 @@ impl Metrics {
         let d = &self.inner.doic;
         d.reduction.get_or_create(&labels).set(i64::from(reduction));
         d.max_rate.get_or_create(&labels).set(i64::from(max_rate));
+    }
+
+    /// Counts an OC-OLR received from server `peer` (`result`: what became of it).
+    pub fn inc_doic_olr_received(
+        &self,
+        peer: &str,
+        report_type: &'static str,
+        result: &'static str,
+    ) {
+        self.inner
+            .doic
+            .olrs_received
+            .get_or_create(&DoicReceivedLabels {
+                peer: peer.to_string(),
+                report_type,
+                result,
+            })
+            .inc();
+    }
+
+    /// The largest reduction in force towards server `peer`.
+    pub fn set_doic_server_reduction(&self, peer: &str, reduction: u32) {
+        self.inner
+            .doic
+            .server_reduction
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .set(i64::from(reduction));
+    }
+
+    /// Counts a request to server `peer` abated by its reports (`outcome`: `diverted`
+    /// or `rejected`).
+    pub fn inc_doic_abated(&self, peer: &str, outcome: &'static str) {
+        self.inner
+            .doic
+            .abated
+            .get_or_create(&DoicAbatedLabels {
+                peer: peer.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Sets the number of requests pending (sent, unanswered) at `peer`.

@@ -39,7 +39,16 @@ impl Core {
     /// An answer (generated here, or relayed) for a request received on `conn`; a
     /// DOIC gateway's gets our OC-Supported-Features and OC-OLR (`crate::doic`).
     pub(super) fn reply(&mut self, conn: ConnId, ans: &Message) {
-        let decorated = self.doic_answer(conn, ans);
+        let mut decorated = self.doic_answer(conn, ans);
+        if decorated.is_none()
+            && Core::doic_present(ans)
+            && let Some(p) = self.conns.get(&conn).and_then(|c| c.peer)
+        {
+            // Relayed DOIC AVPs our reporting node did not rewrite (`react`).
+            let mut a = ans.clone();
+            Core::doic_strip(&mut a, self.announces[p.0]);
+            decorated = Some(a);
+        }
         let ans = decorated.as_ref().unwrap_or(ans);
         if self.write(conn, ans) {
             self.count_answer_out(conn, ans);
@@ -64,6 +73,7 @@ impl Core {
     /// reports.
     pub(super) fn doic_tick(&mut self, now: Duration) {
         self.doic.tick(now);
+        self.doic_server_tick(now);
         for (i, p) in self.cfg.peers.iter().enumerate() {
             if !self.doic.enabled(i) {
                 continue;
@@ -97,6 +107,9 @@ impl Core {
         self.metrics.inc_request(from_name, metrics::Direction::In);
         // Counted for DOIC before anything answers it (marked requests too).
         self.doic.on_request(from.0, &req);
+        self.announces[from.0] = req
+            .find(crate::diameter::avp_code::OC_SUPPORTED_FEATURES)
+            .is_some();
         if req.is_marked() {
             // DESIGN §3: over an ingress limit in the fast path → answer at once.
             match self.marked.handle(from, &req) {
@@ -174,7 +187,27 @@ impl Core {
                 return self.answer_locally(&p, u.result_code(), "no route to the destination");
             }
         };
-        if let (BindingUpdate::Bind(name), Some(sid)) = (&routed.update, &sticky) {
+        // DOIC (RFC 7683 §5.2, §6): a server's overload reports may shed or divert it.
+        let mut update = routed.update;
+        let to = match self.doic_admit(now, &p.req, to, bound.is_some()) {
+            react::Abatement::Send(to) => to,
+            react::Abatement::Diverted(alt) => {
+                if let BindingUpdate::Bind(name) = &mut update {
+                    name.clone_from(&self.cfg.peers[alt.0].origin_host);
+                }
+                alt
+            }
+            react::Abatement::Reject => {
+                // RFC 7683 §5.2: an agent that throttles a request answers it
+                // DIAMETER_TOO_BUSY.
+                return self.answer_locally(
+                    &p,
+                    crate::diameter::result_code::TOO_BUSY,
+                    "request abated by the server's overload report (DOIC)",
+                );
+            }
+        };
+        if let (BindingUpdate::Bind(name), Some(sid)) = (&update, &sticky) {
             match self.sessions.bind(sid, name, now) {
                 session::Write::Done => {}
                 session::Write::Wait(token) => {
@@ -275,8 +308,12 @@ impl Core {
     /// Hands a routed request to the forwarding pipeline.
     fn forward_to(&mut self, now: Duration, p: Parked, to: PeerId) {
         let Parked {
-            conn, from, req, ..
+            conn,
+            from,
+            mut req,
+            ..
         } = p;
+        self.doic_request(to, &mut req);
         let timeout = self.timeout_of(to);
         let down = DownstreamRef { conn_id: conn };
         let from_host = &self.cfg.peers[from.0].origin_host;
@@ -296,7 +333,7 @@ impl Core {
     }
 
     /// The selection strategy of the group serving `req`'s realm and application.
-    fn strategy_for(&mut self, req: &Message) -> Strategy {
+    pub(super) fn strategy_for(&mut self, req: &Message) -> Strategy {
         let realm = req.destination_realm().unwrap_or("");
         self.routers[&Strategy::RoundRobin].table().candidates_into(
             realm,
@@ -397,6 +434,7 @@ impl Core {
     }
 
     pub(super) fn on_answer(&mut self, now: Duration, from: PeerId, ans: Message) {
+        self.doic_server_answer(now, from, &ans);
         self.pipeline.on_answer(now, from, ans);
         self.peers
             .set_pending(from, self.pipeline.outstanding(from));

@@ -38,6 +38,7 @@ use crate::session::{self, Sessions};
 
 mod forward;
 mod peers;
+mod react;
 mod report;
 
 /// Housekeeping period: metrics gauges, rates, invariant check, purges.
@@ -107,6 +108,10 @@ pub(super) struct Core {
     own_load: u16,
     /// The DOIC reporting node towards the gateways (`crate::doic`, `super::doic`).
     doic: crate::doic::Reporter,
+    /// The DOIC reacting node towards servers with `doic = true` (`react`).
+    reactor: crate::doic::Reactor,
+    /// Per peer: its latest request carried OC-Supported-Features (`react`).
+    announces: Vec<bool>,
     own_cpu: super::load::OwnCpu,
     stats: AgentStats,
     reported_violations: u64,
@@ -211,6 +216,8 @@ impl Core {
             own_load: crate::routing::LOAD_VALUE_IDLE,
             // RFC 7683 §7.4: a restarted agent's reports must be newer than the old ones.
             doic: super::doic::reporter(&cfg, super::doic::sequence_base()),
+            reactor: crate::doic::Reactor::new(),
+            announces: vec![false; cfg.peers.len()],
             own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
             reported_violations: 0,

@@ -94,6 +94,7 @@ impl Core {
             let seq = self.doic.sequence(i).unwrap_or(0);
             let _ = writeln!(o, "doic {}: peer report {report}  seq {seq}", p.name);
         }
+        self.doic_status(self.now(), &mut o);
         for (name, st) in &s.egress {
             let g = self
                 .cfg

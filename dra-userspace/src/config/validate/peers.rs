@@ -240,15 +240,6 @@ fn doic(e: &mut Errors<'_>, p: &RawPeer, role: Option<Role>) -> Option<Doic> {
         }
         return None;
     }
-    if role == Some(Role::Server) {
-        let span = p.doic.as_ref().map(|d| d.span()).expect("doic is set");
-        e.at(
-            &span,
-            "doic = true is for role = \"client\": the agent reports its overload to \
-             gateways (reacting to servers' reports is not implemented yet)",
-        );
-        return None;
-    }
     let mut d = Doic::new();
     if let Some(list) = &p.doic_algorithms {
         let mut algorithms = Vec::new();
@@ -276,6 +267,30 @@ fn doic(e: &mut Errors<'_>, p: &RawPeer, role: Option<Role>) -> Option<Doic> {
         if !algorithms.is_empty() {
             d.algorithms = algorithms;
         }
+    }
+    if role == Some(Role::Server) {
+        // The agent reacts to a server's reports (docs/doic.md): loss only, and the
+        // validity is the server's to say.
+        if let Some(list) = &p.doic_algorithms {
+            for a in list.get_ref() {
+                if a.get_ref() == "rate" {
+                    e.at(
+                        &a.span(),
+                        "on a server, doic_algorithms can only be [\"loss\"]: the agent \
+                         reacts to servers' reports with loss only (RFC 8582 rate is not \
+                         implemented for servers)",
+                    );
+                }
+            }
+        }
+        if let Some(v) = &p.doic_validity {
+            e.at(
+                &v.span(),
+                "doic_validity is for role = \"client\": a server's reports carry their own",
+            );
+        }
+        d.algorithms = vec![Algorithm::Loss];
+        return Some(d);
     }
     if let Some(v) = &p.doic_validity {
         let got = positive_duration(e, "doic_validity", &p.doic_validity, d.validity);
