@@ -77,6 +77,10 @@ struct ClientArgs {
     /// scenario's request timeout).
     #[arg(long)]
     drain: Option<f64>,
+    /// The gateways are DOIC reacting nodes: they announce loss, rate and peer reports
+    /// (RFC 7683, 8582, 8581) and shed their new sessions per the reports received.
+    #[arg(long)]
+    doic: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -180,6 +184,17 @@ struct ServerArgs {
     /// CCA, not only in DWAs (RFC 8583 §5 allows it in any answer): `true` or `false`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     load_in_answers: bool,
+    /// DOIC reporting node: requests per second the server takes before it sends
+    /// OC-OLRs (host reports, loss) to requests that announce DOIC. Off when absent.
+    #[arg(long)]
+    doic_capacity: Option<f64>,
+    /// With --doic-capacity: the OC-Reduction-Percentage asked for while over capacity
+    /// (default: the share over capacity, rounded up, at most 99).
+    #[arg(long, requires = "doic_capacity", value_parser = clap::value_parser!(u32).range(0..=100))]
+    doic_reduction: Option<u32>,
+    /// With --doic-capacity: OC-Validity-Duration of the reports, seconds (1–86400).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    doic_validity: u32,
     /// Print the server counters as JSON every N seconds on stderr (0 = never).
     #[arg(long, default_value_t = 0)]
     stats_every: u64,
@@ -210,6 +225,7 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     cfg.progress = !a.quiet;
     cfg.seed = a.seed;
     cfg.drain = a.drain.map(Duration::from_secs_f64);
+    cfg.doic = a.doic;
     // SIGINT/SIGTERM end the scenario early; the summary still covers what ran.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     cfg.stop = Some(stop_rx);
@@ -280,6 +296,14 @@ async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;
     cfg.load_in_answers = a.load_in_answers;
+    cfg.doic = a.doic_capacity.map(|c| {
+        std::sync::Arc::new(dra_tools::loadgen::doic::ServerReporter::new(
+            &a.origin_host,
+            Some(c),
+            a.doic_reduction,
+            a.doic_validity,
+        ))
+    });
     let h = server::run(cfg).await?;
     eprintln!(
         "dra-loadgen server {} listening on {}",

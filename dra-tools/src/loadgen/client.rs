@@ -54,6 +54,10 @@ pub struct ClientConfig {
     /// scheduled, answers in flight are awaited as after the last phase, and the report
     /// covers what ran.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// DOIC reacting nodes (`super::doic::GatewayReactor`): every request announces
+    /// loss, rate and peer reports; the gateways shed their new sessions per the
+    /// reports they receive (counted in [`super::stats::ClassSummary::doic_shed`]).
+    pub doic: bool,
 }
 
 impl ClientConfig {
@@ -73,6 +77,7 @@ impl ClientConfig {
             progress: false,
             drain: None,
             stop: None,
+            doic: false,
         }
     }
 
@@ -141,6 +146,11 @@ enum Ev {
         value: u16,
     },
     Late,
+    /// Shed by the gateway's DOIC reacting node (never sent).
+    Shed {
+        key: SessionKey,
+        class: Class,
+    },
 }
 
 #[derive(Clone)]
@@ -160,6 +170,8 @@ struct PeerCtx {
     start: Instant,
     start_secs: u64,
     seed: u64,
+    /// The gateway's DOIC reacting node, kept across reconnections.
+    doic: Option<Arc<std::sync::Mutex<super::doic::GatewayReactor>>>,
 }
 
 /// Runs `scenario` against `cfg.connect` and returns the report (needs a tokio runtime).
@@ -210,6 +222,11 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             start,
             start_secs,
             seed: cfg.seed.wrapping_mul(31).wrapping_add(i as u64),
+            doic: cfg.doic.then(|| {
+                Arc::new(std::sync::Mutex::new(super::doic::GatewayReactor::new(
+                    host,
+                )))
+            }),
         };
         let h = tokio::spawn(peer_task(ctx, rx, ev_tx.clone()));
         peers.push((tx, h));
@@ -428,6 +445,10 @@ fn apply(ev: Ev, stats: &mut Stats, pool: &mut SessionPool, up: &mut [bool]) {
             stats.peers_mut().load_reports.insert(server, value);
         }
         Ev::Late => stats.peers_mut().late_answers += 1,
+        Ev::Shed { key, class } => {
+            stats.doic_shed(class);
+            pool.complete(key, class, None, None);
+        }
     }
 }
 
@@ -605,6 +626,10 @@ impl Mode for Conn<'_> {
 
     fn on_application(&mut self, m: Message, link: &mut Link) {
         let peer = link.pc.peer_identity().map(|p| p.origin_host.as_str());
+        if let (Some(d), Some(p)) = (&self.ctx.doic, peer) {
+            let now = self.ctx.start.elapsed();
+            d.lock().expect("lock").on_answer(now, p, &m);
+        }
         answer_in(m, peer, &mut self.pending, self.ev);
     }
 }
@@ -620,9 +645,22 @@ impl Conn<'_> {
             return;
         }
         let ctx = self.ctx;
+        let mut announce = None;
+        if let Some(d) = &ctx.doic {
+            let mut d = d.lock().expect("lock");
+            let initial = matches!(s.class.kind(), super::scenario::Kind::Initial);
+            if !d.admit(ctx.start.elapsed(), initial) {
+                let _ = self.ev.send(Ev::Shed {
+                    key: s.key,
+                    class: s.class,
+                });
+                return;
+            }
+            announce = Some(d.announce().to_avp());
+        }
         let hbh = link.pc.next_hop_by_hop();
         let e2e = link.pc.next_end_to_end();
-        let m = build_ccr(
+        let mut m = build_ccr(
             &s,
             &ctx.origin_host,
             &ctx.origin_realm,
@@ -632,6 +670,9 @@ impl Conn<'_> {
             hbh,
             e2e,
         );
+        if let Some(a) = announce {
+            m.push(a);
+        }
         let sent = Instant::now();
         self.pending.insert(hbh, (s.key, s.class, sent));
         self.deadlines.push_back((sent + ctx.timeout, hbh));

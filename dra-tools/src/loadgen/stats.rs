@@ -23,6 +23,7 @@ struct Counters {
     answered: BTreeMap<u32, u64>,
     timeouts: u64,
     unanswered: u64,
+    doic_shed: u64,
     latency: Histogram<u64>,
 }
 
@@ -33,6 +34,7 @@ impl Counters {
             answered: BTreeMap::new(),
             timeouts: 0,
             unanswered: 0,
+            doic_shed: 0,
             latency: histogram(),
         }
     }
@@ -101,6 +103,9 @@ pub struct ClassSummary {
     /// Requests the scenario asked for that could not be sent (no open session, no peer
     /// up) by the end.
     pub not_sent: u64,
+    /// New sessions (CCR-I) the gateways shed as DOIC reacting nodes (`--doic`): not
+    /// sent, not in `sent`.
+    pub doic_shed: u64,
     /// Latency of answered requests.
     pub latency: LatencySummary,
 }
@@ -202,6 +207,15 @@ impl Report {
                 c.latency.p99_ms,
                 codes.join(" ")
             );
+        }
+        let shed: Vec<String> = self
+            .classes
+            .iter()
+            .filter(|(_, c)| c.doic_shed > 0)
+            .map(|(k, c)| format!("{k}:{}", c.doic_shed))
+            .collect();
+        if !shed.is_empty() {
+            let _ = writeln!(s, "shed by the gateways (DOIC): {}", shed.join(" "));
         }
         for (host, n) in &self.servers {
             let _ = writeln!(s, "server {host}: {n} answers");
@@ -306,6 +320,16 @@ impl Stats {
         self.in_flight[i] = self.in_flight[i].saturating_sub(1);
     }
 
+    /// A request counted by [`Stats::sent`] was shed by the gateway's DOIC reacting
+    /// node instead (never sent).
+    pub fn doic_shed(&mut self, class: Class) {
+        let i = class.index();
+        self.total[i].sent = self.total[i].sent.saturating_sub(1);
+        self.second[i].sent = self.second[i].sent.saturating_sub(1);
+        self.total[i].doic_shed += 1;
+        self.in_flight[i] = self.in_flight[i].saturating_sub(1);
+    }
+
     /// Requests in flight, all classes.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.iter().sum()
@@ -384,7 +408,7 @@ impl Stats {
         for c in Class::ALL {
             let i = c.index();
             let t = &self.total[i];
-            if t.sent == 0 && not_sent[i] == 0 {
+            if t.sent == 0 && not_sent[i] == 0 && t.doic_shed == 0 {
                 continue;
             }
             let h = &t.latency;
@@ -411,6 +435,7 @@ impl Stats {
                     timeouts: t.timeouts,
                     unanswered: t.unanswered,
                     not_sent: not_sent[i],
+                    doic_shed: t.doic_shed,
                     latency,
                 },
             );
