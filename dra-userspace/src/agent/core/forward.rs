@@ -249,7 +249,7 @@ impl Core {
             }
             self.parked_deadlines.pop_front();
             if let Some(p) = self.parked.remove(&token) {
-                self.sessions.abandon(token);
+                self.sessions.abandon(token, now);
                 self.resume(now, p, Err(()));
             }
         }

@@ -95,7 +95,8 @@ pub enum SourceError {
         value: f64,
     },
     /// The data does not have the expected shape (missing field, wrong type, empty file,
-    /// broken HTTP/RESP framing, a Prometheus result that is not exactly one value).
+    /// broken HTTP framing, a Redis INFO reply without the CPU fields, a Prometheus
+    /// result that is not exactly one value).
     #[error("{context}: {detail}")]
     Malformed {
         /// Source and operation.
