@@ -1,0 +1,276 @@
+//! P5 from the flood runs: host CPU per flood packet with and without XDP, and CCR-U p99
+//! with the flood relative to without.
+
+use serde_json::{Value, json};
+
+use super::{
+    Opts,
+    run::{Flood, RunResult, Slot},
+};
+use crate::{results::TableRow, storm::rows::median};
+
+/// P5 goal: host CPU per flood packet without XDP ÷ with XDP at least this.
+pub const GOAL_CPU_RATIO: f64 = 10.0;
+/// P5 goal: CCR-U p99 with the flood ÷ without (XDP) at most this.
+pub const GOAL_P99_RATIO: f64 = 1.5;
+
+/// What the flood did in one mode, one repetition.
+#[derive(Clone, Debug)]
+struct Cost {
+    /// Toggle run: (softirq + agent) per flood packet, ns, per pair of adjacent slots
+    /// (flood on, then off), and the median of those.
+    pair_ns: Vec<f64>,
+    ns_per_pkt: f64,
+    /// Toggle run, mean of the on slots − mean of the off slots: cores and packets.
+    extra_softirq: f64,
+    extra_napi: f64,
+    extra_agent: f64,
+    extra_busy: f64,
+    toggle_pps: f64,
+    /// All busy CPU per flood packet (the generator's sending included), ns.
+    busy_ns_per_pkt: f64,
+    /// Flood run: packets per second at the DRA's interface (flood run − calm run) and
+    /// what the generator sent; (softirq + agent) per flood packet from the whole
+    /// runs (flood − calm, a cross-check exposed to the machine's drifts).
+    flood_pps: f64,
+    /// Flood run − calm run, the DRA interface's rx counter.
+    rx_pps: f64,
+    gen_sent_pps: f64,
+    gen_cpu: f64,
+    runs_ns_per_pkt: f64,
+    p99_calm: Option<f64>,
+    p99_flood: Option<f64>,
+}
+
+impl Cost {
+    fn p99_ratio(&self) -> Option<f64> {
+        match (self.p99_flood, self.p99_calm) {
+            (Some(f), Some(c)) if c > 0.0 => Some(f / c),
+            _ => None,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "toggle": {
+                "ns_per_flood_packet_median_of_pairs": self.ns_per_pkt,
+                "ns_per_flood_packet_per_pair": self.pair_ns,
+                "flood_pps_at_dra_on_minus_off": self.toggle_pps,
+                "extra_cores_on_minus_off": {
+                    "softirq": self.extra_softirq,
+                    "xdp_napi_thread": self.extra_napi,
+                    "agent": self.extra_agent,
+                    "all_busy": self.extra_busy,
+                },
+                "all_busy_ns_per_flood_packet": self.busy_ns_per_pkt,
+            },
+            "flood_run": {
+                "flood_pps_at_dra": self.flood_pps,
+                "dra_rx_pps_flood_minus_calm": self.rx_pps,
+                "generator_sent_pps": self.gen_sent_pps,
+                "generator_cores": self.gen_cpu,
+                "ns_per_flood_packet_flood_minus_calm_run": self.runs_ns_per_pkt,
+            },
+            "ccr_u_p99_calm_ms": self.p99_calm,
+            "ccr_u_p99_flood_ms": self.p99_flood,
+            "ccr_u_p99_ratio": self.p99_ratio(),
+        })
+    }
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (n, s) = v.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
+    if n == 0 { f64::NAN } else { s / n as f64 }
+}
+
+fn cost(calm: &RunResult, flood: &RunResult, toggle: &RunResult) -> Cost {
+    let per_s = |r: &RunResult, v: f64| v / r.window_s;
+    let d = |f: fn(&RunResult) -> f64| per_s(flood, f(flood)) - per_s(calm, f(calm));
+    // Generator frames that reached the DRA (sent − dropped by the veth); the calm run
+    // sends none. The DRA's rx counter also counts the Gx traffic and, without XDP, the
+    // RSTs pgw2's kernel answers to the SYN-ACKs of its storm (both in the JSON).
+    let flood_pps = per_s(
+        flood,
+        flood.gen_sent.saturating_sub(flood.gen_dropped) as f64,
+    );
+    let rx_pps = d(|r| r.rx_packets as f64);
+    let ns = |cores: f64, pps: f64| {
+        if pps > 0.0 {
+            cores / pps * 1e9
+        } else {
+            f64::NAN
+        }
+    };
+    let pair_ns: Vec<f64> = toggle
+        .slots
+        .windows(2)
+        .filter(|w| w[0].on && !w[1].on)
+        .map(|w| {
+            ns(
+                (w[0].softirq + w[0].napi + w[0].agent) - (w[1].softirq + w[1].napi + w[1].agent),
+                w[0].flood_pps - w[1].flood_pps,
+            )
+        })
+        .collect();
+    let on_off = |f: fn(&Slot) -> f64| {
+        mean(toggle.slots.iter().filter(|s| s.on).map(f))
+            - mean(toggle.slots.iter().filter(|s| !s.on).map(f))
+    };
+    let toggle_pps = on_off(|s| s.flood_pps);
+    let extra_busy = on_off(|s| s.busy);
+    Cost {
+        ns_per_pkt: median(&pair_ns).unwrap_or(f64::NAN),
+        pair_ns,
+        extra_softirq: on_off(|s| s.softirq),
+        extra_napi: on_off(|s| s.napi),
+        extra_agent: on_off(|s| s.agent),
+        extra_busy,
+        toggle_pps,
+        busy_ns_per_pkt: ns(extra_busy, toggle_pps),
+        flood_pps,
+        gen_sent_pps: per_s(flood, flood.gen_sent as f64),
+        gen_cpu: per_s(flood, flood.gen_cpu_s),
+        runs_ns_per_pkt: ns(
+            d(|r| r.cpu.softirq) + d(|r| r.napi_cpu_s) + d(|r| r.agent_cpu_s),
+            flood_pps,
+        ),
+        rx_pps,
+        p99_calm: calm.ccr_u_p99_ms,
+        p99_flood: flood.ccr_u_p99_ms,
+    }
+}
+
+/// Per repetition, the mode's calm, flood and toggle runs.
+fn costs(runs: &[RunResult], xdp: bool) -> Vec<Cost> {
+    let reps = runs.iter().map(|r| r.rep).max().map_or(0, |m| m + 1);
+    (0..reps)
+        .filter_map(|rep| {
+            let find = |flood: Flood| {
+                runs.iter()
+                    .find(|r| r.rep == rep && r.spec.xdp == xdp && r.spec.flood == flood)
+            };
+            Some(cost(
+                find(Flood::Off)?,
+                find(Flood::On)?,
+                find(Flood::Toggle)?,
+            ))
+        })
+        .collect()
+}
+
+fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = v.collect();
+    median(&v)
+}
+
+fn fmt(v: Option<f64>, digits: usize) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The P5 JSON and its two table rows (CPU per flood packet, CCR-U p99).
+pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
+    let (x, n) = (costs(runs, true), costs(runs, false));
+    let m = |v: &[Cost], f: fn(&Cost) -> Option<f64>| med(v.iter().filter_map(f));
+    let x_ns = m(&x, |c| Some(c.ns_per_pkt));
+    let n_ns = m(&n, |c| Some(c.ns_per_pkt));
+    // A cost lost in the noise (≤ 0) gives no ratio.
+    let ratio = match (n_ns, x_ns) {
+        (Some(n), Some(x)) if x > 0.0 => Some(n / x),
+        _ => None,
+    };
+    let cpu_met = ratio.map(|q| q >= GOAL_CPU_RATIO);
+    let x_p99 = m(&x, Cost::p99_ratio);
+    let n_p99 = m(&n, Cost::p99_ratio);
+    let p99_met = x_p99.map(|q| q <= GOAL_P99_RATIO);
+    let x_pps = m(&x, |c| Some(c.flood_pps));
+    let n_pps = m(&n, |c| Some(c.flood_pps));
+    let pairs = |v: &[Cost]| {
+        let all: Vec<f64> = v.iter().flat_map(|c| c.pair_ns.iter().copied()).collect();
+        json!({
+            "min": all.iter().copied().fold(f64::INFINITY, f64::min),
+            "max": all.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            "values": all,
+        })
+    };
+    let n_pairs: usize = x.iter().map(|c| c.pair_ns.len()).sum();
+    let note = format!(
+        "flood {} ({} sender thread(s)); in the flood runs it reached the DRA's \
+         interface at {} pkt/s with XDP and {} pkt/s without. Host CPU per flood packet \
+         = (softirq of the machine + the agent's CPU), flood-on slot − next flood-off slot \
+         of the toggle run, ÷ the flood packets of the slot; median of {n_pairs} pairs: \
+         {} ns with XDP, {} ns without (whole flood run − calm run: {} vs {} ns; all busy \
+         CPU, the generator's sending included: {} vs {} ns). CCR-U p99 with/without \
+         flood: XDP {} vs {} ms, no XDP {} vs {} ms.",
+        if opts.pps > 0.0 {
+            format!("paced at {:.0} frames/s", opts.pps)
+        } else {
+            "unpaced (as fast as the generator goes)".into()
+        },
+        opts.threads,
+        fmt(x_pps, 0),
+        fmt(n_pps, 0),
+        fmt(x_ns, 0),
+        fmt(n_ns, 0),
+        fmt(m(&x, |c| Some(c.runs_ns_per_pkt)), 0),
+        fmt(m(&n, |c| Some(c.runs_ns_per_pkt)), 0),
+        fmt(m(&x, |c| Some(c.busy_ns_per_pkt)), 0),
+        fmt(m(&n, |c| Some(c.busy_ns_per_pkt)), 0),
+        fmt(m(&x, |c| c.p99_flood), 2),
+        fmt(m(&x, |c| c.p99_calm), 2),
+        fmt(m(&n, |c| c.p99_flood), 2),
+        fmt(m(&n, |c| c.p99_calm), 2),
+    );
+    let v = json!({
+        "goal_min_cpu_ratio": GOAL_CPU_RATIO,
+        "goal_max_ccr_u_p99_ratio": GOAL_P99_RATIO,
+        "cpu_ratio_noxdp_to_xdp": ratio,
+        "ns_per_flood_packet": { "xdp": x_ns, "noxdp": n_ns },
+        "flood_pps_at_dra": { "xdp": x_pps, "noxdp": n_pps },
+        "ccr_u_p99_ratio": { "xdp": x_p99, "noxdp": n_p99 },
+        "cpu_met": cpu_met,
+        "p99_met": p99_met,
+        "met": cpu_met.zip(p99_met).map(|(a, b)| a && b),
+        "xdp": x.iter().map(Cost::to_json).collect::<Vec<_>>(),
+        "noxdp": n.iter().map(Cost::to_json).collect::<Vec<_>>(),
+        "pairs_ns_per_packet": { "xdp": pairs(&x), "noxdp": pairs(&n) },
+        "note": note,
+        "source": "CPU: /proc/stat softirq (all CPUs, tick-sampled) + utime+stime of `dra \
+                   run`, per slot of the toggle runs (1 s slots, first 0.15 s left out); \
+                   flood packets: rx_packets of fl-cli (ip -s -j link). CCR-U p99: the \
+                   client's summary (HdrHistogram) of the calm and flood runs.",
+    });
+    let rows = vec![
+        TableRow {
+            metric: "P5 flood shield: host CPU per flood packet (softirq + agent), \
+                     without XDP ÷ with XDP"
+                .into(),
+            measured: format!(
+                "{}× ({} ns vs {} ns per packet; flood at the DRA {} pkt/s without XDP, \
+                 {} with)",
+                fmt(ratio, 1),
+                fmt(n_ns, 0),
+                fmt(x_ns, 0),
+                fmt(n_pps, 0),
+                fmt(x_pps, 0)
+            ),
+            goal: format!("≥ {GOAL_CPU_RATIO}×"),
+            met: cpu_met,
+        },
+        TableRow {
+            metric: "P5 flood shield: CCR-U p99 with flood ÷ without, XDP".into(),
+            measured: format!(
+                "{}× ({} vs {} ms; without XDP {}×: {} vs {} ms)",
+                fmt(x_p99, 2),
+                fmt(m(&x, |c| c.p99_flood), 2),
+                fmt(m(&x, |c| c.p99_calm), 2),
+                fmt(n_p99, 2),
+                fmt(m(&n, |c| c.p99_flood), 2),
+                fmt(m(&n, |c| c.p99_calm), 2),
+            ),
+            goal: format!("≤ {GOAL_P99_RATIO}×"),
+            met: p99_met,
+        },
+    ];
+    (v, rows)
+}
