@@ -8,13 +8,12 @@ pub mod dataplane;
 pub mod diameter;
 pub mod drl;
 pub mod limiter;
-pub mod loadgen;
 pub mod metrics;
 pub mod oob;
 pub mod relay;
 pub mod routing;
 pub mod run;
-pub mod sim;
+pub mod session;
 
 /// An error and its sources, "a: b: c", for logs.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

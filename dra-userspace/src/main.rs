@@ -4,6 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use dra::config::{Checked, Setup};
 use dra::dataplane::{self, AttachMode, Dataplane, Maps};
 
 #[derive(Parser)]
@@ -97,9 +98,15 @@ fn main() -> anyhow::Result<ExitCode> {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     match cli.cmd {
-        Cmd::CheckConfig { file } => match dra::config::load(&file) {
-            Ok(cfg) => {
+        Cmd::CheckConfig { file } => match dra::config::load_for(&file, &Setup::File) {
+            Ok(Checked {
+                config: cfg,
+                warnings,
+            }) => {
                 println!("ok");
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
                 for w in cfg.warnings() {
                     eprintln!("warning: {w}");
                 }
@@ -118,10 +125,20 @@ fn main() -> anyhow::Result<ExitCode> {
             pin_dir,
             detach_on_exit,
         } => {
-            let cfg = match dra::config::load(&config) {
-                Ok(c) => c,
+            // Refuses a config with a limit that nothing in this setup would enforce.
+            let setup = Setup::Run {
+                iface: iface.clone(),
+            };
+            let cfg = match dra::config::load_for(&config, &setup) {
+                Ok(Checked { config, warnings }) => {
+                    for w in warnings {
+                        tracing::warn!("config: {w}");
+                    }
+                    config
+                }
                 Err(e) => {
                     eprint!("{e}");
+                    eprintln!("dra run: not started (errors above)");
                     return Ok(ExitCode::from(2));
                 }
             };

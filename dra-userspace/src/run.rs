@@ -10,6 +10,12 @@
 //! built from the same [`Plan`], same semantics), so configured limits always apply.
 //! Either way the dynamic controller rewrites the rates and the counters are published
 //! as the `dra_fastpath_*` metrics.
+//!
+//! Egress: the agent's RLF takes each group's overall limit; the TC egress program,
+//! attached wherever `[fast_path] egress_interface` is set — with XDP or without —
+//! takes the other `drop` limits (per destination, per class). A limit that neither
+//! would enforce is refused before this runs (`config::load_for`, docs/config.md
+//! "Which part enforces a limit").
 
 use std::{
     path::PathBuf,
@@ -74,24 +80,34 @@ struct Shared {
 
 impl Shared {
     /// Copies the fast path's (or the userspace limiter's) counters into the metrics.
+    /// With the limiter and TC egress both running (no XDP), the ingress counters are
+    /// the limiter's and the egress ones the maps'.
     fn publish_fastpath(&self) {
+        let mut classes = Vec::new();
         if let Some(l) = &self.limiter {
             self.metrics.set_fastpath_global(&l.global_counters());
-            self.metrics.set_fastpath_classes(l.class_counters());
+            classes.extend(l.class_counters());
         }
         if let Some(o) = &self.oob {
             let st = o.stats();
             self.metrics
                 .set_oob_marks(st.received, st.applied, st.expired);
         }
-        let Some(maps) = &self.maps else { return };
-        if let Ok(stats) = maps.stats() {
-            self.metrics.set_fastpath_global(&stats);
-        }
-        let mut classes = Vec::new();
-        for s in &self.plan.slots {
-            if let Ok(c) = maps.slot_counters(s.index) {
-                classes.push((s.owner.clone(), s.class_label.clone(), c));
+        let egress_only = self.limiter.is_some();
+        if let Some(maps) = &self.maps {
+            if let Ok(mut stats) = maps.stats() {
+                if egress_only {
+                    stats.retain(|(c, _)| c.name().starts_with("egress"));
+                }
+                self.metrics.set_fastpath_global(&stats);
+            }
+            for s in &self.plan.slots {
+                if egress_only && !s.class_label.starts_with("egress:") {
+                    continue;
+                }
+                if let Ok(c) = maps.slot_counters(s.index) {
+                    classes.push((s.owner.clone(), s.class_label.clone(), c));
+                }
             }
         }
         self.metrics.set_fastpath_classes(classes);
@@ -126,35 +142,64 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         .iface
         .clone()
         .or_else(|| cfg.fast_path.interface.clone());
+    let egress = cfg.fast_path.egress_interface.clone();
     let mut dataplane = None;
     if let Some(iface) = &iface {
-        let mut dp =
-            Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?;
-        // TC egress (counting and optional policing per upstream destination) only
-        // where the operator names the upstream interface.
-        if let Some(eg) = &cfg.fast_path.egress_interface {
-            let reused =
-                Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
-            info!(iface = %eg, reused, "egress program attached (TCX)");
+        dataplane =
+            Some(Dataplane::attach(iface, opts.mode, &opts.pin_dir).map_err(RunError::Dataplane)?);
+    } else if egress.is_some() {
+        // An XDP link an earlier run left pinned keeps judging ingress on the maps this
+        // run writes, besides the agent's limiter.
+        for x in Dataplane::pinned_xdp_links(&opts.pin_dir) {
+            warn!(
+                iface = %x,
+                pin_dir = %opts.pin_dir.display(),
+                "an XDP program an earlier run attached is still pinned and enforces \
+                 ingress limits too; `dra detach --iface {x}` removes it"
+            );
         }
-        dp.maps.write_plan(&plan).map_err(RunError::Dataplane)?;
-        info!(iface, reused = dp.reused, pin_dir = %opts.pin_dir.display(), "fast path attached");
-        dataplane = Some(dp);
     }
-    // Without XDP the agent enforces the same limits itself (before decoding).
-    let limiter = match &dataplane {
-        Some(_) => None,
-        None => {
-            info!("no fast path interface: the agent enforces the limits in userspace");
-            Some(Arc::new(Limiter::new(&plan)))
+    // TC egress (counting, and policing of the `drop` limits per destination and class)
+    // wherever the operator names the upstream interface, with XDP or without: the
+    // agent's RLF only takes the groups' overall limits.
+    if let Some(eg) = &egress {
+        let reused = Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
+        info!(iface = %eg, reused, "egress program attached (TCX)");
+    }
+    let mut maps = match dataplane {
+        Some(dp) => {
+            info!(
+                iface = %dp.iface,
+                reused = dp.reused,
+                pin_dir = %opts.pin_dir.display(),
+                "fast path attached"
+            );
+            Some(dp.into_maps())
         }
+        // TC egress alone: its maps are the pinned ones (created by attach_egress).
+        None if egress.is_some() => {
+            Some(Maps::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?)
+        }
+        None => None,
+    };
+    if let Some(m) = &mut maps {
+        m.write_plan(&plan).map_err(RunError::Dataplane)?;
+    }
+    let xdp = iface.is_some();
+    // Without XDP the agent enforces the same ingress limits itself (before decoding).
+    let limiter = if xdp {
+        None
+    } else {
+        info!("no fast path interface: the agent enforces the ingress limits in userspace");
+        Some(Arc::new(Limiter::new(&plan)))
     };
     // With XDP: the readers apply the requests it marked out of band.
-    let oob = match &dataplane {
-        Some(_) => Some(Arc::new(
+    let oob = if xdp {
+        Some(Arc::new(
             crate::oob::OobInbox::open_pinned(&opts.pin_dir).map_err(RunError::Dataplane)?,
-        )),
-        None => None,
+        ))
+    } else {
+        None
     };
     let ingress = match (&oob, &limiter) {
         (Some(o), _) => crate::agent::io::Ingress::FastPath(o.clone()),
@@ -162,7 +207,6 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         (None, None) => crate::agent::io::Ingress::None,
     };
     let targets = drl::targets(&cfg, &plan).map_err(RunError::Drl)?;
-    let maps = dataplane.map(Dataplane::into_maps);
     let shared = Arc::new(Mutex::new(Shared {
         maps,
         oob,
@@ -225,20 +269,21 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
         Ok::<(), RunError>(())
     })?;
-    if opts.detach_on_exit
-        && let Some(iface) = &iface
-    {
-        if let Some(eg) = cfg
-            .fast_path
-            .egress_interface
-            .as_deref()
-            .filter(|eg| *eg != iface.as_str())
-        {
-            Dataplane::detach(Some(eg), &opts.pin_dir).map_err(RunError::Dataplane)?;
+    let attached = iface.is_some() || egress.is_some();
+    if opts.detach_on_exit && attached {
+        let mut removed = 0;
+        if let Some(eg) = egress.as_deref().filter(|eg| Some(*eg) != iface.as_deref()) {
+            removed += Dataplane::detach(Some(eg), &opts.pin_dir)
+                .map_err(RunError::Dataplane)?
+                .len();
         }
-        let removed = Dataplane::detach(Some(iface), &opts.pin_dir).map_err(RunError::Dataplane)?;
-        info!(removed = removed.len(), "fast path detached");
-    } else if iface.is_some() {
+        if let Some(iface) = &iface {
+            removed += Dataplane::detach(Some(iface), &opts.pin_dir)
+                .map_err(RunError::Dataplane)?
+                .len();
+        }
+        info!(removed, "fast path detached");
+    } else if attached {
         info!(pin_dir = %opts.pin_dir.display(), "leaving the fast path attached and pinned (dra detach removes it)");
     }
     Ok(())

@@ -15,7 +15,10 @@ fn run_into_closed_pipe(args: &[&str]) -> (std::process::ExitStatus, String) {
         .stderr(Stdio::piped())
         .output()
         .expect("run dra");
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn assert_quiet_sigpipe(args: &[&str]) {
@@ -33,7 +36,10 @@ fn assert_quiet_sigpipe(args: &[&str]) {
 
 #[test]
 fn check_config_into_a_closed_pipe_ends_quietly() {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/examples/minimal.toml");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/examples/minimal.toml"
+    );
     assert_quiet_sigpipe(&["check-config", file]);
 }
 

@@ -7,17 +7,19 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+mod support;
 
 use dra::control::SourceError;
 use dra::control::sources::{
     CpuSource, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu,
 };
+use support::{RedisServer, TempDir, free_port};
 
 // ---------------------------------------------------------------- helpers
 
@@ -47,41 +49,17 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A scratch directory under cargo's target tmpdir, removed on drop.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn new() -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "control-sources-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A scratch directory under cargo's target tmpdir (executables can run from it),
+/// removed on drop.
+fn scratch_dir() -> TempDir {
+    TempDir::new_in(Path::new(env!("CARGO_TARGET_TMPDIR")), "control-sources-")
 }
 
 // ---------------------------------------------------------------- file
 
 #[test]
 fn file_source_reads_the_last_value_and_rejects_garbage() {
-    let dir = ScratchDir::new();
+    let dir = scratch_dir();
     let path = dir.0.join("db-cpu");
     let mut src = FileCpu::new(&path);
 
@@ -145,7 +123,7 @@ fn busy_process_named(dir: &Path, name: &str) -> ChildGuard {
 
 #[test]
 fn procfs_busy_process_by_pid_pidfile_and_name() {
-    let dir = ScratchDir::new();
+    let dir = scratch_dir();
     let name = format!("drabusy{}", std::process::id() % 100_000);
     let busy = busy_process_named(&dir.0, &name);
     let pidfile = dir.0.join("busy.pid");
@@ -210,55 +188,6 @@ fn procfs_host_cpu_is_a_percentage() {
 
 // ---------------------------------------------------------------- redis
 
-/// A redis-server on 127.0.0.1, killed on drop.
-struct RedisServer {
-    _child: ChildGuard,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        // The free port can be taken between probe and bind: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let child = ChildGuard::spawn(
-                Command::new("redis-server")
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"]),
-            );
-            let mut child = child;
-            for _ in 0..250 {
-                if let Ok(Some(_)) = child.0.try_wait() {
-                    break; // exited (port taken?): next port
-                }
-                if ping(port) {
-                    return Self {
-                        _child: child,
-                        port,
-                    };
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server did not answer PING");
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut buf = [0u8; 7];
-    s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
-        && s.read_exact(&mut buf).is_ok()
-        && &buf == b"+PONG\r\n"
-}
-
 /// Sends a raw command and returns the first reply line.
 fn raw_command(port: u16, args: &[&str]) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -309,7 +238,7 @@ fn load_redis(port: u16, threads: usize, dur: Duration) {
 #[test]
 fn redis_cpu_is_measured_and_rises_under_load() {
     let server = RedisServer::start();
-    let mut src = RedisCpu::new(server.addr());
+    let mut src = RedisCpu::new(server.addr.to_string());
     assert_eq!(src.sample().unwrap(), None, "first INFO cpu has no delta");
     thread::sleep(Duration::from_millis(500));
     let idle = src.sample().unwrap().expect("second reading gives a value");
@@ -341,13 +270,13 @@ fn redis_cpu_is_measured_and_rises_under_load() {
         raw_command(server.port, &["CONFIG", "SET", "requirepass", "s3cret"]),
         "+OK\r\n"
     );
-    let mut noauth = RedisCpu::new(server.addr());
+    let mut noauth = RedisCpu::new(server.addr.to_string());
     assert!(
         matches!(noauth.sample(), Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH"))
     );
-    let mut wrong = RedisCpu::new(server.addr()).with_auth(None, "nope".into());
+    let mut wrong = RedisCpu::new(server.addr.to_string()).with_auth(None, "nope".into());
     assert!(matches!(wrong.sample(), Err(SourceError::Remote { .. })));
-    let mut auth = RedisCpu::new(server.addr()).with_auth(None, "s3cret".into());
+    let mut auth = RedisCpu::new(server.addr.to_string()).with_auth(None, "s3cret".into());
     assert_eq!(auth.sample().unwrap(), None);
     assert!(auth.sample().is_ok());
 }
@@ -358,24 +287,11 @@ fn redis_down_is_an_error_and_recovers_when_it_comes_up() {
     let mut src =
         RedisCpu::new(format!("127.0.0.1:{port}")).with_timeout(Duration::from_millis(500));
     assert!(matches!(src.sample(), Err(SourceError::Io { .. })));
-    // Start a server on that port (fall back to failing loudly if it was taken).
-    let child = ChildGuard::spawn(
-        Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"]),
-    );
-    let mut up = false;
-    for _ in 0..250 {
-        if ping(port) {
-            up = true;
-            break;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(up, "redis-server on port {port} did not come up");
+    // Start a server on that port (fails loudly if it was taken).
+    let redis = RedisServer::start_on(port);
     assert_eq!(src.sample().unwrap(), None, "reconnected; first reading");
     assert!(src.sample().is_ok());
-    drop(child);
+    drop(redis);
     assert!(src.sample().is_err(), "server gone");
 }
 

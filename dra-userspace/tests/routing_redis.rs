@@ -1,9 +1,10 @@
 //! The Redis binding store against a real `redis-server` started by the test on a free
 //! 127.0.0.1 port (killed on drop, also on panic).
 
+mod support;
+
 use std::{
-    net::{Ipv4Addr, SocketAddr, TcpListener},
-    process::{Child, Command, Stdio},
+    net::{Ipv4Addr, SocketAddr},
     thread::sleep,
     time::Duration,
 };
@@ -12,62 +13,9 @@ use dra::routing::{
     APP_GX, BindingError, BindingStore, CcRequestType, Decision, PeerTable, RedisBindingStore,
     RouteEntry, RouteRequest, RouteTable, Router, Selector, Strategy, Via,
 };
+use support::{RedisServer, free_port};
 
 const NOW: Duration = Duration::ZERO;
-const REDIS: &str = "/usr/bin/redis-server";
-
-/// A redis-server child process, killed when dropped.
-struct RedisServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        Self::start_on(free_port())
-    }
-
-    fn start_on(port: u16) -> Self {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let child = Command::new(REDIS)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {REDIS}: {e}"));
-        let server = Self { child, addr };
-        // Wait (bounded) until it answers PING.
-        for _ in 0..200 {
-            if RedisBindingStore::connect(addr).is_ok() {
-                return server;
-            }
-            sleep(Duration::from_millis(25));
-        }
-        panic!("redis-server on {addr} did not answer PING within 5 s");
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral loopback port");
-    l.local_addr().expect("local addr").port()
-}
-
 #[test]
 fn bind_get_unbind_round_trip() {
     let redis = RedisServer::start();

@@ -34,23 +34,10 @@ impl Agent {
     /// gives the process a private /sys and so a private bpffs: its pins would
     /// vanish with it).
     pub fn start(ns: &Netns, args: &[&str], log: &Path) -> Agent {
-        use std::os::{fd::AsRawFd, unix::process::CommandExt};
         let f = std::fs::File::create(log).expect("log file");
-        let nsfile = std::fs::File::open(format!("/run/netns/{}", ns.name)).expect("netns file");
         let mut cmd = Command::new(dra_bin());
         cmd.arg("run").args(args).stdout(Stdio::null()).stderr(f);
-        let fd = nsfile.as_raw_fd();
-        // SAFETY: setns(2) only, between fork and exec; async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("spawn dra run");
-        drop(nsfile);
+        let child = dra_tools::netns::spawn_in(&ns.name, &mut cmd).expect("spawn dra run");
         Agent {
             child: Some(child),
             log: log.to_path_buf(),

@@ -5,3 +5,4 @@ pub mod agent;
 pub mod netns;
 pub mod pkt;
 pub mod sim;
+pub mod support;

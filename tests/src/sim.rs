@@ -1,4 +1,4 @@
-//! Fixtures that run the project's simulator, `dra::loadgen::script`, inside test
+//! Fixtures that run the project's simulator, `dra_tools::loadgen::script`, inside test
 //! namespaces from the (sync) privileged tests. One tokio runtime per test: its worker
 //! threads drive every connection, while each socket is created on the calling thread
 //! inside [`Netns::enter`], so it belongs to that namespace (a socket keeps the
@@ -10,9 +10,9 @@ use std::{
 };
 
 use dra::diameter::peer::PeerConfig;
-pub use dra::loadgen::script::{Arrival, ScriptedPeer, ScriptedServer, Sent, Stream, Tap};
-use dra::loadgen::script::{ccr, paced, scripted_config};
 use dra_common::wire::{self, app};
+pub use dra_tools::loadgen::script::{Arrival, ScriptedPeer, ScriptedServer, Sent, Stream, Tap};
+use dra_tools::loadgen::script::{ccr, paced, scripted_config};
 
 use crate::netns::Netns;
 
@@ -113,7 +113,7 @@ impl Sim {
     ) -> ScriptedServer {
         let cfg = identity(host, realm, addr.ip());
         let inbox = dra::oob::OobInbox::open_pinned(pin_dir).expect("pinned OOB_MARKS");
-        let log = dra::loadgen::script::ArrivalLog::fast_path(std::sync::Arc::new(inbox));
+        let log = dra_tools::loadgen::script::ArrivalLog::fast_path(std::sync::Arc::new(inbox));
         ns.enter(|| {
             self.rt
                 .block_on(ScriptedServer::sink_into(addr, cfg, client_host, None, log))

@@ -12,12 +12,9 @@
 //!   reads until the first request it holds. Both must have judged the same requests
 //!   the same way: per-slot counters (seen, admitted, marked, dropped) equal.
 
-use aya::{
-    Ebpf,
-    programs::{TestRun, TestRunOptions, Xdp},
-};
+use aya::Ebpf;
 use dra::{
-    dataplane::{self, Maps, Plan},
+    dataplane::{Maps, Plan},
     limiter::{Limiter, Source, Verdict},
     oob::{self, OobInbox},
 };
@@ -26,6 +23,9 @@ use dra_common::{
     wire::{app, flags},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
+use dra_tests::support::{
+    Hook, SlotCounts, lab_config, load_object, oob_inbox, run_xdp, slot_delta,
+};
 
 const PASS: u32 = 2;
 const DROP: u32 = 1;
@@ -41,45 +41,15 @@ fn config(action: &str) -> String {
              rate = 1\nburst = {burst}\naction = \"{action}\"\n"
         )
     };
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-connect = "198.18.2.2:3868"
-
-[[route]]
-realm = "*"
-peer = "pcrf1"
-
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 1
-burst = 12
-action = "{action}"
-
-{}{}{}"#,
-        limit("gx", "initial", 3),
-        limit("gx", "termination", 2),
-        limit("gy", "initial", 2),
-    )
+    lab_config()
+        .with(&format!(
+            "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             rate = 1\nburst = 12\naction = \"{action}\"\n"
+        ))
+        .with(&limit("gx", "initial", 3))
+        .with(&limit("gx", "termination", 2))
+        .with(&limit("gy", "initial", 2))
+        .to_string()
 }
 
 /// The stream: 20 messages, requests of every limited class (short and 3GPP-sized),
@@ -126,16 +96,8 @@ struct Harness {
 
 impl Harness {
     fn new(action: &str) -> Harness {
-        let cfg = dra::config::parse(&config(action), "differential.toml").expect("config");
-        let plan = Plan::new(&cfg).expect("plan");
-        let mut ebpf = dataplane::open().expect("object");
-        dataplane::load_xdp(&mut ebpf).expect("load");
-        let mut maps = Maps::take(&mut ebpf).expect("maps");
-        maps.write_plan(&plan).expect("write plan");
-        let ring = ebpf
-            .take_map(dra_common::maps::names::OOB_MARKS)
-            .expect("OOB_MARKS");
-        let oob = OobInbox::new(ring).expect("ring buffer");
+        let (mut ebpf, maps, plan) = load_object(&config(action), "differential.toml", Hook::Xdp);
+        let oob = oob_inbox(&mut ebpf);
         Harness {
             ebpf,
             maps,
@@ -146,19 +108,7 @@ impl Harness {
     }
 
     fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(dataplane::XDP_PROGRAM)
-            .unwrap()
-            .try_into()
-            .unwrap();
-        let mut out = vec![0u8; input.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(input);
-        opts.data_out = Some(&mut out);
-        let r = prog.test_run(opts).expect("test run");
-        out.truncate(r.data_size_out as usize);
-        (r.return_value, out)
+        run_xdp(&self.ebpf, input)
     }
 
     /// Full buckets (of this plan's slots) and no flow state.
@@ -188,20 +138,13 @@ impl Harness {
 }
 
 /// Per slot: (seen, admitted, marked, dropped).
-type Counts = Vec<(u64, u64, u64, u64)>;
+type Counts = Vec<SlotCounts>;
 
 fn delta(after: &[ClassCounters], before: &[ClassCounters]) -> Counts {
     after
         .iter()
         .zip(before)
-        .map(|(a, b)| {
-            (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            )
-        })
+        .map(|(a, b)| slot_delta(b, a))
         .collect()
 }
 

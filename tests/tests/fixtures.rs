@@ -6,11 +6,8 @@
 //! TCP (reject and drop) and SCTP (DATA and I-DATA fragments), gets the verdict of the
 //! uncut stream.
 
-use aya::{
-    Ebpf,
-    programs::{TestRun, TestRunOptions, Xdp},
-};
-use dra::dataplane::{self, Maps, Plan};
+use aya::Ebpf;
+use dra::dataplane::{Maps, Plan};
 use dra::oob::{self, OobInbox};
 use dra_common::{
     maps::{ClassCounters, UnknownPeerPolicy},
@@ -18,6 +15,10 @@ use dra_common::{
     wire::{MsgClass, app, cc_request_type as rt},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN};
+use dra_tests::support::{
+    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, oob_inbox, run_xdp,
+    slot_delta,
+};
 
 const PASS: u32 = 2;
 const DROP: u32 = 1;
@@ -25,43 +26,22 @@ const DROP: u32 = 1;
 /// pgw1: CCR-I 1/s burst 2 (reject), CCR-T 1/s burst 2 (drop), Gy CCR-I 1/s burst 2
 /// (reject), overall 1000/s; connection guard 1/s burst 2.
 /// pgw2: overall 1/s burst 3, action drop.
-const CONFIG: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-diameter_ports = [3868]
-unknown_peer = "pass"
+fn config() -> String {
+    lab_dra("diameter_ports = [3868]\nunknown_peer = \"pass\"")
+        .client(
+            "pgw1",
+            LAB_REALM,
+            &["198.18.1.2", "2001:db8:1::2"],
+            "connection_rate = 1\nconnection_burst = 2",
+        )
+        .client("pgw2", LAB_REALM, &["198.18.1.3"], "")
+        .server("pcrf1", PCRF_REALM, "198.18.2.2:3868", "")
+        .route("*", "peer = \"pcrf1\"")
+        .with(LIMITS)
+        .to_string()
+}
 
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2", "2001:db8:1::2"]
-role = "client"
-connection_rate = 1
-connection_burst = 2
-
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.3"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-connect = "198.18.2.2:3868"
-
-[[route]]
-realm = "*"
-peer = "pcrf1"
-
+const LIMITS: &str = r#"
 [[peer_rate_limit_profile]]
 peer = "pgw1"
 direction = "ingress"
@@ -114,16 +94,8 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        let cfg = dra::config::parse(CONFIG, "fixtures.toml").expect("fixture config");
-        let plan = Plan::new(&cfg).expect("plan");
-        let mut ebpf = dataplane::open().expect("object");
-        dataplane::load_xdp(&mut ebpf).expect("load");
-        let mut maps = Maps::take(&mut ebpf).expect("maps");
-        maps.write_plan(&plan).expect("write plan");
-        let ring = ebpf
-            .take_map(dra_common::maps::names::OOB_MARKS)
-            .expect("OOB_MARKS");
-        let oob = OobInbox::new(ring).expect("ring buffer");
+        let (mut ebpf, maps, plan) = load_object(&config(), "fixtures.toml", Hook::Xdp);
+        let oob = oob_inbox(&mut ebpf);
         Harness {
             ebpf,
             maps,
@@ -162,19 +134,7 @@ impl Harness {
     }
 
     fn run(&mut self, input: &[u8]) -> (u32, Vec<u8>) {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(dataplane::XDP_PROGRAM)
-            .unwrap()
-            .try_into()
-            .unwrap();
-        let mut out = vec![0u8; input.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(input);
-        opts.data_out = Some(&mut out);
-        let r = prog.test_run(opts).expect("test run");
-        out.truncate(r.data_size_out as usize);
-        (r.return_value, out)
+        run_xdp(&self.ebpf, input)
     }
 
     fn slot(&self, peer: &str, class: Option<MsgClass>) -> u32 {
@@ -951,24 +911,11 @@ fn fixture_table() {
                 r.steps.len()
             ));
         }
-        for (c, want) in &r.counters {
-            if delta(*c) != *want {
-                failures.push(format!(
-                    "{}: counter {} delta {}, want {want}",
-                    r.name,
-                    c.name(),
-                    delta(*c)
-                ));
-            }
+        for e in counter_mismatches(&before, &after, &r.counters) {
+            failures.push(format!("{}: {e}", r.name));
         }
         for ((p, c, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
-            let a = h.maps.slot_counters(h.slot(p, *c)).unwrap();
-            let got = (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            );
+            let got = slot_delta(&b, &h.maps.slot_counters(h.slot(p, *c)).unwrap());
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{c:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",

@@ -1,5 +1,5 @@
 //! Back-to-back requests through the real agent (issue 11): a gateway keeping 16 or 100
-//! requests in flight on one TCP connection (`dra::loadgen::closed`) writes them back to
+//! requests in flight on one TCP connection (`dra_tools::loadgen::closed`) writes them back to
 //! back, so full segments carry several CCRs and one in every few straddles a segment
 //! boundary. `dra run` has XDP on its gateway-facing veth; the PCRF answers at once.
 //! Gx CCR-I and CCR-T are each limited to 100/s, far below what the gateway offers.
@@ -17,42 +17,27 @@
 //! Topology: gw (198.18.1.2) — veth — dra (198.18.1.1, XDP) — veth — srv (198.18.2.2,
 //! the loadgen PCRF). Namespaces and pins are removed on drop, also on panic.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
-use dra::dataplane::{Dataplane, Maps};
-use dra::loadgen::{
-    closed::{self, ClosedConfig, ClosedReport},
-    server::{self, LatencyDist, ServerConfig},
-};
+use dra::dataplane::Maps;
 use dra_common::{
     stats::Counter,
     wire::{MsgClass, cc_request_type as rt},
 };
+use dra_tests::support::{LAB_REALM, PCRF_REALM, Pins, TempDir, lab_dra};
 use dra_tests::{
     agent::Agent,
-    netns::{Netns, VethPair, unique},
+    netns::{Netns, VethPair},
+};
+use dra_tools::loadgen::{
+    closed::{self, ClosedConfig, ClosedReport},
+    server::{self, LatencyDist, ServerConfig},
 };
 
 /// Per-class limit (CCR-I and CCR-T each).
 const LIMIT: f64 = 100.0;
 const WARMUP: Duration = Duration::from_secs(2);
 const MEASURE: Duration = Duration::from_secs(5);
-
-struct Pins(PathBuf);
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = Dataplane::detach(None, &self.0);
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn config(action: &str) -> String {
     let limit = |rt: &str| {
@@ -62,38 +47,18 @@ fn config(action: &str) -> String {
              rate = {LIMIT}\naction = \"{action}\"\n"
         )
     };
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-addresses = ["198.18.2.2"]
-role = "server"
-connect = "198.18.2.2:3868"
-
-[[route]]
-realm = "pcrf.lab.example"
-peer = "pcrf1"
-
-{}{}"#,
-        limit("initial"),
-        limit("termination")
-    )
+    lab_dra("")
+        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
+        .server(
+            "pcrf1",
+            PCRF_REALM,
+            "198.18.2.2:3868",
+            "addresses = [\"198.18.2.2\"]",
+        )
+        .route(PCRF_REALM, "peer = \"pcrf1\"")
+        .with(&limit("initial"))
+        .with(&limit("termination"))
+        .to_string()
 }
 
 struct Lab {
@@ -119,12 +84,8 @@ impl Lab {
             .unwrap();
         dra.exec(&["ethtool", "-K", &client_veth.b_if, "rx", "off"])
             .unwrap();
-        let tmp = TempDir(std::env::temp_dir().join(unique("dra-coal-")));
-        std::fs::create_dir_all(&tmp.0).unwrap();
-        let pins = Pins(PathBuf::from(format!(
-            "/sys/fs/bpf/{}",
-            unique("dra-coal-")
-        )));
+        let tmp = TempDir::new("dra-coal-");
+        let pins = Pins::new("dra-coal-");
         Lab {
             gw,
             dra,

@@ -2,7 +2,7 @@
 //! XDP in a test namespace, reads the DB CPU from a `file` source, and rewrites
 //! the bucket rates in the pinned maps, which the test reads back; and the closed
 //! loop, where the admitted rate at a sink follows the throttle. Client and sink are
-//! the project's simulator (`dra::loadgen::script`); each connection starts with
+//! the project's simulator (`dra_tools::loadgen::script`); each connection starts with
 //! CER/CEA (base protocol, passed by the fast path and not in any CCR count).
 
 use std::{
@@ -13,35 +13,12 @@ use std::{
 
 use dra::dataplane::{Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
+use dra_tests::support::{Pins, TempDir};
 use dra_tests::{
     agent::Agent,
-    netns::{Netns, VethPair, unique},
+    netns::{Netns, VethPair},
     sim::{PGW1, ScriptedPeer, ScriptedServer, Sim, gx_ccrs},
 };
-
-struct Pins(PathBuf);
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = Dataplane::detach(None, &self.0);
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(unique("dra-drl-"));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The seed config (config/dra.toml) with a `file` CPU source, a short hold and a
 /// fast sample period; optionally other static CCR-I rates and an extra port.
@@ -97,14 +74,14 @@ impl DrlLab {
         let client = Netns::new(&format!("{prefix}c")).unwrap();
         let dra_ns = Netns::new(&format!("{prefix}d")).unwrap();
         let veth = VethPair::new(&client, "198.18.1.2/24", &dra_ns, "198.18.1.1/24").unwrap();
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("dra-drl-");
         let cpu = tmp.0.join("db_cpu");
         set_cpu(&cpu, 30.0);
         let cfg_text = seed_config(&cpu, "3s", pgw1_rate, extra_port);
         let cfg_path = tmp.0.join("dra.toml");
         std::fs::write(&cfg_path, &cfg_text).unwrap();
         let plan = Plan::new(&dra::config::parse(&cfg_text, "dra.toml").unwrap()).unwrap();
-        let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-drl-"))));
+        let pins = Pins::new("dra-drl-");
         let args = vec![
             "--config".to_string(),
             cfg_path.display().to_string(),

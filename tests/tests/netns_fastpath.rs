@@ -1,40 +1,22 @@
 //! The fast path on real TCP between network namespaces: a client namespace sends
 //! to a Diameter sink in the DRA namespace, whose veth has the XDP programs
-//! attached. Client and sink are the project's simulator (`dra::loadgen::script`):
+//! attached. Client and sink are the project's simulator (`dra_tools::loadgen::script`):
 //! each connection starts with CER/CEA, which the fast path passes (base protocol);
 //! every count below is of CCRs only. Addresses from 198.18.0.0/15 only; namespaces
 //! and pins are removed on drop, also on panic.
 
 use std::{
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use dra::dataplane::{AttachMode, Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
+use dra_tests::support::{Pins, lab_config};
 use dra_tests::{
-    netns::{Netns, VethPair, sh, unique},
+    netns::{Netns, VethPair, sh},
     sim::{Arrival, PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, Stream, gx_ccrs},
 };
-
-/// A pin directory under bpffs, removed on drop.
-struct Pins(PathBuf);
-
-impl Pins {
-    fn new() -> Pins {
-        Pins(PathBuf::from(format!(
-            "/sys/fs/bpf/{}",
-            unique("dra-test-")
-        )))
-    }
-}
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = Dataplane::detach(None, &self.0);
-    }
-}
 
 struct Lab {
     client: Netns,
@@ -49,44 +31,13 @@ struct Lab {
 const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
 
 fn config(action: &str, rate: u32, burst: u32) -> String {
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-connect = "198.18.2.2:3868"
-
-[[route]]
-realm = "*"
-peer = "pcrf1"
-
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = {rate}
-burst = {burst}
-action = "{action}"
-"#
-    )
+    lab_config()
+        .with(&format!(
+            "[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+             rate = {rate}\nburst = {burst}\naction = \"{action}\"\n"
+        ))
+        .to_string()
 }
 
 impl Lab {
@@ -106,7 +57,7 @@ impl Lab {
             client,
             dra,
             veth,
-            pins: Pins::new(),
+            pins: Pins::new("dra-test-"),
             sink_addr: "198.18.1.1:3868".parse().unwrap(),
             client_ip: "198.18.1.2".parse().unwrap(),
         }

@@ -3,10 +3,7 @@
 //! servers), expected verdicts, expected counter deltas. Egress flow state and
 //! buckets are reset before each row; packets within a row share them.
 
-use aya::{
-    Ebpf,
-    programs::{SchedClassifier, TestRun, TestRunOptions},
-};
+use aya::{Ebpf, programs::SchedClassifier};
 use dra::dataplane::{self, Maps, Plan};
 use dra_common::{
     maps::NO_SLOT,
@@ -14,6 +11,9 @@ use dra_common::{
     wire::{MsgClass, app},
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
+use dra_tests::support::{
+    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, run_tc, slot_delta,
+};
 
 /// TC_ACT_UNSPEC (TCX "next"): the packet goes on.
 const PASS: u32 = u32::MAX;
@@ -25,76 +25,32 @@ const SHOT: u32 = 2;
 /// ocs1 (IPv4 + IPv6) in group ocs: Gy CCR-I 1/s burst 2, drop.
 /// ocs2 in group ocs: its own egress limit 1/s burst 1, reject (not policed here:
 /// over-limit requests pass and count as `marked`).
-const CONFIG: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-diameter_ports = [3868]
+fn config() -> String {
+    let ocs = "ocs.lab.example";
+    lab_dra("diameter_ports = [3868]")
+        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
+        .server("pcrf1", PCRF_REALM, "198.18.2.2:3868", "group = \"pcrf\"")
+        .server("pcrf2", PCRF_REALM, "198.18.2.3:3868", "group = \"pcrf\"")
+        .server(
+            "ocs1",
+            ocs,
+            "198.18.2.4:3868",
+            "addresses = [\"198.18.2.4\", \"2001:db8:2::4\"]\ngroup = \"ocs\"",
+        )
+        .server("ocs2", ocs, "198.18.2.5:3868", "group = \"ocs\"")
+        .with(
+            "[[peer_rate_limit_profile]]\npeer = \"ocs2\"\ndirection = \"egress\"\n\
+             rate = 1\nburst = 1\naction = \"reject\"\n",
+        )
+        .group("pcrf", "")
+        .group("ocs", "")
+        .route(PCRF_REALM, "group = \"pcrf\"")
+        .route(ocs, "group = \"ocs\"")
+        .with(LIMITS)
+        .to_string()
+}
 
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.2.2:3868"
-
-[[peer]]
-name = "pcrf2"
-origin_host = "pcrf2.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.2.3:3868"
-
-[[peer]]
-name = "ocs1"
-origin_host = "ocs1.ocs.lab.example"
-realm = "ocs.lab.example"
-addresses = ["198.18.2.4", "2001:db8:2::4"]
-role = "server"
-group = "ocs"
-connect = "198.18.2.4:3868"
-
-[[peer]]
-name = "ocs2"
-origin_host = "ocs2.ocs.lab.example"
-realm = "ocs.lab.example"
-role = "server"
-group = "ocs"
-connect = "198.18.2.5:3868"
-
-[[peer_rate_limit_profile]]
-peer = "ocs2"
-direction = "egress"
-rate = 1
-burst = 1
-action = "reject"
-
-[[peer_group]]
-name = "pcrf"
-
-[[peer_group]]
-name = "ocs"
-
-[[route]]
-realm = "pcrf.lab.example"
-group = "pcrf"
-
-[[route]]
-realm = "ocs.lab.example"
-group = "ocs"
-
+const LIMITS: &str = r#"
 [[peer_rate_limit_profile]]
 group = "pcrf"
 direction = "egress"
@@ -129,27 +85,12 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        let cfg = dra::config::parse(CONFIG, "tc_fixtures.toml").expect("fixture config");
-        let plan = Plan::new(&cfg).expect("plan");
-        let mut ebpf = dataplane::open().expect("object");
-        dataplane::load_tc(&mut ebpf).expect("verifier accepts the TC classifier");
-        let mut maps = Maps::take(&mut ebpf).expect("maps");
-        maps.write_plan(&plan).expect("write plan");
+        let (ebpf, maps, plan) = load_object(&config(), "tc_fixtures.toml", Hook::Tc);
         Harness { ebpf, maps, plan }
     }
 
     fn run(&mut self, input: &[u8]) -> u32 {
-        let prog: &mut SchedClassifier = self
-            .ebpf
-            .program_mut(dataplane::TC_PROGRAM)
-            .unwrap()
-            .try_into()
-            .unwrap();
-        let mut out = vec![0u8; input.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(input);
-        opts.data_out = Some(&mut out);
-        prog.test_run(opts).expect("test run").return_value
+        run_tc(&self.ebpf, input)
     }
 
     /// Slot of a destination: "dest", "group", "other" or a class.
@@ -498,24 +439,11 @@ fn tc_fixture_table() {
                 r.steps.len()
             ));
         }
-        for (c, want) in &r.counters {
-            if delta(*c) != *want {
-                failures.push(format!(
-                    "{}: counter {} delta {}, want {want}",
-                    r.name,
-                    c.name(),
-                    delta(*c)
-                ));
-            }
+        for e in counter_mismatches(&before, &after, &r.counters) {
+            failures.push(format!("{}: {e}", r.name));
         }
         for ((p, w, seen, adm, mk, dr), b) in r.slots.iter().zip(slot_before) {
-            let a = h.maps.slot_counters(h.slot(p, *w)).unwrap();
-            let got = (
-                a.seen - b.seen,
-                a.admitted - b.admitted,
-                a.marked - b.marked,
-                a.dropped - b.dropped,
-            );
+            let got = slot_delta(&b, &h.maps.slot_counters(h.slot(p, *w)).unwrap());
             if got != (*seen, *adm, *mk, *dr) {
                 failures.push(format!(
                     "{}: slot {p}/{w:?} (seen, admitted, marked, dropped) delta {got:?}, want {:?}",

@@ -2,7 +2,7 @@
 //! namespace A (standing for the DRA) sends Diameter requests to a sink in
 //! namespace B (standing for a PCRF), with the classifier attached through TCX on
 //! the egress of A's veth. Client and sink are the project's simulator
-//! (`dra::loadgen::script`): each connection starts with CER/CEA. The egress program
+//! (`dra_tools::loadgen::script`): each connection starts with CER/CEA. The egress program
 //! charges and counts every request, the CER too (on the destination, the group and
 //! the "other" class), so the expectations below add the base-protocol requests the
 //! client wrote, counted from its tap. Addresses from 198.18.0.0/15 only; namespaces
@@ -10,31 +10,16 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
     time::Duration,
 };
 
 use dra::dataplane::{Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
+use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins};
 use dra_tests::{
-    netns::{Netns, VethPair, unique},
+    netns::{Netns, VethPair},
     sim::{ScriptedPeer, ScriptedServer, Sim, Tap, base_requests_sent, gx_ccrs},
 };
-
-/// A pin directory under bpffs, removed on drop (which detaches the TCX link).
-struct Pins(PathBuf);
-
-impl Pins {
-    fn new() -> Pins {
-        Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-tc-"))))
-    }
-}
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = Dataplane::detach(None, &self.0);
-    }
-}
 
 struct Lab {
     dra: Netns,
@@ -55,41 +40,17 @@ const PCRF1: (&str, &str) = ("pcrf1.pcrf.lab.example", "pcrf.lab.example");
 /// pcrf1 (group pcrf) with an egress group limit, and a Gx CCR-I egress profile
 /// on pcrf1 (high rate, reject: a counting class slot, never policed here).
 fn config(group_limit: &str) -> String {
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.3.1:3868"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.3.2:3868"
-
-[[peer_group]]
-name = "pcrf"
-
-[[route]]
-realm = "*"
-group = "pcrf"
-
-[[message_rate_limit_profile]]
-peer = "pcrf1"
-direction = "egress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 100000
-
-{group_limit}
-"#
-    )
+    ConfigToml::new(LAB_REALM, &["198.18.3.1:3868"], "")
+        .server("pcrf1", PCRF_REALM, "198.18.3.2:3868", "group = \"pcrf\"")
+        .group("pcrf", "")
+        .route("*", "group = \"pcrf\"")
+        .with(
+            "[[message_rate_limit_profile]]\npeer = \"pcrf1\"\ndirection = \"egress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+             rate = 100000\n",
+        )
+        .with(group_limit)
+        .to_string()
 }
 
 impl Lab {
@@ -97,7 +58,7 @@ impl Lab {
         let dra = Netns::new("tca").unwrap();
         let server = Netns::new("tcb").unwrap();
         let veth = VethPair::new(&dra, "198.18.3.1/24", &server, "198.18.3.2/24").unwrap();
-        let pins = Pins::new();
+        let pins = Pins::new("dra-tc-");
         let reused = dra
             .enter(|| Dataplane::attach_egress(&veth.a_if, &pins.0))
             .unwrap()

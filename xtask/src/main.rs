@@ -101,7 +101,7 @@ fn is_root() -> bool {
 
 fn build(release: bool) -> Result<()> {
     let mut c = cargo();
-    c.args(["build", "-p", "dra-userspace", "--bins"]);
+    c.args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]);
     if release {
         c.arg("--release");
     }
@@ -146,6 +146,8 @@ fn test() -> Result<()> {
         "-p",
         "dra-userspace",
         "-p",
+        "dra-tools",
+        "-p",
         "xtask",
         "-p",
         "dra-tests",
@@ -189,6 +191,8 @@ fn test() -> Result<()> {
             "dra-common",
             "-p",
             "dra-userspace",
+            "-p",
+            "dra-tools",
             "-p",
             "xtask",
         ]),
@@ -277,7 +281,7 @@ fn real_main() -> Result<()> {
                         "run",
                         "--release",
                         "-p",
-                        "dra-userspace",
+                        "dra-tools",
                         "--bin",
                         "dra-sim",
                         "--",
@@ -344,7 +348,7 @@ fn real_main() -> Result<()> {
                             "run",
                             "--release",
                             "-p",
-                            "dra-userspace",
+                            "dra-tools",
                             "--bin",
                             "dra-bench",
                             "--",

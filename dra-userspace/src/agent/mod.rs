@@ -116,8 +116,6 @@ pub struct AgentOptions {
     /// Answer timeout for peers outside any group (e.g. answers to server-initiated
     /// requests relayed to a gateway).
     pub default_answer_timeout: Duration,
-    /// Most session bindings kept in memory.
-    pub binding_capacity: usize,
     /// Seed for the selectors and the peer state machines.
     pub seed: u64,
     /// Wait for DPAs this long at shutdown.
@@ -146,7 +144,6 @@ impl Default for AgentOptions {
             max_message_size: crate::diameter::DEFAULT_MAX_MESSAGE_SIZE,
             pending_capacity: 100_000,
             default_answer_timeout: Duration::from_secs(2),
-            binding_capacity: 1_000_000,
             seed: 0x5eed_d1a0,
             shutdown_grace: Duration::from_secs(2),
             max_awaiting_cer: 1024,

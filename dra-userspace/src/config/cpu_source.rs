@@ -25,7 +25,8 @@ use super::error::Errors;
 use super::raw::S;
 use super::validate::syntax::{absolute_path, choice, socket_addr};
 use crate::control::sources::{
-    self, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu, SourceError,
+    self, Aggregate, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisClusterCpu,
+    RedisCpu, SourceError,
 };
 
 type Span = Range<usize>;
@@ -39,6 +40,13 @@ pub enum CpuSource {
     Redis {
         /// Redis address.
         address: SocketAddr,
+    },
+    /// Redis `INFO cpu` of a Redis Cluster's masters, aggregated.
+    RedisCluster {
+        /// Seed nodes (any cluster node; the masters are discovered).
+        addresses: Vec<SocketAddr>,
+        /// How the masters' figures become one.
+        aggregate: Aggregate,
     },
     /// A Prometheus instant query returning one value in percent.
     Prometheus {
@@ -81,6 +89,16 @@ impl CpuSource {
             CpuSource::Redis { address } => {
                 Box::new(RedisCpu::new(address.to_string()).with_timeout(timeout))
             }
+            CpuSource::RedisCluster {
+                addresses,
+                aggregate,
+            } => Box::new(
+                RedisClusterCpu::new(
+                    addresses.iter().map(|a| a.to_string()).collect(),
+                    *aggregate,
+                )
+                .with_timeout(timeout),
+            ),
             CpuSource::Prometheus { url, query } => {
                 Box::new(PrometheusCpu::new(url, query)?.with_timeout(timeout))
             }
@@ -99,6 +117,17 @@ impl fmt::Display for CpuSource {
             }
             CpuSource::Procfs(ProcTarget::Host) => write!(f, "procfs host"),
             CpuSource::Redis { address } => write!(f, "redis {address}"),
+            CpuSource::RedisCluster {
+                addresses,
+                aggregate,
+            } => {
+                let a: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+                let agg = match aggregate {
+                    Aggregate::Max => "max",
+                    Aggregate::Mean => "mean",
+                };
+                write!(f, "redis_cluster {} ({agg} of the masters)", a.join(","))
+            }
             CpuSource::Prometheus { url, query } => write!(f, "prometheus {url} query {query:?}"),
             CpuSource::File { path } => write!(f, "file {}", path.display()),
         }
@@ -115,6 +144,8 @@ pub(super) struct RawSource {
     pub pid_file: Option<S<String>>,
     pub host: Option<S<bool>>,
     pub address: Option<S<String>>,
+    pub addresses: Option<Vec<S<String>>>,
+    pub aggregate: Option<S<String>>,
     pub url: Option<S<String>>,
     pub query: Option<S<String>>,
     pub path: Option<S<String>>,
@@ -122,12 +153,20 @@ pub(super) struct RawSource {
 
 impl RawSource {
     /// Every key but `kind`, in field order, with its span when it is set.
-    fn keys_set(&self) -> [(&'static str, Option<Span>); 7] {
+    fn keys_set(&self) -> [(&'static str, Option<Span>); 9] {
         [
             ("process", self.process.as_ref().map(|v| v.span())),
             ("pid_file", self.pid_file.as_ref().map(|v| v.span())),
             ("host", self.host.as_ref().map(|v| v.span())),
             ("address", self.address.as_ref().map(|v| v.span())),
+            (
+                "addresses",
+                self.addresses
+                    .as_ref()
+                    .and_then(|v| v.first())
+                    .map(|v| v.span()),
+            ),
+            ("aggregate", self.aggregate.as_ref().map(|v| v.span())),
             ("url", self.url.as_ref().map(|v| v.span())),
             ("query", self.query.as_ref().map(|v| v.span())),
             ("path", self.path.as_ref().map(|v| v.span())),
@@ -140,6 +179,7 @@ impl RawSource {
 enum SourceKind {
     Procfs,
     Redis,
+    RedisCluster,
     Prometheus,
     File,
 }
@@ -147,6 +187,7 @@ enum SourceKind {
 config_names!(SourceKind {
     Procfs => "procfs",
     Redis => "redis",
+    RedisCluster => "redis_cluster",
     Prometheus => "prometheus",
     File => "file",
 });
@@ -157,6 +198,7 @@ impl SourceKind {
         match self {
             SourceKind::Procfs => &["process", "pid_file", "host"],
             SourceKind::Redis => &["address"],
+            SourceKind::RedisCluster => &["addresses", "aggregate"],
             SourceKind::Prometheus => &["url", "query"],
             SourceKind::File => &["path"],
         }
@@ -167,6 +209,7 @@ impl SourceKind {
         match self {
             SourceKind::Procfs => procfs(e, s, span),
             SourceKind::Redis => redis(e, s, span),
+            SourceKind::RedisCluster => redis_cluster(e, s, span),
             SourceKind::Prometheus => prometheus(e, s, span),
             SourceKind::File => file(e, s, span),
         }
@@ -248,6 +291,46 @@ fn redis(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSource> {
     socket_addr(e, "address", a, "127.0.0.1:6379").map(|address| CpuSource::Redis { address })
 }
 
+/// `kind = "redis_cluster"`: `addresses` (one or more seed nodes), `aggregate`.
+fn redis_cluster(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSource> {
+    let list = match &s.addresses {
+        Some(l) if !l.is_empty() => l,
+        _ => {
+            missing(
+                e,
+                s,
+                span,
+                "addresses = [\"198.18.0.10:7000\", ...] (one or more cluster nodes)",
+            );
+            return None;
+        }
+    };
+    let addresses: Vec<SocketAddr> = list
+        .iter()
+        .filter_map(|a| socket_addr(e, "addresses", a, "198.18.0.10:7000"))
+        .collect();
+    let aggregate = match &s.aggregate {
+        None => Aggregate::Max,
+        Some(a) => {
+            match a.get_ref().as_str() {
+                "max" => Aggregate::Max,
+                "mean" => Aggregate::Mean,
+                other => {
+                    e.at(
+                    &a.span(),
+                    format!("aggregate = \"{other}\" is not valid; expected one of \"max\", \"mean\""),
+                );
+                    return None;
+                }
+            }
+        }
+    };
+    (addresses.len() == list.len()).then_some(CpuSource::RedisCluster {
+        addresses,
+        aggregate,
+    })
+}
+
 /// `kind = "prometheus"`: `url` and `query`. The URL is checked by the source's own rule
 /// ([`PrometheusCpu::check_base_url`]), so `dra check-config` accepts exactly the URLs
 /// `dra run` can open (no `https://`: the source has no TLS).
@@ -311,6 +394,8 @@ mod tests {
             pid_file: None,
             host: None,
             address: None,
+            addresses: None,
+            aggregate: None,
             url: None,
             query: None,
             path: None,

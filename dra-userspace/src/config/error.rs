@@ -69,6 +69,9 @@ pub(super) struct Errors<'a> {
     /// Byte offset where each line starts.
     line_starts: Vec<usize>,
     errors: Vec<ConfigError>,
+    /// Valid settings that hold only under conditions the file cannot state (e.g. a
+    /// command-line flag): reported, not refused.
+    warnings: Vec<ConfigError>,
 }
 
 impl<'a> Errors<'a> {
@@ -80,6 +83,7 @@ impl<'a> Errors<'a> {
             text,
             line_starts,
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -112,6 +116,24 @@ impl<'a> Errors<'a> {
             // One line per error, whatever the message holds.
             message: message.into().replace('\n', " "),
         });
+    }
+
+    /// Records a warning at the start of `span` (same form as an error).
+    pub(super) fn warn(&mut self, span: &Range<usize>, message: impl Into<String>) {
+        let (line, column) = self.position(span.start);
+        self.warnings.push(ConfigError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message: message.into().replace('\n', " "),
+        });
+    }
+
+    /// The warnings recorded so far, sorted by position.
+    pub(super) fn take_warnings(&mut self) -> Vec<ConfigError> {
+        let mut w = std::mem::take(&mut self.warnings);
+        w.sort_by_key(|e| (e.line, e.column));
+        w
     }
 
     /// Records a TOML parse or deserialization error (they carry a span).

@@ -5,6 +5,11 @@
 //! names are enums, every peer and group reference exists), or [`ConfigErrors`]: every
 //! problem found, each as `file:line:column: reason`.
 //!
+//! [`load_for`] / [`parse_for`] (`dra check-config`, `dra run`) check more: that some
+//! part of the [`Setup`] the config runs with enforces every limit (docs/config.md,
+//! "Which part enforces a limit"). [`parse`] leaves that out, so that tests and tools
+//! can build configs for one part alone (a TC fixture, an agent without XDP).
+//!
 //! The tables are named after the Cisco CPS vDRA CRD tables of the seed scenario
 //! (peer / message rate limit profiles, dynamic peer rate limit profile, dynamic
 //! throttling DB CPU profile). `docs/config.md` is the reference for every key.
@@ -58,6 +63,8 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[control]`.
     pub control: Control,
+    /// `[session_store]`: where Gx/Gy session bindings live (DESIGN §9).
+    pub session_store: SessionStore,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,
     /// `[[peer]]`, in file order.
@@ -111,8 +118,8 @@ pub struct FastPath {
     pub interface: Option<String>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
-    /// Where the TC egress program attaches (only with an XDP interface); `None` = no
-    /// egress program (the agent's RLF still applies the egress limits).
+    /// Where the TC egress program attaches (with or without XDP); `None` = no egress
+    /// program (the agent's RLF still applies the groups' overall egress limits).
     pub egress_interface: Option<String>,
 }
 
@@ -133,6 +140,93 @@ pub enum XdpMode {
 pub struct Metrics {
     /// Prometheus HTTP endpoint; `None` = no metrics endpoint.
     pub address: Option<SocketAddr>,
+}
+
+/// `[session_store]`: Session-Id → server bindings, local or shared by several DRA hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionStore {
+    /// Where bindings live.
+    pub kind: StoreKind,
+    /// `host:port` of the Redis server (`redis`) or of the cluster's seed nodes
+    /// (`redis_cluster`); empty for `memory`.
+    pub addresses: Vec<String>,
+    /// Time-to-live of a binding, refreshed by every CCR-U (the session timeout).
+    pub ttl: Duration,
+    /// Bound on every store call (connecting included).
+    pub timeout: Duration,
+    /// Prefix of the store's keys (`<prefix><Session-Id>`).
+    pub key_prefix: String,
+    /// When a new binding is written.
+    pub write: StoreWrite,
+    /// What a request needing the store gets while the store fails.
+    pub on_error: StoreOnError,
+    /// Result-Code answered with `on_error = "reject"`.
+    pub result_code: u32,
+    /// Error-Message answered with `on_error = "reject"`.
+    pub error_message: String,
+    /// Bindings held in the local cache (the whole store for `memory`).
+    pub cache_capacity: usize,
+}
+
+/// Default `[session_store] ttl`: a day, refreshed by every CCR-U.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Default `[session_store] timeout`.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default `[session_store] key_prefix`.
+pub const DEFAULT_KEY_PREFIX: &str = "dra:sess:";
+/// Default `[session_store] result_code`: 3002 DIAMETER_UNABLE_TO_DELIVER.
+pub const DEFAULT_STORE_RESULT_CODE: u32 = 3002;
+/// Default `[session_store] error_message`.
+pub const DEFAULT_STORE_ERROR_MESSAGE: &str = "session store unavailable";
+/// Default `[session_store] cache_capacity`.
+pub const DEFAULT_CACHE_CAPACITY: usize = 1_000_000;
+
+impl Default for SessionStore {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Memory,
+            addresses: Vec::new(),
+            ttl: DEFAULT_SESSION_TTL,
+            timeout: DEFAULT_STORE_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            write: StoreWrite::BeforeForward,
+            on_error: StoreOnError::Local,
+            result_code: DEFAULT_STORE_RESULT_CODE,
+            error_message: DEFAULT_STORE_ERROR_MESSAGE.to_owned(),
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
+        }
+    }
+}
+
+/// `[session_store] kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    /// In this agent only (one DRA host).
+    Memory,
+    /// One Redis server (standalone, or behind Sentinel-managed failover).
+    Redis,
+    /// A Redis Cluster (MOVED/ASK and replica failover handled by the client).
+    RedisCluster,
+}
+
+/// `[session_store] write`: when a new binding (CCR-I, failover) reaches the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreWrite {
+    /// Written and acknowledged before the request is forwarded, so a CCR-U reaching
+    /// another DRA host a moment later finds it.
+    BeforeForward,
+    /// Forwarded at once, written in the background.
+    Async,
+}
+
+/// `[session_store] on_error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreOnError {
+    /// Route with what this host knows and keep a local binding, written to the store
+    /// when it is back.
+    Local,
+    /// Answer with `result_code` / `error_message`.
+    Reject,
 }
 
 /// `[control]`.
@@ -250,7 +344,9 @@ pub enum Direction {
     /// Requests received from the peer/group (enforced in XDP, or by the agent's limiter
     /// without XDP).
     Ingress,
-    /// Requests forwarded to the peer/group (after routing, before sending).
+    /// Requests forwarded to the peer/group, after routing: a group's overall limit by
+    /// the agent's RLF before sending, every other one (action drop) by the TC egress
+    /// program as the request leaves.
     Egress,
 }
 
@@ -465,6 +561,9 @@ pub trait ConfigName: Copy + 'static {
 config_names!(UnknownPeer { Pass => "pass", Drop => "drop" });
 config_names!(XdpMode { Auto => "auto", Native => "native", Skb => "skb" });
 config_names!(Transport { Tcp => "tcp" });
+config_names!(StoreKind { Memory => "memory", Redis => "redis", RedisCluster => "redis_cluster" });
+config_names!(StoreWrite { BeforeForward => "before_forward", Async => "async" });
+config_names!(StoreOnError { Local => "local", Reject => "reject" });
 config_names!(Role { Client => "client", Server => "server" });
 config_names!(Selection {
     RoundRobin => "round_robin",
@@ -523,11 +622,35 @@ impl Config {
     }
 }
 
-/// Reads and validates a config file. Errors name the file as given.
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+/// What `dra` runs a config with, as far as it decides which part enforces each
+/// limit ([`parse_for`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// `dra check-config`: only the file is known; where `[fast_path] interface` is not
+    /// set, `dra run --iface` may still add XDP.
+    File,
+    /// `dra run`, with `--iface` (which overrides `[fast_path] interface`) or without.
+    Run {
+        /// The `--iface` given.
+        iface: Option<String>,
+    },
+}
+
+/// A config that passed [`parse_for`]: valid, and every limit enforced by its setup.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    /// The config.
+    pub config: Config,
+    /// Limits enforced only under conditions the file cannot state (a command-line
+    /// flag, where traffic is routed): one positioned line each, printed by `dra
+    /// check-config` and logged by `dra run` as warnings.
+    pub warnings: Vec<ConfigError>,
+}
+
+fn read(path: &Path) -> Result<(String, String), ConfigErrors> {
     let file = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, &file),
+        Ok(text) => Ok((text, file)),
         Err(e) => Err(ConfigErrors {
             errors: vec![ConfigError {
                 file,
@@ -539,8 +662,34 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     }
 }
 
-/// Parses and validates config text; `file_name` is used in error messages.
+/// Reads and validates a config file. Errors name the file as given.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let (text, file) = read(path)?;
+    parse(&text, &file)
+}
+
+/// [`load`], then the enforcement check of [`parse_for`].
+pub fn load_for(path: &Path, setup: &Setup) -> Result<Checked, ConfigErrors> {
+    let (text, file) = read(path)?;
+    parse_for(&text, &file, setup)
+}
+
+/// Parses and validates config text; `file_name` is used in error messages. Does not
+/// check that the limits are enforced ([`parse_for`] does).
 pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+    parse_with(text, file_name, None).map(|c| c.config)
+}
+
+/// [`parse`], then — when the file is valid — that some part of `setup` enforces every
+/// limit: a limit nothing would enforce (e.g. a per-peer egress `drop` limit without
+/// `[fast_path] egress_interface`, an ingress limit on a peer without addresses, a
+/// `connection_rate` when `dra run` has no XDP interface) is an error at its position;
+/// one enforced only under conditions the file cannot state is a warning.
+pub fn parse_for(text: &str, file_name: &str, setup: &Setup) -> Result<Checked, ConfigErrors> {
+    parse_with(text, file_name, Some(setup))
+}
+
+fn parse_with(text: &str, file_name: &str, setup: Option<&Setup>) -> Result<Checked, ConfigErrors> {
     let mut errors = error::Errors::new(file_name, text);
     let doc = match toml::de::DeTable::parse(text) {
         Ok(doc) => doc,
@@ -550,8 +699,11 @@ pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
         }
     };
     let raw = raw::RawConfig::from_document(doc, &mut errors);
-    match validate::validate(raw, &mut errors) {
-        Some(cfg) if errors.is_empty() => Ok(cfg),
+    match validate::validate(raw, &mut errors, setup) {
+        Some(config) if errors.is_empty() => Ok(Checked {
+            config,
+            warnings: errors.take_warnings(),
+        }),
         _ => Err(errors.finish()),
     }
 }

@@ -94,6 +94,21 @@ pub(super) struct RawMetrics {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+pub(super) struct RawSessionStore {
+    pub kind: Option<S<String>>,
+    pub addresses: Option<Vec<S<String>>>,
+    pub ttl: Option<S<String>>,
+    pub timeout: Option<S<String>>,
+    pub key_prefix: Option<S<String>>,
+    pub write: Option<S<String>>,
+    pub on_error: Option<S<String>>,
+    pub result_code: Option<S<i64>>,
+    pub error_message: Option<S<String>>,
+    pub cache_capacity: Option<S<i64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RawControl {
     pub socket: Option<S<String>>,
 }
@@ -213,6 +228,7 @@ pub(super) struct RawConfig {
     pub fast_path: Option<Item<RawFastPath>>,
     pub metrics: Option<Item<RawMetrics>>,
     pub control: Option<Item<RawControl>>,
+    pub session_store: Option<Item<RawSessionStore>>,
     pub listeners: Vec<Item<RawListener>>,
     pub peers: Vec<Item<RawPeer>>,
     pub peer_groups: Vec<Item<RawPeerGroup>>,
@@ -239,6 +255,7 @@ pub(super) const TABLES: &[&str] = &[
     "fast_path",
     "metrics",
     "control",
+    "session_store",
     "dynamic_throttling_db_cpu_profile",
 ];
 pub(super) const ARRAYS: &[&str] = &[
@@ -492,6 +509,7 @@ impl RawConfig {
                 "fast_path" => raw.fast_path = table(k, value, errors).0,
                 "metrics" => raw.metrics = table(k, value, errors).0,
                 "control" => raw.control = table(k, value, errors).0,
+                "session_store" => raw.session_store = table(k, value, errors).0,
                 "dynamic_throttling_db_cpu_profile" => {
                     let mut value = value;
                     let thresholds = take(&mut value, "thresholds")

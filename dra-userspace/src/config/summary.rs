@@ -81,6 +81,20 @@ pub(super) fn render(c: &Config) -> String {
         c.fast_path.xdp_mode.name(),
         or_dash(c.fast_path.egress_interface.clone()),
     );
+    let st = &c.session_store;
+    let _ = match st.kind {
+        StoreKind::Memory => writeln!(o, "session store: memory ({} bindings)", st.cache_capacity),
+        _ => writeln!(
+            o,
+            "session store: {} {} (ttl {}, timeout {}, write {}, on error {})",
+            st.kind.name(),
+            st.addresses.join(","),
+            format_duration(st.ttl),
+            format_duration(st.timeout),
+            st.write.name(),
+            st.on_error.name(),
+        ),
+    };
     let listeners: Vec<String> = c
         .listeners
         .iter()

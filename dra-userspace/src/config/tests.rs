@@ -522,3 +522,98 @@ burst = 10
     );
     assert!(w[0].contains("(100)"), "{}", w[0]);
 }
+
+#[test]
+fn session_store_defaults_to_memory_and_checks_each_key() {
+    let c = ok("");
+    assert_eq!(c.session_store, SessionStore::default());
+    assert_eq!(c.session_store.kind, StoreKind::Memory);
+    assert_eq!(c.session_store.ttl, DEFAULT_SESSION_TTL);
+
+    let c = ok(r#"
+[session_store]
+kind = "redis_cluster"
+addresses = ["198.18.0.10:7000", "redis-a.lab.example:7001", "[2001:db8::10]:7002"]
+ttl = "2h"
+timeout = "50ms"
+key_prefix = "site1:"
+write = "async"
+on_error = "reject"
+result_code = 3004
+error_message = "try the other DRA"
+cache_capacity = 5000
+"#);
+    let s = &c.session_store;
+    assert_eq!(s.kind, StoreKind::RedisCluster);
+    assert_eq!(s.addresses.len(), 3);
+    assert_eq!(s.ttl, Duration::from_secs(7200));
+    assert_eq!(s.timeout, Duration::from_millis(50));
+    assert_eq!(s.key_prefix, "site1:");
+    assert_eq!(s.write, StoreWrite::Async);
+    assert_eq!(s.on_error, StoreOnError::Reject);
+    assert_eq!(s.result_code, 3004);
+    assert_eq!(s.error_message, "try the other DRA");
+    assert_eq!(s.cache_capacity, 5000);
+
+    let e = errs(
+        r#"
+[session_store]
+kind = "redis"
+addresses = ["198.18.0.10:6379", "198.18.0.11:6379", "nohost", "198.18.0.12:0"]
+timeout = "30s"
+result_code = 2001
+cache_capacity = 0
+"#,
+    );
+    let has = |needle: &str| e.iter().any(|m| m.contains(needle));
+    assert!(has("needs exactly one address"), "{e:?}");
+    assert!(has("bad store address \"nohost\""), "{e:?}");
+    assert!(has("bad store address \"198.18.0.12:0\""), "{e:?}");
+    assert!(has("timeout is at most 10s"), "{e:?}");
+    assert!(
+        has("result_code is only used with on_error = \"reject\""),
+        "{e:?}"
+    );
+    assert!(has("cache_capacity must be between 1 and"), "{e:?}");
+
+    let e = errs("\n[session_store]\nkind = \"memory\"\naddresses = [\"198.18.0.10:6379\"]\n");
+    assert!(e[0].contains("addresses are for kind"), "{e:?}");
+    let e = errs("\n[session_store]\nkind = \"redis_cluster\"\n");
+    assert!(
+        e[0].contains("needs the addresses of one or more cluster nodes"),
+        "{e:?}"
+    );
+    let e = errs("\n[session_store]\nkind = \"sql\"\n");
+    assert!(e[0].contains("kind = \"sql\" is not valid"), "{e:?}");
+    let e = errs("\n[session_store]\non_error = \"reject\"\nresult_code = 2001\n");
+    assert!(
+        e[0].contains("result_code must be between 3000 and 5999"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn redis_cluster_cpu_source_takes_seeds_and_an_aggregate() {
+    let c = ok(&DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "redis_cluster", addresses = ["198.18.0.10:7000"], aggregate = "mean" }"#,
+    ));
+    let src = &c.db_cpu_profile.as_ref().unwrap().source;
+    assert_eq!(
+        src.to_string(),
+        "redis_cluster 198.18.0.10:7000 (mean of the masters)"
+    );
+    let e = errs(&DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "redis_cluster", addresses = ["198.18.0.10:7000"], aggregate = "sum" }"#,
+    ));
+    assert!(e[0].contains("aggregate = \"sum\" is not valid"), "{e:?}");
+    let e = errs(&DB.replace(
+        r#"{ kind = "procfs", process = "redis-server" }"#,
+        r#"{ kind = "redis_cluster", address = "198.18.0.10:7000" }"#,
+    ));
+    assert!(
+        e.iter().any(|m| m.contains("address does not apply")),
+        "{e:?}"
+    );
+}

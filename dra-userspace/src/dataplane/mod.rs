@@ -826,6 +826,24 @@ impl Dataplane {
         egress_link_pin(pin_dir, iface).exists()
     }
 
+    /// The interfaces whose XDP link is pinned in `pin_dir` (an earlier run's, still
+    /// attached).
+    pub fn pinned_xdp_links(pin_dir: &Path) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(pin_dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let iface = name.strip_prefix("link_")?;
+                (!iface.starts_with("egress_")).then(|| iface.to_string())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The maps (the programs stay attached through their pinned link).
     pub fn into_maps(self) -> Maps {
         self.maps

@@ -32,7 +32,6 @@ pub mod codec;
 pub mod dictionary;
 pub mod error;
 pub mod message;
-pub mod pcap;
 pub mod peer;
 pub mod result_code;
 pub mod validate;

@@ -52,6 +52,18 @@
 //! | `dra_peer_state` | gauge | `peer`, `state` | 1 for the current state, 0 for the others ([`PeerState`]: `closed`, `wait_cea`, `open`, `suspect`, `down`, `reopen`) |
 //! | `dra_unanswered_invariant_violations_total` | counter | | requests that ended with no answer; must stay 0 |
 //!
+//! ## Session store (DESIGN §9)
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dra_session_store_up` | gauge | | 1 while the store answers (the in-memory store always) |
+//! | `dra_session_store_latency_seconds` | histogram | `op` | store call duration: `get`, `set`, `del` |
+//! | `dra_session_store_errors_total` | counter | `op`, `kind` | failed calls: `timeout`, `unavailable` (not connected), `error` (an error reply or I/O) |
+//! | `dra_session_cache_lookups_total` | counter | `result` | local cache `hit` / `miss` for a sticky request |
+//! | `dra_session_bindings_total` | counter | `op` | bindings `written` to / `deleted` from the store |
+//! | `dra_session_store_fallbacks_total` | counter | `on_error` | requests that needed the failing store: routed `local`ly or answered (`reject`) |
+//! | `dra_session_store_waiting_requests` | gauge | | requests waiting for a store call |
+//!
 //! Families with labels appear once their first series is set. Series are never
 //! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].
 

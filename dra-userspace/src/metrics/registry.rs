@@ -120,6 +120,40 @@ struct Inner {
     unanswered_violations: Counter,
     connections_refused: Family<ReasonLabels, Counter>,
     connections_awaiting_cer: Gauge,
+    store: StoreFamilies,
+}
+
+/// The session store's families (`dra_session_*`).
+#[derive(Debug)]
+struct StoreFamilies {
+    latency: Family<OpLabels, Histogram, HistogramCtor>,
+    errors: Family<OpKindLabels, Counter>,
+    cache: Family<ResultLabels, Counter>,
+    bindings: Family<OpLabels, Counter>,
+    fallbacks: Family<OnErrorLabels, Counter>,
+    up: Gauge,
+    waiting: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpKindLabels {
+    op: &'static str,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OnErrorLabels {
+    on_error: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -168,6 +202,15 @@ impl Metrics {
         let unanswered_violations = Counter::default();
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         let connections_awaiting_cer = Gauge::default();
+        let store = StoreFamilies {
+            latency: Family::new_with_constructor(latency_histogram),
+            errors: Family::default(),
+            cache: Family::default(),
+            bindings: Family::default(),
+            fallbacks: Family::default(),
+            up: Gauge::default(),
+            waiting: Gauge::default(),
+        };
 
         registry.register(
             "dra_db_cpu_percent",
@@ -241,6 +284,44 @@ impl Metrics {
             "Accepted connections waiting for their CER",
             connections_awaiting_cer.clone(),
         );
+        registry.register_with_unit(
+            "dra_session_store_latency",
+            "Session store call duration by operation (get, set, del), errors included",
+            Unit::Seconds,
+            store.latency.clone(),
+        );
+        registry.register(
+            "dra_session_store_errors",
+            "Session store calls that failed, by operation and kind (timeout, unavailable, \
+             error)",
+            store.errors.clone(),
+        );
+        registry.register(
+            "dra_session_cache_lookups",
+            "Session binding lookups in the local cache (hit, miss)",
+            store.cache.clone(),
+        );
+        registry.register(
+            "dra_session_bindings",
+            "Session bindings written to or deleted from the store (op: written, deleted)",
+            store.bindings.clone(),
+        );
+        registry.register(
+            "dra_session_store_fallbacks",
+            "Requests that needed the store while it failed, by on_error action (local, \
+             reject)",
+            store.fallbacks.clone(),
+        );
+        registry.register(
+            "dra_session_store_up",
+            "1 while the session store answers (always 1 for the in-memory store)",
+            store.up.clone(),
+        );
+        registry.register(
+            "dra_session_store_waiting_requests",
+            "Requests waiting for a session store call before they are routed or forwarded",
+            store.waiting.clone(),
+        );
         registry.register_collector(Box::new(Arc::clone(&peer_state)));
         registry.register_collector(Box::new(Arc::clone(&fastpath)));
 
@@ -263,6 +344,7 @@ impl Metrics {
                 unanswered_violations,
                 connections_refused,
                 connections_awaiting_cer,
+                store,
             }),
         }
     }
@@ -464,5 +546,63 @@ impl Metrics {
     /// gets exactly one answer).
     pub fn inc_unanswered_invariant_violation(&self) {
         self.inner.unanswered_violations.inc();
+    }
+
+    // ---- session store ------------------------------------------------------------
+
+    /// Observes one store call (`op`: `get`, `set`, `del`) and its duration.
+    pub fn observe_store_call(&self, op: &'static str, took: Duration) {
+        self.inner
+            .store
+            .latency
+            .get_or_create(&OpLabels { op })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a failed store call (`kind`: `timeout`, `unavailable`, `error`).
+    pub fn inc_store_error(&self, op: &'static str, kind: &'static str) {
+        self.inner
+            .store
+            .errors
+            .get_or_create(&OpKindLabels { op, kind })
+            .inc();
+    }
+
+    /// Counts a lookup in the local binding cache (`hit` or `miss`).
+    pub fn inc_session_cache(&self, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.inner
+            .store
+            .cache
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Counts a binding written to (`written`) or deleted from (`deleted`) the store.
+    pub fn inc_session_binding(&self, op: &'static str) {
+        self.inner
+            .store
+            .bindings
+            .get_or_create(&OpLabels { op })
+            .inc();
+    }
+
+    /// Counts a request that followed `on_error` (`local` or `reject`).
+    pub fn inc_store_fallback(&self, on_error: &'static str) {
+        self.inner
+            .store
+            .fallbacks
+            .get_or_create(&OnErrorLabels { on_error })
+            .inc();
+    }
+
+    /// Whether the session store answers.
+    pub fn set_store_up(&self, up: bool) {
+        self.inner.store.up.set(i64::from(up));
+    }
+
+    /// Requests waiting for a store call now.
+    pub fn set_store_waiting(&self, n: u64) {
+        self.inner.store.waiting.set(gauge_value(n));
     }
 }

@@ -26,8 +26,8 @@ pub use peers::{LOAD_VALUE_IDLE, LoadInfo, PeerId, PeerStates, PeerTable, PeerVi
 pub use redis_store::RedisBindingStore;
 pub use rng::SplitMix64;
 pub use router::{
-    APP_GX, APP_GY, CcRequestType, DEFAULT_BINDING_TTL, Decision, RouteOutcome, RouteRequest,
-    Router, Unroutable, Via,
+    APP_GX, APP_GY, BindingUpdate, CcRequestType, DEFAULT_BINDING_TTL, Decision, RouteOutcome,
+    RouteRequest, Routed, Router, Unroutable, Via,
 };
 pub use select::{Selector, Strategy, UnknownStrategy};
 pub use table::{

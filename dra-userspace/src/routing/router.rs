@@ -129,6 +129,26 @@ pub enum Decision {
     Reject(Unroutable),
 }
 
+/// How a routing decision changes the session's binding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindingUpdate {
+    /// No change (not sticky, not forwarded, EVENT or no CC-Request-Type).
+    Keep,
+    /// Bind (or rebind, or refresh the TTL of) the session to this peer name.
+    Bind(String),
+    /// The session ends (CCR-T): remove the binding.
+    Unbind,
+}
+
+/// [`Router::decide`]'s result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// What to do with the request.
+    pub decision: Decision,
+    /// How the session's binding changes.
+    pub update: BindingUpdate,
+}
+
 /// A decision plus any binding-store error met on the way (routing went on without it).
 #[derive(Debug)]
 pub struct RouteOutcome {
@@ -192,24 +212,33 @@ impl Router {
         &mut self.selector
     }
 
-    /// Decide where `req` goes and update its session binding (module docs).
-    pub fn route_request<P, B>(
+    /// True if sessions of application `app` are sticky.
+    pub fn is_sticky_application(&self, app: u32) -> bool {
+        self.sticky_applications.contains(&app)
+    }
+
+    /// The Session-Id whose binding routes `req`, if `req` is sticky: a session
+    /// request of a sticky application that is not a one-shot EVENT.
+    pub fn sticky_session<'r>(&self, req: &RouteRequest<'r>) -> Option<&'r str> {
+        req.session_id
+            .filter(|_| self.sticky_applications.contains(&req.application_id))
+            .filter(|_| req.cc_request_type != Some(CcRequestType::Event))
+    }
+
+    /// Decide where `req` goes, given the peer its session is bound to (`bound`, looked
+    /// up by the caller for [`Self::sticky_session`]), and say how the binding changes.
+    /// Pure: the caller applies [`Routed::update`] to its store(s).
+    pub fn decide<P>(
         &mut self,
         req: &RouteRequest<'_>,
         peers: &P,
-        bindings: &mut B,
+        bound: Option<&str>,
         now: Duration,
-    ) -> RouteOutcome
+    ) -> Routed
     where
         P: PeerStates + ?Sized,
-        B: BindingStore + ?Sized,
     {
-        let mut binding_error = None;
-        let sticky = req
-            .session_id
-            .filter(|_| self.sticky_applications.contains(&req.application_id))
-            .filter(|_| req.cc_request_type != Some(CcRequestType::Event));
-
+        let sticky = self.sticky_session(req);
         let lookup = self.table.lookup(
             req.destination_realm,
             req.application_id,
@@ -224,18 +253,14 @@ impl Router {
             },
             Lookup::Routes(route_match) => {
                 let mut previous = None;
-                let mut bound = None;
-                if let Some(sid) = sticky {
-                    match bindings.get(sid, now) {
-                        Ok(Some(name)) => match peers.find(&name).filter(|id| peers.is_good(*id)) {
-                            Some(id) => bound = Some(id),
-                            None => previous = Some(name),
-                        },
-                        Ok(None) => {}
-                        Err(e) => binding_error = Some(e),
+                let mut good_bound = None;
+                if let (Some(_), Some(name)) = (sticky, bound) {
+                    match peers.find(name).filter(|id| peers.is_good(*id)) {
+                        Some(id) => good_bound = Some(id),
+                        None => previous = Some(name.to_owned()),
                     }
                 }
-                match bound {
+                match good_bound {
                     Some(peer) => Decision::Forward {
                         peer,
                         via: Via::Binding,
@@ -254,23 +279,60 @@ impl Router {
                 }
             }
         };
+        let update = match (sticky, &decision) {
+            (Some(_), Decision::Forward { peer, .. }) => match req.cc_request_type {
+                Some(CcRequestType::Termination) => BindingUpdate::Unbind,
+                Some(CcRequestType::Initial | CcRequestType::Update) => peers
+                    .name(*peer)
+                    .map_or(BindingUpdate::Keep, |n| BindingUpdate::Bind(n.to_owned())),
+                Some(CcRequestType::Event) | None => BindingUpdate::Keep,
+            },
+            _ => BindingUpdate::Keep,
+        };
+        Routed { decision, update }
+    }
 
-        if let (Some(sid), Decision::Forward { peer, .. }) = (sticky, &decision) {
-            let update = match req.cc_request_type {
-                Some(CcRequestType::Termination) => bindings.unbind(sid, now),
-                Some(CcRequestType::Initial | CcRequestType::Update) => match peers.name(*peer) {
-                    Some(name) => bindings.bind(sid, name, self.binding_ttl, now),
-                    None => Ok(()),
-                },
-                Some(CcRequestType::Event) | None => Ok(()),
+    /// Decide where `req` goes and update its session binding in `bindings` at once
+    /// (module docs): [`Self::decide`] with a synchronous store.
+    pub fn route_request<P, B>(
+        &mut self,
+        req: &RouteRequest<'_>,
+        peers: &P,
+        bindings: &mut B,
+        now: Duration,
+    ) -> RouteOutcome
+    where
+        P: PeerStates + ?Sized,
+        B: BindingStore + ?Sized,
+    {
+        let mut binding_error = None;
+        let bound = match self.sticky_session(req).map(|sid| bindings.get(sid, now)) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                binding_error = Some(e);
+                None
+            }
+            None => None,
+        };
+        let routed = self.decide(req, peers, bound.as_deref(), now);
+        if let Some(sid) = self.sticky_session(req) {
+            let r = match &routed.update {
+                BindingUpdate::Keep => Ok(()),
+                BindingUpdate::Bind(name) => bindings.bind(sid, name, self.binding_ttl, now),
+                BindingUpdate::Unbind => bindings.unbind(sid, now),
             };
-            if let Err(e) = update {
+            if let Err(e) = r {
                 binding_error.get_or_insert(e);
             }
         }
         RouteOutcome {
-            decision,
+            decision: routed.decision,
             binding_error,
         }
+    }
+
+    /// Binding time-to-live given to [`Self::route_request`]'s store.
+    pub fn binding_ttl(&self) -> Duration {
+        self.binding_ttl
     }
 }

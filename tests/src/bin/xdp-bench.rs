@@ -17,59 +17,30 @@
 
 use std::time::Duration;
 
-use aya::programs::{TestRun, TestRunOptions, Xdp};
-use dra::dataplane::{self, Maps, Plan};
+use aya::programs::Xdp;
+use dra::dataplane;
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH};
+use dra_tests::support::{Hook, LAB_REALM, lab_config, load_object, test_run_xdp};
 
-const CONFIG: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-[[listener]]
-address = "198.18.1.1:3868"
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-connect = "198.18.2.2:3868"
-[[route]]
-realm = "*"
-peer = "pcrf1"
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 1000000000
-burst = 1000000
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 1000000000
-burst = 1000000
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.3"]
-role = "client"
-[[message_rate_limit_profile]]
-peer = "pgw2"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 0.001
-burst = 1
-"#;
+/// pgw1 with limits that never bind; pgw2 whose CCR-I is always over its limit.
+fn config() -> String {
+    let ccr_i = |peer: &str, rate: &str, burst: u32| {
+        format!(
+            "[[message_rate_limit_profile]]\npeer = \"{peer}\"\ndirection = \"ingress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+             rate = {rate}\nburst = {burst}\n"
+        )
+    };
+    lab_config()
+        .with(
+            "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             rate = 1000000000\nburst = 1000000\n",
+        )
+        .with(&ccr_i("pgw1", "1000000000", 1_000_000))
+        .client("pgw2", LAB_REALM, &["198.18.1.3"], "")
+        .with(&ccr_i("pgw2", "0.001", 1))
+        .to_string()
+}
 
 /// P1 goal: CCR-I through two buckets, ns per packet net of the bare XDP_PASS.
 const GOAL_NET_NS: f64 = 120.0;
@@ -96,18 +67,6 @@ struct Case {
     expect: Expect,
 }
 
-fn run_once(ebpf: &mut aya::Ebpf, prog: &str, pkt: &[u8], out: &mut Vec<u8>) -> (u32, Duration) {
-    let p: &mut Xdp = ebpf.program_mut(prog).unwrap().try_into().unwrap();
-    out.clear();
-    out.resize(pkt.len() + 64, 0);
-    let mut opts = TestRunOptions::new();
-    opts.data_in = Some(pkt);
-    opts.data_out = Some(out);
-    let r = p.test_run(opts).expect("test run");
-    out.truncate(r.data_size_out as usize);
-    (r.return_value, r.duration)
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -128,10 +87,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(20);
     let per_round = (runs / rounds).max(1);
-    let cfg = dra::config::parse(CONFIG, "bench.toml").expect("config");
-    let plan = Plan::new(&cfg).expect("plan");
-    let mut ebpf = dataplane::open().expect("eBPF object");
-    dataplane::load_xdp(&mut ebpf).expect("load");
+    let (mut ebpf, mut maps, _plan) = load_object(&config(), "bench.toml", Hook::Xdp);
     {
         let p: &mut Xdp = ebpf
             .program_mut("dra_xdp_pass")
@@ -140,8 +96,6 @@ fn main() {
             .unwrap();
         p.load().expect("load dra_xdp_pass");
     }
-    let mut maps = Maps::take(&mut ebpf).expect("maps");
-    maps.write_plan(&plan).expect("plan");
 
     let gx = dra_common::wire::app::GX;
     let (f1, f2) = (
@@ -217,8 +171,8 @@ fn main() {
     ];
     // pgw2's CCR-I limit (0.001/s, burst 1): spend the burst, so every timed run is over.
     let mut out = Vec::new();
-    run_once(&mut ebpf, xdp, &cases[6].syn, &mut out);
-    run_once(&mut ebpf, xdp, &cases[6].pkt, &mut out);
+    test_run_xdp(&ebpf, xdp, &cases[6].syn, &mut out);
+    test_run_xdp(&ebpf, xdp, &cases[6].pkt, &mut out);
 
     let mut per_case: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut wrong: Vec<String> = Vec::new();
@@ -231,8 +185,8 @@ fn main() {
             for r in 0..per_round {
                 // Fresh flow state (untimed), for every case alike: as after its SYN.
                 maps.clear_flows();
-                run_once(&mut ebpf, xdp, &c.syn, &mut out);
-                let (v, d) = run_once(&mut ebpf, c.prog, &c.pkt, &mut out);
+                test_run_xdp(&ebpf, xdp, &c.syn, &mut out);
+                let (v, d) = test_run_xdp(&ebpf, c.prog, &c.pkt, &mut out);
                 total += d;
                 if r == 0 {
                     let ok = v == PASS

@@ -4,6 +4,36 @@
 //! downstream, retries to route again); answers from upstream.
 
 use super::*;
+use crate::config::StoreOnError;
+
+/// A request between arriving and entering the forwarding pipeline; parked while a
+/// session store call it needs is under way.
+pub(super) struct Parked {
+    conn: ConnId,
+    from: PeerId,
+    req: Message,
+    stage: Stage,
+}
+
+/// What a parked request waits for.
+#[derive(Clone, Copy)]
+enum Stage {
+    /// The binding lookup (routing comes after).
+    Route,
+    /// Its new binding to be written, then forwarding to this peer.
+    Write { to: PeerId },
+}
+
+/// The fields routing reads from `req`.
+fn route_request(req: &Message) -> RouteRequest<'_> {
+    RouteRequest {
+        destination_realm: req.destination_realm().unwrap_or(""),
+        destination_host: req.destination_host(),
+        application_id: req.application_id,
+        session_id: req.session_id(),
+        cc_request_type: req.cc_request_type().and_then(CcRequestType::from_value),
+    }
+}
 
 impl Core {
     /// An answer generated here for a request received on `conn`.
@@ -54,23 +84,163 @@ impl Core {
             self.reply(conn, &a);
             return;
         }
-        let to = match self.route(now, &req, None) {
-            Ok(p) => p,
-            Err(code) => {
-                self.stats.local_answers += 1;
-                let g = &self.cfg.global;
-                let a = answer_for(
-                    &req,
-                    code,
-                    &g.origin_host,
-                    &g.origin_realm,
-                    Some("no route to the destination"),
-                    None,
-                );
-                self.reply(conn, &a);
-                return;
+        self.dispatch(
+            now,
+            Parked {
+                conn,
+                from,
+                req,
+                stage: Stage::Route,
+            },
+            None,
+        );
+    }
+
+    /// Routes a request and forwards it, parking it while a session store call it
+    /// needs is under way (`crate::session`). `bound`: the store's answer to its
+    /// lookup, when it comes back from one.
+    fn dispatch(&mut self, now: Duration, p: Parked, bound: Option<Option<String>>) {
+        let (strategy, sticky, ask_store) = {
+            let req = &p.req;
+            let strategy = self.strategy_for(req);
+            let rr = route_request(req);
+            let sticky = self.routers[&strategy]
+                .sticky_session(&rr)
+                .map(str::to_owned);
+            // A CCR-I starts its session and needs no lookup, unless it is a
+            // retransmission (T flag: the gateway may have sent it via another host).
+            let ask = rr.cc_request_type != Some(CcRequestType::Initial) || req.is_retransmit();
+            (strategy, sticky, ask)
+        };
+        let bound = match (bound, &sticky) {
+            (Some(b), _) => b,
+            (None, None) => None,
+            (None, Some(sid)) => match self.sessions.lookup(sid, ask_store, now) {
+                session::Lookup::Hit(peer) => Some(peer),
+                session::Lookup::Miss => None,
+                session::Lookup::Wait(token) => return self.park(now, token, p),
+                session::Lookup::Failed => match self.store_failed(&p) {
+                    Some(()) => None,
+                    None => return,
+                },
+            },
+        };
+        let routed = {
+            let router = self
+                .routers
+                .get_mut(&strategy)
+                .expect("router per strategy");
+            router.decide(&route_request(&p.req), &self.peers, bound.as_deref(), now)
+        };
+        let to = match routed.decision {
+            Decision::Forward { peer, .. } => peer,
+            Decision::Reject(u) => {
+                return self.answer_locally(&p, u.result_code(), "no route to the destination");
             }
         };
+        if let (BindingUpdate::Bind(name), Some(sid)) = (&routed.update, &sticky) {
+            match self.sessions.bind(sid, name, now) {
+                session::Write::Done => {}
+                session::Write::Wait(token) => {
+                    let p = Parked {
+                        stage: Stage::Write { to },
+                        ..p
+                    };
+                    return self.park(now, token, p);
+                }
+                session::Write::Failed => {
+                    if self.store_failed(&p).is_none() {
+                        return;
+                    }
+                }
+            }
+        }
+        // BindingUpdate::Unbind: the binding goes when the CCR-T is answered (`pump`),
+        // so a retransmitted CCR-T still finds its server.
+        self.forward_to(now, p, to);
+    }
+
+    /// The store failed a request that needed it: `Some(())` to go on without it
+    /// (`on_error = "local"`), `None` once it was answered (`"reject"`).
+    fn store_failed(&mut self, p: &Parked) -> Option<()> {
+        match self.sessions.fallback() {
+            StoreOnError::Local => Some(()),
+            StoreOnError::Reject => {
+                let (code, msg) = self.sessions.reject_answer();
+                let msg = msg.to_owned();
+                self.answer_locally(p, code, &msg);
+                None
+            }
+        }
+    }
+
+    fn answer_locally(&mut self, p: &Parked, code: u32, message: &str) {
+        self.stats.local_answers += 1;
+        let g = &self.cfg.global;
+        let a = answer_for(
+            &p.req,
+            code,
+            &g.origin_host,
+            &g.origin_realm,
+            Some(message),
+            None,
+        );
+        self.reply(p.conn, &a);
+    }
+
+    fn park(&mut self, now: Duration, token: u64, p: Parked) {
+        self.parked_deadlines
+            .push_back((now + self.sessions.deadline_after(), token));
+        self.parked.insert(token, p);
+    }
+
+    /// A session store event; resumes the request parked on the call it resolves.
+    pub(super) fn on_store(&mut self, now: Duration, ev: session::Event) {
+        let Some((token, result)) = self.sessions.on_event(ev, now) else {
+            return;
+        };
+        if let Some(p) = self.parked.remove(&token) {
+            self.resume(now, p, result.map_err(|_| ()));
+        }
+    }
+
+    /// Parked requests whose store call never came back in time (the client task's own
+    /// timeout normally answers first): treated as failed calls.
+    pub(super) fn expire_parked(&mut self, now: Duration) {
+        while let Some(&(deadline, token)) = self.parked_deadlines.front() {
+            if deadline > now {
+                break;
+            }
+            self.parked_deadlines.pop_front();
+            if let Some(p) = self.parked.remove(&token) {
+                self.sessions.abandon(token);
+                self.resume(now, p, Err(()));
+            }
+        }
+    }
+
+    fn resume(&mut self, now: Duration, p: Parked, result: Result<Option<String>, ()>) {
+        match (p.stage, result) {
+            (Stage::Route, Ok(bound)) => self.dispatch(now, p, Some(bound)),
+            (Stage::Route, Err(())) => {
+                if self.store_failed(&p).is_some() {
+                    self.dispatch(now, p, Some(None));
+                }
+            }
+            (Stage::Write { to }, Ok(_)) => self.forward_to(now, p, to),
+            (Stage::Write { to }, Err(())) => {
+                if self.store_failed(&p).is_some() {
+                    self.forward_to(now, p, to);
+                }
+            }
+        }
+    }
+
+    /// Hands a routed request to the forwarding pipeline.
+    fn forward_to(&mut self, now: Duration, p: Parked, to: PeerId) {
+        let Parked {
+            conn, from, req, ..
+        } = p;
         let timeout = self.timeout_of(to);
         let down = DownstreamRef { conn_id: conn };
         let from_host = &self.cfg.peers[from.0].origin_host;
@@ -89,57 +259,43 @@ impl Core {
         }
     }
 
-    pub(super) fn timeout_of(&self, p: PeerId) -> Duration {
-        self.groups[p.0].map_or(self.opts.default_answer_timeout, |g| self.timeouts[g.0])
-    }
-
-    /// Routes `req`: `Some(Ok(peer))`, `Some(Err(result_code))` when unroutable. With
-    /// `exclude` (a retry) no binding is touched: only the route table and selector.
-    pub(super) fn route(
-        &mut self,
-        now: Duration,
-        req: &Message,
-        exclude: Option<PeerId>,
-    ) -> Result<PeerId, u32> {
+    /// The selection strategy of the group serving `req`'s realm and application.
+    fn strategy_for(&mut self, req: &Message) -> Strategy {
         let realm = req.destination_realm().unwrap_or("");
-        let cc = req.cc_request_type().and_then(CcRequestType::from_value);
         self.routers[&Strategy::RoundRobin].table().candidates_into(
             realm,
             req.application_id,
             &mut self.scratch,
         );
-        let strategy = self
-            .scratch
+        self.scratch
             .first()
             .and_then(|c| self.groups[c.peer.0])
-            .map_or(Strategy::RoundRobin, |g| self.group_strategy[g.0]);
+            .map_or(Strategy::RoundRobin, |g| self.group_strategy[g.0])
+    }
+
+    pub(super) fn timeout_of(&self, p: PeerId) -> Duration {
+        self.groups[p.0].map_or(self.opts.default_answer_timeout, |g| self.timeouts[g.0])
+    }
+
+    /// An alternate peer for a retry of `req` (RFC 6733 §5.5.4): route table and
+    /// selector only, excluding the peer that failed; no binding is touched.
+    pub(super) fn route_retry(
+        &mut self,
+        now: Duration,
+        req: &Message,
+        exclude: PeerId,
+    ) -> Option<PeerId> {
+        let strategy = self.strategy_for(req);
         let router = self
             .routers
             .get_mut(&strategy)
             .expect("router per strategy");
-        if let Some(ex) = exclude {
-            let cands = std::mem::take(&mut self.scratch);
-            let pick = router
-                .selector_mut()
-                .select_excluding(&cands, &self.peers, now, &[ex]);
-            self.scratch = cands;
-            return pick.ok_or(crate::diameter::result_code::UNABLE_TO_DELIVER);
-        }
-        let rr = RouteRequest {
-            destination_realm: realm,
-            destination_host: req.destination_host(),
-            application_id: req.application_id,
-            session_id: req.session_id(),
-            cc_request_type: cc,
-        };
-        let out = router.route_request(&rr, &self.peers, &mut self.bindings, now);
-        if let Some(e) = out.binding_error {
-            warn!(error = %crate::error_chain(&e), "session binding store");
-        }
-        match out.decision {
-            Decision::Forward { peer, .. } => Ok(peer),
-            Decision::Reject(u) => Err(u.result_code()),
-        }
+        let cands = std::mem::take(&mut self.scratch);
+        let pick = router
+            .selector_mut()
+            .select_excluding(&cands, &self.peers, now, &[exclude]);
+        self.scratch = cands;
+        pick
     }
 
     /// Carries out what the pipeline asks: requests upstream, answers downstream,
@@ -148,7 +304,7 @@ impl Core {
         loop {
             for r in std::mem::take(&mut retries) {
                 // RFC 6733 §5.5.4: one retry on an alternate peer, T flag set.
-                let to = self.route(now, &r.request, Some(r.exclude)).ok();
+                let to = self.route_retry(now, &r.request, r.exclude);
                 let timeout = to.map_or(self.opts.default_answer_timeout, |p| self.timeout_of(p));
                 self.pipeline.retry(now, r, to, timeout);
             }
@@ -157,7 +313,10 @@ impl Core {
             };
             match o {
                 Output::Send { to, bytes } => self.send_upstream(to, bytes),
-                Output::Deliver(d) => self.reply(d.to.conn_id, &d.answer),
+                Output::Deliver(d) => {
+                    self.session_answered(now, &d.answer);
+                    self.reply(d.to.conn_id, &d.answer);
+                }
                 Output::Latency { peer, took } => {
                     self.metrics
                         .observe_answer_latency(&self.cfg.peers[peer.0].name, took);
@@ -170,6 +329,21 @@ impl Core {
             let depth = self.pipeline.queue_len(GroupId(g)) as u64;
             self.metrics
                 .set_queue_depth(&self.cfg.peer_groups[g].name, depth);
+        }
+    }
+
+    /// The answer to a CCR-T ends its session: its binding goes (DESIGN §9).
+    fn session_answered(&mut self, now: Duration, ans: &Message) {
+        if ans.cc_request_type() != Some(u32::from(dra_common::wire::cc_request_type::TERMINATION))
+        {
+            return;
+        }
+        let router = &self.routers[&Strategy::RoundRobin];
+        if let Some(sid) = ans
+            .session_id()
+            .filter(|_| router.is_sticky_application(ans.application_id))
+        {
+            self.sessions.unbind(sid, now);
         }
     }
 

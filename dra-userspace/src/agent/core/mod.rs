@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,9 +31,10 @@ use crate::relay::{
     RelayConfig, RelayError, Retry, Rlf,
 };
 use crate::routing::{
-    CcRequestType, Decision, MemoryBindingStore, PeerId, PeerStates, PeerTable, RouteRequest,
-    Router, Selector, Strategy,
+    BindingUpdate, CcRequestType, Decision, PeerId, PeerStates, PeerTable, RouteRequest, Router,
+    Selector, Strategy,
 };
+use crate::session::{self, Sessions};
 
 mod forward;
 mod peers;
@@ -91,7 +91,14 @@ pub(super) struct Core {
     routers: HashMap<Strategy, Router>,
     group_strategy: Vec<Strategy>,
     scratch: Vec<crate::routing::Candidate>,
-    bindings: MemoryBindingStore,
+    /// Session bindings: local cache, shared store (`crate::session`).
+    sessions: Sessions,
+    /// Requests waiting for a session store call, by its token (`forward`).
+    parked: HashMap<u64, forward::Parked>,
+    /// (deadline, token) of the parked requests, in deadline order.
+    parked_deadlines: std::collections::VecDeque<(Duration, u64)>,
+    store_tx: mpsc::UnboundedSender<session::Event>,
+    store_rx: Option<mpsc::UnboundedReceiver<session::Event>>,
     /// Relay core + egress limiters (the forwarding pipeline, sans-IO).
     pipeline: Pipeline,
     timeouts: Vec<Duration>,
@@ -178,6 +185,7 @@ impl Core {
         });
         let pipeline = Pipeline::new(relay, rlfs, groups.clone());
         let (io_tx, io_rx) = mpsc::channel(4096);
+        let (store_tx, store_rx) = mpsc::unbounded_channel();
         let slots = cfg.peers.iter().map(|_| Slot::default()).collect();
         Ok(Core {
             start: Instant::now(),
@@ -191,9 +199,11 @@ impl Core {
             routers,
             group_strategy,
             scratch: Vec::new(),
-            bindings: MemoryBindingStore::new(
-                NonZeroUsize::new(opts.binding_capacity.max(1)).expect("nonzero"),
-            ),
+            sessions: Sessions::new(&cfg.session_store, metrics.clone()),
+            parked: HashMap::new(),
+            parked_deadlines: std::collections::VecDeque::new(),
+            store_tx,
+            store_rx: Some(store_rx),
             pipeline,
             marked,
             own_load: crate::routing::LOAD_VALUE_IDLE,
@@ -223,6 +233,8 @@ impl Core {
 
     pub(super) async fn run(mut self, mut ctl_rx: mpsc::Receiver<Ctl>) {
         let mut io_rx = self.io_rx.take().expect("receiver");
+        let mut store_rx = self.store_rx.take().expect("receiver");
+        self.sessions.start(self.store_tx.clone());
         for i in 0..self.cfg.peers.len() {
             let p = &self.cfg.peers[i];
             if p.role == CfgRole::Server && p.connect.is_some() {
@@ -251,6 +263,13 @@ impl Core {
                     }
                     None => return,
                 },
+                Some(ev) = store_rx.recv() => {
+                    let now = self.now();
+                    self.on_store(now, ev);
+                    while let Ok(ev) = store_rx.try_recv() {
+                        self.on_store(now, ev);
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline.into()) => self.on_timer(),
             }
             self.abort_overflowed();
@@ -282,6 +301,7 @@ impl Core {
         for t in self.draining.values() {
             consider(Some(*t));
         }
+        consider(self.parked_deadlines.front().map(|(t, _)| *t));
         next
     }
 
@@ -338,6 +358,7 @@ impl Core {
             let retries = self.pipeline.handle_timeout(now);
             self.pump(now, retries);
         }
+        self.expire_parked(now);
         for i in 0..self.slots.len() {
             if self.slots[i].reconnect_at.is_some_and(|t| t <= now) {
                 self.slots[i].reconnect_at = None;
@@ -372,7 +393,7 @@ impl Core {
                     .set_pending_requests(&self.cfg.peers[i].name, n);
             }
         }
-        self.bindings.purge_expired(now);
+        self.sessions.tick(now);
         let s = self.snapshot();
         self.update_own_load(s.relay.pending as usize);
         let lhs = s.requests_in;
@@ -382,7 +403,8 @@ impl Core {
             + s.relay.answers_generated
             + s.relay.answers_discarded
             + s.relay.requests_dropped
-            + s.relay.pending;
+            + s.relay.pending
+            + self.parked.len() as u64;
         let violations = lhs.abs_diff(rhs);
         if violations > self.reported_violations {
             for _ in self.reported_violations..violations {

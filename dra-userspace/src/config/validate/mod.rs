@@ -13,8 +13,11 @@
 //! - `peers.rs`: `[[peer_group]]`, `[[peer]]`;
 //! - `limits.rs`: `[[peer_rate_limit_profile]]`, `[[message_rate_limit_profile]]` and
 //!   `[[dynamic_peer_rate_limit_profile]]` (which of those limits DRL scales);
+//! - `session_store.rs`: `[session_store]`;
 //! - `db_cpu.rs`: `[dynamic_throttling_db_cpu_profile]`;
 //! - `routes.rs`: `[[route]]`;
+//! - `enforcement.rs`: which part of `dra` enforces each limit in the setup it runs
+//!   with (only for [`super::parse_for`]: `dra check-config`, `dra run`);
 //! - `syntax.rs`: the value syntaxes the tables share (durations, socket addresses,
 //!   names, identities, percentages, applications, commands, ...).
 //!
@@ -26,13 +29,15 @@ use std::ops::Range;
 
 use super::error::Errors;
 use super::raw::{RawConfig, S};
-use super::{Config, Target};
+use super::{Config, Setup, Target};
 
 mod db_cpu;
+mod enforcement;
 mod limits;
 mod peers;
 mod routes;
 mod scalars;
+mod session_store;
 pub(super) mod syntax;
 
 type Span = Range<usize>;
@@ -138,9 +143,14 @@ struct Refs<'n> {
     groups: Known<'n>,
 }
 
-/// Checks every table, in the order of the file format. The result is only usable when
-/// no error was recorded in `e` (the caller checks).
-pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
+/// Checks every table, in the order of the file format, then — for a `setup`, when
+/// nothing else failed — that some part of that setup enforces every limit. The result
+/// is only usable when no error was recorded in `e` (the caller checks).
+pub(super) fn validate(
+    raw: RawConfig,
+    e: &mut Errors<'_>,
+    setup: Option<&Setup>,
+) -> Option<Config> {
     let refs = Refs {
         peers: Known {
             what: "peer",
@@ -154,6 +164,7 @@ pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
     let global = scalars::global(e, &raw);
     let (fast_path, metrics, control) = scalars::settings(e, &raw);
     let listeners = scalars::listeners(e, &raw, global.as_ref());
+    let session_store = session_store::session_store(e, &raw);
     let peer_groups = peers::peer_groups(e, &raw);
     let peers = peers::peers(e, &raw, global.as_ref(), &refs);
     let peer_rate_limits = limits::peer_rate_limits(e, &raw, &refs);
@@ -161,11 +172,12 @@ pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
     let dynamic_peer_rate_limits = limits::dynamic_profiles(e, &raw, &message_rate_limits, &refs);
     let db_cpu_profile = db_cpu::db_cpu_profile_table(e, &raw);
     let routes = routes::routes(e, &raw, &refs);
-    Some(Config {
+    let cfg = Config {
         global: global?,
         fast_path,
         metrics,
         control,
+        session_store,
         listeners,
         peers,
         peer_groups,
@@ -174,5 +186,11 @@ pub(super) fn validate(raw: RawConfig, e: &mut Errors<'_>) -> Option<Config> {
         dynamic_peer_rate_limits,
         db_cpu_profile,
         routes,
-    })
+    };
+    if let Some(setup) = setup
+        && e.is_empty()
+    {
+        enforcement::check(e, &raw, &cfg, setup);
+    }
+    Some(cfg)
 }

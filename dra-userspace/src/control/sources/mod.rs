@@ -8,9 +8,9 @@
 //!
 //! # Where they run
 //!
-//! A call blocks its thread: file and `/proc` reads, and for `redis` and `prometheus` a
-//! TCP exchange whose connect, writes and reads are each bounded by the source's I/O
-//! timeout (a Prometheus host name is resolved first, by the system resolver). Nothing
+//! A call blocks its thread: file and `/proc` reads, and for `redis`, `redis_cluster` and
+//! `prometheus` TCP exchanges whose connect, writes and reads are each bounded by the
+//! source's I/O timeout (Redis through the `redis` crate's blocking client) (a Prometheus host name is resolved first, by the system resolver). Nothing
 //! here uses `tokio::task::spawn_blocking`; the two callers are:
 //!
 //! - **The DB CPU source** (`[dynamic_throttling_db_cpu_profile] source`, any kind,
@@ -39,7 +39,7 @@ mod redis;
 pub use file::FileCpu;
 pub use procfs::{HostCpu, ProcessCpu, ProcessSelector};
 pub use prometheus::PrometheusCpu;
-pub use redis::RedisCpu;
+pub use redis::{Aggregate, RedisClusterCpu, RedisCpu};
 
 /// A CPU utilisation source.
 pub trait CpuSource: Send {

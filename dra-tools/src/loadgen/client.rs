@@ -1,0 +1,656 @@
+//! Client mode (gateways): N peers, each its own TCP connection and Origin-Host, driven
+//! by [`PeerConnection`] (CER/CEA, DWR/DWA, DPR/DPA); a driver task paces the scenario,
+//! keeps the sessions and the measurements.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dra_common::wire::cmd;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::conn::{Close, Flow, Link, Mode, drive};
+use super::scenario::{App, Class, Event, Kind, Scenario, Schedule};
+use super::session::{Send, SessionKey, SessionPool, build_ccr};
+use super::stats::{Report, Row, Stats};
+use super::{AllowList, loadgen_peer_config};
+use dra::diameter::Message;
+use dra::diameter::peer::{ConnectionOptions, DisconnectCause, PeerConnection, PeerEvent};
+
+/// Client configuration (the scenario is separate).
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The DRA (or server) to connect to.
+    pub connect: SocketAddr,
+    /// Source address of every connection (None = chosen by the kernel). A DRA tells
+    /// peers apart by source address, so several gateways on one host need their own.
+    pub bind: Option<std::net::IpAddr>,
+    /// Number of gateway peers (connections).
+    pub peers: usize,
+    /// Origin-Host pattern; `{n}` becomes 1..=peers (e.g. "pgw{n}.lab.example").
+    pub origin_host_pattern: String,
+    /// Origin-Realm of every peer.
+    pub origin_realm: String,
+    /// Watchdog interval Tw (≥ 6 s): a DWR goes out after Tw without traffic.
+    pub tw: Duration,
+    /// Seed for session choice and identifiers.
+    pub seed: u64,
+    /// Write one JSON object per second to this file.
+    pub rows_path: Option<PathBuf>,
+    /// Also hand every row to this channel (tests, embedding).
+    pub rows_tx: Option<mpsc::UnboundedSender<Row>>,
+    /// Print a progress line on stderr every second.
+    pub progress: bool,
+    /// After the last phase, wait this long at most for answers in flight (default: the
+    /// scenario's request timeout).
+    pub drain: Option<Duration>,
+    /// Ends the scenario early when it turns `true` (e.g. on SIGINT): nothing more is
+    /// scheduled, answers in flight are awaited as after the last phase, and the report
+    /// covers what ran.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl ClientConfig {
+    /// Defaults: origin hosts pgw{n}.lab.example, realm lab.example, Tw 30 s, no rows,
+    /// no progress.
+    pub fn new(connect: SocketAddr, peers: usize) -> ClientConfig {
+        ClientConfig {
+            connect,
+            bind: None,
+            peers,
+            origin_host_pattern: "pgw{n}.lab.example".to_owned(),
+            origin_realm: "lab.example".to_owned(),
+            tw: Duration::from_secs(30),
+            seed: 1,
+            rows_path: None,
+            rows_tx: None,
+            progress: false,
+            drain: None,
+            stop: None,
+        }
+    }
+
+    /// Origin-Host of peer `i` (0-based).
+    pub fn origin_host(&self, i: usize) -> String {
+        super::origin_host_of(&self.origin_host_pattern, i)
+    }
+}
+
+/// The client could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The rows file could not be written.
+    #[error("cannot write rows to {path}")]
+    Rows {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No peers configured.
+    #[error("peers must be at least 1")]
+    NoPeers,
+    /// An Origin-Host or Tw the peer state machine refuses.
+    #[error("peer configuration")]
+    Peer {
+        /// Why.
+        #[source]
+        source: dra::diameter::peer::PeerConfigError,
+    },
+}
+
+/// How long a stopping peer may take to write what it has queued (its DPR last).
+const STOP_FLUSH: Duration = Duration::from_secs(2);
+
+enum Cmd {
+    Send(Send),
+    Drop,
+    Stop,
+}
+
+enum Ev {
+    Up(usize),
+    Down(usize),
+    Answer {
+        key: SessionKey,
+        class: Class,
+        rc: u32,
+        latency: Duration,
+        server: Option<String>,
+    },
+    Timeout {
+        key: SessionKey,
+        class: Class,
+    },
+    Lost {
+        key: SessionKey,
+        class: Class,
+    },
+    Load {
+        server: String,
+        value: u16,
+    },
+    Late,
+}
+
+#[derive(Clone)]
+struct PeerCtx {
+    idx: usize,
+    origin_host: String,
+    origin_realm: String,
+    connect: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+    tw: Duration,
+    /// Destination-Realm of Gx and Gy requests.
+    destination_realm: [String; 2],
+    destination_host: Option<String>,
+    service_context_id: String,
+    timeout: Duration,
+    reconnect_delay: Duration,
+    start: Instant,
+    start_secs: u64,
+    seed: u64,
+}
+
+/// Runs `scenario` against `cfg.connect` and returns the report (needs a tokio runtime).
+pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, ClientError> {
+    if cfg.peers == 0 {
+        return Err(ClientError::NoPeers);
+    }
+    super::check_identity(
+        &cfg.origin_host_pattern,
+        &cfg.origin_realm,
+        cfg.connect.ip(),
+        cfg.tw,
+    )
+    .map_err(|source| ClientError::Peer { source })?;
+    let mut rows_file = match &cfg.rows_path {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |source| ClientError::Rows {
+                path: p.clone(),
+                source,
+            },
+        )?)),
+        None => None,
+    };
+    let start = Instant::now();
+    let start_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let timeout = Duration::from_millis(scenario.request_timeout_ms);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let mut peers: Vec<(mpsc::UnboundedSender<Cmd>, JoinHandle<()>)> = Vec::new();
+    let hosts: Vec<String> = (0..cfg.peers).map(|i| cfg.origin_host(i)).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ctx = PeerCtx {
+            idx: i,
+            origin_host: host.clone(),
+            origin_realm: cfg.origin_realm.clone(),
+            connect: cfg.connect,
+            bind: cfg.bind,
+            tw: cfg.tw,
+            destination_realm: [App::Gx, App::Gy]
+                .map(|a| scenario.destination_realm_of(a).to_owned()),
+            destination_host: scenario.destination_host.clone(),
+            service_context_id: scenario.service_context_id.clone(),
+            timeout,
+            reconnect_delay: Duration::from_millis(scenario.reconnect_delay_ms),
+            start,
+            start_secs,
+            seed: cfg.seed.wrapping_mul(31).wrapping_add(i as u64),
+        };
+        let h = tokio::spawn(peer_task(ctx, rx, ev_tx.clone()));
+        peers.push((tx, h));
+    }
+    drop(ev_tx);
+
+    let mut end = scenario.duration();
+    let drain = cfg.drain.unwrap_or(timeout);
+    let mut stop = cfg.stop.clone();
+    let mut stopped = false;
+    let name = scenario.name.clone();
+    let mut sched = Schedule::new(scenario);
+    let mut pool = SessionPool::new(start_secs as u32, cfg.seed);
+    let mut stats = Stats::new();
+    let mut up = vec![false; cfg.peers];
+    let mut owed = [0u64; 6];
+    let mut rr = 0usize;
+    let mut next_row = 1u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+
+    let dispatch =
+        |s: Send, stats: &mut Stats, peers: &[(mpsc::UnboundedSender<Cmd>, JoinHandle<()>)]| {
+            stats.sent(s.class);
+            let (key, class, peer) = (s.key, s.class, s.peer);
+            if peers[peer].0.send(Cmd::Send(s)).is_err() {
+                // The peer task is gone: counted as lost at once.
+                stats.lost(class);
+                return Some((key, class));
+            }
+            None
+        };
+
+    loop {
+        tokio::select! {
+            ev = ev_rx.recv() => {
+                if let Some(ev) = ev {
+                    apply(ev, &mut stats, &mut pool, &mut up);
+                }
+                while let Ok(ev) = ev_rx.try_recv() {
+                    apply(ev, &mut stats, &mut pool, &mut up);
+                }
+            }
+            _ = tick.tick() => {}
+            r = stop_changed(&mut stop), if !stopped => {
+                // A closed sender (Err) or `true`: stop. `false` changes nothing.
+                if r.is_err() || stop.as_ref().is_some_and(|s| *s.borrow()) {
+                    stopped = true;
+                    end = end.min(start.elapsed());
+                }
+            }
+        }
+        let now = start.elapsed();
+        let due = if stopped {
+            Default::default()
+        } else {
+            sched.advance(now)
+        };
+        for e in due.events {
+            match e {
+                Event::Flush(f) => pool.flush(f),
+                Event::ReconnectStorm => {
+                    for (tx, _) in &peers {
+                        let _ = tx.send(Cmd::Drop);
+                    }
+                    up.iter_mut().for_each(|u| *u = false);
+                }
+            }
+        }
+        for (o, d) in owed.iter_mut().zip(due.requests) {
+            *o += d;
+        }
+        for class in Class::ALL {
+            let i = class.index();
+            while owed[i] > 0 {
+                let send = match class.kind() {
+                    Kind::Initial => {
+                        let Some(p) = (0..up.len()).map(|k| (rr + k) % up.len()).find(|&p| up[p])
+                        else {
+                            break;
+                        };
+                        rr = p + 1;
+                        pool.initial(class.app(), p, &hosts[p])
+                    }
+                    _ => match pool.pick(class, &up) {
+                        Some(s) => s,
+                        None => break,
+                    },
+                };
+                owed[i] -= 1;
+                if let Some((key, class)) = dispatch(send, &mut stats, &peers) {
+                    pool.complete(key, class, None, None);
+                }
+            }
+        }
+        for send in pool.flush_sends(&up) {
+            if let Some((key, class)) = dispatch(send, &mut stats, &peers) {
+                pool.complete(key, class, None, None);
+            }
+        }
+        while now >= Duration::from_secs(next_row) {
+            let (_, phase) = sched
+                .phase_at(Duration::from_secs(next_row).saturating_sub(Duration::from_millis(1)));
+            let row = stats.row(
+                next_row,
+                phase,
+                open_sessions(&pool),
+                up.iter().filter(|u| **u).count() as u64,
+            );
+            if cfg.progress {
+                eprintln!("{}", progress_line(&row));
+            }
+            if let Some(f) = rows_file.as_mut() {
+                let line = serde_json::to_string(&row).unwrap_or_default();
+                writeln!(f, "{line}")
+                    .and_then(|()| f.flush())
+                    .map_err(|source| ClientError::Rows {
+                        path: cfg.rows_path.clone().unwrap_or_default(),
+                        source,
+                    })?;
+            }
+            if let Some(tx) = &cfg.rows_tx {
+                let _ = tx.send(row);
+            }
+            next_row += 1;
+        }
+        if now >= end && (stats.in_flight() == 0 || now >= end + drain) {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    for (tx, _) in &peers {
+        let _ = tx.send(Cmd::Stop);
+    }
+    // Everything still in flight comes back as Lost; the channel closes when every peer
+    // task has ended.
+    while let Some(ev) = ev_rx.recv().await {
+        apply(ev, &mut stats, &mut pool, &mut up);
+    }
+    for (_, h) in peers {
+        let _ = h.await;
+    }
+    let up_now = up.iter().filter(|u| **u).count() as u64;
+    stats.peers_mut().up_at_end = up_now;
+    Ok(stats.report(&name, elapsed, pool.counts(), open_sessions(&pool), owed))
+}
+
+/// The next change of the stop signal (never, without one).
+async fn stop_changed(
+    stop: &mut Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match stop.as_mut() {
+        Some(s) => s.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn open_sessions(pool: &SessionPool) -> BTreeMap<String, u64> {
+    [App::Gx, App::Gy]
+        .iter()
+        .map(|a| (a.name().to_owned(), pool.open_count(*a) as u64))
+        .collect()
+}
+
+fn progress_line(row: &Row) -> String {
+    let sent: u64 = row.classes.values().map(|c| c.sent).sum();
+    let answered: u64 = row.classes.values().flat_map(|c| c.answered.values()).sum();
+    let timeouts: u64 = row.classes.values().map(|c| c.timeouts).sum();
+    let lost: u64 = row.classes.values().map(|c| c.unanswered).sum();
+    let in_flight: u64 = row.classes.values().map(|c| c.in_flight).sum();
+    let p99 = row.classes.values().map(|c| c.p99_ms).fold(0.0, f64::max);
+    format!(
+        "t={}s phase={} peers_up={} sent={sent}/s answered={answered}/s timeouts={timeouts} \
+         lost={lost} in_flight={in_flight} p99_max={p99:.1}ms sessions={:?}",
+        row.t, row.phase, row.peers_up, row.open_sessions
+    )
+}
+
+fn apply(ev: Ev, stats: &mut Stats, pool: &mut SessionPool, up: &mut [bool]) {
+    match ev {
+        Ev::Up(p) => {
+            up[p] = true;
+            stats.peers_mut().opened += 1;
+        }
+        Ev::Down(p) => {
+            up[p] = false;
+            stats.peers_mut().dropped += 1;
+        }
+        Ev::Answer {
+            key,
+            class,
+            rc,
+            latency,
+            server,
+        } => {
+            stats.answered(class, rc, latency, server.as_deref());
+            pool.complete(key, class, Some(rc), server.as_deref());
+        }
+        Ev::Timeout { key, class } => {
+            stats.timeout(class);
+            pool.complete(key, class, None, None);
+        }
+        Ev::Lost { key, class } => {
+            stats.lost(class);
+            pool.complete(key, class, None, None);
+        }
+        Ev::Load { server, value } => {
+            stats.peers_mut().load_reports.insert(server, value);
+        }
+        Ev::Late => stats.peers_mut().late_answers += 1,
+    }
+}
+
+/// Why one connection ended.
+enum End {
+    /// Storm or failure: reconnect.
+    Reconnect,
+    /// Stop: the task ends.
+    Stop,
+}
+
+async fn peer_task(
+    ctx: PeerCtx,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    ev: mpsc::UnboundedSender<Ev>,
+) {
+    let mut n = 0u64;
+    loop {
+        let stream = tokio::select! {
+            s = super::connect_from(ctx.bind, ctx.connect) => s.ok(),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        };
+        let end = match stream {
+            Some(s) => connection(&ctx, s, n, &mut rx, &ev).await,
+            None => End::Reconnect,
+        };
+        n += 1;
+        if let End::Stop = end {
+            return;
+        }
+        // Hold-off; requests meant for this peer meanwhile are lost.
+        let until = Instant::now() + ctx.reconnect_delay;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                c = rx.recv() => match c {
+                    None | Some(Cmd::Stop) => return,
+                    Some(Cmd::Send(s)) => {
+                        let _ = ev.send(Ev::Lost { key: s.key, class: s.class });
+                    }
+                    Some(Cmd::Drop) => {}
+                },
+            }
+        }
+    }
+}
+
+async fn connection(
+    ctx: &PeerCtx,
+    stream: TcpStream,
+    n: u64,
+    rx: &mut mpsc::UnboundedReceiver<Cmd>,
+    ev: &mpsc::UnboundedSender<Ev>,
+) -> End {
+    let local_ip = stream
+        .local_addr()
+        .map(|a| a.ip())
+        .unwrap_or(ctx.connect.ip());
+    let cfg = Arc::new(loadgen_peer_config(
+        &ctx.origin_host,
+        &ctx.origin_realm,
+        local_ip,
+        ctx.tw,
+    ));
+    let opts = ConnectionOptions::new(ctx.seed.wrapping_add(n << 32), ctx.start_secs).reopen(n > 0);
+    let Ok(pc) =
+        PeerConnection::initiator(cfg, Arc::new(AllowList::default()), ctx.connect.ip(), opts)
+    else {
+        return End::Stop;
+    };
+    let (mut link, _) = Link::with_writer(stream, pc, ctx.start.into_std());
+    let mut conn = Conn {
+        ctx,
+        rx,
+        ev,
+        pending: HashMap::new(),
+        deadlines: VecDeque::new(),
+        is_up: false,
+        stopping: false,
+    };
+    drive(&mut link, &mut conn).await;
+    for (_, (key, class, _)) in conn.pending.drain() {
+        let _ = ev.send(Ev::Lost { key, class });
+    }
+    if conn.is_up {
+        let _ = ev.send(Ev::Down(ctx.idx));
+    }
+    if conn.stopping {
+        // A backlog the network does not take (e.g. a peer whose segments are
+        // dropped) must not keep the client from ending: give the DPR a moment.
+        link.close(Close::Flush(Some(STOP_FLUSH))).await;
+        End::Stop
+    } else {
+        link.close(Close::Abort).await;
+        End::Reconnect
+    }
+}
+
+/// One gateway connection: the scheduler's requests out, their answers, timeouts and
+/// the peer's state back as [`Ev`]s.
+struct Conn<'a> {
+    ctx: &'a PeerCtx,
+    rx: &'a mut mpsc::UnboundedReceiver<Cmd>,
+    ev: &'a mpsc::UnboundedSender<Ev>,
+    /// Hop-by-Hop → (session, class, sent at).
+    pending: HashMap<u32, (SessionKey, Class, Instant)>,
+    /// Request deadlines in sending order.
+    deadlines: VecDeque<(Instant, u32)>,
+    is_up: bool,
+    stopping: bool,
+}
+
+impl Mode for Conn<'_> {
+    type Input = Option<Cmd>;
+
+    async fn input(&mut self) -> Option<Cmd> {
+        self.rx.recv().await
+    }
+
+    async fn on_input(&mut self, cmd: Option<Cmd>, link: &mut Link) -> Flow {
+        let now = link.now();
+        match cmd {
+            None | Some(Cmd::Stop) => {
+                self.stopping = true;
+                if link.pc.is_open() {
+                    link.pc.start_disconnect(now, DisconnectCause::Rebooting);
+                } else {
+                    link.pc.abort(now);
+                }
+            }
+            // Closed at once, without DPR: the connection then reconnects.
+            Some(Cmd::Drop) => link.pc.abort(now),
+            Some(Cmd::Send(s)) => self.send(s, link),
+        }
+        Flow::Continue
+    }
+
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadlines.front().map(|d| d.0.into_std())
+    }
+
+    fn on_deadline(&mut self, _link: &mut Link) {
+        let t = Instant::now();
+        while let Some(&(d, hbh)) = self.deadlines.front() {
+            if d > t {
+                break;
+            }
+            self.deadlines.pop_front();
+            if let Some((key, class, _)) = self.pending.remove(&hbh) {
+                let _ = self.ev.send(Ev::Timeout { key, class });
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: PeerEvent, link: &mut Link) {
+        match event {
+            PeerEvent::Opened { .. } => {
+                self.is_up = true;
+                let _ = self.ev.send(Ev::Up(self.ctx.idx));
+            }
+            PeerEvent::LoadReport(info) => {
+                let server = link
+                    .pc
+                    .peer_identity()
+                    .map(|p| p.origin_host.clone())
+                    .unwrap_or_default();
+                let _ = self.ev.send(Ev::Load {
+                    server,
+                    value: info.value,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_application(&mut self, m: Message, _link: &mut Link) {
+        answer_in(m, &mut self.pending, self.ev);
+    }
+}
+
+impl Conn<'_> {
+    /// Sends one scheduled request (lost at once when the connection is not open).
+    fn send(&mut self, s: Send, link: &mut Link) {
+        if !link.pc.is_open() {
+            let _ = self.ev.send(Ev::Lost {
+                key: s.key,
+                class: s.class,
+            });
+            return;
+        }
+        let ctx = self.ctx;
+        let hbh = link.pc.next_hop_by_hop();
+        let e2e = link.pc.next_end_to_end();
+        let m = build_ccr(
+            &s,
+            &ctx.origin_host,
+            &ctx.origin_realm,
+            &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
+            ctx.destination_host.as_deref(),
+            &ctx.service_context_id,
+            hbh,
+            e2e,
+        );
+        let sent = Instant::now();
+        self.pending.insert(hbh, (s.key, s.class, sent));
+        self.deadlines.push_back((sent + ctx.timeout, hbh));
+        link.out.extend_from_slice(&m.encode());
+    }
+}
+
+fn answer_in(
+    m: Message,
+    pending: &mut HashMap<u32, (SessionKey, Class, Instant)>,
+    ev: &mpsc::UnboundedSender<Ev>,
+) {
+    if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
+        return;
+    }
+    match pending.remove(&m.hop_by_hop) {
+        Some((key, class, sent)) => {
+            let rc = m
+                .result_code()
+                .or(m.experimental_result().map(|e| e.1))
+                .unwrap_or(0);
+            let _ = ev.send(Ev::Answer {
+                key,
+                class,
+                rc,
+                latency: sent.elapsed(),
+                server: m.origin_host().map(str::to_owned),
+            });
+        }
+        None => {
+            let _ = ev.send(Ev::Late);
+        }
+    }
+}

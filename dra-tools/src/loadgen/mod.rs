@@ -1,0 +1,134 @@
+//! `dra-loadgen`: the project's Diameter simulator for tests, the demo and benchmarks.
+//!
+//! - [`client`]: N gateway peers (PGW), each with its own TCP connection and Origin-Host,
+//!   doing real CER/CEA and watchdogs through [`dra::diameter::peer::PeerConnection`],
+//!   sending Gx/Gy CCR-I/U/T that follow session life cycles at the rates of a
+//!   [`scenario::Scenario`], measuring answers, latency, timeouts.
+//! - [`closed`]: the same gateways at a fixed concurrency (closed loop, W requests in
+//!   flight per peer, CCR-I/CCR-T per slot), measuring requests/s and latency; the
+//!   relay benchmark's clients.
+//! - [`script`]: scripted peers and servers, one message at a time, for tests and tools.
+//! - [`server`]: a PCRF/OCS answering CCR after a latency distribution within a
+//!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
+//!   session.
+//!
+//! Every mode drives its connections with one driver (`conn`: a [`PeerConnection`] over
+//! a TCP stream, the mode's requests, answers and measurements in its own `Mode`).
+//! Sans-IO parts ([`scenario::Schedule`], [`session::SessionPool`]) are unit-tested; the
+//! tokio shells are tested over real TCP in `dra-tools/tests/loadgen_*.rs`.
+//!
+//! [`PeerConnection`]: dra::diameter::peer::PeerConnection
+
+pub mod client;
+pub mod closed;
+mod conn;
+pub mod resp;
+pub mod scenario;
+pub mod script;
+pub mod server;
+pub mod session;
+pub mod stats;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use dra_common::wire::app;
+
+use dra::diameter::peer::{
+    ApplicationId, KnownPeer, PeerConfig, PeerDirectory, Rejection, VendorSpecificApplicationId,
+};
+use dra::routing::PeerId;
+
+/// Connects to `to`, from local address `bind` (port chosen by the system) when given:
+/// a DRA tells peers apart by source address, so gateways sharing a host bind their own.
+pub async fn connect_from(
+    bind: Option<IpAddr>,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(ip) = bind else {
+        return tokio::net::TcpStream::connect(to).await;
+    };
+    let sock = if ip.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.bind(std::net::SocketAddr::new(ip, 0))?;
+    sock.connect(to).await
+}
+
+/// Origin-Host of peer `i` (0-based) from a pattern where `{n}` is 1..=peers.
+pub fn origin_host_of(pattern: &str, i: usize) -> String {
+    pattern.replace("{n}", &(i + 1).to_string())
+}
+
+/// 3GPP vendor id (Gx is a 3GPP application).
+pub const VENDOR_3GPP: u32 = 10415;
+
+/// The [`PeerConfig`] both modes use: Gx (as a 3GPP vendor-specific application) and Gy
+/// advertised, Product-Name "dra-loadgen".
+pub fn loadgen_peer_config(
+    origin_host: &str,
+    origin_realm: &str,
+    ip: IpAddr,
+    tw: Duration,
+) -> PeerConfig {
+    let mut c = PeerConfig::new(origin_host, origin_realm, vec![ip]);
+    c.product_name = "dra-loadgen".to_owned();
+    c.auth_application_ids = vec![app::GY];
+    c.supported_vendor_ids = vec![VENDOR_3GPP];
+    c.vendor_specific_application_ids = vec![VendorSpecificApplicationId {
+        vendor_id: VENDOR_3GPP,
+        application: ApplicationId::Auth(app::GX),
+    }];
+    c.tw = tw;
+    c.cea_timeout = Duration::from_secs(5);
+    c.cer_timeout = Duration::from_secs(5);
+    c.dpa_timeout = Duration::from_secs(1);
+    c
+}
+
+/// Checks the identity a client's first peer would use (Origin-Host from the pattern,
+/// realm, Tw) before anything connects, so a bad option fails at once with the reason.
+pub(crate) fn check_identity(
+    pattern: &str,
+    origin_realm: &str,
+    ip: IpAddr,
+    tw: Duration,
+) -> Result<(), dra::diameter::peer::PeerConfigError> {
+    loadgen_peer_config(&origin_host_of(pattern, 0), origin_realm, ip, tw).validate()
+}
+
+/// A peer directory that admits the listed Origin-Hosts (case-insensitive) from any
+/// address, or anyone when the list is empty.
+#[derive(Clone, Debug, Default)]
+pub struct AllowList {
+    hosts: Vec<String>,
+}
+
+impl AllowList {
+    /// Admits `hosts`; empty = any.
+    pub fn new(hosts: Vec<String>) -> AllowList {
+        AllowList { hosts }
+    }
+}
+
+impl PeerDirectory for AllowList {
+    fn lookup(&self, origin_host: &str, _address: IpAddr) -> Result<KnownPeer, Rejection> {
+        if self.hosts.is_empty()
+            || self
+                .hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(origin_host))
+        {
+            Ok(KnownPeer {
+                id: PeerId(server::name_id(origin_host)),
+                name: origin_host.to_owned(),
+            })
+        } else {
+            Err(Rejection::UnknownHost {
+                origin_host: origin_host.to_owned(),
+            })
+        }
+    }
+}

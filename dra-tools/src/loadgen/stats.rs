@@ -1,0 +1,404 @@
+//! Measurements of the client: per class and per second (rows) and for the whole run
+//! (the [`Report`]); latency in hdrhistogram histograms (µs, 3 significant digits).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::scenario::Class;
+use super::session::SessionCounts;
+
+/// Highest latency recorded (longer values are clamped): 1 hour in µs.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
+}
+
+#[derive(Clone, Debug)]
+struct Counters {
+    sent: u64,
+    answered: BTreeMap<u32, u64>,
+    timeouts: u64,
+    unanswered: u64,
+    latency: Histogram<u64>,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            sent: 0,
+            answered: BTreeMap::new(),
+            timeouts: 0,
+            unanswered: 0,
+            latency: histogram(),
+        }
+    }
+}
+
+/// One class in a per-second row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassRow {
+    /// Requests sent in this second.
+    pub sent: u64,
+    /// Answers received in this second, by Result-Code.
+    pub answered: BTreeMap<String, u64>,
+    /// Median latency of this second's answers, ms.
+    pub p50_ms: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+    /// Requests that timed out in this second.
+    pub timeouts: u64,
+    /// Requests lost in this second because their connection dropped.
+    pub unanswered: u64,
+    /// Requests in flight at the end of the second.
+    pub in_flight: u64,
+}
+
+/// One JSON line per second.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// Seconds since the start (the row covers `t-1..t`).
+    pub t: u64,
+    /// Phase running at the end of the second.
+    pub phase: String,
+    /// Classes with any activity.
+    pub classes: BTreeMap<String, ClassRow>,
+    /// Open sessions per application at the end of the second.
+    pub open_sessions: BTreeMap<String, u64>,
+    /// Peers with an open connection.
+    pub peers_up: u64,
+}
+
+/// Latency summary, ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Maximum.
+    pub max_ms: f64,
+    /// Mean.
+    pub mean_ms: f64,
+}
+
+/// Totals of one class for the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClassSummary {
+    /// Requests sent.
+    pub sent: u64,
+    /// Answers by Result-Code.
+    pub answered: BTreeMap<String, u64>,
+    /// Requests without an answer within the timeout.
+    pub timeouts: u64,
+    /// Requests lost when their connection dropped (reconnect storms, failures).
+    pub unanswered: u64,
+    /// Requests the scenario asked for that could not be sent (no open session, no peer
+    /// up) by the end.
+    pub not_sent: u64,
+    /// Latency of answered requests.
+    pub latency: LatencySummary,
+}
+
+impl ClassSummary {
+    /// Answers with `result_code`.
+    pub fn answered_with(&self, result_code: u32) -> u64 {
+        self.answered
+            .get(&result_code.to_string())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every answer.
+    pub fn answered_total(&self) -> u64 {
+        self.answered.values().sum()
+    }
+}
+
+/// Peer (connection) counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PeerSummary {
+    /// Successful capabilities exchanges (first connects and reconnects).
+    pub opened: u64,
+    /// Connections that went down (storms, failures).
+    pub dropped: u64,
+    /// Peers up at the end.
+    pub up_at_end: u64,
+    /// DWAs answered to our DWRs... and other load reports: the last RFC 8583 Load-Value
+    /// each server reported, by server Origin-Host.
+    pub load_reports: BTreeMap<String, u16>,
+    /// Answers that came after their request had timed out.
+    pub late_answers: u64,
+}
+
+/// The final summary of a client run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Wall time of the run, seconds.
+    pub duration_s: f64,
+    /// Per class, by name.
+    pub classes: BTreeMap<String, ClassSummary>,
+    /// Sessions.
+    pub sessions: SessionCounts,
+    /// Open sessions per application at the end.
+    pub open_sessions_at_end: BTreeMap<String, u64>,
+    /// Connections.
+    pub peers: PeerSummary,
+    /// Answers per server Origin-Host.
+    pub servers: BTreeMap<String, u64>,
+}
+
+impl Report {
+    /// The summary of `class` (all zero when it had no traffic).
+    pub fn class(&self, class: Class) -> ClassSummary {
+        self.classes.get(class.name()).cloned().unwrap_or_default()
+    }
+
+    /// Human-readable table for stdout.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "scenario {:?}: {:.1} s, peers opened {} dropped {}, sessions opened {} closed {} \
+             flush CCR-T {} server switches {}",
+            self.scenario,
+            self.duration_s,
+            self.peers.opened,
+            self.peers.dropped,
+            self.sessions.opened,
+            self.sessions.closed,
+            self.sessions.flush_ccr_t,
+            self.sessions.server_switches
+        );
+        let _ = writeln!(
+            s,
+            "{:<9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  answers by Result-Code",
+            "class", "sent", "answered", "timeout", "lost", "not_sent", "p50 ms", "p99 ms"
+        );
+        for (name, c) in &self.classes {
+            let codes: Vec<String> = c.answered.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            let _ = writeln!(
+                s,
+                "{:<9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9.2} {:>9.2}  {}",
+                name,
+                c.sent,
+                c.answered_total(),
+                c.timeouts,
+                c.unanswered,
+                c.not_sent,
+                c.latency.p50_ms,
+                c.latency.p99_ms,
+                codes.join(" ")
+            );
+        }
+        for (host, n) in &self.servers {
+            let _ = writeln!(s, "server {host}: {n} answers");
+        }
+        s
+    }
+}
+
+/// Collects measurements during a run.
+#[derive(Debug)]
+pub struct Stats {
+    total: Vec<Counters>,
+    second: Vec<Counters>,
+    in_flight: [u64; 6],
+    servers: BTreeMap<String, u64>,
+    peers: PeerSummary,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+impl Stats {
+    /// Empty.
+    pub fn new() -> Stats {
+        Stats {
+            total: (0..6).map(|_| Counters::new()).collect(),
+            second: (0..6).map(|_| Counters::new()).collect(),
+            in_flight: [0; 6],
+            servers: BTreeMap::new(),
+            peers: PeerSummary::default(),
+        }
+    }
+
+    /// A request went out.
+    pub fn sent(&mut self, class: Class) {
+        let i = class.index();
+        self.total[i].sent += 1;
+        self.second[i].sent += 1;
+        self.in_flight[i] += 1;
+    }
+
+    /// An answer came back.
+    pub fn answered(
+        &mut self,
+        class: Class,
+        result_code: u32,
+        latency: Duration,
+        server: Option<&str>,
+    ) {
+        let i = class.index();
+        let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
+        for c in [&mut self.total[i], &mut self.second[i]] {
+            *c.answered.entry(result_code).or_default() += 1;
+            c.latency.saturating_record(us);
+        }
+        self.in_flight[i] = self.in_flight[i].saturating_sub(1);
+        if let Some(s) = server {
+            *self.servers.entry(s.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// A request timed out.
+    pub fn timeout(&mut self, class: Class) {
+        let i = class.index();
+        self.total[i].timeouts += 1;
+        self.second[i].timeouts += 1;
+        self.in_flight[i] = self.in_flight[i].saturating_sub(1);
+    }
+
+    /// A request was lost with its connection.
+    pub fn lost(&mut self, class: Class) {
+        let i = class.index();
+        self.total[i].unanswered += 1;
+        self.second[i].unanswered += 1;
+        self.in_flight[i] = self.in_flight[i].saturating_sub(1);
+    }
+
+    /// Requests in flight, all classes.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.iter().sum()
+    }
+
+    /// Peer counters.
+    pub fn peers_mut(&mut self) -> &mut PeerSummary {
+        &mut self.peers
+    }
+
+    /// Closes the current second: its row; the per-second counters restart.
+    pub fn row(
+        &mut self,
+        t: u64,
+        phase: &str,
+        open_sessions: BTreeMap<String, u64>,
+        peers_up: u64,
+    ) -> Row {
+        let mut classes = BTreeMap::new();
+        for c in Class::ALL {
+            let i = c.index();
+            let cur = std::mem::replace(&mut self.second[i], Counters::new());
+            let active = cur.sent > 0
+                || !cur.answered.is_empty()
+                || cur.timeouts > 0
+                || cur.unanswered > 0
+                || self.in_flight[i] > 0;
+            if !active {
+                continue;
+            }
+            let has = !cur.latency.is_empty();
+            classes.insert(
+                c.name().to_owned(),
+                ClassRow {
+                    sent: cur.sent,
+                    answered: cur
+                        .answered
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect(),
+                    p50_ms: if has {
+                        ms(cur.latency.value_at_quantile(0.5))
+                    } else {
+                        0.0
+                    },
+                    p99_ms: if has {
+                        ms(cur.latency.value_at_quantile(0.99))
+                    } else {
+                        0.0
+                    },
+                    timeouts: cur.timeouts,
+                    unanswered: cur.unanswered,
+                    in_flight: self.in_flight[i],
+                },
+            );
+        }
+        Row {
+            t,
+            phase: phase.to_owned(),
+            classes,
+            open_sessions,
+            peers_up,
+        }
+    }
+
+    /// The final report.
+    pub fn report(
+        &self,
+        scenario: &str,
+        duration: Duration,
+        sessions: SessionCounts,
+        open_sessions_at_end: BTreeMap<String, u64>,
+        not_sent: [u64; 6],
+    ) -> Report {
+        let mut classes = BTreeMap::new();
+        for c in Class::ALL {
+            let i = c.index();
+            let t = &self.total[i];
+            if t.sent == 0 && not_sent[i] == 0 {
+                continue;
+            }
+            let h = &t.latency;
+            let latency = if h.is_empty() {
+                LatencySummary::default()
+            } else {
+                LatencySummary {
+                    p50_ms: ms(h.value_at_quantile(0.5)),
+                    p90_ms: ms(h.value_at_quantile(0.9)),
+                    p99_ms: ms(h.value_at_quantile(0.99)),
+                    max_ms: ms(h.max()),
+                    mean_ms: h.mean() / 1000.0,
+                }
+            };
+            classes.insert(
+                c.name().to_owned(),
+                ClassSummary {
+                    sent: t.sent,
+                    answered: t
+                        .answered
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect(),
+                    timeouts: t.timeouts,
+                    unanswered: t.unanswered,
+                    not_sent: not_sent[i],
+                    latency,
+                },
+            );
+        }
+        Report {
+            scenario: scenario.to_owned(),
+            duration_s: duration.as_secs_f64(),
+            classes,
+            sessions,
+            open_sessions_at_end,
+            peers: self.peers.clone(),
+            servers: self.servers.clone(),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Network namespaces for the tools that need two hosts on one machine (`dra-bench`, the
+//! freeDiameter interop test), made with `ip netns` and deleted on drop. Needs root.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A network namespace with its loopback up, deleted on drop (with the veth ends in it).
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// A new namespace named `<prefix><pid><n>`.
+    pub fn new(prefix: &str) -> io::Result<Netns> {
+        let ns = Netns {
+            name: unique(prefix),
+        };
+        ip(&["netns", "add", &ns.name])?;
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its file, for [`enter`] from another thread.
+    pub fn file(&self) -> io::Result<File> {
+        File::open(format!("/run/netns/{}", self.name))
+    }
+
+    /// Moves the calling thread into this namespace; the threads it creates afterwards
+    /// (a runtime's workers) start there too.
+    pub fn enter(&self) -> io::Result<()> {
+        enter(&self.file()?)
+    }
+
+    /// Spawns `cmd` in this namespace ([`spawn_in`]).
+    pub fn spawn(&self, cmd: &mut Command) -> io::Result<Child> {
+        spawn_in(&self.name, cmd)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
+
+/// Spawns `cmd` in the network namespace `name` (made with `ip netns`). Only the network
+/// namespace is entered: `ip netns exec` would also give the process a private /sys, and
+/// so a private bpffs whose pins vanish with it.
+pub fn spawn_in(name: &str, cmd: &mut Command) -> io::Result<Child> {
+    let file = File::open(format!("/run/netns/{name}"))?;
+    let fd = file.as_raw_fd();
+    // SAFETY: only setns(2) between fork and exec (async-signal-safe); `file` stays open
+    // in the parent until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || setns(fd));
+    }
+    cmd.spawn()
+}
+
+/// Moves the calling thread into the namespace of `file` ([`Netns::file`]).
+pub fn enter(file: &File) -> io::Result<()> {
+    setns(file.as_raw_fd())
+}
+
+/// Joins `a` and `b` with a veth pair: `a_addr` on `a`'s end, `b_addr` on `b`'s (with
+/// their prefix length, e.g. `198.18.0.1/30`), both up.
+pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> io::Result<()> {
+    let (ia, ib) = (unique("va"), unique("vb"));
+    ip(&[
+        "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns", &b.name,
+    ])?;
+    for (ns, addr, dev) in [(a, a_addr, &ia), (b, b_addr, &ib)] {
+        ip(&["-n", &ns.name, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", &ns.name, "link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// A short unique name: prefix, pid, sequence (interface names are at most 15 bytes).
+fn unique(prefix: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}x{n}", std::process::id() % 100_000)
+}
+
+/// Runs `ip args`; its stderr is the error when it fails.
+fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn setns(fd: RawFd) -> io::Result<()> {
+    // SAFETY: setns(2) on a network namespace fd; it affects only the calling thread.
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! The agent over real TCP: capabilities exchange, watchdog, unknown peers, marked
+//! requests, the control socket.
+
+mod support;
+
+use dra::diameter::{avp_code, result_code};
+use dra_common::wire::flags;
+use support::agent::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cer_cea_and_dwr_dwa_both_directions() {
+    let lab = Lab::start(1, 1, None, "", None).await;
+    // The agent dialled both servers and completed CER/CEA (Lab::start waits for open).
+    assert_eq!(lab.pcrfs[0].connections(), 1);
+    let pgw = lab.pgw("pgw1", None).await;
+    // Client → DRA watchdog.
+    let dwa = pgw
+        .request(dwr("pgw1.test.example", REALM))
+        .await
+        .expect("DWA");
+    assert_eq!(dwa.command_code, 280);
+    assert!(!dwa.is_request());
+    assert_eq!(dwa.result_code(), Some(result_code::SUCCESS));
+    assert_eq!(dwa.origin_host(), Some(DRA_HOST));
+    // Server → DRA watchdog on the connection the DRA opened.
+    let srv = lab.pcrfs[0].last_conn().expect("conn");
+    let dwa = srv
+        .request(dwr("pcrf1.pcrf.test.example", PCRF_REALM))
+        .await
+        .expect("DWA");
+    assert_eq!(dwa.result_code(), Some(result_code::SUCCESS));
+    assert_eq!(dwa.origin_host(), Some(DRA_HOST));
+    // And a request relays end to end.
+    let a = pgw
+        .request(ccr(
+            "s1",
+            GX,
+            "pgw1.test.example",
+            REALM,
+            PCRF_REALM,
+            cc::INITIAL,
+            0,
+        ))
+        .await
+        .expect("CCA");
+    assert_eq!(a.result_code(), Some(result_code::SUCCESS));
+    assert_eq!(a.origin_host(), Some("pcrf1.pcrf.test.example"));
+    assert_eq!(a.session_id(), Some("s1"));
+    lab.agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_origin_host_gets_cea_3010() {
+    let lab = Lab::start(1, 0, None, "", None).await;
+    let r = SimPeer::connect(
+        lab.addr(),
+        sim_config("stranger.test.example", REALM, &[GX]),
+        DRA_HOST,
+        None,
+    )
+    .await;
+    assert_eq!(r.err(), Some(result_code::UNKNOWN_PEER));
+    let s = lab.agent.stats().await.expect("stats");
+    assert_eq!(s.requests_in, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marked_request_is_answered_3002_without_upstream() {
+    let lab = Lab::start(1, 0, None, "", None).await;
+    let pgw = lab.pgw("pgw1", None).await;
+    let mut req = ccr(
+        "sess-marked",
+        GX,
+        "pgw1.test.example",
+        REALM,
+        PCRF_REALM,
+        cc::UPDATE,
+        7,
+    );
+    req.flags |= flags::RATE_LIMIT_MARK;
+    let a = pgw.request(req).await.expect("answer");
+    assert_eq!(a.result_code(), Some(result_code::UNABLE_TO_DELIVER));
+    assert!(a.is_error(), "3xxx answers carry the E bit");
+    assert_eq!(a.origin_host(), Some(DRA_HOST));
+    assert_eq!(a.session_id(), Some("sess-marked"));
+    assert_eq!(
+        a.find(avp_code::AUTH_APPLICATION_ID)
+            .and_then(|x| x.as_u32().ok()),
+        Some(GX)
+    );
+    assert_eq!(a.cc_request_type(), Some(cc::UPDATE));
+    assert_eq!(
+        a.find(avp_code::CC_REQUEST_NUMBER)
+            .and_then(|x| x.as_u32().ok()),
+        Some(7)
+    );
+    assert_eq!(a.flags & flags::RESERVED, 0, "mark cleared in the answer");
+    assert_eq!(
+        lab.pcrfs[0]
+            .stats
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "nothing went upstream"
+    );
+    let s = lab.agent.stats().await.expect("stats");
+    assert_eq!(s.marked_answered, 1);
+    assert!(s.invariant_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_and_invalid_requests_are_answered_locally() {
+    let lab = Lab::start(1, 0, None, "", None).await;
+    let pgw = lab.pgw("pgw1", None).await;
+    let a = pgw
+        .request(ccr(
+            "s-nr",
+            GX,
+            "pgw1.test.example",
+            REALM,
+            "nowhere.example",
+            cc::INITIAL,
+            0,
+        ))
+        .await
+        .expect("answer");
+    assert_eq!(a.result_code(), Some(result_code::REALM_NOT_SERVED));
+    // Missing Destination-Realm: 5005 DIAMETER_MISSING_AVP (RFC 6733 §7.1.5).
+    let mut bad = ccr(
+        "s-bad",
+        GX,
+        "pgw1.test.example",
+        REALM,
+        PCRF_REALM,
+        cc::INITIAL,
+        0,
+    );
+    bad.avps.retain(|x| x.code != avp_code::DESTINATION_REALM);
+    let a = pgw.request(bad).await.expect("answer");
+    assert_eq!(a.result_code(), Some(result_code::MISSING_AVP));
+    let s = lab.agent.stats().await.expect("stats");
+    assert_eq!(s.local_answers, 2);
+    assert!(s.invariant_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_socket_serves_status() {
+    let tmp = support::TempDir::new("dra-agent-status-");
+    let dir = tmp.0.join("dra.sock");
+    let lab = Lab::start(1, 1, Some(&dir), "", None).await;
+    let pgw = lab.pgw("pgw1", None).await;
+    pgw.request(ccr(
+        "s1",
+        GX,
+        "pgw1.test.example",
+        REALM,
+        PCRF_REALM,
+        cc::INITIAL,
+        0,
+    ))
+    .await
+    .expect("CCA");
+    let text = dra::agent::query_status(&dir).await.expect("status");
+    assert!(text.starts_with(&format!("dra {DRA_HOST}")), "{text}");
+    let pcrf = text
+        .lines()
+        .find(|l| l.starts_with("pcrf1 "))
+        .expect("pcrf1 line");
+    assert!(pcrf.contains(" open "), "{text}");
+    let pgw_line = text
+        .lines()
+        .find(|l| l.starts_with("pgw1 "))
+        .expect("pgw1 line");
+    assert!(pgw_line.contains(" open "), "{text}");
+    assert!(text.contains("invariant ok"), "{text}");
+}

@@ -1,0 +1,194 @@
+//! The agent's config and a small lab (PCRF and OCS simulators + the agent) for the
+//! tests that run the agent in process, built on the project's simulator,
+//! `dra_tools::loadgen::script`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use dra::diameter::peer::PeerConfig;
+
+use super::{ConfigToml, free_port};
+// Each test crate that includes this module uses a different subset.
+#[allow(unused_imports)]
+pub use dra_tools::loadgen::script::{
+    ScriptedPeer as SimPeer, ScriptedServer as SimServer, Tap, cc, ccr, dwr,
+};
+
+pub const LOCALHOST: &str = "127.0.0.1";
+
+/// A simulator's own identity (advertises `apps` as Auth-Application-Ids).
+pub fn sim_config(host: &str, realm: &str, apps: &[u32]) -> PeerConfig {
+    dra_tools::loadgen::script::scripted_config(host, realm, apps, ip(LOCALHOST))
+}
+
+/// A free port on 127.0.0.1 for a simulator.
+pub fn any_port() -> SocketAddr {
+    SocketAddr::new(ip(LOCALHOST), 0)
+}
+
+/// Just an address helper.
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().expect("ip")
+}
+
+pub const DRA_HOST: &str = "dra.test.example";
+pub const REALM: &str = "test.example";
+pub const PCRF_REALM: &str = "pcrf.test.example";
+pub const OCS_REALM: &str = "ocs.test.example";
+pub const GX: u32 = 16_777_238;
+pub const GY: u32 = 4;
+
+/// The agent `dra.test.example` (realm [`REALM`]) listening on each of `ips` at `port`,
+/// its only Diameter port.
+pub fn agent_config(ips: &[&str], port: u16) -> ConfigToml {
+    let listeners: Vec<String> = ips.iter().map(|ip| format!("{ip}:{port}")).collect();
+    let listeners: Vec<&str> = listeners.iter().map(String::as_str).collect();
+    ConfigToml::new(REALM, &listeners, &format!("diameter_ports = [{port}]"))
+}
+
+/// The agent's config for the tests: listener on 127.0.0.1 (free port), clients
+/// `pgw1`, `pgw2`, servers of group `pcrf` (Gx, realm [`PCRF_REALM`]) and `ocs` (Gy,
+/// realm [`OCS_REALM`]) at the given addresses; `extra` is appended verbatim.
+pub fn agent_toml(
+    pcrfs: &[SocketAddr],
+    ocss: &[SocketAddr],
+    control: Option<&std::path::Path>,
+    extra: &str,
+) -> String {
+    // The config refuses port 0: take a free port (released just before the agent binds it).
+    let mut t = agent_config(&[LOCALHOST], free_port());
+    if let Some(p) = control {
+        t = t.with(&format!("[control]\nsocket = \"{}\"", p.display()));
+    }
+    for c in ["pgw1", "pgw2"] {
+        t = t.client(c, REALM, &[], "");
+    }
+    for (group, realm, list) in [("pcrf", PCRF_REALM, pcrfs), ("ocs", OCS_REALM, ocss)] {
+        for (i, a) in list.iter().enumerate() {
+            let name = format!("{group}{}", i + 1);
+            t = t.server(
+                &name,
+                realm,
+                &a.to_string(),
+                &format!("group = \"{group}\""),
+            );
+        }
+    }
+    for (group, realm, app, list) in [
+        ("pcrf", PCRF_REALM, "gx", pcrfs),
+        ("ocs", OCS_REALM, "gy", ocss),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        t = t
+            .group(
+                group,
+                "answer_timeout = \"2s\"\ndelay_tolerance = \"200ms\"\nqueue_limit = 1000\n\
+                 selection = \"round_robin\"",
+            )
+            .route(
+                realm,
+                &format!("application = \"{app}\"\ngroup = \"{group}\""),
+            );
+    }
+    t.with(extra).to_string()
+}
+
+/// Starts PCRF and OCS simulators and the agent; waits until every server is open.
+pub struct Lab {
+    pub agent: dra::agent::AgentHandle,
+    pub pcrfs: Vec<SimServer>,
+    pub ocss: Vec<SimServer>,
+    pub metrics: dra::metrics::Metrics,
+}
+
+impl Lab {
+    pub async fn start(
+        n_pcrf: usize,
+        n_ocs: usize,
+        control: Option<&std::path::Path>,
+        extra: &str,
+        tap: Option<Tap>,
+    ) -> Lab {
+        let mut pcrfs = Vec::new();
+        for i in 1..=n_pcrf {
+            pcrfs.push(
+                SimServer::start(
+                    any_port(),
+                    sim_config(&format!("pcrf{i}.{PCRF_REALM}"), PCRF_REALM, &[GX]),
+                    DRA_HOST,
+                    tap.clone(),
+                )
+                .await
+                .expect("pcrf simulator"),
+            );
+        }
+        let mut ocss = Vec::new();
+        for i in 1..=n_ocs {
+            ocss.push(
+                SimServer::start(
+                    any_port(),
+                    sim_config(&format!("ocs{i}.{OCS_REALM}"), OCS_REALM, &[GY]),
+                    DRA_HOST,
+                    tap.clone(),
+                )
+                .await
+                .expect("ocs simulator"),
+            );
+        }
+        let p: Vec<SocketAddr> = pcrfs.iter().map(|s| s.addr).collect();
+        let o: Vec<SocketAddr> = ocss.iter().map(|s| s.addr).collect();
+        let text = agent_toml(&p, &o, control, extra);
+        let cfg = match dra::config::parse(&text, "test.toml") {
+            Ok(c) => c,
+            Err(e) => panic!("config: {e}\n{text}"),
+        };
+        let metrics = dra::metrics::Metrics::new();
+        let opts = dra::agent::AgentOptions {
+            tc: Some(Duration::from_millis(200)),
+            ..Default::default()
+        };
+        let agent = dra::agent::start(cfg, opts, metrics.clone())
+            .await
+            .expect("agent");
+        let lab = Lab {
+            agent,
+            pcrfs,
+            ocss,
+            metrics,
+        };
+        // Wait until the agent reports every server open.
+        for _ in 0..200 {
+            let s = lab.agent.status().await.expect("status");
+            let open = s
+                .lines()
+                .filter(|l| l.contains(" server ") && l.contains(" open "))
+                .count();
+            if open == n_pcrf + n_ocs {
+                return lab;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!(
+            "servers never opened:\n{}",
+            lab.agent.status().await.unwrap_or_default()
+        );
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.agent.listen_addrs()[0]
+    }
+
+    /// A PGW client `pgwN.test.example` (Gx + Gy).
+    pub async fn pgw(&self, name: &str, tap: Option<Tap>) -> SimPeer {
+        SimPeer::connect(
+            self.addr(),
+            sim_config(&format!("{name}.{REALM}"), REALM, &[GX, GY]),
+            DRA_HOST,
+            tap,
+        )
+        .await
+        .expect("CEA success")
+    }
+}

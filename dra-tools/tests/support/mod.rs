@@ -1,0 +1,53 @@
+//! What the dra-tools tests share: the workspace's shared helpers (free port,
+//! redis-server, temporary directory, config text), the agent's lab ([`agent`]),
+//! dra-userspace's Diameter fixtures and peer harness, and tshark's verdict on what went
+//! over the wire. Each test crate uses a different subset.
+#![allow(dead_code)]
+
+#[path = "../../../dra-userspace/tests/support/mod.rs"]
+mod shared;
+
+pub mod agent;
+#[path = "../../../dra-userspace/tests/diameter_fixtures/mod.rs"]
+pub mod diameter_fixtures;
+#[path = "../../../dra-userspace/tests/peer_support/mod.rs"]
+pub mod peer;
+
+#[allow(unused_imports)]
+pub use shared::*;
+
+use dra_tools::pcap::{tshark_available, tshark_decode_exchange, tshark_problem};
+
+/// Whether tshark is missing; then `test` is skipped, and says so.
+pub fn tshark_missing(test: &str) -> bool {
+    if tshark_available() {
+        return false;
+    }
+    println!("SKIPPED {test}: tshark is not on PATH");
+    true
+}
+
+/// tshark's verbose decode of `exchange` ((from the client?, encoded message), in order)
+/// written as one TCP connection into a pcap named after `tag`.
+pub fn tshark_decode(tag: &str, exchange: &[(bool, Vec<u8>)]) -> String {
+    tshark_decode_exchange(tag, exchange).expect("tshark")
+}
+
+/// Fails with the first problem tshark reports in `decoded` (malformed packet, expert
+/// error or warning).
+pub fn assert_clean(decoded: &str) {
+    if let Some(problem) = tshark_problem(decoded) {
+        panic!("{problem}");
+    }
+}
+
+/// The Diameter PDUs of a verbose decode, in order.
+pub fn diameter_pdus(decoded: &str) -> Vec<&str> {
+    decoded.split("\nDiameter Protocol\n").skip(1).collect()
+}
+
+/// The rest of the first line of `pdu` that starts with `prefix` (indentation included,
+/// e.g. `"    Flags: "`).
+pub fn pdu_field<'a>(pdu: &'a str, prefix: &str) -> Option<&'a str> {
+    pdu.lines().find_map(|l| l.strip_prefix(prefix))
+}

@@ -1,0 +1,156 @@
+//! What the privileged tests share: pins removed on drop, a temporary directory, the
+//! lab's config text, and the eBPF object loaded for BPF_PROG_TEST_RUN (the fixture
+//! tables, the differential test and `xdp-bench`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aya::programs::{SchedClassifier, TestRun, TestRunOptions, Xdp};
+use aya::{Ebpf, TestRunResult};
+use dra::dataplane::{self, Dataplane, Maps, Plan};
+use dra::oob::OobInbox;
+use dra_common::maps::ClassCounters;
+use dra_common::stats::Counter;
+
+use crate::netns::unique;
+
+// Shared with the other test crates (dra-userspace/tests/support/mod.rs).
+#[path = "../../dra-userspace/tests/support/config_toml.rs"]
+mod config_toml;
+#[path = "../../dra-userspace/tests/support/temp_dir.rs"]
+mod temp_dir;
+
+pub use config_toml::ConfigToml;
+pub use temp_dir::TempDir;
+
+/// A pin directory under bpffs, removed on drop with what is pinned there (the
+/// programs' links too: XDP and TC are detached).
+pub struct Pins(pub PathBuf);
+
+impl Pins {
+    /// `/sys/fs/bpf/<prefix><unique>`, not created yet.
+    pub fn new(prefix: &str) -> Pins {
+        Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique(prefix))))
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = Dataplane::detach(None, &self.0);
+    }
+}
+
+/// The lab's realm: the DRA is `dra.lab.example`, gateways `pgwN.lab.example`.
+pub const LAB_REALM: &str = "lab.example";
+/// The PCRFs' realm.
+pub const PCRF_REALM: &str = "pcrf.lab.example";
+
+/// The lab's DRA listening on 198.18.1.1:3868, with more `[global]` keys ("" for
+/// none).
+pub fn lab_dra(global: &str) -> ConfigToml {
+    ConfigToml::new(LAB_REALM, &["198.18.1.1:3868"], global)
+}
+
+/// The lab most tests start from: pgw1 at 198.18.1.2, pcrf1 at 198.18.2.2:3868, every
+/// realm routed to pcrf1; limits and other peers are added by the test.
+pub fn lab_config() -> ConfigToml {
+    lab_dra("")
+        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
+        .server("pcrf1", PCRF_REALM, "198.18.2.2:3868", "")
+        .route("*", "peer = \"pcrf1\"")
+}
+
+/// Which programs [`load_object`] loads.
+#[derive(Clone, Copy, Debug)]
+pub enum Hook {
+    /// The XDP dispatcher and its tail calls.
+    Xdp,
+    /// The TC egress classifier.
+    Tc,
+}
+
+/// The agent's eBPF object for BPF_PROG_TEST_RUN: `hook`'s programs loaded (verified)
+/// as the agent loads them, and the plan of `config` (called `name` in errors) written
+/// into its maps.
+pub fn load_object(config: &str, name: &str, hook: Hook) -> (Ebpf, Maps, Plan) {
+    let cfg = dra::config::parse(config, name).unwrap_or_else(|e| panic!("{e}"));
+    let plan = Plan::new(&cfg).expect("plan");
+    let mut ebpf = dataplane::open().expect("eBPF object");
+    match hook {
+        Hook::Xdp => dataplane::load_xdp(&mut ebpf).expect("the verifier accepts XDP"),
+        Hook::Tc => dataplane::load_tc(&mut ebpf).expect("the verifier accepts TC"),
+    }
+    let mut maps = Maps::take(&mut ebpf).expect("maps");
+    maps.write_plan(&plan).expect("write plan");
+    (ebpf, maps, plan)
+}
+
+/// The agent's reader of the out-of-band marks, on `ebpf`'s ring.
+pub fn oob_inbox(ebpf: &mut Ebpf) -> OobInbox {
+    let ring = ebpf
+        .take_map(dra_common::maps::names::OOB_MARKS)
+        .expect("OOB_MARKS");
+    OobInbox::new(ring).expect("ring buffer")
+}
+
+/// One BPF_PROG_TEST_RUN of the XDP program `prog` on `input`: its verdict and the
+/// kernel's run time; `out` gets the output bytes.
+pub fn test_run_xdp(ebpf: &Ebpf, prog: &str, input: &[u8], out: &mut Vec<u8>) -> (u32, Duration) {
+    let p: &Xdp = ebpf.program(prog).expect(prog).try_into().expect("XDP");
+    test_run(p, input, out)
+}
+
+/// The XDP dispatcher once on `input`: its verdict and output bytes.
+pub fn run_xdp(ebpf: &Ebpf, input: &[u8]) -> (u32, Vec<u8>) {
+    let mut out = Vec::new();
+    let (verdict, _) = test_run_xdp(ebpf, dataplane::XDP_PROGRAM, input, &mut out);
+    (verdict, out)
+}
+
+/// The TC classifier once on `input` (an skb): its verdict.
+pub fn run_tc(ebpf: &Ebpf, input: &[u8]) -> u32 {
+    let name = dataplane::TC_PROGRAM;
+    let p: &SchedClassifier = ebpf.program(name).expect(name).try_into().expect("TC");
+    test_run(p, input, &mut Vec::new()).0
+}
+
+fn test_run<P>(prog: &P, input: &[u8], out: &mut Vec<u8>) -> (u32, Duration)
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
+    out.clear();
+    out.resize(input.len() + 256, 0);
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(input);
+    opts.data_out = Some(out.as_mut_slice());
+    let r = prog.test_run(opts).expect("test run");
+    out.truncate(r.data_size_out as usize);
+    (r.return_value, r.duration)
+}
+
+/// A slot's counts: (seen, admitted, marked, dropped).
+pub type SlotCounts = (u64, u64, u64, u64);
+
+/// What a slot counted from `before` to `after`.
+pub fn slot_delta(before: &ClassCounters, after: &ClassCounters) -> SlotCounts {
+    (
+        after.seen - before.seen,
+        after.admitted - before.admitted,
+        after.marked - before.marked,
+        after.dropped - before.dropped,
+    )
+}
+
+/// Each counter of `want` ((counter, delta)) whose delta from `before` to `after` (the
+/// per-CPU counters as `Maps::stats` reads them) is another, as a message.
+pub fn counter_mismatches(
+    before: &[(Counter, u64)],
+    after: &[(Counter, u64)],
+    want: &[(Counter, u64)],
+) -> Vec<String> {
+    let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
+    want.iter()
+        .filter(|(c, w)| delta(*c) != *w)
+        .map(|(c, w)| format!("counter {} delta {}, want {w}", c.name(), delta(*c)))
+        .collect()
+}

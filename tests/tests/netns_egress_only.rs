@@ -1,0 +1,286 @@
+//! TC egress without XDP (issue 14 item 16): `[fast_path] egress_interface` set, no
+//! `interface`, a per-peer, per-class egress `drop` limit — Gx CCR-I to pcrf1 at 100/s.
+//! Before, `dra run` attached nothing in this setup (ingress went to the agent's
+//! limiter, the TC program was never loaded) and the PCRF received ~9,700 CCR-I/s. Now
+//! `dra run` attaches the TC egress program on its own and the kernel enforces the
+//! limit.
+//!
+//! The real `dra run` in the DRA namespace; a gateway (the project's scripted peer)
+//! offers CCR-I at 10× the limit, open loop; the PCRF is a sink that logs every request
+//! it reads. What the PCRF received while the gateway sent is bounded by
+//! rate × duration + burst (the GCRA's own bound; no timing-tight assertion), is more
+//! than a quarter of it (the limit is not starved), and the TC program's counters show
+//! the excess dropped on pcrf1's CCR-I slot. `/metrics` publishes both parts: the
+//! agent's limiter (ingress, no XDP) and the TC program (egress).
+//!
+//! Topology: gw (198.18.40.2) — veth — dra (198.18.40.1 | 198.18.41.1, TC egress on the
+//! server side) — veth — srv (198.18.41.2, pcrf1). Namespaces (`eg-*`) and pins are
+//! removed on drop, also on panic.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+use dra::dataplane::{Dataplane, Maps, Plan};
+use dra_common::{
+    stats::Counter,
+    wire::{MsgClass, cc_request_type as rt},
+};
+use dra_tests::{
+    agent::Agent,
+    netns::{Netns, VethPair, unique},
+    sim::{PGW1, Sim, gx_ccrs},
+};
+
+/// The egress limit on pcrf1's Gx CCR-I (drop), and its burst.
+const RATE: f64 = 100.0;
+const BURST: u32 = 20;
+/// What the gateway offers: CCR-I every 1 ms (10× the limit), for this long.
+const EVERY: Duration = Duration::from_millis(1);
+const OFFER: Duration = Duration::from_secs(4);
+
+const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
+const PCRF1: (&str, &str) = ("pcrf1.pcrf.lab.example", "pcrf.lab.example");
+
+/// Removes the pins (and so the TCX link) on drop.
+struct Pins(PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = Dataplane::detach(None, &self.0);
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(egress_if: &str) -> String {
+    format!(
+        r#"
+[global]
+origin_host = "dra.lab.example"
+origin_realm = "lab.example"
+
+# No interface: no XDP. The TC egress program alone, on the servers' side.
+[fast_path]
+egress_interface = "{egress_if}"
+
+[metrics]
+address = "198.18.40.1:9464"
+
+[[listener]]
+address = "198.18.40.1:3868"
+
+[[peer]]
+name = "pgw1"
+origin_host = "pgw1.lab.example"
+realm = "lab.example"
+addresses = ["198.18.40.2"]
+role = "client"
+
+[[peer]]
+name = "pcrf1"
+origin_host = "pcrf1.pcrf.lab.example"
+realm = "pcrf.lab.example"
+role = "server"
+group = "pcrf"
+connect = "198.18.41.2:3868"
+
+[[peer_group]]
+name = "pcrf"
+answer_timeout = "2s"
+
+[[route]]
+realm = "pcrf.lab.example"
+group = "pcrf"
+
+[[message_rate_limit_profile]]
+peer = "pcrf1"
+direction = "egress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = {RATE}
+burst = {BURST}
+action = "drop"
+"#
+    )
+}
+
+#[test]
+fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
+    let gw = Netns::new("eg-g").unwrap();
+    let dra = Netns::new("eg-d").unwrap();
+    let srv = Netns::new("eg-s").unwrap();
+    let client_veth = VethPair::new(&gw, "198.18.40.2/24", &dra, "198.18.40.1/24").unwrap();
+    let server_veth = VethPair::new(&dra, "198.18.41.1/24", &srv, "198.18.41.2/24").unwrap();
+    let tmp = TempDir(std::env::temp_dir().join(unique("dra-eg-")));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-eg-"))));
+    let egress_if = server_veth.a_if.clone();
+    let text = config(&egress_if);
+    let cfg_path = tmp.0.join("dra.toml");
+    std::fs::write(&cfg_path, &text).unwrap();
+
+    // The PCRF first: the agent dials it at start.
+    let sim = Sim::new();
+    let sink = sim.sink(&srv, "198.18.41.2:3868".parse().unwrap(), PCRF1, DRA.0);
+
+    let args = [
+        "--config",
+        cfg_path.to_str().unwrap(),
+        "--pin-dir",
+        pins.0.to_str().unwrap(),
+    ];
+    let mut agent = Agent::start(&dra, &args, &tmp.0.join("dra.log"));
+    let up = agent.wait_until(Duration::from_secs(30), || {
+        agent_log(&tmp).contains("capabilities exchanged: open")
+    });
+    assert!(up, "pcrf1 never opened; log:\n{}", agent.log_text());
+    let log = agent.log_text();
+    assert!(log.contains("egress program attached (TCX)"), "{log}");
+    assert!(
+        log.contains("the agent enforces the ingress limits in userspace"),
+        "{log}"
+    );
+    // TC egress alone: its link is pinned, no XDP link anywhere.
+    assert!(Dataplane::is_egress_pinned(&egress_if, &pins.0));
+    assert!(Dataplane::pinned_xdp_links(&pins.0).is_empty());
+    assert!(!Dataplane::is_pinned(&client_veth.b_if, &pins.0));
+    let maps = Maps::open_pinned(&pins.0).expect("pinned maps");
+    let plan = Plan::new(&dra::config::parse(&text, "dra.toml").unwrap()).unwrap();
+    let slot = plan
+        .egress_slot_of("pcrf1", MsgClass::gx_ccr(rt::INITIAL))
+        .expect("pcrf1 CCR-I egress slot");
+    let dropped_before = maps.stat(Counter::EgressDropped).unwrap();
+
+    // The gateway: CCR-I at 10× the limit, open loop.
+    let from: IpAddr = "198.18.40.2".parse().unwrap();
+    let to: SocketAddr = "198.18.40.1:3868".parse().unwrap();
+    let peer = sim.connect(&gw, from, to, PGW1, DRA.0, None);
+    let sent = sim.paced(&peer, vec![gx_ccrs(EVERY, rt::INITIAL)], OFFER, 1);
+
+    let arrivals = sink.arrivals.snapshot();
+    let ccr_i = MsgClass::gx_ccr(rt::INITIAL);
+    let window = sent.last.duration_since(sent.first).as_secs_f64();
+    // Everything the PCRF read before the gateway's last request was built passed the
+    // TC program inside [first, last] (nothing can be forwarded before it is sent).
+    let received = arrivals
+        .iter()
+        .filter(|a| a.class == ccr_i && a.at <= sent.last)
+        .count();
+    let counters = maps.slot_counters(slot).unwrap();
+    let dropped = maps.stat(Counter::EgressDropped).unwrap() - dropped_before;
+    let offered = sent.log.len();
+    let bound = RATE * window + f64::from(BURST) + 1.0;
+    println!(
+        "offered {offered} CCR-I in {window:.2} s ({:.0}/s); pcrf1 received {received} in that \
+         window ({:.1}/s, limit {RATE}/s, bound {bound:.0}); TC slot: seen {} admitted {} \
+         dropped {}; egress_dropped {dropped}",
+        offered as f64 / window,
+        received as f64 / window,
+        counters.seen,
+        counters.admitted,
+        counters.dropped,
+    );
+    let mut failures = Vec::new();
+    if (offered as f64) < 5.0 * RATE * window {
+        failures.push(format!(
+            "the gateway offered only {offered} (not well above)"
+        ));
+    }
+    if received as f64 > bound {
+        failures.push(format!(
+            "pcrf1 received {received} CCR-I, above rate × window + burst = {bound:.0}"
+        ));
+    }
+    if (received as f64) < 0.25 * RATE * window {
+        failures.push(format!(
+            "pcrf1 received only {received} CCR-I: the limit starves"
+        ));
+    }
+    if counters.dropped == 0 || dropped == 0 {
+        failures.push(format!(
+            "nothing dropped in TC: slot {counters:?}, egress_dropped {dropped}"
+        ));
+    }
+    // Whatever reached pcrf1 passed the TC program, which counted it as it passed:
+    // read the arrivals first, the counter after.
+    let received_now = sink.arrivals.len() as u64;
+    let counters = maps.slot_counters(slot).unwrap();
+    if counters.admitted < received_now {
+        failures.push(format!(
+            "pcrf1 received {received_now} CCR-I, the TC program admitted only {}",
+            counters.admitted
+        ));
+    }
+    // The metrics: ingress from the agent's limiter, egress from the TC program's maps
+    // (published once a second, once the agent has read every request).
+    let metric = |text: &str, name: &str, labels: &[&str]| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let requests = "dra_fastpath_requests_total{";
+    let tc_dropped = [
+        r#"peer="pcrf1""#,
+        r#"class="egress:gx_ccr_i""#,
+        r#"outcome="dropped""#,
+    ];
+    let mut text = String::new();
+    let pgw1_seen = [r#"peer="pgw1""#, r#"class="all""#, r#"outcome="seen""#];
+    agent.wait_until(Duration::from_secs(20), || {
+        text = dra.enter(|| scrape("198.18.40.1:9464")).unwrap();
+        metric(&text, requests, &tc_dropped) > 0
+            && metric(&text, requests, &pgw1_seen) >= offered as u64
+    });
+    let limiter_seen = metric(&text, requests, &pgw1_seen);
+    let packets = |reason: &str| {
+        metric(
+            &text,
+            "dra_fastpath_packets_total{",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    println!(
+        "metrics: pcrf1 egress CCR-I dropped {}, pgw1 seen by the limiter {limiter_seen}, \
+         requests {}, egress_dropped {}",
+        metric(&text, requests, &tc_dropped),
+        packets("requests"),
+        packets("egress_dropped"),
+    );
+    if metric(&text, requests, &tc_dropped) == 0 || packets("egress_dropped") == 0 {
+        failures.push(format!("no TC drop in the metrics:\n{text}"));
+    }
+    if limiter_seen < offered as u64 || packets("requests") < offered as u64 {
+        failures.push(format!("the limiter's counters are not published:\n{text}"));
+    }
+    agent.stop();
+    drop(peer);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `GET /metrics` from the calling thread's namespace.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: dra\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+fn agent_log(tmp: &TempDir) -> String {
+    std::fs::read_to_string(tmp.0.join("dra.log")).unwrap_or_default()
+}

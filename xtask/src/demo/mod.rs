@@ -1,0 +1,542 @@
+//! `cargo xtask demo`: the seed story on the lab (docs/demo.md).
+//!
+//! lab up → `dra run` (config/lab/dra-lab.toml: the seed with a 10 s reversal hold and a
+//! lower-CPU demo profile, CPU source = the lab's Redis) → two gateways (pgw1 with
+//! dynamic throttling, pgw2 with static limits only) send steady traffic, then a
+//! CCR-I/CCR-T storm, then steady traffic again. The agent's /metrics (fetched inside
+//! the dra namespace) is scraped every 250 ms over the whole run ([`series`]); a live
+//! view refreshes each second; at the end a summary, CSVs and a PNG in
+//! results/demo-<timestamp>/, and the story checks ([`checks`]) decide the exit code.
+//! The lab is always removed (guard + SIGINT/SIGTERM handling).
+
+mod checks;
+mod profile;
+mod series;
+mod view;
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    io::Write,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    metrics::{Snap, scrape},
+    procs::{Proc, install_signal_handlers, interrupted, spawn_to},
+    results::timestamp,
+};
+use checks::Check;
+use profile::{Profile, read_profile};
+use series::{Row, Rows, SCRAPE_PERIOD, Sample};
+
+const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
+const GATEWAYS: [(&str, &str, &str); 2] = [
+    ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
+    ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
+];
+
+fn last_phase(rows_file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(rows_file).ok()?;
+    let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    let v: serde_json::Value = serde_json::from_str(last).ok()?;
+    v.get("phase")?.as_str().map(str::to_owned)
+}
+
+fn scenario_secs(path: &Path) -> Result<f64> {
+    let v: toml::Value = toml::from_str(&std::fs::read_to_string(path)?)?;
+    Ok(v.get("phase")
+        .and_then(|p| p.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| {
+                    p.get("duration_s")
+                        .and_then(|d| d.as_float().or_else(|| d.as_integer().map(|i| i as f64)))
+                })
+                .sum()
+        })
+        .unwrap_or(0.0))
+}
+
+// ---- the run -------------------------------------------------------------------
+
+/// What the run observed, for the checks and the summary.
+struct Outcome {
+    /// Every scrape, from the gateways' start to their end.
+    samples: Vec<Sample>,
+    /// Fast-path rates per publish period.
+    rows: Vec<Row>,
+    last: Snap,
+    clients: BTreeMap<String, serde_json::Value>,
+}
+
+/// `cargo xtask demo` (after the toolchain bootstrap and the release build).
+pub fn run(root: &Path) -> Result<()> {
+    if !crate::is_root() {
+        bail!("the demo builds network namespaces and attaches XDP: run it as root");
+    }
+    install_signal_handlers();
+    let started = Instant::now();
+    let out_dir = root.join("results").join(format!("demo-{}", timestamp()));
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
+    let bins = Bins::release(root);
+    let profile = read_profile(&root.join(LAB_CONFIG))?;
+    let leftovers = lab::down();
+    if !leftovers.is_empty() {
+        eprintln!("xtask: removed a previous lab: {}", leftovers.join(", "));
+    }
+    let result = {
+        let _lab = lab::LabGuard;
+        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
+        lab::up(&bins)?;
+        story(root, &bins, &profile, &out_dir)
+    };
+    // The guard has removed the lab; make sure nothing is left.
+    let left_ns = lab::namespaces();
+    let left_pins = Path::new(PIN_DIR).exists();
+    let outcome = result?;
+    let checks = report(&outcome, &profile, &out_dir)?;
+    println!(
+        "run time {:.0} s; results in {}",
+        started.elapsed().as_secs_f64(),
+        out_dir.display()
+    );
+    if !left_ns.is_empty() || left_pins {
+        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
+    }
+    if !checks {
+        bail!("the story checks failed (see above)");
+    }
+    Ok(())
+}
+
+fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outcome> {
+    // The agent, in the dra namespace (network namespace only: its pins must be global).
+    let mut dra_cmd = lab::command_in(NS_DRA, &bins.dra)?;
+    dra_cmd
+        .args(["run", "--config"])
+        .arg(root.join(LAB_CONFIG))
+        .args([
+            "--iface",
+            DRA_CLIENT_IF,
+            "--pin-dir",
+            PIN_DIR,
+            "--detach-on-exit",
+        ])
+        .env("RUST_LOG", "info");
+    let dra_log = out.join("dra.log");
+    let mut dra = Proc::new("dra run", spawn_to(&dra_log, "dra", &mut dra_cmd)?);
+    eprintln!(
+        "xtask: dra run in {NS_DRA}: XDP on {DRA_CLIENT_IF}, pins in {PIN_DIR}, log {}",
+        dra_log.display()
+    );
+    // Ready: metrics up, upstreams open, CPU source delivering.
+    let end = Instant::now() + Duration::from_secs(40);
+    loop {
+        interrupted()?;
+        if let Some(st) = dra.exited() {
+            bail!(
+                "dra run exited ({st}); log:\n{}",
+                std::fs::read_to_string(&dra_log).unwrap_or_default()
+            );
+        }
+        if let Ok(s) = scrape() {
+            let open = UPSTREAMS
+                .iter()
+                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0);
+            if open && s.sum("dra_db_cpu_source_up", &[]) == 1.0 {
+                break;
+            }
+        }
+        if Instant::now() > end {
+            bail!(
+                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); \
+                 log {}",
+                dra_log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!(
+        "xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2"
+    );
+    let mut total_s: f64 = 0.0;
+    let mut clients = Vec::new();
+    for (peer, src, scenario) in GATEWAYS {
+        total_s = total_s.max(scenario_secs(&root.join(scenario))?);
+        let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
+        c.args([
+            "client",
+            "--connect",
+            "198.18.1.1:3868",
+            "--bind",
+            src,
+            "--peers",
+            "1",
+        ])
+        .args([
+            "--origin-host",
+            &format!("{peer}.lab.example"),
+            "--tw",
+            "6",
+            "--quiet",
+            "--scenario",
+        ])
+        .arg(root.join(scenario))
+        .arg("--rows")
+        .arg(out.join(format!("{peer}-rows.jsonl")))
+        .arg("--summary-json")
+        .arg(out.join(format!("{peer}-summary.json")));
+        let child = spawn_to(&out.join(format!("{peer}.log")), peer, &mut c)?;
+        clients.push(Proc::new(peer, child));
+    }
+    // SAFETY: isatty(3) on fd 1 only reads its state.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    if !tty {
+        println!(
+            "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, \
+             seed 30 s), step {} %; CPU source = the lab's Redis",
+            profile.describe(),
+            profile.hold,
+            profile.step
+        );
+    }
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut rows = Vec::new();
+    let mut splitter = Rows::new();
+    let mut last = scrape()?;
+    samples.push(Sample::from_snap(0.0, &last));
+    let deadline = t0 + Duration::from_secs_f64(total_s + 60.0);
+    let mut next = t0 + SCRAPE_PERIOD;
+    loop {
+        while Instant::now() < next {
+            interrupted()?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        next += SCRAPE_PERIOD;
+        if let Some(st) = dra.exited() {
+            bail!(
+                "dra run exited during the demo ({st}); log {}",
+                dra_log.display()
+            );
+        }
+        last = scrape()?;
+        samples.push(Sample::from_snap(t0.elapsed().as_secs_f64(), &last));
+        let phase =
+            || last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());
+        if let Some(row) = splitter.push(&samples, phase) {
+            if tty {
+                print!("\x1b[H\x1b[2J{}", view::render(&row, profile, total_s));
+            } else {
+                println!("{}", view::line(&row));
+            }
+            let _ = std::io::stdout().flush();
+            rows.push(row);
+        }
+        if clients.iter_mut().all(|c| c.exited().is_some()) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the load generators did not finish in time");
+        }
+    }
+    let mut client_reports = BTreeMap::new();
+    for (c, (peer, _, _)) in clients.iter_mut().zip(GATEWAYS) {
+        let st = c.exited();
+        let path = out.join(format!("{peer}-summary.json"));
+        let v: serde_json::Value = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .with_context(|| {
+                format!(
+                    "{peer}: no summary ({st:?}); log {}",
+                    out.join(format!("{peer}.log")).display()
+                )
+            })?;
+        client_reports.insert(peer.to_owned(), v);
+    }
+    // Stop the agent (DPR to its peers, detach), then the servers (they print stats).
+    let st = dra.stop(Duration::from_secs(10));
+    if !st.is_some_and(|s| s.success()) {
+        bail!(
+            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
+            dra_log.display()
+        );
+    }
+    for s in UPSTREAMS {
+        if let Ok(p) = std::fs::read_to_string(Path::new(lab::STATE_DIR).join(format!("{s}.pid")))
+            && let Ok(pid) = p.trim().parse::<i32>()
+        {
+            lab::stop_pid(pid, libc::SIGINT, Duration::from_secs(5));
+        }
+        let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
+    }
+    let _ = std::fs::copy(lab::log_file("redis"), out.join("redis.log"));
+    Ok(Outcome {
+        samples,
+        rows,
+        last,
+        clients: client_reports,
+    })
+}
+
+// ---- summary, checks, plot ------------------------------------------------------
+
+fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n=== dra demo summary ===");
+    let _ = writeln!(
+        s,
+        "DRL profile (DEMO): {}; reversal hold {} (shortened), step {} %",
+        profile.describe(),
+        profile.hold,
+        profile.step
+    );
+    let _ = writeln!(s, "\nfast path totals (requests):");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<10} {:>10} {:>10} {:>10}",
+        "peer", "class", "offered", "admitted", "rejected"
+    );
+    let tot = |peer: &str, class: &str, outcome: &str| {
+        o.last.sum(
+            "dra_fastpath_requests_total",
+            &[("peer", peer), ("class", class), ("outcome", outcome)],
+        )
+    };
+    for (peer, _, _) in GATEWAYS {
+        for class in o
+            .last
+            .label_values("dra_fastpath_requests_total", &[("peer", peer)], "class")
+        {
+            if class == "conn" {
+                continue;
+            }
+            let rej = tot(peer, &class, "marked") + tot(peer, &class, "dropped");
+            let _ = writeln!(
+                s,
+                "{peer:<6} {class:<10} {:>10.0} {:>10.0} {:>10.0}",
+                tot(peer, &class, "seen"),
+                tot(peer, &class, "admitted"),
+                rej
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nanswers the agent sent to each gateway, by Result-Code:"
+    );
+    for (peer, _, _) in GATEWAYS {
+        let codes = o
+            .last
+            .label_values("dra_answers_total", &[("peer", peer)], "result_code");
+        let list: Vec<String> = codes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{c}: {:.0}",
+                    o.last
+                        .sum("dra_answers_total", &[("peer", peer), ("result_code", c)])
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "  {peer}: {}", list.join(", "));
+    }
+    let _ = writeln!(s, "\nload generators (client side):");
+    let _ = writeln!(
+        s,
+        "{:<6} {:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}",
+        "peer", "class", "sent", "2001", "3002", "timeouts", "unanswered", "not_sent", "p99 ms"
+    );
+    let mut lost = 0u64;
+    for (peer, v) in &o.clients {
+        if let Some(classes) = v.get("classes").and_then(|c| c.as_object()) {
+            for (class, c) in classes {
+                let n = |k: &str| c.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+                let code = |k: &str| {
+                    c.get("answered")
+                        .and_then(|a| a.get(k))
+                        .and_then(|x| x.as_u64())
+                        .unwrap_or(0)
+                };
+                if n("sent") == 0 {
+                    continue;
+                }
+                lost += n("timeouts") + n("unanswered");
+                let p99 = c
+                    .get("latency")
+                    .and_then(|l| l.get("p99_ms"))
+                    .and_then(|x| x.as_f64())
+                    .unwrap_or(f64::NAN);
+                let _ = writeln!(
+                    s,
+                    "{peer:<6} {class:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8.1}",
+                    n("sent"),
+                    code("2001"),
+                    code("3002"),
+                    n("timeouts"),
+                    n("unanswered"),
+                    n("not_sent"),
+                    p99
+                );
+            }
+        }
+    }
+    let pgw1 = |s: &Sample| s.throttle_of("pgw1").unwrap_or(0.0);
+    let peak_throttle = o.samples.iter().map(pgw1).fold(0.0, f64::max);
+    let peak_cpu = o.samples.iter().map(|s| s.cpu).fold(0.0, f64::max);
+    let engaged_at = o.samples.iter().find(|s| pgw1(s) > 0.0).map(|s| s.t);
+    let last_on = o.samples.iter().rposition(|s| pgw1(s) > 0.0);
+    let released_at = last_on.and_then(|i| o.samples.get(i + 1)).map(|s| s.t);
+    let final_throttle = o.samples.last().map_or(f64::NAN, pgw1);
+    let pgw1_throttled_rejects: f64 = o
+        .rows
+        .iter()
+        .filter(|r| r.throttle > 0.0)
+        .map(|r| r.rate("pgw1", "gx_ccr_i", 2) * r.secs)
+        .sum();
+    let pgw2_rejected = tot("pgw2", "gx_ccr_i", "marked") + tot("pgw2", "gx_ccr_i", "dropped");
+    let pgw2_3002 = o.last.sum(
+        "dra_answers_total",
+        &[("peer", "pgw2"), ("result_code", "3002")],
+    );
+    let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
+    let ocs_answers = o
+        .last
+        .sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
+    let at = |t: Option<f64>| t.map_or("-".into(), |t| format!("{t:.1}"));
+    let _ = writeln!(
+        s,
+        "\npeak DB CPU {peak_cpu:.2} %, peak pgw1 throttle {peak_throttle:.0} %"
+    );
+    let _ = writeln!(
+        s,
+        "throttle engaged at t = {} s, back to 0 at t = {} s; final throttle {final_throttle:.0} %",
+        at(engaged_at),
+        at(released_at)
+    );
+    let _ = writeln!(
+        s,
+        "{} scrapes of /metrics every {} ms, {} rows of fast-path rates",
+        o.samples.len(),
+        SCRAPE_PERIOD.as_millis(),
+        o.rows.len()
+    );
+    let gateways: Vec<&str> = GATEWAYS.iter().map(|g| g.0).collect();
+    let checks = [
+        Check::new(
+            "pgw2's static CCR-I limit rejected requests in the fast path",
+            "pgw2 gx_ccr_i marked + dropped > 0",
+            format!("{pgw2_rejected:.0}"),
+            pgw2_rejected > 0.0,
+        ),
+        Check::new(
+            "the agent answered pgw2 with 3002",
+            "dra_answers_total{peer=pgw2,result_code=3002} > 0",
+            format!("{pgw2_3002:.0}"),
+            pgw2_3002 > 0.0,
+        ),
+        Check::new(
+            "DB CPU reached the lowest threshold of the profile",
+            format!("peak DB CPU ≥ {} %", profile.lowest()),
+            format!("{peak_cpu:.2} %"),
+            peak_cpu >= profile.lowest(),
+        ),
+        Check::new(
+            "dynamic throttling of pgw1 engaged",
+            "pgw1 throttle > 0 at some scrape",
+            format!(
+                "peak {peak_throttle:.0} %, first at t = {} s",
+                at(engaged_at)
+            ),
+            peak_throttle > 0.0,
+        ),
+        checks::follows_profile(&o.samples, profile, "pgw1"),
+        Check::new(
+            "pgw1 requests were rejected while throttled",
+            "pgw1 gx_ccr_i rejected > 0 in rows with throttle > 0",
+            format!("{pgw1_throttled_rejects:.0}"),
+            pgw1_throttled_rejects > 0.0,
+        ),
+        checks::admitted_is_effective(&o.samples, &o.rows, profile, "pgw1"),
+        checks::reversal(&o.samples, profile, "pgw1"),
+        Check::new(
+            "reversal stepped the throttle back to 0 before the end",
+            "throttle 0 at the last scrape, after a throttle > 0",
+            format!(
+                "back to 0 at t = {} s, final {final_throttle:.0} %",
+                at(released_at)
+            ),
+            final_throttle == 0.0 && peak_throttle > 0.0,
+        ),
+        checks::throttle_series(&o.samples, profile, &gateways),
+        checks::admitted_is_static(&o.rows, profile, "pgw2"),
+        Check::new(
+            "Gy traffic was relayed to ocs1 and answered",
+            "answers from ocs1 > 0",
+            format!("{ocs_answers:.0}"),
+            ocs_answers > 0.0,
+        ),
+        Check::new(
+            "every request was answered (no timeouts, none unanswered)",
+            "client timeouts + unanswered = 0, invariant violations = 0",
+            format!("{lost} lost at the clients, {violations:.0} violations"),
+            lost == 0 && violations == 0.0,
+        ),
+    ];
+    let _ = writeln!(s, "\nstory checks:");
+    let mut all = true;
+    for c in &checks {
+        all &= c.ok;
+        let _ = writeln!(
+            s,
+            "  [{}] {}\n         expected: {}\n         saw:      {}",
+            if c.ok { "PASS" } else { "FAIL" },
+            c.what,
+            c.expected,
+            c.saw
+        );
+    }
+    let passed = checks.iter().filter(|c| c.ok).count();
+    let _ = writeln!(s, "{passed}/{} story checks passed", checks.len());
+    print!("{s}");
+    std::fs::write(out.join("summary.txt"), &s)?;
+    view::write_csv(&o.rows, &out.join("timeseries.csv"))?;
+    view::write_samples_csv(&o.samples, &out.join("samples.csv"))?;
+    let png = out.join("demo.png");
+    match view::plot(&o.rows, &o.samples, profile, &png) {
+        Ok(()) => println!("plot: {}", png.display()),
+        Err(e) => {
+            eprintln!("xtask: plot failed: {e:#}");
+            all = false;
+        }
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lab_config_keeps_the_seed_apart_from_the_documented_keys() {
+        let root = crate::workspace_root();
+        let lab = read_profile(&root.join(LAB_CONFIG)).unwrap();
+        let seed = read_profile(&root.join("config/dra.toml")).unwrap();
+        assert_eq!(lab.hold, "10s");
+        assert_eq!(lab.step, seed.step);
+        assert_eq!(lab.drl_peers, seed.drl_peers);
+        assert_eq!(lab.static_rates, seed.static_rates);
+        let throttles = |p: &Profile| p.thresholds.iter().map(|t| t.1).collect::<Vec<_>>();
+        assert_eq!(
+            throttles(&lab),
+            throttles(&seed),
+            "the demo profile keeps the seed's throttle column"
+        );
+    }
+}
