@@ -59,12 +59,19 @@ const FLOOD_LEAD_S: f64 = 0.5;
 /// Frames per second offered by default: 0, unpaced (the highest rate the generator
 /// reaches; each mode gets what its host lets through).
 pub const DEFAULT_PPS: f64 = 0.0;
+/// Frames per second of the paced flood runs by default: well below what the unpaced
+/// generator reaches here, a rate at which the DRA's CPU keeps up in both modes (on
+/// this 2-core machine the generator shares the other CPU with the client and the PCRF).
+pub const DEFAULT_PACED_PPS: f64 = 30_000.0;
 
 /// Command-line options of `bench flood`.
 #[derive(Clone, Debug)]
 pub struct Opts {
-    /// Target frames/s (0: unpaced, as fast as the generator goes).
+    /// Target frames/s of the flood and toggle runs (0: unpaced, as fast as the
+    /// generator goes).
     pub pps: f64,
+    /// Target frames/s of the paced flood runs (0: no paced runs).
+    pub paced_pps: f64,
     pub threads: usize,
     pub reps: usize,
 }
@@ -73,13 +80,14 @@ impl Default for Opts {
     fn default() -> Self {
         Opts {
             pps: DEFAULT_PPS,
+            paced_pps: DEFAULT_PACED_PPS,
             threads: 1,
             reps: 1,
         }
     }
 }
 
-/// `--pps N`, `--threads N`, `--reps N`.
+/// `--pps N`, `--paced-pps N`, `--threads N`, `--reps N`.
 pub fn parse_opts(args: &[String]) -> Result<Opts> {
     let mut o = Opts::default();
     let mut it = args.iter();
@@ -92,14 +100,22 @@ pub fn parse_opts(args: &[String]) -> Result<Opts> {
         };
         match a.as_str() {
             "--pps" => o.pps = val("--pps")?,
+            "--paced-pps" => o.paced_pps = val("--paced-pps")?,
             "--threads" => o.threads = val("--threads")? as usize,
             "--reps" => o.reps = val("--reps")? as usize,
             other => {
-                bail!("bench flood: unknown argument {other:?} (--pps N, --threads N, --reps N)")
+                bail!(
+                    "bench flood: unknown argument {other:?} (--pps N, --paced-pps N, \
+                     --threads N, --reps N)"
+                )
             }
         }
     }
     ensure!(o.pps >= 0.0, "--pps must be ≥ 0 (0: unpaced)");
+    ensure!(
+        o.paced_pps >= 0.0,
+        "--paced-pps must be ≥ 0 (0: no paced runs)"
+    );
     ensure!((1..=2).contains(&o.threads), "--threads must be 1 or 2");
     ensure!(o.reps >= 1, "--reps must be ≥ 1");
     Ok(o)
@@ -206,12 +222,14 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         let _net = net::NetGuard;
         eprintln!(
             "xtask: flood topology up (namespaces fl-gw, fl-dra, fl-srv; pcrf1 latency \
-             {SERVER_LATENCY}); flood {} frames/s, {} thread(s), {} repetition(s)",
+             {SERVER_LATENCY}); flood {} frames/s (paced runs {:.0}), {} thread(s), {} \
+             repetition(s)",
             if opts.pps > 0.0 {
                 format!("{:.0}", opts.pps)
             } else {
                 "unpaced".into()
             },
+            opts.paced_pps,
             opts.threads,
             opts.reps
         );
@@ -219,9 +237,9 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         let _server = start_server(&bins, SERVER_LATENCY, &out.join("pcrf1.log"))?;
         let mut runs = Vec::new();
         for rep in 0..opts.reps {
-            for spec in RUNS {
+            for spec in RUNS.iter().filter(|s| !s.paced || opts.paced_pps > 0.0) {
                 runs.push(
-                    run_one(root, &bins, spec, rep, &plan, opts, &out)
+                    run_one(root, &bins, *spec, rep, &plan, opts, &out)
                         .with_context(|| format!("run {} (rep {})", spec.name, rep + 1))?,
                 );
             }
@@ -246,6 +264,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         },
         "generator": {
             "target_pps": opts.pps,
+            "paced_runs_target_pps": opts.paced_pps,
             "threads": opts.threads,
             "design": "prebuilt Ethernet/IPv4/TCP frames, sendmmsg (64 per call) on an \
                        AF_PACKET socket (protocol 0, PACKET_QDISC_BYPASS) bound to fl-gw0, \

@@ -42,39 +42,66 @@ pub(super) struct RunSpec {
     pub(super) name: &'static str,
     pub(super) xdp: bool,
     pub(super) flood: Flood,
+    /// Flood at `Opts::paced_pps` rather than `Opts::pps`.
+    pub(super) paced: bool,
 }
 
-/// The runs of one repetition, in order.
-pub(super) const RUNS: [RunSpec; 6] = [
+impl RunSpec {
+    /// The generator's target frames/s in this run (0: unpaced).
+    pub(super) fn pps(&self, opts: &Opts) -> f64 {
+        if self.paced { opts.paced_pps } else { opts.pps }
+    }
+}
+
+/// The runs of one repetition, in order (the paced ones only when `Opts::paced_pps` > 0).
+pub(super) const RUNS: [RunSpec; 8] = [
     RunSpec {
         name: "xdp-calm",
         xdp: true,
         flood: Flood::Off,
+        paced: false,
     },
     RunSpec {
         name: "xdp-flood",
         xdp: true,
         flood: Flood::On,
+        paced: false,
     },
     RunSpec {
         name: "xdp-toggle",
         xdp: true,
         flood: Flood::Toggle,
+        paced: false,
+    },
+    RunSpec {
+        name: "xdp-flood-paced",
+        xdp: true,
+        flood: Flood::On,
+        paced: true,
     },
     RunSpec {
         name: "noxdp-calm",
         xdp: false,
         flood: Flood::Off,
+        paced: false,
     },
     RunSpec {
         name: "noxdp-flood",
         xdp: false,
         flood: Flood::On,
+        paced: false,
     },
     RunSpec {
         name: "noxdp-toggle",
         xdp: false,
         flood: Flood::Toggle,
+        paced: false,
+    },
+    RunSpec {
+        name: "noxdp-flood-paced",
+        xdp: false,
+        flood: Flood::On,
+        paced: true,
     },
 ];
 
@@ -441,7 +468,7 @@ pub(super) fn run_one(
             NS_GW,
             GW_IF,
             &target(),
-            opts.pps,
+            spec.pps(opts),
             opts.threads,
             cpus.map(|c| c.0),
         )?;
@@ -569,7 +596,7 @@ pub(super) fn run_one(
         "generator": {
             "sent_per_s": per_s(gen_sent as f64),
             "cpu_per_s": per_s(gen_cpu_s),
-            "target_pps": (spec.flood != Flood::Off).then_some(opts.pps),
+            "target_pps": (spec.flood != Flood::Off).then_some(spec.pps(opts)),
             "threads": opts.threads,
             "report": gen_report.as_ref().map(|r| json!({
                 "sent": r.sent,
