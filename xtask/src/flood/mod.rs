@@ -82,7 +82,7 @@ impl Default for Opts {
             pps: DEFAULT_PPS,
             paced_pps: DEFAULT_PACED_PPS,
             threads: 1,
-            reps: 1,
+            reps: 3,
         }
     }
 }
@@ -128,15 +128,31 @@ pub(super) struct Plan {
     total_s: f64,
 }
 
-/// The two configs differ only in `[fast_path] interface`; the scenario has a
-/// `measure` phase with steady CCR-U long enough for the interior.
+/// The two configs differ only in `[fast_path] interface` and the peers' connection
+/// guard (`connection_rate`, `connection_burst`: XDP enforces it, so `dra run` refuses
+/// it without); the scenario has a `measure` phase with steady CCR-U long enough for the
+/// interior.
 fn plan(root: &Path) -> Result<Plan> {
     let strip = |v: &toml::Value| {
         let mut v = v.clone();
         if let Some(fp) = v.get_mut("fast_path").and_then(toml::Value::as_table_mut) {
             fp.remove("interface");
         }
+        if let Some(peers) = v.get_mut("peer").and_then(toml::Value::as_array_mut) {
+            for p in peers.iter_mut().filter_map(toml::Value::as_table_mut) {
+                p.remove("connection_rate");
+                p.remove("connection_burst");
+            }
+        }
         v
+    };
+    let guarded = |v: &toml::Value| {
+        v.get("peer")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("connection_rate").is_some())
+            .count()
     };
     let x = read_toml(root, XDP_CONFIG)?;
     let n = read_toml(root, NOXDP_CONFIG)?;
@@ -153,8 +169,13 @@ fn plan(root: &Path) -> Result<Plan> {
         "{NOXDP_CONFIG}: must have no [fast_path] interface"
     );
     ensure!(
+        guarded(&x) > 0 && guarded(&n) == 0,
+        "{XDP_CONFIG} must set a connection guard, {NOXDP_CONFIG} none"
+    );
+    ensure!(
         strip(&x) == strip(&n),
-        "{NOXDP_CONFIG} differs from {XDP_CONFIG} beyond [fast_path] interface"
+        "{NOXDP_CONFIG} differs from {XDP_CONFIG} beyond [fast_path] interface and the \
+         connection guard"
     );
     ensure!(
         x.get("global")

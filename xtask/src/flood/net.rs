@@ -38,6 +38,12 @@ const DRA_SRV_IF: &str = "fl-dsrv";
 const SRV_IF: &str = "fl-srv0";
 pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0xf1, 0, 0x01];
 pub const DRA_MAC: [u8; 6] = [0x02, 0, 0, 0xf1, 0, 0x02];
+/// Queues of the client veth, each way. With XDP attached, each receive queue of
+/// [`DRA_IF`] is a ring of 256 frames drained by its own NAPI; the frames spread over
+/// the queues by flow hash, as RSS spreads them over a NIC's rings. Four queues buffer
+/// about what the stack's backlog does without XDP (`net.core.netdev_max_backlog`,
+/// 1,000), so neither mode has the smaller buffer when a CPU stalls.
+pub const QUEUES: usize = 4;
 /// The MAC of the next hop towards the spoofed sources: nobody's.
 const NOWHERE_MAC: &str = "02:00:00:f1:00:fe";
 const NOWHERE_IP: &str = "198.18.1.254";
@@ -91,6 +97,7 @@ pub fn up() -> Result<()> {
         sh(&["ip", "netns", "add", ns])?;
         ipn(ns, &["link", "set", "lo", "up"])?;
     }
+    let q = QUEUES.to_string();
     sh(&[
         "ip",
         "link",
@@ -100,6 +107,10 @@ pub fn up() -> Result<()> {
         NS_GW,
         "address",
         &mac(GW_MAC),
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
         "type",
         "veth",
         "peer",
@@ -109,6 +120,10 @@ pub fn up() -> Result<()> {
         NS_DRA,
         "address",
         &mac(DRA_MAC),
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
     ])?;
     for a in [PGW1_IP, &PGW2_IP.to_string()] {
         ipn(NS_GW, &["addr", "add", &format!("{a}/24"), "dev", GW_IF])?;
@@ -207,45 +222,56 @@ fn sysfs_write(ns: &str, path: &str, value: &str) -> Result<()> {
     .map(|_| ())
 }
 
-/// Receive processing of [`DRA_IF`] by the stack on the DRA host's CPU (RPS).
+/// Receive processing of [`DRA_IF`] by the stack on the DRA host's CPU (RPS, every
+/// receive queue).
 pub fn steer_rps(host_cpu: usize) -> Result<()> {
-    sysfs_write(
-        NS_DRA,
-        &format!("/sys/class/net/{DRA_IF}/queues/rx-0/rps_cpus"),
-        &format!("{:x}", 1u64 << host_cpu),
-    )
+    for q in 0..QUEUES {
+        sysfs_write(
+            NS_DRA,
+            &format!("/sys/class/net/{DRA_IF}/queues/rx-{q}/rps_cpus"),
+            &format!("{:x}", 1u64 << host_cpu),
+        )?;
+    }
+    Ok(())
 }
 
-/// With XDP attached (veth NAPI exists): NAPI of [`DRA_IF`] in a kernel thread, pinned
-/// to the DRA host's CPU at SCHED_FIFO 50, so that it preempts the agent as NAPI in
-/// softirq context does on a NIC. Returns the thread's pid (its CPU time is the XDP
-/// program's receive work, counted with the softirq time).
-pub fn threaded_napi(host_cpu: usize) -> Result<i32> {
+/// With XDP attached (veth NAPI exists): NAPI of [`DRA_IF`] in kernel threads (one per
+/// receive queue), pinned to the DRA host's CPU at SCHED_FIFO 50, so that they preempt
+/// the agent as NAPI in softirq context does on a NIC. Returns the threads' pids (their
+/// CPU time is the XDP program's receive work, counted with the softirq time).
+pub fn threaded_napi(host_cpu: usize) -> Result<Vec<i32>> {
     sysfs_write(NS_DRA, &format!("/sys/class/net/{DRA_IF}/threaded"), "1")?;
     let prefix = format!("napi/{DRA_IF}-");
     let end = std::time::Instant::now() + Duration::from_secs(2);
     loop {
-        let found = std::fs::read_dir("/proc")?
+        let found: Vec<i32> = std::fs::read_dir("/proc")?
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .find(|pid| {
+            .filter(|pid| {
                 std::fs::read_to_string(format!("/proc/{pid}/comm"))
                     .is_ok_and(|c| c.trim_end().starts_with(&prefix))
-            });
-        if let Some(pid) = found {
-            pin(pid, 1u64 << host_cpu)?;
-            let param = libc::sched_param { sched_priority: 50 };
-            // SAFETY: sched_setscheduler with a valid sched_param.
-            if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
-                bail!(
-                    "SCHED_FIFO for {prefix}* ({pid}): {}",
-                    std::io::Error::last_os_error()
-                );
+            })
+            .collect();
+        if found.len() >= QUEUES {
+            for &pid in &found {
+                pin(pid, 1u64 << host_cpu)?;
+                let param = libc::sched_param { sched_priority: 50 };
+                // SAFETY: sched_setscheduler with a valid sched_param.
+                if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+                    bail!(
+                        "SCHED_FIFO for {prefix}* ({pid}): {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
             }
-            return Ok(pid);
+            return Ok(found);
         }
         if std::time::Instant::now() > end {
-            bail!("no NAPI thread {prefix}* after enabling threaded NAPI on {DRA_IF}");
+            bail!(
+                "{} NAPI threads {prefix}* after enabling threaded NAPI on {DRA_IF}, \
+                 expected {QUEUES}",
+                found.len()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -138,12 +138,12 @@ struct SlotMark {
     gen_sent: u64,
 }
 
-/// CPU seconds of the XDP NAPI thread, when there is one.
-fn napi_s(napi: Option<u32>) -> f64 {
-    napi.and_then(|p| cpu_seconds(p).ok()).unwrap_or(0.0)
+/// CPU seconds of the XDP NAPI threads (none without XDP).
+fn napi_s(napi: &[u32]) -> f64 {
+    napi.iter().filter_map(|&p| cpu_seconds(p).ok()).sum()
 }
 
-fn slot_mark(dra_pid: u32, napi: Option<u32>, g: &Generator) -> Result<SlotMark> {
+fn slot_mark(dra_pid: u32, napi: &[u32], g: &Generator) -> Result<SlotMark> {
     Ok(SlotMark {
         rx: net::link_counters(NS_DRA, DRA_IF)?.0,
         gw_tx_dropped: net::link_counters(NS_GW, GW_IF)?.2,
@@ -209,7 +209,7 @@ struct Mark {
     tcp: BTreeMap<String, f64>,
 }
 
-fn mark(dra_pid: u32, napi: Option<u32>, g: Option<&Generator>) -> Result<Mark> {
+fn mark(dra_pid: u32, napi: &[u32], g: Option<&Generator>) -> Result<Mark> {
     let (rx, _, _) = net::link_counters(NS_DRA, DRA_IF)?;
     let (_, gw_tx, gw_tx_dropped) = net::link_counters(NS_GW, GW_IF)?;
     Ok(Mark {
@@ -416,9 +416,12 @@ pub(super) fn run_one(
         spec.name,
         spec.xdp
     );
-    let napi = match (spec.xdp, cpus) {
-        (true, Some((_, host))) => Some(net::threaded_napi(host)? as u32),
-        _ => None,
+    let napi: Vec<u32> = match (spec.xdp, cpus) {
+        (true, Some((_, host))) => net::threaded_napi(host)?
+            .into_iter()
+            .map(|p| p as u32)
+            .collect(),
+        _ => Vec::new(),
     };
     let rows_path = dir.join("pgw1-rows.jsonl");
     let summary_path = dir.join("pgw1-summary.json");
@@ -477,7 +480,7 @@ pub(super) fn run_one(
         gen_ = Some(g);
     }
     wait_until(i_start, &mut dra, &mut client, &dra_log)?;
-    let a = mark(dra_pid, napi, gen_.as_ref())?;
+    let a = mark(dra_pid, &napi, gen_.as_ref())?;
     let load0 = loadavg();
     let mut slots = Vec::new();
     if let (Flood::Toggle, Some(g)) = (spec.flood, gen_.as_ref()) {
@@ -493,20 +496,20 @@ pub(super) fn run_one(
                 &mut client,
                 &dra_log,
             )?;
-            let sa = slot_mark(dra_pid, napi, g)?;
+            let sa = slot_mark(dra_pid, &napi, g)?;
             wait_until(
                 start + Duration::from_secs_f64(SLOT_S),
                 &mut dra,
                 &mut client,
                 &dra_log,
             )?;
-            let sb = slot_mark(dra_pid, napi, g)?;
+            let sb = slot_mark(dra_pid, &napi, g)?;
             slots.push(slot(on, &sa, &sb));
         }
         g.pause(true);
     }
     wait_until(i_end, &mut dra, &mut client, &dra_log)?;
-    let b = mark(dra_pid, napi, gen_.as_ref())?;
+    let b = mark(dra_pid, &napi, gen_.as_ref())?;
     let load1 = loadavg();
     wait_until(m_end, &mut dra, &mut client, &dra_log)?;
     let gen_report: Option<GenReport> = gen_.take().map(Generator::stop).transpose()?;
@@ -583,7 +586,8 @@ pub(super) fn run_one(
             "source": "/proc/stat aggregate cpu line (all CPUs, tick-sampled), cores busy",
         },
         "agent_cpu_per_s": per_s(agent_cpu_s),
-        "xdp_napi_thread_cpu_per_s": napi.map(|_| per_s(napi_cpu_s)),
+        "xdp_napi_threads": napi.len(),
+        "xdp_napi_threads_cpu_per_s": (!napi.is_empty()).then(|| per_s(napi_cpu_s)),
         "cpus": cpus.map(|(net, host)| json!({
             "network_mask": format!("{net:#x}"),
             "dra_host_cpu": host,
@@ -612,7 +616,7 @@ pub(super) fn run_one(
         "load_average": { "start": load0, "end": load1 },
         "toggle_slots": slots.iter().map(|s| json!({
             "flood": s.on, "window_s": s.window_s, "softirq_cores": s.softirq,
-            "xdp_napi_thread_cores": s.napi, "flood_pps": s.flood_pps,
+            "xdp_napi_threads_cores": s.napi, "flood_pps": s.flood_pps,
             "agent_cores": s.agent, "busy_cores": s.busy, "dra_rx_pps": s.rx_pps,
             "generator_pps": s.gen_pps,
         })).collect::<Vec<_>>(),
@@ -625,7 +629,7 @@ pub(super) fn run_one(
     });
     eprintln!(
         "xtask: flood run {}: {:.0} pkt/s at the DRA, generator {:.0}/s; softirq {:.3} \
-         cores, XDP NAPI thread {:.3}, agent {:.3}; CCR-U p99 {} ms",
+         cores, XDP NAPI threads {:.3}, agent {:.3}; CCR-U p99 {} ms",
         spec.name,
         per_s(rx_packets as f64),
         per_s(gen_sent as f64),
