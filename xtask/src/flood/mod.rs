@@ -3,20 +3,22 @@
 //! With pgw1's Gx traffic running, a flood of SYNs and junk segments to port 3868 from
 //! sources that are no peer, plus a reconnect storm of SYNs from pgw2 beyond its
 //! connection guard, meets the DRA with XDP (`unknown_peer = "drop"`, connection guard)
-//! and without (the agent alone: the kernel's TCP stack answers). Per repetition four
-//! runs, each a fresh `dra run` in its own topology (`net`, namespaces `fl-*`):
+//! and without (the agent alone: the kernel's TCP stack answers). Per repetition (3 by
+//! default) eight runs, each a fresh `dra run` in the bench's own topology (`net`,
+//! namespaces `fl-*`), XDP config `dra-flood-xdp.toml`, no-XDP `dra-flood-noxdp.toml`:
 //!
-//! | run | dra config | flood |
+//! | run (`xdp-…`, `noxdp-…`) | flood during `measure` | for |
 //! |---|---|---|
-//! | `xdp-calm` | dra-flood-xdp.toml | — |
-//! | `xdp-flood` | dra-flood-xdp.toml | yes |
-//! | `noxdp-calm` | dra-flood-noxdp.toml | — |
-//! | `noxdp-flood` | dra-flood-noxdp.toml | yes |
+//! | `calm` | — | p99 denominator |
+//! | `flood` | full rate (`--pps`, 0: unpaced) | p99 at full rate; CPU cross-check |
+//! | `toggle` | full rate, on and off in 1 s slots | CPU per flood packet |
+//! | `flood-paced` | `--paced-pps` (30,000/s) | p99 at a rate the host keeps up with |
 //!
-//! Per mode, the host CPU a flood packet costs = (softirq of the whole machine + the
-//! agent's CPU) per second in the flood run − the same in the calm run, ÷ the flood
-//! packets per second that reached the DRA's interface (its rx counter, flood run − calm
-//! run). `sender` is the generator, `run` one run, `shield` the P5 numbers.
+//! Per mode, the host CPU a flood packet costs = (softirq of the whole machine + the XDP
+//! NAPI threads + the agent's CPU) in a flood-on slot of the toggle run − the same in the
+//! next flood-off slot, ÷ the flood packets of the slot that reached the DRA (generator
+//! frames sent − frames the veth dropped); the median over the pairs and repetitions.
+//! `sender` is the generator, `run` one run, `shield` the P5 numbers.
 
 mod net;
 mod run;
@@ -289,8 +291,9 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
             "threads": opts.threads,
             "design": "prebuilt Ethernet/IPv4/TCP frames, sendmmsg (64 per call) on an \
                        AF_PACKET socket (protocol 0, PACKET_QDISC_BYPASS) bound to fl-gw0, \
-                       the sender side of the DRA's client veth; each frame's source port \
-                       moves on by one per send (checksum updated incrementally)",
+                       the sender side of the DRA's client veth (4 queues each way, frames \
+                       spread over them by flow hash); each frame's source port moves on \
+                       by one per send (checksum updated incrementally)",
             "mix_per_20_frames": "9 SYN from 198.18.128.0/17 (no peer), 9 ACK|PSH with \
                                   32-300 random payload bytes from the same range, 2 SYN \
                                   from pgw2 198.18.1.3 (a configured peer, guard 5/s)",

@@ -115,7 +115,7 @@ const SETTLE_S: f64 = 0.15;
 pub(super) struct Slot {
     pub(super) on: bool,
     pub(super) window_s: f64,
-    /// Per second: softirq (cores), the XDP NAPI thread (cores), agent (cores), all busy
+    /// Per second: softirq (cores), the XDP NAPI threads (cores), agent (cores), all busy
     /// (cores), packets at the DRA.
     pub(super) softirq: f64,
     pub(super) napi: f64,
@@ -180,7 +180,7 @@ pub(super) struct RunResult {
     pub(super) window_s: f64,
     pub(super) cpu: CpuFields,
     pub(super) agent_cpu_s: f64,
-    /// The XDP NAPI thread's CPU seconds (XDP runs; 0 without).
+    /// The XDP NAPI threads' CPU seconds (XDP runs; 0 without).
     pub(super) napi_cpu_s: f64,
     /// Packets the DRA's interface received (flood + Gx traffic).
     pub(super) rx_packets: u64,
@@ -591,8 +591,8 @@ pub(super) fn run_one(
         "cpus": cpus.map(|(net, host)| json!({
             "network_mask": format!("{net:#x}"),
             "dra_host_cpu": host,
-            "note": "agent, RPS of fl-cli and the XDP NAPI thread on the DRA host's CPU; \
-                     generator (nice 19), client and PCRF on the others",
+            "note": "agent, RPS of fl-cli and the XDP NAPI threads (one per queue) on \
+                     the DRA host's CPU; generator (nice 19), client and PCRF on the others",
         })),
         "dra_rx_packets_per_s": per_s(rx_packets as f64),
         "gw_tx_packets_per_s": per_s((b.gw_tx - a.gw_tx) as f64),

@@ -70,7 +70,7 @@ impl Cost {
                 "flood_pps_at_dra_on_minus_off": self.toggle_pps,
                 "extra_cores_on_minus_off": {
                     "softirq": self.extra_softirq,
-                    "xdp_napi_thread": self.extra_napi,
+                    "xdp_napi_threads": self.extra_napi,
                     "agent": self.extra_agent,
                     "all_busy": self.extra_busy,
                 },
@@ -234,9 +234,10 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
     };
     let n_pairs: usize = x.iter().map(|c| c.pair_ns.len()).sum();
     let note = format!(
-        "flood {} ({} sender thread(s)); in the flood runs it reached the DRA's \
+        "flood {} ({} sender thread(s), nice 19, on the CPU it shares with the client and \
+         the PCRF; it used {} and {} of a CPU); in the flood runs it reached the DRA's \
          interface at {} pkt/s with XDP and {} pkt/s without. Host CPU per flood packet \
-         = (softirq of the machine + the XDP NAPI thread + the agent's CPU), flood-on slot \
+         = (softirq of the machine + the XDP NAPI threads + the agent's CPU), flood-on slot \
          − next flood-off slot \
          of the toggle run, ÷ the flood packets of the slot; median of {n_pairs} pairs: \
          {} ns with XDP, {} ns without (whole flood run − calm run: {} vs {} ns; all busy \
@@ -248,6 +249,8 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
             "unpaced (as fast as the generator goes)".into()
         },
         opts.threads,
+        fmt(m(&x, |c| Some(c.gen_cpu)), 2),
+        fmt(m(&n, |c| Some(c.gen_cpu)), 2),
         fmt(x_pps, 0),
         fmt(n_pps, 0),
         fmt(x_ns, 0),
@@ -297,9 +300,11 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
         "pairs_ns_per_packet": { "xdp": pairs(&x), "noxdp": pairs(&n) },
         "note": note,
         "source": "CPU: /proc/stat softirq (all CPUs, tick-sampled) + utime+stime of the \
-                   XDP NAPI thread and of `dra run`, per slot of the toggle runs (1 s slots, first 0.15 s left out); \
-                   flood packets: rx_packets of fl-cli (ip -s -j link). CCR-U p99: the \
-                   client's summary (HdrHistogram) of the calm and flood runs.",
+                   XDP NAPI threads and of `dra run`, per slot of the toggle runs (1 s \
+                   slots, first 0.15 s left out); flood packets: the generator's frames \
+                   sent − tx_dropped of fl-gw0 (ip -s -j link: the frames the veth could \
+                   not queue). CCR-U p99: the client's summary (HdrHistogram) of the calm \
+                   and flood runs.",
     });
     let mut rows = vec![
         TableRow {
