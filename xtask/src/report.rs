@@ -283,6 +283,17 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap())
                 .unwrap();
         assert!(p2_row(&relay).unwrap().2.is_some());
+        let read = |rel: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(root.join(rel)).unwrap()).unwrap()
+        };
+        let storm = stored_rows(&read(STORM_LATEST), "table", 3..=3, "storm").unwrap();
+        assert!(storm[1].metric.starts_with("P4") && storm[2].metric.starts_with("P4"));
+        let flood = stored_rows(&read(FLOOD_LATEST), "table", 2..=3, "flood").unwrap();
+        assert!(
+            flood
+                .iter()
+                .all(|r| r.metric.starts_with("P5") && r.met.is_some())
+        );
     }
 
     #[test]

@@ -122,7 +122,8 @@ pub fn machine(root: &Path) -> Value {
             .take(3)
             .collect::<Vec<_>>()
             .join(" "),
-        // The gateways' TCP reacts to `drop` (P5) with this congestion control.
+        // The gateways' TCP reacts to `drop` (P3 coalesced) and to a flood's losses (P5)
+        // with this congestion control.
         "tcp_congestion_control":
             std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
                 .unwrap_or_default()
