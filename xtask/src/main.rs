@@ -29,7 +29,7 @@ usage: cargo xtask <command> [args]
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
-  bench [N]        every benchmark below but coalesced alone (root, ~15 min); N goes to the
+  bench [N]        every benchmark below but coalesced alone (root, ~20 min); N goes to the
                    XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5 table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
@@ -41,7 +41,7 @@ usage: cargo xtask <command> [args]
                    writes bench/results/storm-latest.json (docs/bench.md)
   bench coalesced  only P3's coalesced case (~4.5 min); merged into storm-latest.json
   bench flood [--pps N] [--paced-pps N] [--threads N] [--reps N]
-                   P5, the flood shield (~3.5 min, own namespaces fl-*): SYN/junk flood
+                   P5, the flood shield (~8.5 min, own namespaces fl-*): SYN/junk flood
                    from non-peers and a peer's reconnect storm, XDP vs the agent alone,
                    at full rate (--pps 0) and paced (--paced-pps 30000): host CPU per
                    flood packet, CCR-U p99; writes bench/results/flood-latest.json
