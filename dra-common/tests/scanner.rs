@@ -414,13 +414,19 @@ proptest! {
 
     /// Arbitrary bytes never panic and always finish (the loop is bounded).
     #[test]
-    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600), off in 0usize..64) {
+    fn arbitrary_bytes_never_panic(
+        bytes in proptest::collection::vec(any::<u8>(), 0..600),
+        off in 0usize..64,
+    ) {
         let _ = wire::classify(&bytes.as_slice(), off);
     }
 
     /// Arbitrary bytes behind a valid-looking header still never panic.
     #[test]
-    fn arbitrary_body_never_panics(body in proptest::collection::vec(any::<u8>(), 0..600), len in 20u32..2000) {
+    fn arbitrary_body_never_panics(
+        body in proptest::collection::vec(any::<u8>(), 0..600),
+        len in 20u32..2000,
+    ) {
         let mut m = vec![1u8];
         m.extend_from_slice(&(len & !3).max(20).to_be_bytes()[1..]);
         m.extend_from_slice(&[flags::R, 0, 1, 16, 1, 0, 0, 0xd6]);
@@ -438,7 +444,11 @@ proptest! {
         before in proptest::collection::vec(arb_avp(), 0..24),
         after in proptest::collection::vec(arb_avp(), 0..4),
         is_request in any::<bool>(),
-        command in prop_oneof![Just(cmd::CREDIT_CONTROL), Just(cmd::DEVICE_WATCHDOG), 1u32..0xffffff],
+        command in prop_oneof![
+            Just(cmd::CREDIT_CONTROL),
+            Just(cmd::DEVICE_WATCHDOG),
+            1u32..0xffffff,
+        ],
     ) {
         let mut avps = before.clone();
         avps.push(TAvp::u32(avp::CC_REQUEST_TYPE, req_type));

@@ -6,7 +6,7 @@ mod support;
 
 use dra_common::wire::flags;
 use support::agent::*;
-use support::{assert_clean, tshark_decode, tshark_missing};
+use support::{assert_clean, require_tshark, tshark_decode};
 
 /// tshark's decode of what the simulator (on the client side when `sim_is_client`)
 /// wrote and read, as one TCP connection.
@@ -22,9 +22,7 @@ fn decode(name: &str, tap: &Tap, sim_is_client: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tshark_decodes_what_the_agent_sends() {
-    if tshark_missing("tshark_decodes_what_the_agent_sends") {
-        return;
-    }
+    require_tshark();
     let server_tap: Tap = Tap::default();
     let client_tap: Tap = Tap::default();
     let lab = Lab::start(1, 0, None, "", Some(server_tap.clone())).await;

@@ -6,13 +6,11 @@ mod support;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
 use support::diameter_fixtures as fx;
-use support::{assert_clean, diameter_pdus, pdu_field, tshark_decode, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, require_tshark, tshark_decode};
 
 #[test]
 fn tshark_decodes_every_message_cleanly() {
-    if tshark_missing("tshark_decodes_every_message_cleanly") {
-        return;
-    }
+    require_tshark();
     let dict = Dictionary::standard();
     let ccr = fx::ccr_i_gx();
     // DRA refuses a CCR-I: unable to deliver (3002), E bit, Error-Message.
@@ -110,9 +108,7 @@ fn tshark_decodes_every_message_cleanly() {
 /// The check above is not vacuous: tshark does flag a wrongly encoded message.
 #[test]
 fn tshark_flags_a_wrongly_sized_avp() {
-    if tshark_missing("tshark_flags_a_wrongly_sized_avp") {
-        return;
-    }
+    require_tshark();
     // Origin-State-Id is Unsigned32; 3 bytes of data is malformed (RFC 6733 §4.2).
     let bad = fx::dwa().with(dra::diameter::Avp::octets(
         avp_code::ORIGIN_STATE_ID,

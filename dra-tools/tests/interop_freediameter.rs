@@ -309,3 +309,556 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
          DWR out {dwr_out}, DWA in {dwa_in}):\n{fds_log}"
     );
 }
+
+// ---------------------------------------------------------------- relaying both ways
+
+/// CCRs per direction in the relay test: `RELAY_SESSIONS` sessions of CCR-I, CCR-U and
+/// CCR-T each.
+const RELAY_SESSIONS: u32 = 60;
+const RELAY_CCRS: u64 = RELAY_SESSIONS as u64 * 3;
+/// Relay freeDiameter on the gateways' side (loadgen → fdr1 → agent → loadgen server).
+const FDR1_HOST: &str = "fdr1.test.example";
+const FDR1_PORT: u16 = 3871;
+/// Relay freeDiameter on the servers' side (loadgen → agent → fdr2 → loadgen server).
+const FDR2_HOST: &str = "fdr2.relay.test.example";
+const FDR2_PORT: u16 = 3872;
+/// The loadgen gateway behind fdr1 and the one that dials the agent directly.
+const GWA_HOST: &str = "gwa.test.example";
+const PGW_HOST: &str = "pgw1.test.example";
+/// The loadgen servers: srv1 behind the agent (realm pcrf.test.example), srv2 behind
+/// fdr2 (realm far.test.example), both in the agent's namespace.
+const SRV1_HOST: &str = "srv1.pcrf.test.example";
+const SRV1_PORT: u16 = 3881;
+const SRV2_HOST: &str = "srv2.far.test.example";
+const SRV2_PORT: u16 = 3882;
+
+/// A relaying freeDiameter: its Identity `host` in `own_realm`, listening on `port`.
+#[derive(Clone, Copy)]
+struct FdRelay<'a> {
+    host: &'a str,
+    own_realm: &'a str,
+    port: u16,
+    /// The one client it admits without TLS (`acl_wl`).
+    admit: &'a str,
+    /// `rt_default` sends Destination-Realm `realm` to `next_hop`, which it dials at
+    /// `connect`.
+    realm: &'a str,
+    next_hop: &'a str,
+    connect: (&'a str, u16),
+}
+
+/// The config of `r`: DCCA dictionaries, `acl_wl`, `rt_default`, its next hop.
+fn fd_relay_conf(dir: &Path, r: &FdRelay) -> PathBuf {
+    let FdRelay {
+        host,
+        own_realm,
+        port,
+        admit,
+        realm,
+        next_hop,
+        connect: (connect_ip, connect_port),
+    } = *r;
+    let acl = dir.join(format!("{host}.acl"));
+    std::fs::write(&acl, format!("ALLOW_IPSEC {admit}\n")).expect("acl");
+    let rt = dir.join(format!("{host}.rt"));
+    std::fs::write(&rt, format!("dr=\"{realm}\" : \"{next_hop}\" += 100 ;\n")).expect("rt");
+    let extra = format!(
+        "LoadExtension = \"dict_nasreq.fdx\";\nLoadExtension = \"dict_dcca.fdx\";\n\
+         LoadExtension = \"dict_dcca_3gpp.fdx\";\n\
+         LoadExtension = \"acl_wl.fdx\" : \"{}\";\n\
+         LoadExtension = \"rt_default.fdx\" : \"{}\";\n\
+         ConnectPeer = \"{next_hop}\" {{ ConnectTo = \"{connect_ip}\"; Port = {connect_port}; \
+         No_TLS; }};\n",
+        acl.display(),
+        rt.display()
+    );
+    // Message dumps are not needed here (the capture shows the exchange): a plain
+    // relay config, Tw 30 s.
+    let (crt, key) = cert(dir, host);
+    let text = format!(
+        "Identity = \"{host}\";\nRealm = \"{own_realm}\";\nPort = {port};\nSecPort = 0;\n\
+         No_SCTP;\nNo_IPv6;\nListenOn = \"{FD_IP}\";\nTwTimer = 30;\nTcTimer = 1;\n\
+         TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";\n{extra}",
+        crt.display(),
+        key.display(),
+        crt.display()
+    );
+    let p = dir.join(format!("{host}.conf"));
+    std::fs::write(&p, text).expect("write conf");
+    p
+}
+
+/// The agent between the relays: client peers fdr1 (freeDiameter) and pgw1 (loadgen),
+/// server peers srv1 (loadgen, group pcrf, realm pcrf.test.example) and fdr2
+/// (freeDiameter, group far, which routes realm far.test.example).
+fn relay_agent_toml() -> String {
+    agent_config(&[AGENT_IP], AGENT_PORT)
+        .client("fdr1", "test.example", &[], "")
+        .client("pgw1", "test.example", &[], "")
+        .server(
+            "srv1",
+            "pcrf.test.example",
+            &format!("{AGENT_IP}:{SRV1_PORT}"),
+            "group = \"pcrf\"",
+        )
+        .server(
+            "fdr2",
+            "relay.test.example",
+            &format!("{FD_IP}:{FDR2_PORT}"),
+            "group = \"far\"",
+        )
+        .group("pcrf", "answer_timeout = \"3s\"")
+        .group("far", "answer_timeout = \"3s\"")
+        .route(
+            "pcrf.test.example",
+            "application = \"gx\"\ngroup = \"pcrf\"",
+        )
+        .route("far.test.example", "application = \"gx\"\ngroup = \"far\"")
+        .to_string()
+}
+
+/// tshark capturing every interface of a namespace into a file; stopped with SIGINT
+/// (so the file is complete), killed on drop.
+struct Capture {
+    child: Child,
+    file: PathBuf,
+}
+
+impl Capture {
+    fn start(ns: &Netns, file: PathBuf) -> Capture {
+        let log = File::create(file.with_extension("log")).expect("log");
+        let mut cmd = Command::new("tshark");
+        cmd.args(["-n", "-q", "-i", "any", "-f", "tcp", "-w"])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = ns
+            .spawn(&mut cmd)
+            .expect("spawn tshark (`cargo xtask setup` installs it)");
+        let c = Capture { child, file };
+        // tshark says "Capturing on 'any'" once it captures.
+        let end = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(c.file.with_extension("log"))
+            .is_ok_and(|l| l.contains("Capturing on"))
+        {
+            assert!(Instant::now() < end, "tshark did not start capturing");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c
+    }
+
+    /// Stops the capture; tshark's verbose decode of its Diameter frames (every port the
+    /// test uses decoded as Diameter; checksums not checked: locally sent segments
+    /// carry partial checksums, offloaded).
+    fn stop_and_decode(mut self) -> String {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let mut cmd = Command::new("tshark");
+        cmd.args(["-n", "-r"])
+            .arg(&self.file)
+            .args(["-V", "-Y", "diameter"]);
+        for p in [AGENT_PORT, FDR1_PORT, FDR2_PORT, SRV1_PORT, SRV2_PORT] {
+            cmd.args(["-d", &format!("tcp.port=={p},diameter")]);
+        }
+        let out = cmd.output().expect("tshark -r");
+        assert!(
+            out.status.success(),
+            "tshark -r: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the exposition line that starts with `series` (0 if absent).
+fn metric(exported: &str, series: &str) -> u64 {
+    exported
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Sends `RELAY_SESSIONS` Gx sessions (CCR-I, CCR-U, CCR-T, in order per session, the
+/// sessions concurrently) from `origin` to `dest_realm` over `peer`; the answers'
+/// (Result-Code, Origin-Host), one per request (a lost request panics).
+async fn relay_sessions(
+    peer: &support::agent::SimPeer,
+    origin: &str,
+    dest_realm: &str,
+) -> Vec<(Option<u32>, String)> {
+    use support::agent::{cc, ccr};
+    let mut tasks = Vec::new();
+    for s in 0..RELAY_SESSIONS {
+        let p = peer.clone();
+        let (origin, dest) = (origin.to_owned(), dest_realm.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let sid = format!("{origin};{s}");
+            let mut out = Vec::new();
+            for (n, t) in [cc::INITIAL, cc::UPDATE, cc::TERMINATION]
+                .into_iter()
+                .enumerate()
+            {
+                let n = n as u32;
+                let req = ccr(
+                    &sid,
+                    support::agent::GX,
+                    &origin,
+                    "test.example",
+                    &dest,
+                    t,
+                    n,
+                );
+                let a = tokio::time::timeout(Duration::from_secs(10), p.request(req))
+                    .await
+                    .unwrap_or_else(|_| panic!("{sid} request {n}: no answer in 10 s"))
+                    .unwrap_or_else(|| panic!("{sid} request {n}: connection closed"));
+                assert_eq!(a.session_id(), Some(sid.as_str()));
+                out.push((a.result_code(), a.origin_host().unwrap_or("").to_owned()));
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("session task"));
+    }
+    all
+}
+
+/// Diameter PDUs of a decode: (command code, request?, Origin-Host).
+fn pdu_summary(decoded: &str) -> Vec<(u32, bool, String)> {
+    support::diameter_pdus(decoded)
+        .into_iter()
+        .filter_map(|p| {
+            // "Credit-Control (272)"
+            let code = support::pdu_field(p, "    Command Code: ")?
+                .rsplit('(')
+                .next()?
+                .trim_end_matches(')')
+                .parse()
+                .ok()?;
+            let request =
+                support::pdu_field(p, "    Flags: ").is_some_and(|f| f.contains("Request"));
+            let host = p
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Origin-Host: "))
+                .unwrap_or("")
+                .to_owned();
+            Some((code, request, host))
+        })
+        .collect()
+}
+
+/// Gx CCRs relayed through freeDiameter both ways, with exact counts at every hop and a
+/// capture tshark decodes cleanly, then DPR/DPA both ways:
+///
+/// ```text
+///  gwa (loadgen) → fdr1 (freeDiameter) → agent → srv1 (loadgen server)
+///  pgw1 (loadgen) → agent → fdr2 (freeDiameter) → srv2 (loadgen server)
+/// ```
+///
+/// fdr2 stops gracefully first (its DPR to the agent, the agent's DPA), then the agent
+/// shuts down (its DPR to fdr1, fdr1's DPA).
+#[test]
+fn gx_ccrs_relay_through_freediameter_both_ways() {
+    use support::agent::{GX, SimPeer, SimServer, Tap, sim_config};
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test creates network namespaces: run it as root (`sudo cargo xtask test`)"
+    );
+    support::require_tshark();
+    let agent_ns = Netns::new("hra").expect("namespace");
+    let fd_ns = Netns::new("hrf").expect("namespace");
+    netns::veth_pair(
+        &agent_ns,
+        &format!("{AGENT_IP}/30"),
+        &fd_ns,
+        &format!("{FD_IP}/30"),
+    )
+    .expect("veth pair");
+    let dir = TempDir::new("dra-interop-relay-");
+    let capture = Capture::start(&agent_ns, dir.0.join("relay.pcap"));
+    let fdr1_conf = fd_relay_conf(
+        &dir.0,
+        &FdRelay {
+            host: FDR1_HOST,
+            own_realm: "test.example",
+            port: FDR1_PORT,
+            admit: GWA_HOST,
+            realm: "pcrf.test.example",
+            next_hop: DRA_HOST,
+            connect: (AGENT_IP, AGENT_PORT),
+        },
+    );
+    let fdr2_conf = fd_relay_conf(
+        &dir.0,
+        &FdRelay {
+            host: FDR2_HOST,
+            own_realm: "relay.test.example",
+            port: FDR2_PORT,
+            admit: DRA_HOST,
+            realm: "far.test.example",
+            next_hop: SRV2_HOST,
+            connect: (AGENT_IP, SRV2_PORT),
+        },
+    );
+    // freeDiameter first: the loadgen servers it dials (srv2) and the agent it dials
+    // (fdr1) come up within its reconnect timer (Tc 1 s).
+    let fdr2 = FreeDiameter::start(&fd_ns, &fdr2_conf, dir.0.join("fdr2.log"));
+    let fdr1 = FreeDiameter::start(&fd_ns, &fdr1_conf, dir.0.join("fdr1.log"));
+    let fdr2_pid = fdr2.child.id() as i32;
+    let (fdr1_log, fdr2_log) = (fdr1.log.clone(), fdr2.log.clone());
+    let logs = move || {
+        format!(
+            "fdr1:\n{}\nfdr2:\n{}",
+            std::fs::read_to_string(&fdr1_log).unwrap_or_default(),
+            std::fs::read_to_string(&fdr2_log).unwrap_or_default()
+        )
+    };
+    let cfg = dra::config::parse(&relay_agent_toml(), "relay.toml").expect("config");
+    let metrics = dra::metrics::Metrics::new();
+    let nsfile = agent_ns.file().expect("namespace file");
+    let m = metrics.clone();
+    let thread_logs = logs.clone();
+    let outcome = std::thread::spawn(move || {
+        netns::enter(&nsfile).expect("setns");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let srv1 = SimServer::start(
+                format!("{AGENT_IP}:{SRV1_PORT}").parse().unwrap(),
+                sim_config(SRV1_HOST, "pcrf.test.example", &[GX]),
+                DRA_HOST,
+                None,
+            )
+            .await
+            .expect("srv1");
+            let srv2 = SimServer::start(
+                format!("{AGENT_IP}:{SRV2_PORT}").parse().unwrap(),
+                sim_config(SRV2_HOST, "far.test.example", &[GX]),
+                FDR2_HOST,
+                None,
+            )
+            .await
+            .expect("srv2");
+            let opts = dra::agent::AgentOptions {
+                tc: Some(Duration::from_millis(500)),
+                ..Default::default()
+            };
+            let agent = dra::agent::start(cfg, opts, m.clone())
+                .await
+                .expect("agent");
+            // Every hop open: the agent with fdr1, fdr2 and srv1; fdr2 with srv2.
+            let end = Instant::now() + Duration::from_secs(30);
+            let mut last = String::new();
+            while Instant::now() < end {
+                last = agent.status().await.expect("status");
+                let open = ["fdr1", "fdr2", "srv1"]
+                    .iter()
+                    .all(|p| peer_state(&last, p) == Some("open"));
+                if open && srv2.connections() > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(
+                ["fdr1", "fdr2", "srv1"]
+                    .iter()
+                    .all(|p| peer_state(&last, p) == Some("open")),
+                "not every peer open:\n{last}\n{}",
+                thread_logs()
+            );
+            let mut gwa = None;
+            for _ in 0..100 {
+                match SimPeer::connect(
+                    format!("{FD_IP}:{FDR1_PORT}").parse().unwrap(),
+                    sim_config(GWA_HOST, "test.example", &[GX]),
+                    FDR1_HOST,
+                    Some(Tap::default()),
+                )
+                .await
+                {
+                    Ok(p) => {
+                        gwa = Some(p);
+                        break;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            let gwa =
+                gwa.unwrap_or_else(|| panic!("gwa never opened with fdr1:\n{}", thread_logs()));
+            let pgw = SimPeer::connect(
+                format!("{AGENT_IP}:{AGENT_PORT}").parse().unwrap(),
+                sim_config(PGW_HOST, "test.example", &[GX]),
+                DRA_HOST,
+                None,
+            )
+            .await
+            .expect("pgw1 opens with the agent");
+            let (through_fd_first, through_fd_last) = tokio::join!(
+                relay_sessions(&gwa, GWA_HOST, "pcrf.test.example"),
+                relay_sessions(&pgw, PGW_HOST, "far.test.example"),
+            );
+            let served = (
+                srv1.stats
+                    .requests
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                srv2.stats
+                    .requests
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            );
+            let exported_traffic = m.encode();
+            // DPR/DPA: freeDiameter → agent (fdr2 stops), then agent → freeDiameter.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(fdr2_pid, libc::SIGTERM) };
+            let end = Instant::now() + Duration::from_secs(15);
+            loop {
+                last = agent.status().await.expect("status");
+                if peer_state(&last, "fdr2") != Some("open") {
+                    break;
+                }
+                assert!(Instant::now() < end, "fdr2 never disconnected:\n{last}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let stats = agent.stats().await.expect("stats");
+            agent.shutdown().await;
+            // fdr1 answers the agent's DPR; give the DPA and the closes time to be
+            // captured.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            (
+                through_fd_first,
+                through_fd_last,
+                served,
+                exported_traffic,
+                stats,
+            )
+        })
+    })
+    .join()
+    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let (first, last, (srv1_n, srv2_n), exported, stats) = outcome;
+    let decoded = capture.stop_and_decode();
+    let logs = logs();
+    drop((fdr1, fdr2));
+
+    // Every request answered 2001 by the server behind the relays.
+    for (answers, host) in [(&first, SRV1_HOST), (&last, SRV2_HOST)] {
+        assert_eq!(answers.len() as u64, RELAY_CCRS);
+        let ok = answers
+            .iter()
+            .filter(|(rc, h)| *rc == Some(2001) && h == host)
+            .count() as u64;
+        assert_eq!(ok, RELAY_CCRS, "answers {answers:?}\n{logs}");
+    }
+    // Equal counts at each hop: what the gateways sent, the agent received from the
+    // peer in front of it and sent to the one behind it, and the servers answered.
+    assert_eq!((srv1_n, srv2_n), (RELAY_CCRS, RELAY_CCRS));
+    for (series, want) in [
+        (
+            "dra_requests_total{peer=\"fdr1\",direction=\"in\"}",
+            RELAY_CCRS,
+        ),
+        (
+            "dra_requests_total{peer=\"srv1\",direction=\"out\"}",
+            RELAY_CCRS,
+        ),
+        (
+            "dra_requests_total{peer=\"pgw1\",direction=\"in\"}",
+            RELAY_CCRS,
+        ),
+        (
+            "dra_requests_total{peer=\"fdr2\",direction=\"out\"}",
+            RELAY_CCRS,
+        ),
+        (
+            "dra_answers_total{peer=\"fdr1\",result_code=\"2001\"}",
+            RELAY_CCRS,
+        ),
+        (
+            "dra_answers_total{peer=\"pgw1\",result_code=\"2001\"}",
+            RELAY_CCRS,
+        ),
+    ] {
+        assert_eq!(metric(&exported, series), want, "{series}\n{exported}");
+    }
+    assert_eq!(stats.requests_in, 2 * RELAY_CCRS, "{stats:?}");
+    assert_eq!(stats.local_answers, 0, "{stats:?}");
+    assert!(stats.invariant_ok(), "{stats:?}");
+
+    // The capture: clean, and it shows the same counts on the wire.
+    if let Some(problem) = dra_tools::pcap::tshark_problem(&decoded) {
+        panic!("{problem}");
+    }
+    let pdus = pdu_summary(&decoded);
+    let count = |code: u32, request: bool, host: &str| {
+        pdus.iter()
+            .filter(|(c, r, h)| *c == code && *r == request && h == host)
+            .count() as u64
+    };
+    for (what, code, request, host) in [
+        ("CCR gwa", 272, true, GWA_HOST),
+        ("CCR pgw1", 272, true, PGW_HOST),
+        ("CCA srv1", 272, false, SRV1_HOST),
+        ("CCA srv2", 272, false, SRV2_HOST),
+        ("DPR fdr2", 282, true, FDR2_HOST),
+        ("DPA dra", 282, false, DRA_HOST),
+        ("DPR dra", 282, true, DRA_HOST),
+        ("DPA fdr1", 282, false, FDR1_HOST),
+    ] {
+        println!("on the wire: {what}: {}", count(code, request, host));
+    }
+    println!("Diameter PDUs captured: {}", pdus.len());
+    // CCRs keep their Origin-Host through relays; each crosses two captured hops
+    // (gateway → fdr1 → agent, and agent → fdr2 → srv2) plus one more: gwa's at the
+    // agent → srv1 hop, pgw1's at the pgw1 → agent hop.
+    assert_eq!(
+        count(272, true, GWA_HOST),
+        3 * RELAY_CCRS,
+        "gwa's CCRs on the wire"
+    );
+    assert_eq!(
+        count(272, true, PGW_HOST),
+        3 * RELAY_CCRS,
+        "pgw1's CCRs on the wire"
+    );
+    assert_eq!(
+        count(272, false, SRV1_HOST),
+        3 * RELAY_CCRS,
+        "srv1's CCAs on the wire"
+    );
+    assert_eq!(
+        count(272, false, SRV2_HOST),
+        3 * RELAY_CCRS,
+        "srv2's CCAs on the wire"
+    );
+    // DPR/DPA both ways.
+    assert!(
+        count(282, true, FDR2_HOST) >= 1,
+        "no DPR from freeDiameter\n{logs}"
+    );
+    assert!(
+        count(282, false, DRA_HOST) >= 1,
+        "the agent did not answer a DPR"
+    );
+    assert!(count(282, true, DRA_HOST) >= 1, "no DPR from the agent");
+    assert!(
+        count(282, false, FDR1_HOST) >= 1,
+        "freeDiameter did not answer the agent's DPR\n{logs}"
+    );
+}

@@ -10,7 +10,7 @@ use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
 use support::peer::*;
-use support::{assert_clean, diameter_pdus, pdu_field, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, require_tshark};
 
 /// Every kind of message the state machine sends, from real exchanges.
 fn exchanges() -> Vec<Wire> {
@@ -91,9 +91,7 @@ fn tshark_decodes_every_peer_message_cleanly() {
             (ce, false, Some(result_code::NO_COMMON_APPLICATION)),
         ]
     );
-    if tshark_missing("tshark_decodes_every_peer_message_cleanly") {
-        return;
-    }
+    require_tshark();
     let decoded = tshark_decode(&wire);
     assert_clean(&decoded);
 

@@ -13,7 +13,7 @@ use dra::relay::{
 use dra::routing::PeerId;
 use dra_common::wire::flags;
 use support::diameter_fixtures as fx;
-use support::{assert_clean, diameter_pdus, pdu_field, tshark_decode, tshark_missing};
+use support::{assert_clean, diameter_pdus, pdu_field, require_tshark, tshark_decode};
 
 /// (flags line, Hop-by-Hop line, Result-Code or "") of each Diameter PDU, in order.
 fn pdus(decoded: &str) -> Vec<(String, String, String)> {
@@ -32,9 +32,7 @@ fn pdus(decoded: &str) -> Vec<(String, String, String)> {
 
 #[test]
 fn tshark_decodes_relayed_and_generated_messages_cleanly() {
-    if tshark_missing("tshark_decodes_relayed_and_generated_messages_cleanly") {
-        return;
-    }
+    require_tshark();
     let pgw = DownstreamRef { conn_id: 1 };
     let (pcrf1, pcrf2) = (PeerId(1), PeerId(2));
     let timeout = Duration::from_secs(2);

@@ -6,6 +6,7 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod diameter;
+pub mod doic;
 pub mod drl;
 pub mod limiter;
 pub mod metrics;

@@ -76,6 +76,10 @@ struct Shared {
     limiter: Option<Arc<Limiter>>,
     plan: Plan,
     metrics: Metrics,
+    /// The running agent's DOIC reporting node follows the throttle (set once the
+    /// agent runs), and the throttle last applied, to hand it over then.
+    doic: Option<crate::agent::ThrottleSink>,
+    throttle: u8,
 }
 
 impl Shared {
@@ -127,7 +131,11 @@ impl Shared {
             self.metrics
                 .set_effective_rate(&t.peer, &t.class_label, rate);
             self.metrics.set_throttle_percent(&t.peer, throttle);
+            if let Some(d) = &self.doic {
+                d.set(&t.peer, throttle);
+            }
         }
+        self.throttle = throttle;
     }
 }
 
@@ -213,6 +221,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         limiter: limiter.clone(),
         plan,
         metrics: metrics.clone(),
+        doic: None,
+        throttle: 0,
     }));
     // Static rates first (a restart after throttling must not keep a stale rate).
     shared.lock().expect("lock").apply_throttle(&targets, 0);
@@ -247,6 +257,14 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .await
             .map_err(RunError::Agent)?;
         info!(listeners = ?agent.listen_addrs(), "diameter agent running");
+        {
+            let mut sh = shared.lock().expect("lock");
+            let sink = agent.throttle_sink();
+            for t in &targets {
+                sink.set(&t.peer, sh.throttle);
+            }
+            sh.doic = Some(sink);
+        }
         let stats = {
             let shared = shared.clone();
             tokio::spawn(async move {

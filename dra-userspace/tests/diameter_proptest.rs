@@ -91,13 +91,18 @@ proptest! {
     }
 
     #[test]
-    fn grouped_children_decode_back(code in any::<u32>(), children in proptest::collection::vec(arb_avp(), 0..6)) {
+    fn grouped_children_decode_back(
+        code in any::<u32>(),
+        children in proptest::collection::vec(arb_avp(), 0..6),
+    ) {
         let g = Avp::grouped(code, children.clone());
         prop_assert_eq!(g.as_grouped().expect("well-formed group"), children);
     }
 
     #[test]
-    fn decode_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+    fn decode_never_panics_on_arbitrary_bytes(
+        bytes in proptest::collection::vec(any::<u8>(), 0..200),
+    ) {
         if let Ok(msg) = decode(&bytes) {
             prop_assert_eq!(decode(&encode(&msg)).ok(), Some(msg.clone()));
         }
@@ -118,7 +123,8 @@ proptest! {
                 }
             }
             Err(e) => {
-                if let (Some(req), Some(pe)) = (e.partial(), e.to_protocol_error(Dictionary::standard())) {
+                let pe = e.to_protocol_error(Dictionary::standard());
+                if let (Some(req), Some(pe)) = (e.partial(), pe) {
                     let ans = pe.answer(req, "dra.example", "example");
                     prop_assert_eq!(decode(&encode(&ans)).ok(), Some(ans.clone()));
                 }

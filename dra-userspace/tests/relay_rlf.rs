@@ -91,7 +91,8 @@ fn rlf_holds_the_rate_over_60_virtual_seconds_under_3x_load() {
         let target = rate * 60.0;
         let err = (t.sent as f64 - target).abs() / target;
         println!(
-            "rate {rate}/s: sent {} (target {target}, error {:.4} %), offered {}, refused {}, expired {}",
+            "rate {rate}/s: sent {} (target {target}, error {:.4} %), offered {}, refused {}, \
+             expired {}",
             t.sent,
             err * 100.0,
             t.offered,

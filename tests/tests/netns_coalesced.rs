@@ -247,7 +247,8 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
     let limit = 2.0 * LIMIT;
     println!(
         "{action}, {window} in flight: admitted {admitted_per_s:.1}/s by the PCRF's answers, \
-         {fast_path_per_s:.1}/s by the fast path's counters (limit {limit:.0}/s, error {:+.2} % / {:+.2} %); \
+         {fast_path_per_s:.1}/s by the fast path's counters \
+         (limit {limit:.0}/s, error {:+.2} % / {:+.2} %); \
          window: sent {} answered {:?}; whole run: sent {} answered {:?} unanswered {}; \
          marked out of band {oob_marks}",
         100.0 * (admitted_per_s - limit) / limit,

@@ -287,10 +287,18 @@ fn rows() -> Vec<Row> {
     });
     let five: Vec<u8> = (0..5).flat_map(|k| pkt::ccr(app::GX, 2, k)).collect();
     v.push(Row {
-        name: "five requests in one skb over burst 3: shot; the three that fit are committed, not charged again",
-        steps: vec![(syn(&p1), PASS), (seg(&p1, 0, &five), SHOT), (seg(&p1, 0, &five), SHOT)],
+        name: "five requests in one skb over burst 3: shot; \
+               the three that fit are committed, not charged again",
+        steps: vec![
+            (syn(&p1), PASS),
+            (seg(&p1, 0, &five), SHOT),
+            (seg(&p1, 0, &five), SHOT),
+        ],
         counters: vec![(Counter::EgressDropped, 2), (Counter::EgressRequests, 3)],
-        slots: vec![("pcrf1", Which::Group, 3, 3, 0, 2), ("pcrf1", OTHER, 3, 3, 0, 2)],
+        slots: vec![
+            ("pcrf1", Which::Group, 3, 3, 0, 2),
+            ("pcrf1", OTHER, 3, 3, 0, 2),
+        ],
     });
     v.push(Row {
         name: "answers pass a group that is over its limit",

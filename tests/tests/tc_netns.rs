@@ -154,7 +154,8 @@ fn egress_counts_match_the_sink() {
     // The CER of each connection is a request of class "other" to pcrf1 as well.
     let cers = lab.base_requests();
     println!(
-        "sink: {} CCRs ({i} CCR-I, {others} other) + {cers} CERs; dest {dest:?}; CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
+        "sink: {} CCRs ({i} CCR-I, {others} other) + {cers} CERs; dest {dest:?}; \
+         CCR-I slot {ci:?}; other {other:?}; stats {stats:?}",
         arr.len()
     );
     assert_eq!(cers, 2, "one CER per connection, no DWR or DPR");
@@ -183,7 +184,8 @@ fn egress_counts_match_the_sink() {
 fn egress_police_limits_the_rate_and_loses_nothing() {
     let (rate, burst) = (200u32, 20u32);
     let limit = format!(
-        "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\nrate = {rate}\nburst = {burst}\naction = \"drop\"\n"
+        "[[peer_rate_limit_profile]]\ngroup = \"pcrf\"\ndirection = \"egress\"\n\
+         rate = {rate}\nburst = {burst}\naction = \"drop\"\n"
     );
     let (lab, maps, plan) = Lab::new(&config(&limit));
     let sent = lab.sim.paced(
@@ -212,7 +214,8 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
         .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
         .collect();
     println!(
-        "police: offered {n} in {secs:.2} s; at the sink in the window {in_window} (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
+        "police: offered {n} in {secs:.2} s; at the sink in the window {in_window} \
+         (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
         (last - sent.first).as_secs_f64()
     );
     assert!(

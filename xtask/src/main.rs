@@ -9,6 +9,7 @@ mod procs;
 mod report;
 mod results;
 mod storm;
+mod style;
 mod toolchain;
 
 use std::{
@@ -23,7 +24,8 @@ usage: cargo xtask <command> [args]
 
   setup            install what is missing (eBPF toolchain, test tools); silent when done
   build            build the agent and the eBPF programs (release)
-  test             clippy (userspace + eBPF), unit + property tests, fuzz smoke,
+  test             rustfmt --check, Rust lines <= 100 columns, clippy (userspace +
+                   eBPF), unit + property tests, fuzz smoke,
                    privileged netns tests (root)
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
@@ -153,6 +155,9 @@ fn test() -> Result<()> {
         "-p",
         "dra-tests",
     ];
+    style::ensure_rustfmt()?;
+    step("rustfmt --check", cargo().args(["fmt", "--all", "--check"]))?;
+    style::check_line_width(&workspace_root())?;
     step(
         "clippy (userspace)",
         cargo()

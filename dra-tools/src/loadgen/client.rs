@@ -124,6 +124,9 @@ enum Ev {
         rc: u32,
         latency: Duration,
         server: Option<String>,
+        /// The connected peer's own answer (its Origin-Host is the one of the CEA: the
+        /// DRA answered, e.g. 3002/3004), not one relayed from a server.
+        own: bool,
     },
     Timeout {
         key: SessionKey,
@@ -401,7 +404,15 @@ fn apply(ev: Ev, stats: &mut Stats, pool: &mut SessionPool, up: &mut [bool]) {
             rc,
             latency,
             server,
+            own,
         } => {
+            // Only servers' answers count per server and for stickiness.
+            let server = if own {
+                stats.own_answer(rc);
+                None
+            } else {
+                server
+            };
             stats.answered(class, rc, latency, server.as_deref());
             pool.complete(key, class, Some(rc), server.as_deref());
         }
@@ -592,8 +603,9 @@ impl Mode for Conn<'_> {
         }
     }
 
-    fn on_application(&mut self, m: Message, _link: &mut Link) {
-        answer_in(m, &mut self.pending, self.ev);
+    fn on_application(&mut self, m: Message, link: &mut Link) {
+        let peer = link.pc.peer_identity().map(|p| p.origin_host.as_str());
+        answer_in(m, peer, &mut self.pending, self.ev);
     }
 }
 
@@ -629,6 +641,7 @@ impl Conn<'_> {
 
 fn answer_in(
     m: Message,
+    peer: Option<&str>,
     pending: &mut HashMap<u32, (SessionKey, Class, Instant)>,
     ev: &mpsc::UnboundedSender<Ev>,
 ) {
@@ -647,6 +660,8 @@ fn answer_in(
                 rc,
                 latency: sent.elapsed(),
                 server: m.origin_host().map(str::to_owned),
+                own: peer
+                    .is_some_and(|p| m.origin_host().is_some_and(|o| o.eq_ignore_ascii_case(p))),
             });
         }
         None => {

@@ -45,7 +45,8 @@ pub struct SessionCounts {
     pub failed_initial: u64,
     /// CCR-T sent because of a gateway flush.
     pub flush_ccr_t: u64,
-    /// Answers from a server other than the one that answered the session's CCR-I.
+    /// Answers from a server other than the one that answered the session's CCR-I
+    /// (answers the DRA generated itself are not server answers and do not count).
     pub server_switches: u64,
 }
 

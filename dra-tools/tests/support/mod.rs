@@ -18,13 +18,13 @@ pub use shared::*;
 
 use dra_tools::pcap::{tshark_available, tshark_decode_exchange, tshark_problem};
 
-/// Whether tshark is missing; then `test` is skipped, and says so.
-pub fn tshark_missing(test: &str) -> bool {
-    if tshark_available() {
-        return false;
-    }
-    println!("SKIPPED {test}: tshark is not on PATH");
-    true
+/// Fails the test when tshark cannot be run: `cargo xtask setup` installs it, and a
+/// test that passes without looking at the wire would claim what it did not check.
+pub fn require_tshark() {
+    assert!(
+        tshark_available(),
+        "tshark is not on PATH: `cargo xtask setup` installs it (Debian package tshark)"
+    );
 }
 
 /// tshark's verbose decode of `exchange` ((from the client?, encoded message), in order)

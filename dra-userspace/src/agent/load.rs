@@ -62,7 +62,10 @@ impl OwnCpu {
         match self.source.sample() {
             Ok(v) => v.map(|pct| pct / self.cores),
             Err(e) => {
-                tracing::debug!(error = %crate::error_chain(&e), "own CPU unavailable; load from pending requests only");
+                tracing::debug!(
+                    error = %crate::error_chain(&e),
+                    "own CPU unavailable; load from pending requests only"
+                );
                 self.failed = true;
                 None
             }

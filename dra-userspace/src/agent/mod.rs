@@ -79,6 +79,7 @@
 //! [`validate_request`]: crate::diameter::validate_request
 
 mod core;
+pub mod doic;
 pub mod io;
 pub mod load;
 pub mod setup;
@@ -222,6 +223,27 @@ enum Ctl {
     Status(oneshot::Sender<String>),
     Stats(oneshot::Sender<AgentStats>),
     Shutdown(oneshot::Sender<()>),
+    /// The DRL throttle of a peer changed (its DOIC reports follow it).
+    Throttle {
+        peer: String,
+        throttle: u8,
+    },
+}
+
+/// Tells a running agent the DRL throttle of a peer, from any thread (the controller
+/// runs on its own): a DOIC gateway's reports describe the limits as throttled.
+#[derive(Clone, Debug)]
+pub struct ThrottleSink(mpsc::Sender<Ctl>);
+
+impl ThrottleSink {
+    /// `peer`'s throttle is now `throttle` percent. Dropped when the agent is busy
+    /// (the controller repeats it on its next change) or gone.
+    pub fn set(&self, peer: &str, throttle: u8) {
+        let _ = self.0.try_send(Ctl::Throttle {
+            peer: peer.to_owned(),
+            throttle,
+        });
+    }
 }
 
 /// A running agent. Dropping it stops the tasks abruptly; [`AgentHandle::shutdown`]
@@ -245,6 +267,11 @@ impl AgentHandle {
         let (tx, rx) = oneshot::channel();
         self.ctl.send(Ctl::Status(tx)).await.ok()?;
         rx.await.ok()
+    }
+
+    /// Where the DRL controller reports throttle changes (DOIC, docs/doic.md).
+    pub fn throttle_sink(&self) -> ThrottleSink {
+        ThrottleSink(self.ctl.clone())
     }
 
     /// The counters.

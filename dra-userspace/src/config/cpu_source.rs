@@ -311,19 +311,19 @@ fn redis_cluster(e: &mut Errors<'_>, s: &RawSource, span: &Span) -> Option<CpuSo
         .collect();
     let aggregate = match &s.aggregate {
         None => Aggregate::Max,
-        Some(a) => {
-            match a.get_ref().as_str() {
-                "max" => Aggregate::Max,
-                "mean" => Aggregate::Mean,
-                other => {
-                    e.at(
+        Some(a) => match a.get_ref().as_str() {
+            "max" => Aggregate::Max,
+            "mean" => Aggregate::Mean,
+            other => {
+                e.at(
                     &a.span(),
-                    format!("aggregate = \"{other}\" is not valid; expected one of \"max\", \"mean\""),
+                    format!(
+                        "aggregate = \"{other}\" is not valid; expected one of \"max\", \"mean\""
+                    ),
                 );
-                    return None;
-                }
+                return None;
             }
-        }
+        },
     };
     (addresses.len() == list.len()).then_some(CpuSource::RedisCluster {
         addresses,

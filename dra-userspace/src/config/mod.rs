@@ -275,6 +275,36 @@ pub struct Peer {
     pub connection_guard: Option<Limit>,
     /// Weight within its group (for weighted selection), ≥ 1.
     pub weight: u32,
+    /// DOIC towards this gateway (`doic = true`; clients only): the agent reports its
+    /// own overload to it (docs/doic.md).
+    pub doic: Option<Doic>,
+}
+
+/// A gateway's DOIC settings (`doic`, `doic_algorithms`, `doic_validity`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Doic {
+    /// Abatement algorithms offered, in order of preference (RFC 7683 loss, RFC 8582
+    /// rate); the first the gateway supports is used, else loss.
+    pub algorithms: Vec<crate::doic::Algorithm>,
+    /// OC-Validity-Duration of the reports (whole seconds, 1 s ..= 24 h).
+    pub validity: Duration,
+}
+
+impl Doic {
+    /// Defaults: rate where the gateway supports it, else loss; 30 s validity
+    /// (RFC 7683 §7.5's default).
+    pub fn new() -> Doic {
+        Doic {
+            algorithms: vec![crate::doic::Algorithm::Rate, crate::doic::Algorithm::Loss],
+            validity: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for Doic {
+    fn default() -> Self {
+        Doic::new()
+    }
 }
 
 /// Role of a peer.

@@ -133,6 +133,9 @@ pub(super) struct RawPeer {
     pub weight: Option<S<i64>>,
     pub connection_rate: Option<S<f64>>,
     pub connection_burst: Option<S<i64>>,
+    pub doic: Option<S<bool>>,
+    pub doic_algorithms: Option<S<Vec<S<String>>>>,
+    pub doic_validity: Option<S<String>>,
 }
 
 #[derive(Deserialize)]

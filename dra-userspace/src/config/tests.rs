@@ -617,3 +617,78 @@ fn redis_cluster_cpu_source_takes_seeds_and_an_aggregate() {
         "{e:?}"
     );
 }
+
+/// HEAD with `keys` added to the `pgw1` client (line 14 is its `role`).
+fn doic_text(keys: &str) -> String {
+    HEAD.replacen(
+        "role = \"client\"\n",
+        &format!("role = \"client\"\n{keys}\n"),
+        1,
+    )
+}
+
+#[test]
+fn doic_keys_default_and_parse() {
+    let c = parse(&doic_text(""), "t.toml").unwrap();
+    assert_eq!(c.peers[0].doic, None, "off unless asked for");
+    let c = parse(&doic_text("doic = true"), "t.toml").unwrap();
+    assert_eq!(c.peers[0].doic, Some(Doic::new()));
+    assert_eq!(
+        Doic::new().algorithms,
+        vec![crate::doic::Algorithm::Rate, crate::doic::Algorithm::Loss]
+    );
+    let c = parse(
+        &doic_text("doic = true\ndoic_algorithms = [\"loss\"]\ndoic_validity = \"5s\""),
+        "t.toml",
+    )
+    .unwrap();
+    let d = c.peers[0].doic.clone().unwrap();
+    assert_eq!(d.algorithms, vec![crate::doic::Algorithm::Loss]);
+    assert_eq!(d.validity, Duration::from_secs(5));
+}
+
+#[test]
+fn doic_errors_name_file_line_column() {
+    let bad = |keys: &str| match parse(&doic_text(keys), "t.toml") {
+        Ok(_) => panic!("accepted {keys}"),
+        Err(e) => e.to_string(),
+    };
+    // `role` of pgw1 is on line 14; the added keys start on line 15.
+    assert_eq!(
+        bad("doic = true\ndoic_algorithms = [\"loss\", \"fast\"]"),
+        "t.toml:16:28: unknown DOIC algorithm \"fast\" (expected \"loss\" or \"rate\")\n"
+    );
+    assert_eq!(
+        bad("doic = true\ndoic_algorithms = [\"loss\", \"loss\"]"),
+        "t.toml:16:28: \"loss\" is listed twice\n"
+    );
+    assert_eq!(
+        bad("doic = true\ndoic_algorithms = []"),
+        "t.toml:16:19: doic_algorithms must list at least one of \"loss\", \"rate\"\n"
+    );
+    assert_eq!(
+        bad("doic = true\ndoic_validity = \"1500ms\""),
+        "t.toml:16:17: doic_validity must be whole seconds between 1s and 86400s \
+         (RFC 7683 §7.5)\n"
+    );
+    assert_eq!(
+        bad("doic = true\ndoic_validity = \"25h\""),
+        "t.toml:16:17: doic_validity must be whole seconds between 1s and 86400s \
+         (RFC 7683 §7.5)\n"
+    );
+    assert_eq!(
+        bad("doic_validity = \"5s\""),
+        "t.toml:15:17: doic_algorithms and doic_validity need doic = true\n"
+    );
+    // On a server.
+    let text = HEAD.replacen(
+        "group = \"pcrf\"\nconnect",
+        "group = \"pcrf\"\ndoic = true\nconnect",
+        1,
+    );
+    let err = parse(&text, "t.toml").unwrap_err().to_string();
+    assert!(
+        err.starts_with("t.toml:22:8: doic = true is for role = \"client\""),
+        "{err}"
+    );
+}

@@ -67,7 +67,8 @@ const PINNED_MAPS: [&str; 19] = [
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
     #[error(
-        "the eBPF object is empty: this binary was built with AYA_BUILD_SKIP=1; rebuild without it (cargo xtask build)"
+        "the eBPF object is empty: this binary was built with AYA_BUILD_SKIP=1; \
+         rebuild without it (cargo xtask build)"
     )]
     NoObject,
     #[error("loading the eBPF object failed")]

@@ -2,7 +2,8 @@
 //! code → names, P-bit rule and required request AVPs.
 //!
 //! Covers the base protocol (RFC 6733), Credit-Control (RFC 4006), the Gx subset of
-//! 3GPP TS 29.212 a DRA touches, DOIC (RFC 7683) and Load (RFC 8583). Codes and types
+//! 3GPP TS 29.212 a DRA touches, DOIC (RFC 7683, with the peer report of RFC 8581 and
+//! the rate algorithm of RFC 8582) and Load (RFC 8583). Codes and types
 //! were checked against the RFC tables and Wireshark's `dictionary.xml`,
 //! `chargecontrol.xml` and `TGPP.xml`.
 
@@ -289,10 +290,17 @@ pub mod avp_code {
     pub const OC_REPORT_TYPE: u32 = 626;
     /// OC-Reduction-Percentage (RFC 7683 §7.7).
     pub const OC_REDUCTION_PERCENTAGE: u32 = 627;
-
-    // RFC 8583 §7 Load AVPs (LOAD, LOAD_TYPE, LOAD_VALUE come from dra_common).
-    /// SourceID (RFC 8583 §7.4).
+    /// OC-Peer-Algo (RFC 8581, peer report AVPs): in OC-Supported-Features, the algorithm a reporting
+    /// node selected for its peer reports.
+    pub const OC_PEER_ALGO: u32 = 648;
+    /// SourceID (RFC 8581, peer report AVPs): the DiameterIdentity of the node that inserted the
+    /// grouped AVP it is in (OC-Supported-Features, OC-OLR; RFC 8583 Load too).
     pub const SOURCE_ID: u32 = 649;
+    /// OC-Maximum-Rate (RFC 8582, rate algorithm AVPs; IANA code 670): in OC-OLR, the requests per
+    /// second the reacting node may send with the rate algorithm.
+    pub const OC_MAXIMUM_RATE: u32 = 670;
+
+    // RFC 8583 §7 Load AVPs: LOAD, LOAD_TYPE, LOAD_VALUE come from dra_common.
 }
 
 /// Command codes. Re-exports `dra_common::wire::cmd` and adds the session commands.
@@ -329,6 +337,18 @@ pub mod enums {
         pub const HOST_REPORT: i32 = 0;
         /// Overload report for the realm.
         pub const REALM_REPORT: i32 = 1;
+        /// Overload report for the sending peer (RFC 8581).
+        pub const PEER_REPORT: i32 = 2;
+    }
+    /// OC-Feature-Vector / OC-Peer-Algo bits (RFC 7683 §7.2, RFC 8581, RFC 8582; IANA
+    /// "OC-Feature-Vector AVP Values"). Unsigned64 flags; 0 is reserved.
+    pub mod oc_feature {
+        /// OLR_DEFAULT_ALGO: the loss algorithm (RFC 7683 §7.2).
+        pub const LOSS: u64 = 0x0000_0000_0000_0001;
+        /// OLR_RATE_ALGORITHM: the rate algorithm (RFC 8582).
+        pub const RATE: u64 = 0x0000_0000_0000_0004;
+        /// OLR_PEER_REPORT: peer reports supported (RFC 8581).
+        pub const PEER_REPORT: u64 = 0x0000_0000_0000_0010;
     }
     /// Subscription-Id-Type (RFC 4006 §8.47).
     pub mod subscription_id_type {
@@ -684,8 +704,11 @@ static AVPS: &[AvpDef] = &[
     ietf(c::OC_VALIDITY_DURATION, "OC-Validity-Duration", Unsigned32, MustNot),
     ietf(c::OC_REPORT_TYPE, "OC-Report-Type", Enumerated, MustNot),
     ietf(c::OC_REDUCTION_PERCENTAGE, "OC-Reduction-Percentage", Unsigned32, MustNot),
-    // RFC 8583 §7 Load: the M bit MUST NOT be set.
+    // RFC 8581 (peer reports) and RFC 8582 (rate): the M bit MUST NOT be set.
+    ietf(c::OC_PEER_ALGO, "OC-Peer-Algo", Unsigned64, MustNot),
     ietf(c::SOURCE_ID, "SourceID", DiameterIdentity, MustNot),
+    ietf(c::OC_MAXIMUM_RATE, "OC-Maximum-Rate", Unsigned32, MustNot),
+    // RFC 8583 §7 Load: the M bit MUST NOT be set.
     ietf(c::LOAD, "Load", Grouped, MustNot),
     ietf(c::LOAD_TYPE, "Load-Type", Enumerated, MustNot),
     ietf(c::LOAD_VALUE, "Load-Value", Unsigned64, MustNot),

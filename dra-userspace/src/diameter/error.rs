@@ -213,7 +213,11 @@ pub enum AvpDataError {
         len: usize,
     },
     /// Grouped data that is not a sequence of well-formed AVPs (RFC 6733 §4.4).
-    #[error("grouped AVP {code}: inner AVP {} at offset {offset} has invalid length {}", .inner.code, .inner.length)]
+    #[error(
+        "grouped AVP {code}: inner AVP {} at offset {offset} has invalid length {}",
+        .inner.code,
+        .inner.length
+    )]
     BadGrouped {
         /// Code of the grouped AVP.
         code: u32,

@@ -19,7 +19,8 @@
 //!             }
 //!         }
 //!         Err(e) => {
-//!             if let (Some(req), Some(pe)) = (e.partial(), e.to_protocol_error(Dictionary::standard())) {
+//!             let pe = e.to_protocol_error(Dictionary::standard());
+//!             if let (Some(req), Some(pe)) = (e.partial(), pe) {
 //!                 let _answer = pe.answer(req, "dra.example.net", "example.net");
 //!             }
 //!         }

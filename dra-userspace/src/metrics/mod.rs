@@ -64,6 +64,14 @@
 //! | `dra_session_store_fallbacks_total` | counter | `on_error` | requests that needed the failing store: routed `local`ly or answered (`reject`) |
 //! | `dra_session_store_waiting_requests` | gauge | | requests waiting for a store call |
 //!
+//! ## DOIC reporting node (docs/doic.md)
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `dra_doic_olrs_sent_total` | counter | `peer`, `report_type`, `algorithm`, `kind` | answers to a gateway that carried our OC-OLR (`report_type` `peer`; `algorithm` `loss` / `rate`; `kind` `report`, or `end` for the end-of-overload report) |
+//! | `dra_doic_reduction_percent` | gauge | `peer` | OC-Reduction-Percentage currently reported to the gateway (0: none) |
+//! | `dra_doic_max_rate` | gauge | `peer` | OC-Maximum-Rate currently reported to the gateway (0: none) |
+//!
 //! Families with labels appear once their first series is set. Series are never
 //! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].
 

@@ -121,6 +121,23 @@ struct Inner {
     connections_refused: Family<ReasonLabels, Counter>,
     connections_awaiting_cer: Gauge,
     store: StoreFamilies,
+    doic: DoicFamilies,
+}
+
+/// The DOIC reporting node's families (`dra_doic_*`).
+#[derive(Debug, Default)]
+struct DoicFamilies {
+    olrs_sent: Family<DoicLabels, Counter>,
+    reduction: Family<PeerLabels, Gauge>,
+    max_rate: Family<PeerLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DoicLabels {
+    peer: String,
+    report_type: &'static str,
+    algorithm: &'static str,
+    kind: &'static str,
 }
 
 /// The session store's families (`dra_session_*`).
@@ -211,6 +228,23 @@ impl Metrics {
             up: Gauge::default(),
             waiting: Gauge::default(),
         };
+        let doic = DoicFamilies::default();
+        registry.register(
+            "dra_doic_olrs_sent",
+            "Answers to a gateway that carried our OC-OLR, by report type, algorithm and \
+             kind (report, or end: the end of overload)",
+            doic.olrs_sent.clone(),
+        );
+        registry.register(
+            "dra_doic_reduction_percent",
+            "OC-Reduction-Percentage currently reported to a gateway (loss; 0 = none)",
+            doic.reduction.clone(),
+        );
+        registry.register(
+            "dra_doic_max_rate",
+            "OC-Maximum-Rate (requests/s) currently reported to a gateway (rate; 0 = none)",
+            doic.max_rate.clone(),
+        );
 
         registry.register(
             "dra_db_cpu_percent",
@@ -345,6 +379,7 @@ impl Metrics {
                 connections_refused,
                 connections_awaiting_cer,
                 store,
+                doic,
             }),
         }
     }
@@ -493,6 +528,38 @@ impl Metrics {
                 result_code,
             })
             .inc();
+    }
+
+    /// Counts an answer to gateway `peer` that carried our OC-OLR (`end`: the
+    /// end-of-overload report).
+    pub fn inc_doic_olr(
+        &self,
+        peer: &str,
+        report_type: &'static str,
+        algorithm: &'static str,
+        end: bool,
+    ) {
+        self.inner
+            .doic
+            .olrs_sent
+            .get_or_create(&DoicLabels {
+                peer: peer.to_string(),
+                report_type,
+                algorithm,
+                kind: if end { "end" } else { "report" },
+            })
+            .inc();
+    }
+
+    /// The report gateway `peer` is given now: reduction percent (loss) and maximum
+    /// rate (rate), 0 for what is not reported.
+    pub fn set_doic_report(&self, peer: &str, reduction: u32, max_rate: u32) {
+        let labels = PeerLabels {
+            peer: peer.to_string(),
+        };
+        let d = &self.inner.doic;
+        d.reduction.get_or_create(&labels).set(i64::from(reduction));
+        d.max_rate.get_or_create(&labels).set(i64::from(max_rate));
     }
 
     /// Sets the number of requests pending (sent, unanswered) at `peer`.

@@ -11,8 +11,9 @@
 //!
 //! Missing or stale load (no report, or older than `max_load_age`): the peer is ranked
 //! as if it had reported the mean Load-Value of the tier's usable (good, not excluded)
-//! peers that have a fresh report. If no peer of the tier has one, all peers look alike: `least_loaded` is then
-//! plain round-robin, `weighted_load` uniform random, `p2c` decides by pending requests.
+//! peers that have a fresh report. If no peer of the tier has one, all peers look alike:
+//! `least_loaded` is then plain round-robin, `weighted_load` uniform random, `p2c`
+//! decides by pending requests.
 //! Rationale: an unknown peer is neither favoured (which would herd all traffic onto the
 //! one peer that does not report) nor starved (a healthy peer without RFC 8583 support
 //! still gets its share).
@@ -79,7 +80,8 @@ impl std::fmt::Display for Strategy {
 /// An unknown strategy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown selection strategy {name:?} (expected priority, round_robin, least_loaded, weighted_load or p2c)"
+    "unknown selection strategy {name:?} \
+     (expected priority, round_robin, least_loaded, weighted_load or p2c)"
 )]
 pub struct UnknownStrategy {
     /// The name given.

@@ -241,7 +241,8 @@ fn main() {
     let net = stats[goal_i].0 - base;
     let met = net <= GOAL_NET_NS;
     println!(
-        "goal: {GOAL_CASE} ≤ {GOAL_NET_NS:.0} ns/packet net of bare XDP_PASS; measured {net:.1} ns net: {}",
+        "goal: {GOAL_CASE} ≤ {GOAL_NET_NS:.0} ns/packet net of bare XDP_PASS; \
+         measured {net:.1} ns net: {}",
         if met { "met" } else { "MISSED" }
     );
     if !wrong.is_empty() {
@@ -252,7 +253,8 @@ fn main() {
         .zip(&stats)
         .map(|(c, (m, lo, hi))| {
             format!(
-                "{{\"case\":\"{}\",\"ns_per_packet\":{m:.2},\"ns_min\":{lo:.2},\"ns_max\":{hi:.2},\"net_ns\":{:.2},\"ratio_to_pass\":{:.3}}}",
+                "{{\"case\":\"{}\",\"ns_per_packet\":{m:.2},\"ns_min\":{lo:.2},\
+                 \"ns_max\":{hi:.2},\"net_ns\":{:.2},\"ratio_to_pass\":{:.3}}}",
                 c.name,
                 m - base,
                 m / base
@@ -265,7 +267,9 @@ fn main() {
     std::fs::write(
         &file,
         format!(
-            "{{\"runs\":{},\"rounds\":{rounds},\"goal\":{{\"case\":\"{GOAL_CASE}\",\"max_net_ns\":{GOAL_NET_NS},\"net_ns\":{net:.2},\"met\":{met}}},\"verdicts_ok\":{},\"cases\":[{}]}}\n",
+            "{{\"runs\":{},\"rounds\":{rounds},\"goal\":{{\"case\":\"{GOAL_CASE}\",\
+             \"max_net_ns\":{GOAL_NET_NS},\"net_ns\":{net:.2},\"met\":{met}}},\
+             \"verdicts_ok\":{},\"cases\":[{}]}}\n",
             per_round * rounds,
             wrong.is_empty(),
             json.join(",")

@@ -36,10 +36,44 @@ fn route_request(req: &Message) -> RouteRequest<'_> {
 }
 
 impl Core {
-    /// An answer generated here for a request received on `conn`.
+    /// An answer (generated here, or relayed) for a request received on `conn`; a
+    /// DOIC gateway's gets our OC-Supported-Features and OC-OLR (`crate::doic`).
     pub(super) fn reply(&mut self, conn: ConnId, ans: &Message) {
+        let decorated = self.doic_answer(conn, ans);
+        let ans = decorated.as_ref().unwrap_or(ans);
         if self.write(conn, ans) {
             self.count_answer_out(conn, ans);
+        }
+    }
+
+    /// `ans` with DOIC added when `conn` is a DOIC gateway's that announced DOIC.
+    fn doic_answer(&mut self, conn: ConnId, ans: &Message) -> Option<Message> {
+        let p = self.conns.get(&conn).and_then(|c| c.peer)?;
+        let caps = self.doic.latest(p.0)?.clone();
+        let mut a = ans.clone();
+        let sent = self.doic.decorate(self.now(), p.0, Some(&caps), &mut a);
+        if let Some(s) = sent {
+            let name = &self.cfg.peers[p.0].name;
+            self.metrics
+                .inc_doic_olr(name, "peer", s.algorithm.name(), s.end);
+        }
+        Some(a)
+    }
+
+    /// Ends a DOIC measurement window (every housekeeping tick) and publishes the
+    /// reports.
+    pub(super) fn doic_tick(&mut self, now: Duration) {
+        self.doic.tick(now);
+        for (i, p) in self.cfg.peers.iter().enumerate() {
+            if !self.doic.enabled(i) {
+                continue;
+            }
+            let (reduction, rate) = match self.doic.report(i) {
+                Some(crate::doic::Report::Reduction(r)) => (r, 0),
+                Some(crate::doic::Report::MaxRate(r)) => (0, r),
+                None => (0, 0),
+            };
+            self.metrics.set_doic_report(&p.name, reduction, rate);
         }
     }
 
@@ -61,6 +95,8 @@ impl Core {
         self.slots[from.0].requests_in += 1;
         let from_name = &self.cfg.peers[from.0].name;
         self.metrics.inc_request(from_name, metrics::Direction::In);
+        // Counted for DOIC before anything answers it (marked requests too).
+        self.doic.on_request(from.0, &req);
         if req.is_marked() {
             // DESIGN §3: over an ingress limit in the fast path → answer at once.
             match self.marked.handle(from, &req) {

@@ -105,6 +105,8 @@ pub(super) struct Core {
     marked: MarkedHandler,
     /// Our RFC 8583 Load-Value for downstream DWAs (`super::load`).
     own_load: u16,
+    /// The DOIC reporting node towards the gateways (`crate::doic`, `super::doic`).
+    doic: crate::doic::Reporter,
     own_cpu: super::load::OwnCpu,
     stats: AgentStats,
     reported_violations: u64,
@@ -207,6 +209,8 @@ impl Core {
             pipeline,
             marked,
             own_load: crate::routing::LOAD_VALUE_IDLE,
+            // RFC 7683 §7.4: a restarted agent's reports must be newer than the old ones.
+            doic: super::doic::reporter(&cfg, super::doic::sequence_base()),
             own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
             reported_violations: 0,
@@ -335,6 +339,11 @@ impl Core {
                 }
                 self.shutdown = Some((tx, now + self.opts.shutdown_grace));
             }
+            Ctl::Throttle { peer, throttle } => {
+                if let Some(i) = self.cfg.peers.iter().position(|p| p.name == peer) {
+                    self.doic.set_throttle(i, throttle);
+                }
+            }
         }
     }
 
@@ -394,6 +403,7 @@ impl Core {
             }
         }
         self.sessions.tick(now);
+        self.doic_tick(now);
         let s = self.snapshot();
         self.update_own_load(s.relay.pending as usize);
         let lhs = s.requests_in;

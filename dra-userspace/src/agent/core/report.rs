@@ -84,6 +84,16 @@ impl Core {
                 load
             );
         }
+        for (i, p) in self.cfg.peers.iter().enumerate() {
+            // DOIC reports in force (docs/doic.md).
+            let report = match self.doic.report(i) {
+                Some(crate::doic::Report::Reduction(r)) => format!("loss {r}%"),
+                Some(crate::doic::Report::MaxRate(r)) => format!("rate {r}/s"),
+                None => continue,
+            };
+            let seq = self.doic.sequence(i).unwrap_or(0);
+            let _ = writeln!(o, "doic {}: peer report {report}  seq {seq}", p.name);
+        }
         for (name, st) in &s.egress {
             let g = self
                 .cfg

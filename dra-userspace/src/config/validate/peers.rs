@@ -11,9 +11,11 @@ use super::syntax::{
 };
 use super::{Refs, Span, unique};
 use crate::config::error::Errors;
+use crate::config::raw::RawPeer;
 use crate::config::raw::{Item, RawConfig};
 use crate::config::values;
-use crate::config::{Global, Limit, Peer, PeerGroup, Role, Selection, default_burst};
+use crate::config::{Doic, Global, Limit, Peer, PeerGroup, Role, Selection, default_burst};
+use crate::doic::Algorithm;
 
 /// `[[peer_group]]`.
 pub(super) fn peer_groups(e: &mut Errors<'_>, raw: &RawConfig) -> Vec<PeerGroup> {
@@ -173,6 +175,7 @@ pub(super) fn peers(
             all_prefixes.push((net, this.clone(), a.span()));
             addresses.push(net);
         }
+        let doic = doic(e, p, role);
         if let (Some(name), Some(origin_host), Some(realm), Some(role)) =
             (peer_name, origin_host, realm, role)
         {
@@ -186,6 +189,7 @@ pub(super) fn peers(
                 connect,
                 weight,
                 connection_guard,
+                doic,
             });
         }
     }
@@ -218,4 +222,72 @@ pub(super) fn peers(
         }
     }
     peers
+}
+
+/// A peer's `doic`, `doic_algorithms` and `doic_validity` (docs/doic.md).
+fn doic(e: &mut Errors<'_>, p: &RawPeer, role: Option<Role>) -> Option<Doic> {
+    let on = p.doic.as_ref().is_some_and(|d| *d.get_ref());
+    if !on {
+        // The details need the switch.
+        for span in [
+            p.doic_algorithms.as_ref().map(|v| v.span()),
+            p.doic_validity.as_ref().map(|v| v.span()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            e.at(&span, "doic_algorithms and doic_validity need doic = true");
+        }
+        return None;
+    }
+    if role == Some(Role::Server) {
+        let span = p.doic.as_ref().map(|d| d.span()).expect("doic is set");
+        e.at(
+            &span,
+            "doic = true is for role = \"client\": the agent reports its overload to \
+             gateways (reacting to servers' reports is not implemented yet)",
+        );
+        return None;
+    }
+    let mut d = Doic::new();
+    if let Some(list) = &p.doic_algorithms {
+        let mut algorithms = Vec::new();
+        for a in list.get_ref() {
+            match Algorithm::from_name(a.get_ref()) {
+                Some(alg) if algorithms.contains(&alg) => {
+                    e.at(&a.span(), format!("\"{}\" is listed twice", a.get_ref()));
+                }
+                Some(alg) => algorithms.push(alg),
+                None => e.at(
+                    &a.span(),
+                    format!(
+                        "unknown DOIC algorithm \"{}\" (expected \"loss\" or \"rate\")",
+                        a.get_ref()
+                    ),
+                ),
+            }
+        }
+        if list.get_ref().is_empty() {
+            e.at(
+                &list.span(),
+                "doic_algorithms must list at least one of \"loss\", \"rate\"",
+            );
+        }
+        if !algorithms.is_empty() {
+            d.algorithms = algorithms;
+        }
+    }
+    if let Some(v) = &p.doic_validity {
+        let got = positive_duration(e, "doic_validity", &p.doic_validity, d.validity);
+        // RFC 7683 §7.5: whole seconds, at most 86,400.
+        if got.subsec_nanos() != 0 || got > Duration::from_secs(86_400) {
+            e.at(
+                &v.span(),
+                "doic_validity must be whole seconds between 1s and 86400s (RFC 7683 §7.5)",
+            );
+        } else {
+            d.validity = got;
+        }
+    }
+    Some(d)
 }
