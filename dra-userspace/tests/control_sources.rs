@@ -252,9 +252,8 @@ fn redis_cpu_is_measured_and_rises_under_load() {
         Some("OK")
     );
     let mut noauth = RedisCpu::new(server.addr.to_string());
-    assert!(
-        matches!(noauth.sample(), Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH"))
-    );
+    assert!(matches!(noauth.sample(),
+            Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH")));
     let mut wrong = RedisCpu::new(server.addr.to_string()).with_auth(None, "nope".into());
     assert!(matches!(wrong.sample(), Err(SourceError::Remote { .. })));
     let mut auth = RedisCpu::new(server.addr.to_string()).with_auth(None, "s3cret".into());
@@ -328,22 +327,35 @@ fn prometheus_instant_query_values_and_errors() {
     let responses = vec![
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.123,"62.5"]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"scalar","#,
+                r#""result":[1700000000.123,"62.5"]}}"#
+            ),
         ),
-        http_chunked(
-            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"db1"},"value":[1700000001,"49"]}]}}"#,
-        ),
+        http_chunked(concat!(
+            r#"{"status":"success","data":{"resultType":"vector","#,
+            r#""result":[{"metric":{"instance":"db1"},"value":[1700000001,"49"]}]}}"#
+        )),
         http(
             "400 Bad Request",
-            r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected right brace"}"#,
+            concat!(
+                r#"{"status":"error","errorType":"bad_data","#,
+                r#""error":"1:5: parse error: unexpected right brace"}"#
+            ),
         ),
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"matrix","#,
+                r#""result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#
+            ),
         ),
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"i":"a"},"value":[1,"1"]},{"metric":{"i":"b"},"value":[1,"2"]}]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"vector","result":["#,
+                r#"{"metric":{"i":"a"},"value":[1,"1"]},{"metric":{"i":"b"},"value":[1,"2"]}]}}"#
+            ),
         ),
         http(
             "200 OK",
@@ -375,7 +387,8 @@ fn prometheus_instant_query_values_and_errors() {
 
     let err = src.sample().unwrap_err();
     assert!(
-        matches!(&err, SourceError::Remote { detail, .. } if detail.contains("400") && detail.contains("bad_data")),
+        matches!(&err, SourceError::Remote { detail, .. }
+            if detail.contains("400") && detail.contains("bad_data")),
         "{err}"
     );
     let err = src.sample().unwrap_err();
@@ -412,7 +425,10 @@ fn prometheus_silent_server_times_out() {
     let err = src.sample().unwrap_err();
     assert!(
         matches!(&err, SourceError::Io { source, .. }
-            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
         "{err:?}"
     );
     drop(listener);

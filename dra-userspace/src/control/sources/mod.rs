@@ -10,7 +10,8 @@
 //!
 //! A call blocks its thread: file and `/proc` reads, and for `redis`, `redis_cluster` and
 //! `prometheus` TCP exchanges whose connect, writes and reads are each bounded by the
-//! source's I/O timeout (Redis through the `redis` crate's blocking client) (a Prometheus host name is resolved first, by the system resolver). Nothing
+//! source's I/O timeout (Redis through the `redis` crate's blocking client; a Prometheus
+//! host name is resolved first, by the system resolver). Nothing
 //! here uses `tokio::task::spawn_blocking`; the two callers are:
 //!
 //! - **The DB CPU source** (`[dynamic_throttling_db_cpu_profile] source`, any kind,
