@@ -22,6 +22,7 @@
 pub mod client;
 pub mod closed;
 mod conn;
+pub mod failover;
 pub mod resp;
 pub mod scenario;
 pub mod script;
