@@ -154,6 +154,8 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         .filter_map(TableRow::from_json)
         .collect();
     table.extend(coalesced);
+    let ha = read_fresh(root, crate::ha::bench::HA_LATEST, since)?;
+    table.extend(crate::ha::bench::table_rows(&ha));
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -171,6 +173,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         "p5": storm.get("p5"),
         "storm_runs": storm.get("runs"),
         "coalesced": storm.get("coalesced"),
+        "ha": ha,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));
