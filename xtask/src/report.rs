@@ -144,7 +144,7 @@ fn stored_rows(
     Ok(rows)
 }
 
-/// After `bench` ran xdp, relay, storm and flood: writes `bench/results/<date>.json` and
+/// After `bench` ran xdp, relay, storm, flood and ha: writes `bench/results/<date>.json` and
 /// `.md` and prints the table.
 pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let xdp = read_fresh(root, XDP_LATEST, since)?;
@@ -175,6 +175,8 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         .filter_map(TableRow::from_json)
         .collect();
     table.extend(coalesced);
+    let ha = read_fresh(root, crate::ha::bench::HA_LATEST, since)?;
+    table.extend(crate::ha::bench::table_rows(&ha));
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -195,6 +197,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         "storm_runs": storm.get("runs"),
         "flood_runs": flood.get("runs"),
         "coalesced": storm.get("coalesced"),
+        "ha": ha,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));
