@@ -719,6 +719,8 @@ enum LinkEv {
         hop_by_hop: u32,
         rc: u32,
         server: Option<String>,
+        /// Answered by the DRA of this link itself (see [`Ev::Answer`]).
+        own: bool,
     },
     Load {
         server: String,
@@ -812,7 +814,7 @@ async fn gateway_task(
                             let _ = ev.send(Ev::Lost { key: g.key, class: g.class });
                         }
                     }
-                    LinkEv::Answer { link, hop_by_hop, rc, server } => {
+                    LinkEv::Answer { link, hop_by_hop, rc, server, own } => {
                         match core.answer(link, hop_by_hop, at) {
                             Some(m) => {
                                 let _ = ev.send(Ev::Answer {
@@ -821,6 +823,7 @@ async fn gateway_task(
                                     rc,
                                     latency: m.latency,
                                     server,
+                                    own,
                                 });
                             }
                             None => {
@@ -1038,7 +1041,7 @@ impl Mode for LinkConn<'_> {
         }
     }
 
-    fn on_application(&mut self, m: Message, _link: &mut Link) {
+    fn on_application(&mut self, m: Message, link: &mut Link) {
         if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
             return;
         }
@@ -1046,11 +1049,14 @@ impl Mode for LinkConn<'_> {
             .result_code()
             .or(m.experimental_result().map(|e| e.1))
             .unwrap_or(0);
+        let dra = link.pc.peer_identity().map(|p| p.origin_host.as_str());
+        let own = dra.is_some_and(|d| m.origin_host().is_some_and(|o| o.eq_ignore_ascii_case(d)));
         let _ = self.ev.send(LinkEv::Answer {
             link: self.link,
             hop_by_hop: m.hop_by_hop,
             rc,
             server: m.origin_host().map(str::to_owned),
+            own,
         });
     }
 }
