@@ -88,10 +88,10 @@
 //! - `dra_doic_olrs_received_total` (counter; `peer`, `report_type`, `result`): OC-OLRs received
 //!   from a server with `doic = true` (`report_type` `host` / `realm` / `peer`; `result`
 //!   `applied`, `ended`, `stale`, `duplicate`, `source_mismatch`, `unusable`)
-//! - `dra_doic_server_reduction_percent` (gauge; `peer`): largest loss reduction in force towards
-//!   a server (0: none)
-//! - `dra_doic_requests_abated_total` (counter; `peer`, `outcome`): requests to a server abated by
-//!   its reports (`outcome` `diverted`, or `rejected`: answered 3004)
+//! - `dra_doic_server_reduction_percent` (gauge; `peer`): largest loss reduction in force
+//!   towards a server (0: none)
+//! - `dra_doic_requests_abated_total` (counter; `peer`, `outcome`): requests to a server abated
+//!   by its reports (`outcome` `diverted`, or `rejected`: answered 3004)
 //!
 //! Families with labels appear once their first series is set. Series are never
 //! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].
