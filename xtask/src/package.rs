@@ -149,6 +149,17 @@ pub fn package(root: &Path, profile: Profile, out_dir: &Path) -> Result<PathBuf>
     }
     copy(&root.join(UNIT.0), &stage.join(UNIT.1), 0o644)?;
     copy(&root.join(CONFIG.0), &stage.join(CONFIG.1), 0o644)?;
+    let cfg = std::fs::read_to_string(root.join(CONFIG.0))?;
+    std::fs::write(
+        stage.join(CONFIG.1),
+        format!(
+            "# /etc/dra/dra.toml: installed by the dra package from {}: the seed lab's\n\
+             # addresses (198.18.0.0/15). Set the listeners, peers, limits and\n\
+             # [fast_path] interface of this host, `dra check-config` it, then\n\
+             # `systemctl enable --now dra` (/usr/share/doc/dra/operations.md).\n#\n{cfg}",
+            CONFIG.0
+        ),
+    )?;
     let doc = stage.join("usr/share/doc/dra");
     for d in DOCS {
         let name = Path::new(d).file_name().expect("a file name");
@@ -228,6 +239,7 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
     if work.exists() {
         std::fs::remove_dir_all(work)?;
     }
+    std::fs::create_dir_all(work)?;
     let scratch = work.join("root");
     output(Command::new("dpkg").arg("-x").arg(deb).arg(&scratch))?;
     for f in [
