@@ -22,7 +22,7 @@ use std::{
 use dra_common::wire::cc_request_type as rt;
 use dra_tests::{
     agent::dra_bin,
-    netns::{Netns, VethPair, unique},
+    netns::{Netns, VethPair},
     sim::{PGW1, Sim, gx_ccrs},
     support::{Pins, TempDir},
 };
