@@ -13,7 +13,7 @@ use dra::diameter::{Message, answer_for, result_code};
 use dra::doic::{Algorithm, ClassLimit, GatewayConfig, Olr, Reporter, SupportedFeatures};
 use dra_common::wire::{MsgClass, cc_request_type};
 use support::diameter_fixtures as fx;
-use support::{assert_clean, diameter_pdus, tshark_decode, tshark_missing};
+use support::{assert_clean, diameter_pdus, require_tshark, tshark_decode};
 
 /// A reporter for one gateway (`fx::PGW_HOST`) whose CCR-I is limited to 100/s,
 /// offering `algorithms`, after a window in which it sent 1000 CCR-I announcing `sf`.
@@ -51,9 +51,7 @@ fn decorated(r: &mut Reporter, now: Duration, sf: &SupportedFeatures, mut a: Mes
 
 #[test]
 fn tshark_decodes_our_doic_avps_cleanly() {
-    if tshark_missing("tshark_decodes_our_doic_avps_cleanly") {
-        return;
-    }
+    require_tshark();
     let gw = SupportedFeatures {
         feature_vector: Some(LOSS | RATE | PEER_REPORT),
         source_id: Some(fx::PGW_HOST.into()),

@@ -3,17 +3,17 @@
 mod support;
 
 use dra_tools::loadgen::client::{self, ClientConfig};
-use dra_tools::loadgen::resp::{Reply, RespClient};
+use dra_tools::loadgen::resp::RespClient;
 use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::server::{self, ServerConfig};
 use support::RedisServer;
 
 async fn keys(r: &RespClient) -> Vec<String> {
     match r.command(&[b"KEYS", b"loadgen:session:*"]).await.unwrap() {
-        Reply::Array(Some(items)) => items
+        redis::Value::Array(items) => items
             .into_iter()
             .map(|i| match i {
-                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
                 other => panic!("{other:?}"),
             })
             .collect(),
@@ -63,7 +63,7 @@ flush = "all"
             assert_eq!(k.len(), 100);
             assert!(k.iter().all(|k| k.starts_with("loadgen:session:pgw")));
             let v = db.command(&[b"GET", k[0].as_bytes()]).await.unwrap();
-            assert_eq!(v, Reply::Bulk(Some(b"pcrf1.lab.example".to_vec())));
+            assert_eq!(v, redis::Value::BulkString(b"pcrf1.lab.example".to_vec()));
         }
     }
     assert!(seen_hold);

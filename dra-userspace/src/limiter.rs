@@ -528,7 +528,8 @@ mod tests {
 
     fn plan(extra: &str) -> Plan {
         let text = format!(
-            "[global]\norigin_host = \"dra.example\"\norigin_realm = \"example\"\ndiameter_ports = [3868]\n\
+            "[global]\norigin_host = \"dra.example\"\norigin_realm = \"example\"\n\
+             diameter_ports = [3868]\n\
              unknown_peer = \"drop\"\n\n\
              [[listener]]\naddress = \"127.0.0.1:3868\"\n\n\
              [[peer]]\nname = \"pgw1\"\norigin_host = \"pgw1.example\"\nrealm = \"example\"\n\
@@ -619,8 +620,9 @@ mod tests {
         assert!(g.contains(&(Counter::UnknownPeerDrop, 1)), "{g:?}");
     }
 
-    const GX_CCR_I: &str = "[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
-        application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\nrate = 10\nburst = 3\n";
+    const GX_CCR_I: &str = "[[message_rate_limit_profile]]\npeer = \"pgw1\"\n\
+        direction = \"ingress\"\napplication = \"gx\"\ncommand = \"ccr\"\n\
+        request_type = \"initial\"\nrate = 10\nburst = 3\n";
 
     #[test]
     fn reject_marks_the_frame_and_counts_on_class_and_overall() {
@@ -732,7 +734,8 @@ mod tests {
     fn class_over_refunds_the_overall_charge() {
         // Overall 10/s burst 2; CCR-I 1/s burst 1.
         let extra = format!(
-            "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\nrate = 10\nburst = 2\n\n{}",
+            "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             rate = 10\nburst = 2\n\n{}",
             GX_CCR_I.replace("rate = 10\nburst = 3", "rate = 1\nburst = 1")
         );
         let p = plan(&extra);
@@ -752,7 +755,8 @@ mod tests {
 
     #[test]
     fn base_protocol_requests_count_on_the_overall_bucket() {
-        let extra = "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\nrate = 1\nburst = 1\n";
+        let extra = "[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+                     rate = 1\nburst = 1\n";
         let p = plan(extra);
         let l = Limiter::new(&p);
         let info = peer(&l, "10.0.0.1");

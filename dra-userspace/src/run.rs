@@ -126,7 +126,12 @@ impl Shared {
             if let Some(maps) = &mut self.maps
                 && let Err(e) = maps.set_rate(&t.slot, rate)
             {
-                warn!(peer = %t.peer, class = %t.class_label, error = %crate::error_chain(&e), "writing the effective rate failed");
+                warn!(
+                    peer = %t.peer,
+                    class = %t.class_label,
+                    error = %crate::error_chain(&e),
+                    "writing the effective rate failed"
+                );
             }
             self.metrics
                 .set_effective_rate(&t.peer, &t.class_label, rate);
@@ -309,7 +314,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
         info!(removed, "fast path detached");
     } else if attached {
-        info!(pin_dir = %opts.pin_dir.display(), "leaving the fast path attached and pinned (dra detach removes it)");
+        info!(
+            pin_dir = %opts.pin_dir.display(),
+            "leaving the fast path attached and pinned (dra detach removes it)"
+        );
     }
     Ok(())
 }
@@ -335,7 +343,12 @@ fn spawn_controller(
     let period = settings.period;
     let mut source =
         drl::source(&p.source, period.min(Duration::from_secs(1))).map_err(RunError::Drl)?;
-    info!(source = %source.describe(), period = ?period, targets = targets.len(), "dynamic throttling on");
+    info!(
+        source = %source.describe(),
+        period = ?period,
+        targets = targets.len(),
+        "dynamic throttling on"
+    );
     let start = Instant::now();
     let mut lp = SampleLoop::new(profile, settings, Duration::ZERO)
         .map_err(|e| RunError::Drl(DrlError::Loop(e)))?;

@@ -5,8 +5,8 @@
 //! Every process started here is owned by a guard that kills it on drop, also when an
 //! assertion panics.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -19,7 +19,7 @@ use dra::control::SourceError;
 use dra::control::sources::{
     CpuSource, FileCpu, HostCpu, ProcessCpu, ProcessSelector, PrometheusCpu, RedisCpu,
 };
-use support::{RedisServer, TempDir, free_port};
+use support::{RedisServer, TempDir, free_port, redis_command, redis_text};
 
 // ---------------------------------------------------------------- helpers
 
@@ -188,44 +188,22 @@ fn procfs_host_cpu_is_a_percentage() {
 
 // ---------------------------------------------------------------- redis
 
-/// Sends a raw command and returns the first reply line.
-fn raw_command(port: u16, args: &[&str]) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s.write_all(req.as_bytes()).unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    line
-}
-
-/// `threads` clients pipelining SETs for `dur`.
+/// `threads` clients keeping the server busy for `dur`: each runs a Lua loop of SETs
+/// inside Redis (`EVAL`), so the work is Redis' own whatever the client's speed.
 fn load_redis(port: u16, threads: usize, dur: Duration) {
-    const BATCH: usize = 200;
+    const SCRIPT: &str = "for i = 1, 20000 do redis.call('SET', KEYS[1], i) end return 1";
     let handles: Vec<_> = (0..threads)
         .map(|i| {
             thread::spawn(move || {
-                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                let mut batch = Vec::new();
-                for j in 0..BATCH {
-                    let key = format!("k{i}-{j}");
-                    batch.extend_from_slice(
-                        format!(
-                            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$5\r\nvalue\r\n",
-                            key.len()
-                        )
-                        .as_bytes(),
-                    );
-                }
-                let mut replies = vec![0u8; BATCH * 5]; // "+OK\r\n" each
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+                let mut conn = client.get_connection().unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(SCRIPT).arg(1).arg(format!("k{i}"));
                 let start = Instant::now();
                 while start.elapsed() < dur {
-                    s.write_all(&batch).unwrap();
-                    s.read_exact(&mut replies).unwrap();
-                    assert!(replies.starts_with(b"+OK\r\n"));
+                    let done: i64 = eval.query(&mut conn).unwrap();
+                    assert_eq!(done, 1);
                 }
             })
         })
@@ -253,11 +231,14 @@ fn redis_cpu_is_measured_and_rises_under_load() {
     );
 
     // Our connection is killed server-side: one error, then a transparent reconnect.
-    let killed = raw_command(
+    let killed = redis_command(
         server.port,
         &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
     );
-    assert!(killed.starts_with(':'), "CLIENT KILL answered {killed:?}");
+    assert!(
+        matches!(killed, Ok(redis::Value::Int(n)) if n >= 1),
+        "CLIENT KILL answered {killed:?}"
+    );
     assert!(src.sample().is_err(), "the killed connection is reported");
     let v = src
         .sample()
@@ -267,13 +248,12 @@ fn redis_cpu_is_measured_and_rises_under_load() {
 
     // AUTH: without a password the server refuses, with it the source works.
     assert_eq!(
-        raw_command(server.port, &["CONFIG", "SET", "requirepass", "s3cret"]),
-        "+OK\r\n"
+        redis_text(server.port, &["CONFIG", "SET", "requirepass", "s3cret"]).as_deref(),
+        Some("OK")
     );
     let mut noauth = RedisCpu::new(server.addr.to_string());
-    assert!(
-        matches!(noauth.sample(), Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH"))
-    );
+    assert!(matches!(noauth.sample(),
+            Err(SourceError::Remote { detail, .. }) if detail.starts_with("NOAUTH")));
     let mut wrong = RedisCpu::new(server.addr.to_string()).with_auth(None, "nope".into());
     assert!(matches!(wrong.sample(), Err(SourceError::Remote { .. })));
     let mut auth = RedisCpu::new(server.addr.to_string()).with_auth(None, "s3cret".into());
@@ -347,22 +327,35 @@ fn prometheus_instant_query_values_and_errors() {
     let responses = vec![
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.123,"62.5"]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"scalar","#,
+                r#""result":[1700000000.123,"62.5"]}}"#
+            ),
         ),
-        http_chunked(
-            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"db1"},"value":[1700000001,"49"]}]}}"#,
-        ),
+        http_chunked(concat!(
+            r#"{"status":"success","data":{"resultType":"vector","#,
+            r#""result":[{"metric":{"instance":"db1"},"value":[1700000001,"49"]}]}}"#
+        )),
         http(
             "400 Bad Request",
-            r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected right brace"}"#,
+            concat!(
+                r#"{"status":"error","errorType":"bad_data","#,
+                r#""error":"1:5: parse error: unexpected right brace"}"#
+            ),
         ),
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"matrix","#,
+                r#""result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#
+            ),
         ),
         http(
             "200 OK",
-            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"i":"a"},"value":[1,"1"]},{"metric":{"i":"b"},"value":[1,"2"]}]}}"#,
+            concat!(
+                r#"{"status":"success","data":{"resultType":"vector","result":["#,
+                r#"{"metric":{"i":"a"},"value":[1,"1"]},{"metric":{"i":"b"},"value":[1,"2"]}]}}"#
+            ),
         ),
         http(
             "200 OK",
@@ -394,7 +387,8 @@ fn prometheus_instant_query_values_and_errors() {
 
     let err = src.sample().unwrap_err();
     assert!(
-        matches!(&err, SourceError::Remote { detail, .. } if detail.contains("400") && detail.contains("bad_data")),
+        matches!(&err, SourceError::Remote { detail, .. }
+            if detail.contains("400") && detail.contains("bad_data")),
         "{err}"
     );
     let err = src.sample().unwrap_err();
@@ -431,7 +425,10 @@ fn prometheus_silent_server_times_out() {
     let err = src.sample().unwrap_err();
     assert!(
         matches!(&err, SourceError::Io { source, .. }
-            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
         "{err:?}"
     );
     drop(listener);

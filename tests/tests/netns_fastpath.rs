@@ -168,7 +168,8 @@ fn reject_mode_marks_exactly_the_excess() {
     let expected = rate as f64 * secs + burst as f64;
     let err = (i_unmarked as f64 - expected) / expected;
     println!(
-        "reject: offered {i_all} CCR-I in {secs:.3} s; unmarked {i_unmarked}, expected {expected:.0} (error {:+.2} %)",
+        "reject: offered {i_all} CCR-I in {secs:.3} s; unmarked {i_unmarked}, \
+         expected {expected:.0} (error {:+.2} %)",
         err * 100.0
     );
     assert_eq!(
@@ -303,7 +304,8 @@ fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
     let limit = rate as f64 * secs + burst as f64;
     let last_arrival = arr.iter().map(|a| a.at).max().unwrap();
     println!(
-        "drop: offered {n} in {secs:.2} s; admitted in the window {in_window} (limit {limit:.0}, utilization {:.1} %); all {got} delivered after {:.1} s",
+        "drop: offered {n} in {secs:.2} s; admitted in the window {in_window} \
+         (limit {limit:.0}, utilization {:.1} %); all {got} delivered after {:.1} s",
         100.0 * in_window as f64 / limit,
         (last_arrival - sent.first).as_secs_f64()
     );

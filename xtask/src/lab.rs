@@ -38,6 +38,9 @@ pub const NS_GW: &str = "dralab-gw";
 pub const NS_DRA: &str = "dralab-dra";
 /// The client-facing interface in [`NS_DRA`], where XDP is attached.
 pub const DRA_CLIENT_IF: &str = "dralab-cli";
+/// The simulated servers' CCR service time in the lab (demo, `lab up`, storm's P4 second
+/// row): exponential, mean 2 ms.
+pub const SERVER_LATENCY: &str = "exp:2ms";
 /// Redis as seen from the server namespaces (it also listens on 127.0.0.1 in NS_DRA).
 pub const REDIS_FOR_SERVERS: &str = "198.18.2.1:6379";
 
@@ -363,7 +366,13 @@ pub fn up(bins: &Bins) -> Result<()> {
     redis.args(["--dir", STATE_DIR]);
     spawn_logged("redis", &mut redis)?;
     wait_redis()?;
-    // The simulated PCRFs and OCS, each writing a Redis key per session.
+    start_servers(bins, SERVER_LATENCY)
+}
+
+/// Starts the simulated PCRFs and OCS (CCR service time `latency`, a `dra-loadgen
+/// server` latency such as `exp:2ms` or `fixed:100us`), each writing a Redis key per
+/// session.
+fn start_servers(bins: &Bins, latency: &str) -> Result<()> {
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let mut c = command_in(&ns, &bins.loadgen)?;
@@ -378,7 +387,7 @@ pub fn up(bins: &Bins) -> Result<()> {
         ]);
         c.args([
             "--latency",
-            "exp:2ms",
+            latency,
             "--redis",
             REDIS_FOR_SERVERS,
             "--tw",
@@ -390,6 +399,20 @@ pub fn up(bins: &Bins) -> Result<()> {
         spawn_logged(s.name, &mut c)?;
     }
     Ok(())
+}
+
+/// Stops the simulated servers of a lab that is up and starts them again with CCR
+/// service time `latency` (no agent may be connected to them: run it between runs).
+pub fn restart_servers(bins: &Bins, latency: &str) -> Result<()> {
+    for s in &SERVERS {
+        if let Ok(pid) = std::fs::read_to_string(pid_file(s.name))
+            && let Ok(pid) = pid.trim().parse::<i32>()
+            && exe_of(pid).is_some()
+        {
+            stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
+        }
+    }
+    start_servers(bins, latency)
 }
 
 fn wait_redis() -> Result<()> {

@@ -2,6 +2,8 @@
 
 mod coalesced;
 mod demo;
+mod flood;
+mod ha;
 mod lab;
 mod metrics;
 mod package;
@@ -34,18 +36,30 @@ usage: cargo xtask <command> [args]
                    (docs/operations.md); --check: the package test's checks on it
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
+  lab up|down|status --ha  the HA pair in namespaces draha-*: two DRA hosts (dra run,
+                   XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
+                   pcrf1/pcrf2/ocs1 (root; README, HA pair)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
-  bench [N]        every benchmark below (root, ~6 min); N goes to the XDP one. Writes
-                   bench/results/<YYYY-MM-DD>.json and .md (P1-P5 table) and prints it
+  bench [N]        every benchmark below but coalesced alone (root, ~25 min); N goes to the
+                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
                    flight (`bench relay --help`); writes bench/results/relay-latest.json
-  bench storm      P3-P5 on the lab with dra run + dra-loadgen (~7 min; refuses to run
+  bench storm      P3, P4 on the lab with dra run + dra-loadgen (~7 min; refuses to run
                    while a lab is up): CCR-I admitted-rate error under a 10x storm (paced,
                    and coalesced: 4/16/100 in flight, XDP and userspace, reject and drop),
-                   CCR-U p99 storm/no storm, agent CPU XDP drop vs userspace limiting;
+                   CCR-U p99 storm/no storm with servers at fixed 100us and at exp 2ms;
                    writes bench/results/storm-latest.json (docs/bench.md)
   bench coalesced  only P3's coalesced case (~4.5 min); merged into storm-latest.json
+  bench flood [--pps N] [--paced-pps N] [--threads N] [--reps N]
+                   P5, the flood shield (~8.5 min, own namespaces fl-*): SYN/junk flood
+                   from non-peers and a peer's reconnect storm, XDP vs the agent alone,
+                   at full rate (--pps 0) and paced (--paced-pps 30000): host CPU per
+                   flood packet, CCR-U p99; writes bench/results/flood-latest.json
+  bench ha         the HA pair on its own lab (~3 min): >= 20,000 Gx sessions, DRA A
+                   SIGKILLed and restarted, a Redis master killed; misrouted, unanswered,
+                   resent with T, failover ms, relay req/s memory vs redis_cluster store;
+                   writes bench/results/ha-latest.json (docs/bench.md)
   sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
 
@@ -275,7 +289,12 @@ fn real_main() -> Result<()> {
                 toolchain::ensure()?;
                 build(true)?;
             }
-            lab::cmd(rest, &lab::Bins::release(&workspace_root()))
+            let bins = lab::Bins::release(&workspace_root());
+            if rest.iter().any(|a| a == "--ha") {
+                let rest: Vec<String> = rest.iter().filter(|a| *a != "--ha").cloned().collect();
+                return ha::cmd(&rest, &bins);
+            }
+            lab::cmd(rest, &bins)
         }
         "fuzz" => {
             toolchain::ensure_fuzz()?;
@@ -308,7 +327,10 @@ fn real_main() -> Result<()> {
                 );
             }
             let (which, rest) = match rest.split_first() {
-                Some((w, r)) if ["xdp", "relay", "storm", "coalesced"].contains(&w.as_str()) => {
+                Some((w, r))
+                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha"]
+                        .contains(&w.as_str()) =>
+                {
                     (w.as_str(), r)
                 }
                 _ => ("all", rest),
@@ -320,6 +342,20 @@ fn real_main() -> Result<()> {
             if which == "storm" || which == "all" {
                 // Before anything long runs: no lab may be up, the configs must agree.
                 storm::preflight(&root)?;
+            }
+            let flood_opts = if which == "flood" {
+                flood::parse_opts(rest)?
+            } else {
+                flood::Opts::default()
+            };
+            if which == "flood" || which == "all" {
+                flood::preflight(&root)?;
+            }
+            if which == "ha" || which == "all" {
+                if which == "ha" && !rest.is_empty() {
+                    bail!("bench ha takes no arguments");
+                }
+                ha::preflight()?;
             }
             let since = std::time::SystemTime::now();
             if which == "all" || which == "xdp" {
@@ -358,8 +394,13 @@ fn real_main() -> Result<()> {
             }
             if which == "all" || which == "storm" {
                 build(true)?;
-                eprintln!("xtask: bench storm (P3, P4, P5)");
+                eprintln!("xtask: bench storm (P3, P4)");
                 storm::run(&root)?;
+            }
+            if which == "all" || which == "flood" {
+                build(true)?;
+                eprintln!("xtask: bench flood (P5)");
+                flood::run(&root, &flood_opts)?;
             }
             if which == "coalesced" {
                 if !lab::namespaces().is_empty() {
@@ -367,6 +408,13 @@ fn real_main() -> Result<()> {
                 }
                 build(true)?;
                 coalesced::run(&root)?;
+            }
+            if which == "all" || which == "ha" {
+                if which == "ha" {
+                    build(true)?;
+                }
+                eprintln!("xtask: bench ha (HA pair)");
+                ha::bench::run(&root)?;
             }
             if which == "all" {
                 report::aggregate(&root, since)?;

@@ -125,7 +125,12 @@ fn http_get_metrics() -> Result<String> {
 
 /// Fetches the agent's metrics from inside the dra namespace.
 pub(crate) fn scrape() -> Result<Snap> {
-    let text = lab::in_netns(NS_DRA, http_get_metrics)??;
+    scrape_in(NS_DRA)
+}
+
+/// Fetches the metrics of an agent listening on [`METRICS_ADDR`] in namespace `ns`.
+pub(crate) fn scrape_in(ns: &str) -> Result<Snap> {
+    let text = lab::in_netns(ns, http_get_metrics)??;
     Ok(Snap {
         series: parse_metrics(&text),
     })

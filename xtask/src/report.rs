@@ -2,8 +2,9 @@
 //! `bench/results/<YYYY-MM-DD>.json` and a markdown table in `bench/results/<YYYY-MM-DD>.md`.
 //!
 //! P1 and P2 are read back from the files their binaries have just written
-//! (`xdp-latest.json`, `relay-latest.json`), P3–P5 from `storm-latest.json`; a file older
-//! than the start of this `bench` is refused (the table never mixes runs).
+//! (`xdp-latest.json`, `relay-latest.json`), P3–P4 from `storm-latest.json`, P5 (the flood
+//! shield) from `flood-latest.json`; a file older than the start of this `bench` is
+//! refused (the table never mixes runs).
 
 use std::{fmt::Write as _, path::Path, time::SystemTime};
 
@@ -11,7 +12,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::results::{
-    RELAY_LATEST, STORM_LATEST, TableRow, XDP_LATEST, first_line, machine, render_markdown,
+    FLOOD_LATEST, RELAY_LATEST, STORM_LATEST, TableRow, XDP_LATEST, first_line, machine,
+    render_markdown,
 };
 
 /// P2 goal: dra agent req/s ÷ freeDiameter req/s at least this.
@@ -122,29 +124,48 @@ fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))
 }
 
-/// After `bench` ran xdp, relay and storm: writes `bench/results/<date>.json` and
+/// The table rows stored in a bench file, `n` of them (`what` names them).
+fn stored_rows(
+    v: &Value,
+    key: &str,
+    n: std::ops::RangeInclusive<usize>,
+    what: &str,
+) -> Result<Vec<TableRow>> {
+    let rows: Vec<TableRow> = v
+        .get(key)
+        .and_then(Value::as_array)
+        .with_context(|| format!("{what}: no {key}"))?
+        .iter()
+        .filter_map(TableRow::from_json)
+        .collect();
+    if !n.contains(&rows.len()) {
+        bail!("{what}: expected {n:?} table rows, found {}", rows.len());
+    }
+    Ok(rows)
+}
+
+/// After `bench` ran xdp, relay, storm, flood and ha: writes `bench/results/<date>.json` and
 /// `.md` and prints the table.
 pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let xdp = read_fresh(root, XDP_LATEST, since)?;
     let relay = read_fresh(root, RELAY_LATEST, since)?;
     let storm = read_fresh(root, STORM_LATEST, since)?;
+    let flood = read_fresh(root, FLOOD_LATEST, since)?;
     let mut table = p1_rows(&xdp)?;
     let (p2row, p2met, p2q) = p2_row(&relay)?;
     table.push(p2row);
-    let storm_rows: Vec<TableRow> = storm
-        .get("table")
-        .and_then(Value::as_array)
-        .context("storm results: no table")?
-        .iter()
-        .filter_map(TableRow::from_json)
-        .collect();
-    if storm_rows.len() != 3 {
-        bail!(
-            "storm results: expected 3 table rows (P3, P4, P5), found {}",
-            storm_rows.len()
-        );
-    }
-    table.extend(storm_rows);
+    table.extend(stored_rows(
+        &storm,
+        "table",
+        3..=3,
+        "storm results (P3, P4 fixed latency, P4 exp latency)",
+    )?);
+    table.extend(stored_rows(
+        &flood,
+        "table",
+        2..=3,
+        "flood results (P5 CPU, P5 p99 full rate, P5 p99 paced)",
+    )?);
     // P3's coalesced case (one row per mode).
     let coalesced: Vec<TableRow> = storm
         .get("coalesced_table")
@@ -154,6 +175,8 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         .filter_map(TableRow::from_json)
         .collect();
     table.extend(coalesced);
+    let ha = read_fresh(root, crate::ha::bench::HA_LATEST, since)?;
+    table.extend(crate::ha::bench::table_rows(&ha));
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -168,9 +191,13 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         },
         "p3": storm.get("p3"),
         "p4": storm.get("p4"),
-        "p5": storm.get("p5"),
+        "p4_exp_latency": storm.get("p4_exp"),
+        "p5": flood.get("p5"),
+        "p5_generator": flood.get("generator"),
         "storm_runs": storm.get("runs"),
+        "flood_runs": flood.get("runs"),
         "coalesced": storm.get("coalesced"),
+        "ha": ha,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));
@@ -179,7 +206,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let md = render_report(
         &machine,
         &table,
-        storm.pointer("/p5/note").and_then(Value::as_str),
+        flood.pointer("/p5/note").and_then(Value::as_str),
     );
     let md_path = root.join(format!("bench/results/{date}.md"));
     std::fs::write(&md_path, &md).with_context(|| format!("write {}", md_path.display()))?;
@@ -259,6 +286,17 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap())
                 .unwrap();
         assert!(p2_row(&relay).unwrap().2.is_some());
+        let read = |rel: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(root.join(rel)).unwrap()).unwrap()
+        };
+        let storm = stored_rows(&read(STORM_LATEST), "table", 3..=3, "storm").unwrap();
+        assert!(storm[1].metric.starts_with("P4") && storm[2].metric.starts_with("P4"));
+        let flood = stored_rows(&read(FLOOD_LATEST), "table", 2..=3, "flood").unwrap();
+        assert!(
+            flood
+                .iter()
+                .all(|r| r.metric.starts_with("P5") && r.met.is_some())
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the benchmarks share about their results: the `*-latest.json` files each part
 //! writes, the results table (rows, markdown) and the machine context stored with them.
-//! Used by `report` (the aggregate of one `cargo xtask bench`), `storm` and `coalesced`;
-//! `timestamp` also names the demo's run directory.
+//! Used by `report` (the aggregate of one `cargo xtask bench`), `storm`, `coalesced` and
+//! `flood`; `timestamp` also names the demo's run directory.
 
 use std::{fmt::Write as _, path::Path};
 
@@ -13,9 +13,12 @@ use crate::lab;
 pub const XDP_LATEST: &str = "bench/results/xdp-latest.json";
 /// P2 output of `dra-userspace/src/bin/dra-bench.rs`.
 pub const RELAY_LATEST: &str = "bench/results/relay-latest.json";
-/// P3–P5 (and P3 coalesced) output of `cargo xtask bench storm`; `bench coalesced` merges
+/// P3–P4 (and P3 coalesced) output of `cargo xtask bench storm`; `bench coalesced` merges
 /// its part into it.
 pub const STORM_LATEST: &str = "bench/results/storm-latest.json";
+
+/// P5 (flood shield) output of `cargo xtask bench flood`.
+pub const FLOOD_LATEST: &str = "bench/results/flood-latest.json";
 
 /// One line of the results table.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,7 +122,8 @@ pub fn machine(root: &Path) -> Value {
             .take(3)
             .collect::<Vec<_>>()
             .join(" "),
-        // The gateways' TCP reacts to `drop` (P5) with this congestion control.
+        // The gateways' TCP reacts to `drop` (P3 coalesced) and to a flood's losses (P5)
+        // with this congestion control.
         "tcp_congestion_control":
             std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
                 .unwrap_or_default()

@@ -32,6 +32,10 @@ const APT_PACKAGES: &[(&str, &str)] = &[
         "the session-binding DB and the DB-CPU sample source in tests and the demo",
     ),
     (
+        "redis-tools",
+        "redis-cli: `--cluster create` builds the HA lab's 6-node Redis Cluster",
+    ),
+    (
         "tshark",
         "an independent check that what the agent sends is well-formed Diameter",
     ),

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::closed::{self, ClosedConfig};
+use dra_tools::loadgen::failover::DraMode;
 use dra_tools::loadgen::scenario::Scenario;
 use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
 
@@ -41,6 +42,15 @@ struct ClientArgs {
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
+    /// A second DRA: every gateway also connects to it and fails over between the two
+    /// (transport loss or watchdog SUSPECT): pending requests are sent again to the
+    /// other with the T flag; traffic returns when the first is in service again.
+    #[arg(long)]
+    secondary: Option<SocketAddr>,
+    /// With --secondary: `primary` (the second DRA only while the first is out of
+    /// service) or `split` (both active, new requests alternate).
+    #[arg(long, default_value = "primary", requires = "secondary")]
+    dra_mode: DraMode,
     /// Source address of the connections (several gateways on one host each need
     /// their own: a DRA tells peers apart by source address).
     #[arg(long)]
@@ -203,6 +213,8 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     let scenario = Scenario::load(&a.scenario).context("loading the scenario")?;
     let mut cfg = ClientConfig::new(a.connect, a.peers);
     cfg.bind = a.bind;
+    cfg.secondary = a.secondary;
+    cfg.dra_mode = a.dra_mode;
     cfg.origin_host_pattern = a.origin_host;
     cfg.origin_realm = a.origin_realm;
     cfg.tw = Duration::from_secs(a.tw);

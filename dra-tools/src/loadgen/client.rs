@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conn::{Close, Flow, Link, Mode, drive};
+use super::failover::{DraMode, Failover, FailoverCounts};
 use super::scenario::{App, Class, Event, Kind, Scenario, Schedule};
 use super::session::{Send, SessionKey, SessionPool, build_ccr};
 use super::stats::{Report, Row, Stats};
@@ -54,6 +55,11 @@ pub struct ClientConfig {
     /// scheduled, answers in flight are awaited as after the last phase, and the report
     /// covers what ran.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// A second DRA: every gateway then also connects to it and fails over between the
+    /// two (RFC 6733 §5.5.4, see [`super::failover`]).
+    pub secondary: Option<SocketAddr>,
+    /// How a gateway with a [`ClientConfig::secondary`] uses its two DRAs.
+    pub dra_mode: DraMode,
 }
 
 impl ClientConfig {
@@ -73,6 +79,8 @@ impl ClientConfig {
             progress: false,
             drain: None,
             stop: None,
+            secondary: None,
+            dra_mode: DraMode::Primary,
         }
     }
 
@@ -141,6 +149,8 @@ enum Ev {
         value: u16,
     },
     Late,
+    /// A failover gateway's counters, sent once when it ends.
+    Failover(Box<FailoverCounts>),
 }
 
 #[derive(Clone)]
@@ -149,6 +159,9 @@ struct PeerCtx {
     origin_host: String,
     origin_realm: String,
     connect: SocketAddr,
+    /// The second DRA, if any (failover).
+    secondary: Option<SocketAddr>,
+    dra_mode: DraMode,
     bind: Option<std::net::IpAddr>,
     tw: Duration,
     /// Destination-Realm of Gx and Gy requests.
@@ -199,6 +212,8 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             origin_host: host.clone(),
             origin_realm: cfg.origin_realm.clone(),
             connect: cfg.connect,
+            secondary: cfg.secondary,
+            dra_mode: cfg.dra_mode,
             bind: cfg.bind,
             tw: cfg.tw,
             destination_realm: [App::Gx, App::Gy]
@@ -211,7 +226,11 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             start_secs,
             seed: cfg.seed.wrapping_mul(31).wrapping_add(i as u64),
         };
-        let h = tokio::spawn(peer_task(ctx, rx, ev_tx.clone()));
+        let h = if ctx.secondary.is_some() {
+            tokio::spawn(gateway_task(ctx, rx, ev_tx.clone()))
+        } else {
+            tokio::spawn(peer_task(ctx, rx, ev_tx.clone()))
+        };
         peers.push((tx, h));
     }
     drop(ev_tx);
@@ -428,6 +447,7 @@ fn apply(ev: Ev, stats: &mut Stats, pool: &mut SessionPool, up: &mut [bool]) {
             stats.peers_mut().load_reports.insert(server, value);
         }
         Ev::Late => stats.peers_mut().late_answers += 1,
+        Ev::Failover(c) => stats.peers_mut().failover.merge(&c),
     }
 }
 
@@ -667,5 +687,376 @@ fn answer_in(
         None => {
             let _ = ev.send(Ev::Late);
         }
+    }
+}
+
+// ---------------------------------------------------------------- failover gateways
+
+/// What a gateway task tells one of its DRA connections.
+enum LinkCmd {
+    /// Write these bytes if the connection of generation `.0` is still the open one.
+    Write(u64, Vec<u8>),
+    /// Close at once, without DPR, and reconnect (a reconnect storm).
+    Drop,
+    /// DPR, then end.
+    Stop,
+}
+
+/// What a DRA connection tells its gateway task.
+enum LinkEv {
+    /// In service (open, watchdog OKAY); writes must carry this generation.
+    InService {
+        link: usize,
+        generation: u64,
+    },
+    /// Out of service (transport lost, watchdog SUSPECT or DOWN, closed).
+    OutOfService {
+        link: usize,
+    },
+    /// A CCA.
+    Answer {
+        link: usize,
+        hop_by_hop: u32,
+        rc: u32,
+        server: Option<String>,
+        /// Answered by the DRA of this link itself (see [`Ev::Answer`]).
+        own: bool,
+    },
+    Load {
+        server: String,
+        value: u16,
+    },
+}
+
+/// One gateway connected to two DRAs: a task per DRA connection, the [`Failover`] core
+/// here between them and the scheduler.
+async fn gateway_task(
+    ctx: PeerCtx,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    ev: mpsc::UnboundedSender<Ev>,
+) {
+    let addrs = [Some(ctx.connect), ctx.secondary];
+    let (lev_tx, mut lev_rx) = mpsc::unbounded_channel();
+    let mut links = Vec::new();
+    for (k, addr) in addrs.iter().enumerate() {
+        let Some(addr) = *addr else { continue };
+        let (tx, lrx) = mpsc::unbounded_channel();
+        let h = tokio::spawn(link_task(ctx.clone(), k, addr, lrx, lev_tx.clone()));
+        links.push((tx, h));
+    }
+    drop(lev_tx);
+    let mut rng = dra::routing::SplitMix64::new(ctx.seed ^ 0x9e37_79b9_7f4a_7c15);
+    // RFC 6733 §3: End-to-End high 12 bits from the time, low 20 random.
+    let e2e = ((ctx.start_secs as u32) << 20) | (rng.below(1 << 20) as u32);
+    let mut core = Failover::new(
+        ctx.dra_mode,
+        links.len(),
+        ctx.timeout,
+        rng.below(1 << 32) as u32,
+        e2e,
+    );
+    let mut generation = [0u64; 2];
+    let mut was_up = false;
+    let write = |links: &[(mpsc::UnboundedSender<LinkCmd>, JoinHandle<()>)],
+                 generation: &[u64; 2],
+                 w: super::failover::Write| {
+        let _ = links[w.link]
+            .0
+            .send(LinkCmd::Write(generation[w.link], w.bytes));
+    };
+    loop {
+        let deadline = core.next_deadline();
+        tokio::select! {
+            c = rx.recv() => match c {
+                Some(Cmd::Send(s)) => {
+                    let at = Instant::now().into_std();
+                    let w = core.send(at, s.key, s.class, |hbh, e2e| {
+                        build_ccr(
+                            &s,
+                            &ctx.origin_host,
+                            &ctx.origin_realm,
+                            &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
+                            ctx.destination_host.as_deref(),
+                            &ctx.service_context_id,
+                            hbh,
+                            e2e,
+                        )
+                        .encode()
+                    });
+                    match w {
+                        Some(w) => write(&links, &generation, w),
+                        None => {
+                            let _ = ev.send(Ev::Lost { key: s.key, class: s.class });
+                        }
+                    }
+                }
+                Some(Cmd::Drop) => {
+                    for (tx, _) in &links {
+                        let _ = tx.send(LinkCmd::Drop);
+                    }
+                }
+                None | Some(Cmd::Stop) => break,
+            },
+            e = lev_rx.recv() => {
+                let Some(e) = e else { break };
+                let at = Instant::now().into_std();
+                match e {
+                    LinkEv::InService { link, generation: g } => {
+                        generation[link] = g;
+                        core.link_up(link);
+                    }
+                    LinkEv::OutOfService { link } => {
+                        let (writes, gone) = core.link_down(link, at);
+                        for w in writes {
+                            write(&links, &generation, w);
+                        }
+                        for g in gone {
+                            let _ = ev.send(Ev::Lost { key: g.key, class: g.class });
+                        }
+                    }
+                    LinkEv::Answer { link, hop_by_hop, rc, server, own } => {
+                        match core.answer(link, hop_by_hop, at) {
+                            Some(m) => {
+                                let _ = ev.send(Ev::Answer {
+                                    key: m.key,
+                                    class: m.class,
+                                    rc,
+                                    latency: m.latency,
+                                    server,
+                                    own,
+                                });
+                            }
+                            None => {
+                                let _ = ev.send(Ev::Late);
+                            }
+                        }
+                    }
+                    LinkEv::Load { server, value } => {
+                        let _ = ev.send(Ev::Load { server, value });
+                    }
+                }
+            }
+            () = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                for g in core.expire(Instant::now().into_std()) {
+                    let _ = ev.send(Ev::Timeout { key: g.key, class: g.class });
+                }
+            }
+        }
+        if core.up() != was_up {
+            was_up = core.up();
+            let _ = ev.send(if was_up {
+                Ev::Up(ctx.idx)
+            } else {
+                Ev::Down(ctx.idx)
+            });
+        }
+    }
+    for (tx, _) in &links {
+        let _ = tx.send(LinkCmd::Stop);
+    }
+    for (_, h) in links {
+        let _ = h.await;
+    }
+    for g in core.drain() {
+        let _ = ev.send(Ev::Lost {
+            key: g.key,
+            class: g.class,
+        });
+    }
+    if was_up {
+        let _ = ev.send(Ev::Down(ctx.idx));
+    }
+    let _ = ev.send(Ev::Failover(Box::new(core.counts().clone())));
+}
+
+/// One DRA connection of a failover gateway: connects, reconnects after a loss (RFC
+/// 3539 REOPEN: in service again after three DWAs), writes what the gateway hands it.
+async fn link_task(
+    ctx: PeerCtx,
+    link: usize,
+    addr: SocketAddr,
+    mut rx: mpsc::UnboundedReceiver<LinkCmd>,
+    ev: mpsc::UnboundedSender<LinkEv>,
+) {
+    let mut n = 0u64;
+    loop {
+        let stream = tokio::select! {
+            s = super::connect_from(ctx.bind, addr) => s.ok(),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+        };
+        let stop = match stream {
+            Some(s) => link_connection(&ctx, link, addr, s, n, &mut rx, &ev).await,
+            None => false,
+        };
+        let _ = ev.send(LinkEv::OutOfService { link });
+        n += 1;
+        if stop {
+            return;
+        }
+        // Hold-off; writes meanwhile belong to a gone connection (the gateway resends
+        // them once it hears this one is out of service).
+        let until = Instant::now() + ctx.reconnect_delay;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                c = rx.recv() => match c {
+                    None | Some(LinkCmd::Stop) => return,
+                    Some(LinkCmd::Write(..) | LinkCmd::Drop) => {}
+                },
+            }
+        }
+    }
+}
+
+/// One connection to a DRA; `true` when the gateway is stopping.
+async fn link_connection(
+    ctx: &PeerCtx,
+    link: usize,
+    addr: SocketAddr,
+    stream: TcpStream,
+    n: u64,
+    rx: &mut mpsc::UnboundedReceiver<LinkCmd>,
+    ev: &mpsc::UnboundedSender<LinkEv>,
+) -> bool {
+    let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(addr.ip());
+    let cfg = Arc::new(loadgen_peer_config(
+        &ctx.origin_host,
+        &ctx.origin_realm,
+        local_ip,
+        ctx.tw,
+    ));
+    let seed = ctx
+        .seed
+        .wrapping_add(n << 32)
+        .wrapping_add((link as u64) << 48);
+    let opts = ConnectionOptions::new(seed, ctx.start_secs).reopen(n > 0);
+    let Ok(pc) = PeerConnection::initiator(cfg, Arc::new(AllowList::default()), addr.ip(), opts)
+    else {
+        return true;
+    };
+    let (mut l, _) = Link::with_writer(stream, pc, ctx.start.into_std());
+    let mut conn = LinkConn {
+        link,
+        // Generations are unique per link task: (connection number + 1).
+        generation: n + 1,
+        rx,
+        ev,
+        in_service: false,
+        stopping: false,
+    };
+    drive(&mut l, &mut conn).await;
+    if conn.stopping {
+        l.close(Close::Flush(Some(STOP_FLUSH))).await;
+    } else {
+        l.close(Close::Abort).await;
+    }
+    conn.stopping
+}
+
+/// A DRA connection's [`Mode`]: the gateway's bytes out, CCAs and state changes back.
+struct LinkConn<'a> {
+    link: usize,
+    generation: u64,
+    rx: &'a mut mpsc::UnboundedReceiver<LinkCmd>,
+    ev: &'a mpsc::UnboundedSender<LinkEv>,
+    in_service: bool,
+    stopping: bool,
+}
+
+impl LinkConn<'_> {
+    fn set_service(&mut self, on: bool) {
+        if on == self.in_service {
+            return;
+        }
+        self.in_service = on;
+        let _ = self.ev.send(if on {
+            LinkEv::InService {
+                link: self.link,
+                generation: self.generation,
+            }
+        } else {
+            LinkEv::OutOfService { link: self.link }
+        });
+    }
+}
+
+impl Mode for LinkConn<'_> {
+    type Input = Option<LinkCmd>;
+
+    async fn input(&mut self) -> Option<LinkCmd> {
+        self.rx.recv().await
+    }
+
+    async fn on_input(&mut self, cmd: Option<LinkCmd>, link: &mut Link) -> Flow {
+        let now = link.now();
+        match cmd {
+            None | Some(LinkCmd::Stop) => {
+                self.stopping = true;
+                self.set_service(false);
+                if link.pc.is_open() {
+                    link.pc.start_disconnect(now, DisconnectCause::Rebooting);
+                } else {
+                    link.pc.abort(now);
+                }
+            }
+            Some(LinkCmd::Drop) => link.pc.abort(now),
+            Some(LinkCmd::Write(g, bytes)) => {
+                // Bytes meant for an earlier connection are dropped: the gateway resends
+                // them when it learns that one is gone.
+                if g == self.generation && link.pc.is_open() {
+                    link.out.extend_from_slice(&bytes);
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    fn on_event(&mut self, event: PeerEvent, link: &mut Link) {
+        match event {
+            PeerEvent::Opened { .. } => {
+                let up = link.pc.in_service();
+                self.set_service(up);
+            }
+            PeerEvent::WatchdogOkay => self.set_service(true),
+            PeerEvent::WatchdogSuspect | PeerEvent::WatchdogDown | PeerEvent::Closed { .. } => {
+                self.set_service(false);
+            }
+            PeerEvent::LoadReport(info) => {
+                let server = link
+                    .pc
+                    .peer_identity()
+                    .map(|p| p.origin_host.clone())
+                    .unwrap_or_default();
+                let _ = self.ev.send(LinkEv::Load {
+                    server,
+                    value: info.value,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_application(&mut self, m: Message, link: &mut Link) {
+        if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
+            return;
+        }
+        let rc = m
+            .result_code()
+            .or(m.experimental_result().map(|e| e.1))
+            .unwrap_or(0);
+        let dra = link.pc.peer_identity().map(|p| p.origin_host.as_str());
+        let own = dra.is_some_and(|d| m.origin_host().is_some_and(|o| o.eq_ignore_ascii_case(d)));
+        let _ = self.ev.send(LinkEv::Answer {
+            link: self.link,
+            hop_by_hop: m.hop_by_hop,
+            rc,
+            server: m.origin_host().map(str::to_owned),
+            own,
+        });
     }
 }

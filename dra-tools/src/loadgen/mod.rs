@@ -7,6 +7,9 @@
 //! - [`closed`]: the same gateways at a fixed concurrency (closed loop, W requests in
 //!   flight per peer, CCR-I/CCR-T per slot), measuring requests/s and latency; the
 //!   relay benchmark's clients.
+//! - [`failover`]: a gateway connected to two DRAs (RFC 6733 §5.5.4, RFC 3539): which
+//!   DRA gets a request, resending pending requests with the T flag on a failover; and
+//!   the servers' duplicate detection.
 //! - [`script`]: scripted peers and servers, one message at a time, for tests and tools.
 //! - [`server`]: a PCRF/OCS answering CCR after a latency distribution within a
 //!   capacity, reporting its RFC 8583 load in DWAs, optionally writing a Redis key per
@@ -22,6 +25,7 @@
 pub mod client;
 pub mod closed;
 mod conn;
+pub mod failover;
 pub mod resp;
 pub mod scenario;
 pub mod script;

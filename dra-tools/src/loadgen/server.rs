@@ -35,6 +35,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conn::{Close, Flow, Link, Mode, drive};
+use super::failover::{DuplicateCache, Seen};
 use super::resp::{RespClient, RespError};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::peer::{
@@ -175,7 +176,9 @@ pub struct ServerConfig {
     /// the state key is deleted with the session on CCR-T. 0 = only SET/DEL.
     pub redis_extra_ops: u32,
     /// Answer 5002 DIAMETER_UNKNOWN_SESSION_ID to CCR-U/T of sessions this server did not
-    /// open (a DRA that breaks stickiness shows up here).
+    /// open (a DRA that breaks stickiness shows up here). Also duplicate detection: a
+    /// T-flagged CCR already answered (same Origin-Host and End-to-End) gets the same
+    /// Result-Code again, so a gateway's failover resend is not taken for a misroute.
     pub strict_sessions: bool,
     /// Watchdog interval Tw (≥ 6 s).
     pub tw: Duration,
@@ -259,6 +262,11 @@ pub struct ServerStats {
     pub unknown_session: u64,
     /// CCR-I for a session that already exists.
     pub duplicate_session: u64,
+    /// CCRs received with the T flag (potentially retransmitted, RFC 6733 §3).
+    pub t_flagged: u64,
+    /// T-flagged CCRs this server had already answered (same Origin-Host and
+    /// End-to-End): answered again with the same Result-Code, not applied twice.
+    pub duplicates: u64,
     /// Sessions open now.
     pub sessions_open: u64,
     /// Redis SETs / DELs done, and failures.
@@ -277,6 +285,8 @@ struct Shared {
     directory: Arc<AllowList>,
     stats: Mutex<ServerStats>,
     sessions: Mutex<HashSet<String>>,
+    /// Answers remembered for duplicate detection (strict sessions only).
+    answered: Mutex<DuplicateCache>,
     slots: Arc<Semaphore>,
     in_service: AtomicU64,
     queued: AtomicU64,
@@ -502,12 +512,61 @@ impl Shared {
         }
     }
 
+    /// Duplicate detection (strict sessions only): whether this CCR was seen before.
+    fn begin(&self, req: &Message) -> Seen {
+        let (true, Some(host)) = (self.cfg.strict_sessions, req.origin_host()) else {
+            return Seen::New;
+        };
+        let seen = self
+            .answered
+            .lock()
+            .expect("answered")
+            .begin(host, req.end_to_end);
+        if seen != Seen::New {
+            self.stats.lock().expect("stats").duplicates += 1;
+        }
+        seen
+    }
+
+    /// An answered CCR, for duplicate detection.
+    fn remember(&self, req: &Message, rc: u32) {
+        if let (true, Some(host)) = (self.cfg.strict_sessions, req.origin_host()) {
+            self.answered
+                .lock()
+                .expect("answered")
+                .finish(host, req.end_to_end, rc);
+        }
+    }
+
+    /// The Result-Code of the original of a duplicate still in service, once answered.
+    async fn original_answer(&self, req: &Message) -> u32 {
+        let host = req.origin_host().unwrap_or_default();
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let rc = self
+                .answered
+                .lock()
+                .expect("answered")
+                .answered(host, req.end_to_end);
+            if let Some(rc) = rc {
+                return rc;
+            }
+            if Instant::now() >= give_up {
+                return result_code::UNABLE_TO_COMPLY;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     fn snapshot(&self) -> ServerStats {
         let mut s = self.stats.lock().expect("stats").clone();
         s.sessions_open = self.sessions.lock().expect("sessions").len() as u64;
         s
     }
 }
+
+/// Answers a server remembers for duplicate detection.
+const DUPLICATE_MEMORY: usize = 200_000;
 
 /// A running server.
 pub struct ServerHandle {
@@ -584,6 +643,7 @@ pub async fn run(cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
         peer_cfg,
         stats: Mutex::new(ServerStats::default()),
         sessions: Mutex::new(HashSet::new()),
+        answered: Mutex::new(DuplicateCache::new(DUPLICATE_MEMORY)),
         in_service: AtomicU64::new(0),
         queued: AtomicU64::new(0),
         bucket: Mutex::new(((cfg.max_rate.unwrap_or(1.0) * 0.1).max(1.0), Instant::now())),
@@ -750,10 +810,34 @@ fn handle_app(
         *s.ccr_received
             .entry(req.cc_request_type().unwrap_or(0))
             .or_default() += 1;
+        s.t_flagged += u64::from(req.is_retransmit());
+    }
+    let seen = shared.begin(&req);
+    if let Seen::Answered(rc) = seen {
+        let ans = shared.answer(&req, rc, None).encode();
+        match inline {
+            Some(out) => out.extend_from_slice(&ans),
+            None => {
+                let _ = tx.send(ans);
+            }
+        }
+        return;
     }
     if let Some(out) = inline {
+        // Answered inline: nothing of this server is ever in service here.
         let rc = shared.serve_ccr_now(&req);
+        shared.remember(&req, rc);
         let _ = dra::diameter::encode_into(&shared.answer(&req, rc, None), out);
+        return;
+    }
+    if seen == Seen::InService {
+        // Answered like the original, once it is.
+        let shared = shared.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let rc = shared.original_answer(&req).await;
+            let _ = tx.send(shared.answer(&req, rc, None).encode());
+        });
         return;
     }
     let delay = shared.cfg.latency.sample(rng);
@@ -761,6 +845,7 @@ fn handle_app(
     let tx = tx.clone();
     tokio::spawn(async move {
         let rc = shared.serve_ccr(&req, delay).await;
+        shared.remember(&req, rc);
         *shared
             .stats
             .lock()

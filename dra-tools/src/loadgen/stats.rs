@@ -7,6 +7,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::failover::FailoverCounts;
 use super::scenario::Class;
 use super::session::SessionCounts;
 
@@ -134,6 +135,8 @@ pub struct PeerSummary {
     pub load_reports: BTreeMap<String, u16>,
     /// Answers that came after their request had timed out.
     pub late_answers: u64,
+    /// Gateway failover between two DRAs (all zero with one DRA).
+    pub failover: FailoverCounts,
 }
 
 /// The final summary of a client run.
@@ -216,6 +219,21 @@ impl Report {
                 s,
                 "answered by the connected peer itself (not a server): {}",
                 codes.join(" ")
+            );
+        }
+        let f = &self.peers.failover;
+        if f.answers_via[1] > 0 || f.failovers > 0 || f.lost_no_dra > 0 {
+            let gap = f.failover_gaps_ms.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "failover: answers via DRA 1 {} / DRA 2 {}, failovers {} failbacks {} \
+                 resent with T {} lost (no DRA) {} longest gap {gap:.1} ms",
+                f.answers_via[0],
+                f.answers_via[1],
+                f.failovers,
+                f.failbacks,
+                f.resent_with_t,
+                f.lost_no_dra
             );
         }
         s

@@ -8,7 +8,7 @@
 //!   configured maximum message size → decode → core) and a writer (bounded queue →
 //!   TCP). Both run inside a `tracing` span `peer{conn, remote, origin_host}`.
 //! - One core task owns every piece of protocol state — the peer state machines,
-//!   [`Router`] + [`MemoryBindingStore`], [`Relay`], one [`Rlf`] per upstream group,
+//!   [`Router`] + [`Sessions`], [`Relay`], one [`Rlf`] per upstream group,
 //!   [`MarkedHandler`] — and drives them with `Duration`s since the agent started. One
 //!   owner means no locks and one order of events; the cores are sans-IO and cheap.
 //!
@@ -17,8 +17,11 @@
 //! 1. Marked by the fast path (`is_marked()`) → [`MarkedHandler`] answers at once (the
 //!    config's ingress profiles pick Result-Code and Error-Message); nothing else runs.
 //! 2. [`validate_request`] → a protocol error is answered with its Result-Code.
-//! 3. [`Router::route_request`] (realm routes, the group's selection strategy, Gx/Gy
-//!    session binding) → unroutable is answered 3003/3002.
+//! 3. Gx/Gy session binding from [`Sessions`] (local cache; on a miss the shared
+//!    store, the request parked until its answer or `timeout`), then [`Router::decide`]
+//!    (realm routes, the group's selection strategy) → unroutable is answered
+//!    3003/3002; a new or changed binding is written (before forwarding by default).
+//!    A store that fails follows `on_error` (see "Session store" below).
 //! 4. [`Relay::forward`] (loop 3005, full pending table 3004), then the upstream group's
 //!    [`Rlf::offer`]: send, queue (released by `poll_ready`), or apply the egress
 //!    action (answer or drop) — also to requests that waited past the delay tolerance.
@@ -58,6 +61,19 @@
 //!   servers that put Load in their answers give the selectors a live signal
 //!   (`docs/load-balancing.md`, "Live").
 //!
+//! # Session store (DESIGN §9)
+//!
+//! With `[session_store] kind = "redis" | "redis_cluster"` several DRA hosts share the
+//! bindings. The core never waits on the store: [`Sessions`] answers from its cache at
+//! once or hands out a token; the request is parked under it and resumed when the
+//! store client task (on the same runtime, the `redis` crate) reports the call's result
+//! — each call bounded by `timeout`, and a parked request treated as failed shortly
+//! after it in any case. A failed call marks the store down (logged once, metric
+//! `dra_session_store_up`); until a call succeeds again nothing waits for it and
+//! requests follow `on_error`: route locally and keep the binding (written when the
+//! store is back), or answer `result_code`. Parked requests count as pending in the
+//! exactly-one-answer check.
+//!
 //! # Reconnecting
 //!
 //! Servers with `connect` are dialled at start. After a failure the agent dials again
@@ -68,8 +84,8 @@
 //! [`PeerConnection`]: crate::diameter::peer::PeerConnection
 //! [`Framer`]: crate::diameter::Framer
 //! [`Router`]: crate::routing::Router
-//! [`Router::route_request`]: crate::routing::Router::route_request
-//! [`MemoryBindingStore`]: crate::routing::MemoryBindingStore
+//! [`Router::decide`]: crate::routing::Router::decide
+//! [`Sessions`]: crate::session::Sessions
 //! [`Relay`]: crate::relay::Relay
 //! [`Relay::forward`]: crate::relay::Relay::forward
 //! [`Relay::on_answer`]: crate::relay::Relay::on_answer

@@ -159,6 +159,7 @@ pub(super) struct RawRateLimit {
     pub direction: S<String>,
     pub rate: S<f64>,
     pub burst: Option<S<i64>>,
+    pub host_share: Option<S<i64>>,
     pub action: Option<S<String>>,
     pub result_code: Option<S<i64>>,
     pub error_message: Option<S<String>>,

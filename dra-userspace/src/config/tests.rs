@@ -524,6 +524,88 @@ burst = 10
 }
 
 #[test]
+fn host_share_scales_rate_and_burst_of_its_limit_on_this_host() {
+    let c = ok(r#"
+[[peer_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+rate = 1000
+burst = 150
+host_share = 50
+
+[[message_rate_limit_profile]]
+peer = "pgw1"
+direction = "ingress"
+application = "gx"
+command = "ccr"
+request_type = "initial"
+rate = 200
+host_share = 33
+
+[[peer_rate_limit_profile]]
+group = "pcrf"
+direction = "egress"
+rate = 10
+burst = 1
+host_share = 1
+"#);
+    let p = &c.peer_rate_limits[0].limit;
+    assert_eq!((p.rate, p.burst), (500.0, 75));
+    assert_eq!(
+        p.bucket_config(),
+        BucketConfig::new(500.0, 75, Action::Reject),
+        "the fast path's bucket is this host's share"
+    );
+    assert_eq!(p.error_message, "rate limit exceeded: pgw1 overall 500/s");
+    let m = &c.message_rate_limits[0].limit;
+    assert_eq!(m.rate, 66.0);
+    assert_eq!(m.burst, 7, "the default burst: 100 ms of this host's rate");
+    let g = &c.peer_rate_limits[1].limit;
+    assert_eq!((g.rate, g.burst), (0.1, 1), "burst rounds up, at least 1");
+    // Default: the whole limit on every host.
+    let c = ok("
+[[peer_rate_limit_profile]]
+peer = \"pgw1\"
+direction = \"ingress\"
+rate = 100
+");
+    assert_eq!(c.peer_rate_limits[0].limit.rate, 100.0);
+
+    for bad in ["0", "101", "-5"] {
+        let text = format!(
+            "{HEAD}\n[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             rate = 100\nhost_share = {bad}\n"
+        );
+        let e = parse(&text, "t.toml").expect_err(bad);
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("host_share"))
+            .unwrap()
+            + 1;
+        assert_eq!((e.errors[0].line, e.errors[0].column), (line, 14), "{e}");
+        assert!(
+            e.errors[0].message.contains(&format!(
+                "host_share must be between 1 and 100 (percent of the limit this DRA host \
+                 enforces), got {bad}"
+            )),
+            "{e}"
+        );
+    }
+    let text = format!(
+        "{HEAD}\n[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+         rate = 1\nhost_share = \"half\"\n"
+    );
+    let e = parse(&text, "t.toml").expect_err("a string share");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("host_share"))
+        .unwrap()
+        + 1;
+    assert_eq!(e.errors[0].line, line, "{e}");
+    assert!(e.errors[0].message.contains("expected an integer"), "{e}");
+}
+
+#[test]
 fn session_store_defaults_to_memory_and_checks_each_key() {
     let c = ok("");
     assert_eq!(c.session_store, SessionStore::default());

@@ -351,62 +351,14 @@ impl Maps {
         }
         // Peers: write the new entries first, then remove stale ones, so a restart
         // never leaves a window in which a configured peer looks unknown.
-        let mut want4 = std::collections::HashSet::new();
-        let mut want6 = std::collections::HashSet::new();
-        for p in &plan.peers {
-            for net in &p.prefixes {
-                match net {
-                    IpNet::V4(n) => {
-                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        want4.insert((n.prefix_len() as u32, n.network().octets()));
-                        self.peers_v4
-                            .insert(&k, p.info, 0)
-                            .map_err(e(names::PEERS_V4))?;
-                    }
-                    IpNet::V6(n) => {
-                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        want6.insert((n.prefix_len() as u32, n.network().octets()));
-                        self.peers_v6
-                            .insert(&k, p.info, 0)
-                            .map_err(e(names::PEERS_V6))?;
-                    }
-                }
-            }
-        }
-        let stale4: Vec<_> = self
-            .peers_v4
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !want4.contains(&(k.prefix_len(), k.data())))
-            .collect();
-        for k in stale4 {
-            let _ = self.peers_v4.remove(&k);
-        }
-        let stale6: Vec<_> = self
-            .peers_v6
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !want6.contains(&(k.prefix_len(), k.data())))
-            .collect();
-        for k in stale6 {
-            let _ = self.peers_v6.remove(&k);
-        }
-        for (k, s) in plan.class_entries() {
-            self.class_slots
-                .insert(k, s, 0)
-                .map_err(e(names::CLASS_SLOTS))?;
-        }
-        let wanted: std::collections::HashSet<BucketKey> =
-            plan.class_entries().map(|(k, _)| k).collect();
-        let stale: Vec<BucketKey> = self
-            .class_slots
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !wanted.contains(k))
-            .collect();
-        for k in stale {
-            let _ = self.class_slots.remove(&k);
-        }
+        let (v4, v6) = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        sync_trie(&mut self.peers_v4, &v4, names::PEERS_V4)?;
+        sync_trie(&mut self.peers_v6, &v6, names::PEERS_V6)?;
+        sync_hash(
+            &mut self.class_slots,
+            plan.class_entries(),
+            names::CLASS_SLOTS,
+        )?;
         self.write_egress(plan)?;
         self.global
             .set(0, plan.global, 0)
@@ -417,63 +369,14 @@ impl Maps {
     /// Writes the egress destinations and class slots of the plan (new entries
     /// first, then stale ones removed). Part of [`Maps::write_plan`].
     pub fn write_egress(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
-        let e = |name| move |source| DataplaneError::Map { name, source };
-        let mut want4 = std::collections::HashSet::new();
-        let mut want6 = std::collections::HashSet::new();
-        for p in &plan.egress_peers {
-            for net in &p.prefixes {
-                match net {
-                    IpNet::V4(n) => {
-                        want4.insert((n.prefix_len() as u32, n.network().octets()));
-                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        self.egress_v4
-                            .insert(&k, p.info, 0)
-                            .map_err(e(names::EGRESS_PEERS_V4))?;
-                    }
-                    IpNet::V6(n) => {
-                        want6.insert((n.prefix_len() as u32, n.network().octets()));
-                        let k = Key::new(n.prefix_len() as u32, n.network().octets());
-                        self.egress_v6
-                            .insert(&k, p.info, 0)
-                            .map_err(e(names::EGRESS_PEERS_V6))?;
-                    }
-                }
-            }
-        }
-        let stale4: Vec<_> = self
-            .egress_v4
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !want4.contains(&(k.prefix_len(), k.data())))
-            .collect();
-        for k in stale4 {
-            let _ = self.egress_v4.remove(&k);
-        }
-        let stale6: Vec<_> = self
-            .egress_v6
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !want6.contains(&(k.prefix_len(), k.data())))
-            .collect();
-        for k in stale6 {
-            let _ = self.egress_v6.remove(&k);
-        }
-        for (k, s) in plan.egress_class_entries() {
-            self.egress_class_slots
-                .insert(k, s, 0)
-                .map_err(e(names::EGRESS_CLASS_SLOTS))?;
-        }
-        let wanted: std::collections::HashSet<BucketKey> =
-            plan.egress_class_entries().map(|(k, _)| k).collect();
-        let stale: Vec<BucketKey> = self
-            .egress_class_slots
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !wanted.contains(k))
-            .collect();
-        for k in stale {
-            let _ = self.egress_class_slots.remove(&k);
-        }
+        let (v4, v6) = by_family(plan.egress_peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        sync_trie(&mut self.egress_v4, &v4, names::EGRESS_PEERS_V4)?;
+        sync_trie(&mut self.egress_v6, &v6, names::EGRESS_PEERS_V6)?;
+        sync_hash(
+            &mut self.egress_class_slots,
+            plan.egress_class_entries(),
+            names::EGRESS_CLASS_SLOTS,
+        )?;
         Ok(())
     }
 
@@ -854,4 +757,76 @@ impl Dataplane {
     pub fn is_pinned(iface: &str, pin_dir: &Path) -> bool {
         link_pin(pin_dir, iface).exists()
     }
+}
+
+/// Prefixes of a peer table split by family: (prefix length, address, value).
+type Prefixes<V> = (Vec<(u32, Ipv4Key, V)>, Vec<(u32, Ipv6Key, V)>);
+
+/// Every prefix of every entry, IPv4 and IPv6 apart, each with its entry's value.
+fn by_family<'a, V: Copy + 'a>(entries: impl Iterator<Item = (&'a [IpNet], V)>) -> Prefixes<V> {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for (prefixes, value) in entries {
+        for net in prefixes {
+            match net {
+                IpNet::V4(n) => v4.push((n.prefix_len() as u32, n.network().octets(), value)),
+                IpNet::V6(n) => v6.push((n.prefix_len() as u32, n.network().octets(), value)),
+            }
+        }
+    }
+    (v4, v6)
+}
+
+/// Makes `trie` hold exactly `entries`: the new ones written first, then the stale ones
+/// removed, so a rewrite never leaves a window in which a configured prefix is missing.
+fn sync_trie<K, V>(
+    trie: &mut LpmTrie<MapData, K, V>,
+    entries: &[(u32, K, V)],
+    name: &'static str,
+) -> Result<(), DataplaneError>
+where
+    K: aya::Pod + Eq + std::hash::Hash,
+    V: aya::Pod,
+{
+    for (len, data, value) in entries {
+        trie.insert(&Key::new(*len, *data), *value, 0)
+            .map_err(|source| DataplaneError::Map { name, source })?;
+    }
+    let wanted: std::collections::HashSet<(u32, K)> =
+        entries.iter().map(|(len, data, _)| (*len, *data)).collect();
+    let stale: Vec<Key<K>> = trie
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| !wanted.contains(&(k.prefix_len(), k.data())))
+        .collect();
+    for k in stale {
+        let _ = trie.remove(&k);
+    }
+    Ok(())
+}
+
+/// Makes `map` hold exactly `entries`, new ones first, then stale ones removed.
+fn sync_hash<K, V>(
+    map: &mut HashMap<MapData, K, V>,
+    entries: impl Iterator<Item = (K, V)>,
+    name: &'static str,
+) -> Result<(), DataplaneError>
+where
+    K: aya::Pod + Eq + std::hash::Hash,
+    V: aya::Pod,
+{
+    let mut wanted = std::collections::HashSet::new();
+    for (k, v) in entries {
+        map.insert(k, v, 0)
+            .map_err(|source| DataplaneError::Map { name, source })?;
+        wanted.insert(k);
+    }
+    let stale: Vec<K> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| !wanted.contains(k))
+        .collect();
+    for k in stale {
+        let _ = map.remove(&k);
+    }
+    Ok(())
 }

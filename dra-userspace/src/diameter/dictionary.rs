@@ -290,8 +290,8 @@ pub mod avp_code {
     pub const OC_REPORT_TYPE: u32 = 626;
     /// OC-Reduction-Percentage (RFC 7683 §7.7).
     pub const OC_REDUCTION_PERCENTAGE: u32 = 627;
-    /// OC-Peer-Algo (RFC 8581, peer report AVPs): in OC-Supported-Features, the algorithm a reporting
-    /// node selected for its peer reports.
+    /// OC-Peer-Algo (RFC 8581, peer report AVPs): in OC-Supported-Features, the algorithm a
+    /// reporting node selected for its peer reports.
     pub const OC_PEER_ALGO: u32 = 648;
     /// SourceID (RFC 8581, peer report AVPs): the DiameterIdentity of the node that inserted the
     /// grouped AVP it is in (OC-Supported-Features, OC-OLR; RFC 8583 Load too).

@@ -14,63 +14,77 @@
 //!
 //! ## Dynamic throttling (DESIGN.md §5)
 //!
-//! | sample | type | labels | meaning |
-//! |---|---|---|---|
-//! | `dra_db_cpu_percent` | gauge | | last valid DB CPU sample; never NaN (invalid samples are not stored) |
-//! | `dra_db_cpu_source_up` | gauge | | 1 while the CPU source delivers, 0 while it is declared missing |
-//! | `dra_db_cpu_missing_total` | counter | | times the source was declared missing |
-//! | `dra_throttle_percent` | gauge | `peer` | current throttle of a DRL peer (0–100) |
-//! | `dra_effective_rate` | gauge | `peer`, `class` | msgs/s written into the fast path (static × (100 − throttle) / 100) |
-//! | `dra_throttle_events_total` | counter | `peer` (optional), `reason` | controller events: `threshold`, `reversal_step`, `source_missing`, `release_step`, `source_recovered` ([`reason_label`]) |
+//! - `dra_db_cpu_percent` (gauge): last valid DB CPU sample; never NaN (invalid samples are not
+//!   stored)
+//! - `dra_db_cpu_source_up` (gauge): 1 while the CPU source delivers, 0 while it is declared
+//!   missing
+//! - `dra_db_cpu_missing_total` (counter): times the source was declared missing
+//! - `dra_throttle_percent` (gauge; `peer`): current throttle of a DRL peer (0–100)
+//! - `dra_effective_rate` (gauge; `peer`, `class`): msgs/s written into the fast path (static ×
+//!   (100 − throttle) / 100)
+//! - `dra_throttle_events_total` (counter; `peer` (optional), `reason`): controller events:
+//!   `threshold`, `reversal_step`, `source_missing`, `release_step`, `source_recovered`
+//!   ([`reason_label`])
 //!
 //! ## Fast path (snapshots of the BPF per-CPU maps, summed over CPUs)
 //!
 //! Without XDP the agent's own limiter ([`crate::limiter`]) publishes the same families
 //! (its global counters per message, the subset it has an equivalent for).
 //!
-//! | sample | type | labels | meaning |
-//! |---|---|---|---|
-//! | `dra_fastpath_requests_total` | counter | `peer`, `class`, `outcome` | requests `seen`, `admitted`, `marked` (answered by the agent), `dropped` |
-//! | `dra_fastpath_bytes_total` | counter | `peer`, `class` | Diameter bytes of the requests seen |
-//! | `dra_fastpath_packets_total` | counter | `reason` | one series per global fast-path counter (`reason` = [`dra_common::stats::Counter::name`]), all exported from start |
-//! | `dra_fastpath_oob_marks_total` | counter | `outcome` | requests XDP marked out of band (they straddled segments; [`crate::oob`]): `received` from the ring, `applied` to a request, `expired` unapplied (connection gone) — with XDP attached only |
+//! - `dra_fastpath_requests_total` (counter; `peer`, `class`, `outcome`): requests `seen`,
+//!   `admitted`, `marked` (answered by the agent), `dropped`
+//! - `dra_fastpath_bytes_total` (counter; `peer`, `class`): Diameter bytes of the requests seen
+//! - `dra_fastpath_packets_total` (counter; `reason`): one series per global fast-path counter
+//!   (`reason` = [`dra_common::stats::Counter::name`]), all exported from start
+//! - `dra_fastpath_oob_marks_total` (counter; `outcome`): requests XDP marked out of band (they
+//!   straddled segments; [`crate::oob`]): `received` from the ring, `applied` to a request,
+//!   `expired` unapplied (connection gone) — with XDP attached only
 //!
 //! These are set, not incremented: each [`Metrics::set_fastpath_class`] /
 //! [`Metrics::set_fastpath_global`] replaces the exported value by the snapshot.
 //!
 //! ## Agent
 //!
-//! | sample | type | labels | meaning |
-//! |---|---|---|---|
-//! | `dra_requests_total` | counter | `peer`, `direction` | requests received from (`in`) or sent to (`out`) a peer |
-//! | `dra_connections_refused_total` | counter | `reason` | connections closed at accept: `cer_backlog` (too many waiting for their CER), `cer_backlog_per_source` (too many from one address) |
-//! | `dra_connections_awaiting_cer` | gauge | — | accepted connections waiting for their CER |
-//! | `dra_answers_total` | counter | `peer`, `result_code` | answers sent to a peer, relayed or generated (e.g. 3002 for a marked request) |
-//! | `dra_pending_requests` | gauge | `peer` | requests sent to the peer, not yet answered |
-//! | `dra_queue_depth` | gauge | `group` | requests queued for a peer group |
-//! | `dra_answer_latency_seconds` | histogram | `peer` | request forwarded → answer received; buckets [`LATENCY_BUCKETS`] (100 µs … 10 s) |
-//! | `dra_peer_state` | gauge | `peer`, `state` | 1 for the current state, 0 for the others ([`PeerState`]: `closed`, `wait_cea`, `open`, `suspect`, `down`, `reopen`) |
-//! | `dra_unanswered_invariant_violations_total` | counter | | requests that ended with no answer; must stay 0 |
+//! - `dra_requests_total` (counter; `peer`, `direction`): requests received from (`in`) or sent to
+//!   (`out`) a peer
+//! - `dra_connections_refused_total` (counter; `reason`): connections closed at accept:
+//!   `cer_backlog` (too many waiting for their CER), `cer_backlog_per_source` (too many from one
+//!   address)
+//! - `dra_connections_awaiting_cer` (gauge): accepted connections waiting for their CER
+//! - `dra_answers_total` (counter; `peer`, `result_code`): answers sent to a peer, relayed or
+//!   generated (e.g. 3002 for a marked request)
+//! - `dra_pending_requests` (gauge; `peer`): requests sent to the peer, not yet answered
+//! - `dra_queue_depth` (gauge; `group`): requests queued for a peer group
+//! - `dra_answer_latency_seconds` (histogram; `peer`): request forwarded → answer received; buckets
+//!   [`LATENCY_BUCKETS`] (100 µs … 10 s)
+//! - `dra_peer_state` (gauge; `peer`, `state`): 1 for the current state, 0 for the others
+//!   ([`PeerState`]: `closed`, `wait_cea`, `open`, `suspect`, `down`, `reopen`)
+//! - `dra_unanswered_invariant_violations_total` (counter): requests that ended with no answer;
+//!   must stay 0
 //!
 //! ## Session store (DESIGN §9)
 //!
-//! | sample | type | labels | meaning |
-//! |---|---|---|---|
-//! | `dra_session_store_up` | gauge | | 1 while the store answers (the in-memory store always) |
-//! | `dra_session_store_latency_seconds` | histogram | `op` | store call duration: `get`, `set`, `del` |
-//! | `dra_session_store_errors_total` | counter | `op`, `kind` | failed calls: `timeout`, `unavailable` (not connected), `error` (an error reply or I/O) |
-//! | `dra_session_cache_lookups_total` | counter | `result` | local cache `hit` / `miss` for a sticky request |
-//! | `dra_session_bindings_total` | counter | `op` | bindings `written` to / `deleted` from the store |
-//! | `dra_session_store_fallbacks_total` | counter | `on_error` | requests that needed the failing store: routed `local`ly or answered (`reject`) |
-//! | `dra_session_store_waiting_requests` | gauge | | requests waiting for a store call |
+//! - `dra_session_store_up` (gauge): 1 while the store answers (the in-memory store always)
+//! - `dra_session_store_latency_seconds` (histogram; `op`): store call duration: `get`, `set`,
+//!   `del`
+//! - `dra_session_store_errors_total` (counter; `op`, `kind`): failed calls: `timeout`,
+//!   `unavailable` (not connected), `error` (an error reply or I/O)
+//! - `dra_session_cache_lookups_total` (counter; `result`): local cache `hit` / `miss` for a sticky
+//!   request
+//! - `dra_session_bindings_total` (counter; `op`): bindings `written` to / `deleted` from the store
+//! - `dra_session_store_fallbacks_total` (counter; `on_error`): requests that needed the failing
+//!   store: routed `local`ly or answered (`reject`)
+//! - `dra_session_store_waiting_requests` (gauge): requests waiting for a store call
 //!
 //! ## DOIC reporting node (docs/doic.md)
 //!
-//! | sample | type | labels | meaning |
-//! |---|---|---|---|
-//! | `dra_doic_olrs_sent_total` | counter | `peer`, `report_type`, `algorithm`, `kind` | answers to a gateway that carried our OC-OLR (`report_type` `peer`; `algorithm` `loss` / `rate`; `kind` `report`, or `end` for the end-of-overload report) |
-//! | `dra_doic_reduction_percent` | gauge | `peer` | OC-Reduction-Percentage currently reported to the gateway (0: none) |
-//! | `dra_doic_max_rate` | gauge | `peer` | OC-Maximum-Rate currently reported to the gateway (0: none) |
+//! - `dra_doic_olrs_sent_total` (counter; `peer`, `report_type`, `algorithm`, `kind`): answers to a
+//!   gateway that carried our OC-OLR (`report_type` `peer`; `algorithm` `loss` / `rate`; `kind`
+//!   `report`, or `end` for the end-of-overload report)
+//! - `dra_doic_reduction_percent` (gauge; `peer`): OC-Reduction-Percentage currently reported to
+//!   the gateway (0: none)
+//! - `dra_doic_max_rate` (gauge; `peer`): OC-Maximum-Rate currently reported to the gateway (0:
+//!   none)
 //!
 //! Families with labels appear once their first series is set. Series are never
 //! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].

@@ -1,7 +1,7 @@
 //! Session bindings: which peer serves a Gx/Gy session (Session-Id → peer name).
 //!
 //! The peer is stored by name (its DiameterIdentity), not by local index, so several
-//! DRA hosts sharing one store (Redis) agree on it.
+//! DRA hosts sharing one store (Redis, `crate::session`) agree on it.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -10,56 +10,25 @@ use std::{
     time::Duration,
 };
 
-/// Errors from a binding store. The in-memory store never fails; these come from
-/// [`super::redis_store::RedisBindingStore`].
+/// Errors from a synchronous binding store. The in-memory store never fails; the
+/// agent's shared store (Redis) is asynchronous and lives in `crate::session`, so
+/// this is what other [`BindingStore`] implementations (tests, simulators) report.
 #[derive(Debug, thiserror::Error)]
 pub enum BindingError {
-    /// Could not open the TCP connection to the store.
-    #[error("cannot connect to the binding store at {addr}")]
-    Connect {
-        /// Store address.
-        addr: std::net::SocketAddr,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Reading or writing the connection failed (includes timeouts).
+    /// The store could not be reached or failed during the call (includes timeouts).
     #[error("binding store I/O failed during {command}")]
     Io {
-        /// Command in flight (GET, SET, DEL, PING).
+        /// Command in flight (GET, SET, DEL).
         command: &'static str,
         /// Cause.
         #[source]
         source: std::io::Error,
-    },
-    /// The store answered with an error reply.
-    #[error("binding store rejected {command}: {message}")]
-    Server {
-        /// Command in flight.
-        command: &'static str,
-        /// The server's error text.
-        message: String,
-    },
-    /// The reply was not what the command should produce, or not valid RESP.
-    #[error("unexpected binding store reply to {command}: {detail}")]
-    Protocol {
-        /// Command in flight.
-        command: &'static str,
-        /// What was wrong.
-        detail: String,
-    },
-    /// The stored peer name is not UTF-8.
-    #[error("binding store returned a peer name that is not UTF-8")]
-    NotUtf8 {
-        /// Cause.
-        #[source]
-        source: std::string::FromUtf8Error,
     },
 }
 
 /// Session-Id → peer-name bindings with a time-to-live.
 ///
-/// `now` is the caller's monotonic clock; stores that keep their own clock (Redis) ignore
+/// `now` is the caller's monotonic clock; a store that keeps its own clock may ignore
 /// it. A binding whose TTL has passed is gone: `get` returns `None`.
 pub trait BindingStore {
     /// The peer bound to `session_id`, if any (and not expired).

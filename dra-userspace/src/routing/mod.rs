@@ -1,21 +1,20 @@
 //! Realm routing, peer selection, session binding (DESIGN §6, §7; seeds 001, 002).
 //!
-//! Pure code: no sockets and no OS clock, except [`RedisBindingStore`] which talks to
-//! Redis. Time is a `Duration` since an arbitrary start, passed in by the caller. The
-//! agent and the load-balancing simulator call the same code.
+//! Pure code: no sockets and no OS clock. Time is a `Duration` since an arbitrary
+//! start, passed in by the caller. The agent and the load-balancing simulator call the
+//! same code.
 //!
 //! - [`table`]: route entries (realm or `*`, optional application, peer, weight) and
 //!   lookup (Destination-Host, exact realm, wildcard).
 //! - [`select`]: weight tiers over good peers and the strategies `priority`,
 //!   `round_robin`, `least_loaded`, `weighted_load`, `p2c` (RFC 8583 Load-Value:
 //!   higher = less loaded).
-//! - [`binding`]: Session-Id → peer-name store trait and the bounded in-memory store;
-//!   [`redis_store`]: the shared Redis store.
+//! - [`binding`]: Session-Id → peer-name store trait and the bounded in-memory store
+//!   (the agent's shared Redis store is asynchronous: [`crate::session`]).
 //! - [`router`]: one call per request combining all of the above with Gx/Gy stickiness.
 
 pub mod binding;
 pub mod peers;
-pub mod redis_store;
 pub mod rng;
 pub mod router;
 pub mod select;
@@ -23,7 +22,6 @@ pub mod table;
 
 pub use binding::{BindingError, BindingStore, MemoryBindingStore, MemoryStoreStats};
 pub use peers::{LOAD_VALUE_IDLE, LoadInfo, PeerId, PeerStates, PeerTable, PeerView};
-pub use redis_store::RedisBindingStore;
 pub use rng::SplitMix64;
 pub use router::{
     APP_GX, APP_GY, BindingUpdate, CcRequestType, DEFAULT_BINDING_TTL, Decision, RouteOutcome,

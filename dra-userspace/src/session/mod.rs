@@ -11,7 +11,8 @@
 //!   in the cache: one GET; a CCR-I (no T flag) never looks up: it starts a session;
 //! - a new or changed binding (CCR-I, a session routed as new, a failover rebind):
 //!   SET with the TTL, awaited before forwarding with `write = "before_forward"`;
-//! - the same binding again (CCR-U): SET in the background (refreshes the TTL);
+//! - the same binding again (CCR-U): SET in the background (refreshes the TTL; should
+//!   it fail, the binding is written again when the store is back);
 //! - the answer to a CCR-T: DEL in the background.
 //!
 //! The store is "down" from the first failed call (or failed connect) until a call
@@ -81,6 +82,9 @@ pub struct Sessions {
     /// Bindings made while the store was down (`on_error = "local"`), written when it
     /// is back. At most the cache's capacity.
     dirty: HashMap<String, String>,
+    /// Background SETs under way (session, peer), by token: one that fails is
+    /// remembered like a binding made while the store was down.
+    writing: HashMap<u64, (String, String)>,
     next_token: u64,
     metrics: Metrics,
 }
@@ -98,6 +102,7 @@ impl Sessions {
             up: true,
             waiting: HashMap::new(),
             dirty: HashMap::new(),
+            writing: HashMap::new(),
             next_token: BACKGROUND + 1,
             metrics,
         }
@@ -168,6 +173,11 @@ impl Sessions {
     /// shared, in the store.
     pub fn bind(&mut self, session: &str, peer: &str, now: Duration) -> Write {
         let changed = !matches!(self.cache.get(session, now), Ok(Some(p)) if p == peer);
+        if changed && !self.up && self.remote.is_some() && self.cfg.on_error == StoreOnError::Reject
+        {
+            // The request will be answered `result_code`: it binds nothing.
+            return Write::Failed;
+        }
         let _ = self.cache.bind(session, peer, self.cfg.ttl, now);
         if self.remote.is_none() {
             return Write::Done;
@@ -236,12 +246,20 @@ impl Sessions {
                         self.set_down(&e.to_string());
                     }
                 }
+                if let Some((session, peer)) = self.writing.remove(&token) {
+                    // Unless the session ended (or moved) meanwhile.
+                    let current = matches!(self.cache.get(&session, now), Ok(Some(p)) if p == peer);
+                    if result.is_err() && current {
+                        self.remember(&session, &peer);
+                    }
+                    return None;
+                }
                 let w = self.waiting.remove(&token)?;
                 match (&result, w.op) {
                     (Ok(Some(peer)), Op::Get) => {
                         let _ = self.cache.bind(&w.session, peer, self.cfg.ttl, now);
                     }
-                    (Err(_), Op::Set) => self.remember(&w.session, &w.peer),
+                    (Err(_), Op::Set) => self.write_failed(&w.session, &w.peer, now),
                     _ => {}
                 }
                 Some((token, result))
@@ -298,6 +316,12 @@ impl Sessions {
                 },
             );
             t
+        } else if op == Op::Set {
+            let t = self.next_token;
+            self.next_token += 1;
+            self.writing
+                .insert(t, (session.to_owned(), peer.to_owned()));
+            t
         } else {
             BACKGROUND
         };
@@ -321,11 +345,25 @@ impl Sessions {
     }
 
     /// The caller gave up waiting for `token` (its deadline passed).
-    pub fn abandon(&mut self, token: u64) {
+    pub fn abandon(&mut self, token: u64, now: Duration) {
         if let Some(w) = self.waiting.remove(&token)
             && w.op == Op::Set
         {
-            self.remember(&w.session, &w.peer);
+            self.write_failed(&w.session, &w.peer, now);
+        }
+    }
+
+    /// A binding written before forwarding failed: with `local` the request goes on
+    /// and the binding is written later; with `reject` the request is answered and
+    /// binds nothing.
+    fn write_failed(&mut self, session: &str, peer: &str, now: Duration) {
+        match self.cfg.on_error {
+            StoreOnError::Local => self.remember(session, peer),
+            StoreOnError::Reject => {
+                if matches!(self.cache.get(session, now), Ok(Some(p)) if p == peer) {
+                    let _ = self.cache.unbind(session, now);
+                }
+            }
         }
     }
 
@@ -344,6 +382,254 @@ impl std::fmt::Debug for Sessions {
             .field("cached", &self.cache.len())
             .field("waiting", &self.waiting.len())
             .field("dirty", &self.dirty.len())
+            .field("writing", &self.writing.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The binding path against a fake client task: the calls `Sessions` hands it are
+    //! read from its channel, its replies fed back as events (DESIGN §9).
+
+    use super::*;
+    use tokio::sync::mpsc::error::TryRecvError;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn shared(
+        write: StoreWrite,
+        on_error: StoreOnError,
+    ) -> (Sessions, mpsc::UnboundedReceiver<Call>, Metrics) {
+        let cfg = StoreConfig {
+            kind: StoreKind::Redis,
+            addresses: vec!["127.0.0.1:6379".into()],
+            ttl: TTL,
+            write,
+            on_error,
+            ..StoreConfig::default()
+        };
+        let metrics = Metrics::new();
+        let mut s = Sessions::new(&cfg, metrics.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        s.remote = Some(tx);
+        (s, rx, metrics)
+    }
+
+    fn reply(token: u64, op: Op, result: Result<Option<String>, StoreError>) -> Event {
+        Event::Reply {
+            token,
+            op,
+            result,
+            took: Duration::from_millis(1),
+        }
+    }
+
+    fn call(rx: &mut mpsc::UnboundedReceiver<Call>) -> Call {
+        rx.try_recv().expect("a store call was made")
+    }
+
+    fn no_call(rx: &mut mpsc::UnboundedReceiver<Call>) {
+        match rx.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            other => panic!("expected no store call, got {other:?}"),
+        }
+    }
+
+    /// Binds `sid` to `peer` before forwarding and lets the store confirm it.
+    fn bound(s: &mut Sessions, rx: &mut mpsc::UnboundedReceiver<Call>, sid: &str, peer: &str) {
+        let Write::Wait(t) = s.bind(sid, peer, secs(0)) else {
+            panic!("a new binding is written before forwarding")
+        };
+        let c = call(rx);
+        assert_eq!((c.op, c.token, c.value.as_str()), (Op::Set, t, peer));
+        assert_eq!(
+            s.on_event(reply(t, Op::Set, Ok(None)), secs(0)),
+            Some((t, Ok(None)))
+        );
+    }
+
+    #[test]
+    fn a_cache_hit_costs_no_round_trip() {
+        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        assert_eq!(s.lookup("s1", true, secs(1)), Lookup::Hit("pcrf1".into()));
+        no_call(&mut rx);
+        // Not cached: one GET, whose answer fills the cache.
+        let Lookup::Wait(t) = s.lookup("s2", true, secs(1)) else {
+            panic!("a miss asks the store")
+        };
+        let c = call(&mut rx);
+        assert_eq!((c.op, c.key.as_str()), (Op::Get, "dra:sess:s2"));
+        let got = s.on_event(reply(t, Op::Get, Ok(Some("pcrf2".into()))), secs(1));
+        assert_eq!(got, Some((t, Ok(Some("pcrf2".into())))));
+        assert_eq!(s.lookup("s2", true, secs(2)), Lookup::Hit("pcrf2".into()));
+        no_call(&mut rx);
+        // A CCR-I (no lookup in the store wanted) misses without a call.
+        assert_eq!(s.lookup("s3", false, secs(2)), Lookup::Miss);
+        no_call(&mut rx);
+        assert_eq!(s.waiting(), 0);
+    }
+
+    #[test]
+    fn ccr_u_refreshes_the_ttl_in_the_store_without_waiting() {
+        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        // The CCR-U's Bind of the same peer at 8 s: nothing to wait for, one SET PX ttl.
+        assert_eq!(s.bind("s1", "pcrf1", secs(8)), Write::Done);
+        let c = call(&mut rx);
+        assert_eq!(
+            (c.op, c.key.as_str(), c.value.as_str(), c.ttl),
+            (Op::Set, "dra:sess:s1", "pcrf1", TTL)
+        );
+        assert_eq!(s.on_event(reply(c.token, Op::Set, Ok(None)), secs(8)), None);
+        assert_eq!(s.waiting(), 0, "nobody waits for a refresh");
+        // The cache's TTL moved too: still bound at 15 s (10 s after the CCR-U, 15 s
+        // after the CCR-I).
+        assert_eq!(s.lookup("s1", true, secs(15)), Lookup::Hit("pcrf1".into()));
+        assert!(matches!(s.lookup("s1", true, secs(19)), Lookup::Wait(_)));
+    }
+
+    #[test]
+    fn a_failover_rebinding_is_written_through() {
+        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        // pcrf1 failed: the router rebinds to pcrf2; the other hosts must learn it
+        // before the request goes out.
+        let Write::Wait(t) = s.bind("s1", "pcrf2", secs(1)) else {
+            panic!("a changed binding is written before forwarding")
+        };
+        let c = call(&mut rx);
+        assert_eq!((c.op, c.token, c.value.as_str()), (Op::Set, t, "pcrf2"));
+        assert_eq!(s.lookup("s1", true, secs(1)), Lookup::Hit("pcrf2".into()));
+
+        // write = "async": the same write, nobody waits for it.
+        let (mut s, mut rx, _) = shared(StoreWrite::Async, StoreOnError::Local);
+        assert_eq!(s.bind("s1", "pcrf1", secs(0)), Write::Done);
+        assert_eq!(s.bind("s1", "pcrf2", secs(1)), Write::Done);
+        let values: Vec<String> = [call(&mut rx), call(&mut rx)]
+            .into_iter()
+            .map(|c| c.value)
+            .collect();
+        assert_eq!(values, ["pcrf1", "pcrf2"]);
+    }
+
+    #[test]
+    fn the_answered_ccr_t_deletes_the_binding() {
+        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        s.unbind("s1", secs(1));
+        let c = call(&mut rx);
+        assert_eq!((c.op, c.key.as_str()), (Op::Del, "dra:sess:s1"));
+        assert_eq!(
+            s.on_event(reply(BACKGROUND, Op::Del, Ok(None)), secs(1)),
+            None
+        );
+        assert!(matches!(s.lookup("s1", true, secs(1)), Lookup::Wait(_)));
+        let text = metrics.encode();
+        assert!(
+            text.contains("dra_session_bindings_total{op=\"deleted\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dra_session_bindings_total{op=\"written\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn while_down_nothing_waits_and_local_bindings_are_reconciled() {
+        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        assert_eq!(
+            s.on_event(Event::ConnectFailed("refused".into()), secs(0)),
+            None
+        );
+        assert!(!s.is_up());
+        assert_eq!(s.lookup("s1", true, secs(0)), Lookup::Failed);
+        assert_eq!(s.bind("s1", "pcrf1", secs(0)), Write::Failed);
+        no_call(&mut rx);
+        // One probe per tick finds out when it is back.
+        s.tick(secs(1));
+        assert_eq!(call(&mut rx).op, Op::Get);
+        assert_eq!(s.on_event(Event::Connected, secs(2)), None);
+        assert!(s.is_up());
+        let c = call(&mut rx);
+        assert_eq!(
+            (c.op, c.key.as_str(), c.value.as_str()),
+            (Op::Set, "dra:sess:s1", "pcrf1")
+        );
+        no_call(&mut rx);
+        assert!(metrics.encode().contains("dra_session_store_up 1"));
+    }
+
+    #[test]
+    fn a_timed_out_write_fails_its_request_and_is_written_later() {
+        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        let Write::Wait(t) = s.bind("s1", "pcrf1", secs(0)) else {
+            panic!("written before forwarding")
+        };
+        call(&mut rx);
+        let e = StoreError::Timeout(Duration::from_millis(200));
+        assert_eq!(
+            s.on_event(reply(t, Op::Set, Err(e.clone())), secs(0)),
+            Some((t, Err(e)))
+        );
+        assert!(!s.is_up());
+        let text = metrics.encode();
+        assert!(
+            text.contains("dra_session_store_errors_total{op=\"set\",kind=\"timeout\"} 1"),
+            "{text}"
+        );
+        // The first answered call brings it back and writes the binding again.
+        s.on_event(reply(BACKGROUND, Op::Get, Ok(None)), secs(1));
+        let c = call(&mut rx);
+        assert_eq!((c.op, c.value.as_str()), (Op::Set, "pcrf1"));
+    }
+
+    #[test]
+    fn a_failed_refresh_is_written_when_the_store_is_back() {
+        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        bound(&mut s, &mut rx, "s2", "pcrf2");
+        assert_eq!(s.bind("s1", "pcrf1", secs(1)), Write::Done);
+        assert_eq!(s.bind("s2", "pcrf2", secs(1)), Write::Done);
+        let (c1, c2) = (call(&mut rx), call(&mut rx));
+        // s2 ends before its refresh fails: nothing to bring back for it.
+        s.unbind("s2", secs(1));
+        assert_eq!(call(&mut rx).op, Op::Del);
+        let reset = || Err(StoreError::Redis("connection reset".into()));
+        assert_eq!(s.on_event(reply(c1.token, Op::Set, reset()), secs(1)), None);
+        assert_eq!(s.on_event(reply(c2.token, Op::Set, reset()), secs(1)), None);
+        assert!(!s.is_up());
+        s.on_event(Event::Connected, secs(2));
+        let c = call(&mut rx);
+        assert_eq!(
+            (c.op, c.key.as_str(), c.value.as_str()),
+            (Op::Set, "dra:sess:s1", "pcrf1")
+        );
+        no_call(&mut rx);
+    }
+
+    #[test]
+    fn with_on_error_reject_nothing_is_remembered() {
+        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Reject);
+        // A write that times out: its request is answered, the session never started.
+        let Write::Wait(t) = s.bind("s0", "pcrf1", secs(0)) else {
+            panic!("written before forwarding")
+        };
+        call(&mut rx);
+        let e = StoreError::Timeout(Duration::from_millis(200));
+        s.on_event(reply(t, Op::Set, Err(e)), secs(0));
+        assert_eq!(s.lookup("s0", false, secs(0)), Lookup::Miss);
+        // While down: nothing cached either.
+        assert_eq!(s.bind("s1", "pcrf1", secs(0)), Write::Failed);
+        assert_eq!(s.lookup("s1", false, secs(0)), Lookup::Miss);
+        assert_eq!(s.fallback(), StoreOnError::Reject);
+        s.on_event(Event::Connected, secs(1));
+        no_call(&mut rx);
     }
 }

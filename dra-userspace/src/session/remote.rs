@@ -6,7 +6,8 @@
 //! with why it failed. Nothing here blocks or sleeps on the caller's behalf.
 //!
 //! Connecting: the task connects at start and, while it has no connection, again every
-//! [`RECONNECT_EVERY`]; calls made meanwhile fail at once as
+//! [`RECONNECT_EVERY`]. Calls made during the first attempt wait for it; calls made
+//! after it failed, until a connection is made, fail at once as
 //! [`StoreError::Unavailable`]. Once connected, the crate reconnects by itself (the
 //! connection manager after an I/O error; the cluster connection per node, refreshing
 //! its slot map on MOVED/ASK or a failed node).
@@ -187,6 +188,11 @@ async fn run(
 ) {
     let mut conn: Option<Conn> = None;
     let mut last_error = String::from("connecting");
+    // Calls made before the first connection attempt has finished wait for it (it is
+    // bounded like a call): an agent that just started is not "down". Later, while
+    // there is no connection, calls fail at once.
+    let mut first_attempt = true;
+    let mut held: Vec<Call> = Vec::new();
     // The connection attempt runs beside the calls: while there is no connection, a
     // call fails at once instead of waiting for the attempt.
     let (done_tx, mut done_rx) = mpsc::channel::<Result<Conn, String>>(1);
@@ -201,13 +207,21 @@ async fn run(
         tokio::select! {
             r = done_rx.recv() => match r.expect("sender held here") {
                 Ok(c) => {
-                    conn = Some(c);
+                    first_attempt = false;
                     let _ = events.send(Event::Connected);
+                    for call in held.drain(..) {
+                        tokio::spawn(execute(c.clone(), call, cfg.timeout, events.clone()));
+                    }
+                    conn = Some(c);
                 }
                 Err(e) => {
+                    first_attempt = false;
                     last_error.clone_from(&e);
                     if events.send(Event::ConnectFailed(e)).is_err() {
                         return;
+                    }
+                    for call in held.drain(..) {
+                        unavailable(&events, call, &last_error);
                     }
                     attempt(done_tx.clone(), cfg.clone(), RECONNECT_EVERY);
                 }
@@ -218,18 +232,21 @@ async fn run(
                     Some(c) => {
                         tokio::spawn(execute(c.clone(), call, cfg.timeout, events.clone()));
                     }
-                    None => {
-                        let _ = events.send(Event::Reply {
-                            token: call.token,
-                            op: call.op,
-                            result: Err(StoreError::Unavailable(last_error.clone())),
-                            took: Duration::ZERO,
-                        });
-                    }
+                    None if first_attempt => held.push(call),
+                    None => unavailable(&events, call, &last_error),
                 }
             }
         }
     }
+}
+
+fn unavailable(events: &mpsc::UnboundedSender<Event>, call: Call, why: &str) {
+    let _ = events.send(Event::Reply {
+        token: call.token,
+        op: call.op,
+        result: Err(StoreError::Unavailable(why.to_owned())),
+        took: Duration::ZERO,
+    });
 }
 
 async fn execute(
@@ -253,6 +270,8 @@ async fn execute(
     }
     let result = match tokio::time::timeout(timeout, conn.query(&cmd)).await {
         Err(_) => Err(StoreError::Timeout(timeout)),
+        // The crate's own response timeout (set to the same bound) is a timeout too.
+        Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(timeout)),
         Ok(Err(e)) => Err(StoreError::Redis(e_text(&e))),
         Ok(Ok(v)) => match (call.op, v) {
             (Op::Get, redis::Value::Nil) => Ok(None),

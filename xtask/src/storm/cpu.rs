@@ -1,5 +1,5 @@
-//! CPU time from /proc: of one process (the agent, P5), of the lab's processes and of the
-//! whole machine (the context stored with every run).
+//! CPU time from /proc: of one process (the agent), of the lab's processes and of the
+//! whole machine (the context stored with every run; per field for the flood bench).
 
 use anyhow::{Context, Result, ensure};
 
@@ -46,6 +46,71 @@ pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
     Ok((total - v[3] - v[4], total))
 }
 
+/// The aggregate `cpu` line of `/proc/stat` in seconds (all CPUs), per field.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuFields {
+    pub user: f64,
+    pub nice: f64,
+    pub system: f64,
+    pub idle: f64,
+    pub iowait: f64,
+    pub irq: f64,
+    pub softirq: f64,
+    pub steal: f64,
+}
+
+impl CpuFields {
+    /// Parses the first (`cpu`) line of a `/proc/stat` text, clock ticks ÷ `ticks_per_s`.
+    pub fn parse(stat: &str, ticks_per_s: f64) -> Result<CpuFields> {
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .context("no aggregate cpu line")?;
+        let v: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|t| t.parse::<u64>().map(|x| x as f64 / ticks_per_s))
+            .collect::<Result<_, _>>()
+            .context("cpu line")?;
+        ensure!(v.len() >= 8, "cpu line too short");
+        Ok(CpuFields {
+            user: v[0],
+            nice: v[1],
+            system: v[2],
+            idle: v[3],
+            iowait: v[4],
+            irq: v[5],
+            softirq: v[6],
+            steal: v[7],
+        })
+    }
+
+    /// Now, from /proc/stat.
+    pub fn now() -> Result<CpuFields> {
+        let s = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
+        CpuFields::parse(&s, clock_ticks_per_s())
+    }
+
+    /// Field by field `self − earlier`.
+    pub fn since(&self, earlier: &CpuFields) -> CpuFields {
+        CpuFields {
+            user: self.user - earlier.user,
+            nice: self.nice - earlier.nice,
+            system: self.system - earlier.system,
+            idle: self.idle - earlier.idle,
+            iowait: self.iowait - earlier.iowait,
+            irq: self.irq - earlier.irq,
+            softirq: self.softirq - earlier.softirq,
+            steal: self.steal - earlier.steal,
+        }
+    }
+
+    /// Everything but idle and iowait (as [`proc_stat_busy_total`]).
+    pub fn busy(&self) -> f64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+}
+
 /// Busy CPU seconds of the whole machine so far (all CPUs).
 pub(super) fn machine_busy_s() -> Result<f64> {
     let s = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
@@ -68,20 +133,20 @@ pub(super) fn lab_processes_cpu_s() -> f64 {
         .sum()
 }
 
-fn clock_ticks_per_s() -> f64 {
+pub(crate) fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf only reads a system constant.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as f64 } else { 100.0 }
 }
 
-pub(super) fn cpu_seconds(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("read /proc/{pid}/stat"))?;
     Ok(proc_stat_cpu_ticks(&s)? as f64 / clock_ticks_per_s())
 }
 
 /// The 1, 5 and 15 minute load averages, as /proc/loadavg gives them.
-pub(super) fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
@@ -117,5 +182,11 @@ mod tests {
         // total = 100+5+50+1000+20+3+7+2 (guest not added again), busy = total − idle − iowait.
         assert_eq!(proc_stat_busy_total(stat).unwrap(), (167, 1187));
         assert!(proc_stat_busy_total("intr 1 2").is_err());
+        let f = CpuFields::parse(stat, 100.0).unwrap();
+        assert_eq!((f.user, f.softirq, f.steal), (1.0, 0.07, 0.02));
+        assert!((f.busy() - 1.67).abs() < 1e-9);
+        let later = CpuFields { softirq: 0.5, ..f };
+        assert!((later.since(&f).softirq - 0.43).abs() < 1e-9);
+        assert_eq!(later.since(&f).user, 0.0);
     }
 }

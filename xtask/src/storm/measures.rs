@@ -1,6 +1,4 @@
-//! P3, P4 and P5 from the runs: the JSON stored for each and its row of the table.
-
-use std::collections::BTreeMap;
+//! P3 and P4 from the runs: the JSON stored for each and its row of the table.
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -17,10 +15,6 @@ use crate::results::TableRow;
 pub const GOAL_P3_MAX_ERROR: f64 = 0.02;
 /// P4 goal: CCR-U p99 storm / no storm at most this.
 pub const GOAL_P4_MAX_RATIO: f64 = 1.5;
-/// P5 goal: agent CPU userspace / XDP at least this.
-pub const GOAL_P5_MIN_RATIO: f64 = 5.0;
-/// A run "limited" when its admitted CCR-I rate stayed at most this × L (P5 validity).
-const LIMITED_MAX_FACTOR: f64 = 1.2;
 
 /// The run named `name`.
 pub(super) fn find<'a>(runs: &'a [RunResult], name: &str) -> Result<&'a RunResult> {
@@ -84,13 +78,15 @@ pub(super) fn p3(plan: &Plan, r: &RunResult) -> (Value, TableRow) {
     (v, row)
 }
 
-/// P4 from the no-storm and reject storm runs.
-pub(super) fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
+/// P4 from a no-storm and a reject storm run with the same servers; `which` names the
+/// pair in the table ("servers fixed:100us", "servers exp:2ms").
+pub(super) fn p4(calm: &RunResult, storm: &RunResult, which: &str) -> (Value, TableRow) {
     let (a, b) = (storm.ccr_u_p99(), calm.ccr_u_p99());
     let q = a.zip(b).and_then(|(a, b)| ratio(a, b));
     let met = q.map(|q| q <= GOAL_P4_MAX_RATIO);
     let v = json!({
         "action": "reject",
+        "servers": which,
         "runs": { "no_storm": calm.name, "storm": storm.name },
         "ccr_u_p99_no_storm_ms": b,
         "ccr_u_p99_storm_ms": a,
@@ -103,7 +99,7 @@ pub(super) fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
         "ccr_u_storm": storm.ccr_u(),
     });
     let row = TableRow {
-        metric: "P4 CCR-U p99 during 10× CCR-I storm ÷ without (reject)".into(),
+        metric: format!("P4 CCR-U p99 during 10× CCR-I storm ÷ without (reject, {which})"),
         measured: format!(
             "{}× ({} ms vs {} ms)",
             fmt_opt(q, 2),
@@ -114,133 +110,4 @@ pub(super) fn p4(calm: &RunResult, storm: &RunResult) -> (Value, TableRow) {
         met,
     };
     (v, row)
-}
-
-/// Whether a run is seen to limit CCR-I: the agent's own counters (any family with
-/// labels peer, class, outcome) show over-limit requests dropped or marked, and it
-/// admitted at most [`LIMITED_MAX_FACTOR`] × L. A run without such counters cannot be
-/// verified and does not count as limited.
-pub fn limited(
-    admitted_per_s: Option<f64>,
-    limit: f64,
-    by_outcome: &BTreeMap<String, f64>,
-) -> bool {
-    let refused: f64 = by_outcome
-        .iter()
-        .filter(|(k, _)| k.ends_with("/dropped") || k.ends_with("/marked"))
-        .map(|(_, v)| v)
-        .sum();
-    refused > 0.0 && admitted_per_s.is_some_and(|a| a <= LIMITED_MAX_FACTOR * limit)
-}
-
-/// P5 from the two drop runs.
-pub(super) fn p5(plan: &Plan, xdp: &RunResult, us: &RunResult) -> (Value, TableRow) {
-    let l = plan.drop_limit.rate;
-    let q = ratio(us.cpu_s, xdp.cpu_s);
-    let (ax, sx) = xdp.admitted_at_agent();
-    let (au, su) = us.admitted_at_agent();
-    let (lx, lu) = (
-        limited(ax, l, &xdp.metrics_measure),
-        limited(au, l, &us.metrics_measure),
-    );
-    let valid = lx && lu && xdp.fast_path && !us.fast_path;
-    let met = q.map(|q| valid && q >= GOAL_P5_MIN_RATIO);
-    let note = if valid {
-        format!(
-            "both runs limited CCR-I (the agent's counters show refused requests, \
-             admitted ≤ {LIMITED_MAX_FACTOR} L): XDP run {}/s ({sx}), userspace \
-             run {}/s ({su}); the agent read {:.0} requests/s from pgw1 in the XDP \
-             run and {:.0}/s in the userspace run. With drop, the sender's TCP \
-             slows down under the policer, so an XDP run can admit less than L.",
-            fmt_opt(ax, 0),
-            fmt_opt(au, 0),
-            xdp.requests_in_per_s,
-            us.requests_in_per_s
-        )
-    } else {
-        format!(
-            "NOT A VALID COMPARISON: CCR-I limited in the XDP run: {lx} ({}/s, {sx}), in the \
-             userspace run: {lu} ({}/s, {su}); limited = the agent's counters (labels peer, \
-             class, outcome) show dropped/marked CCR-I and admitted ≤ {LIMITED_MAX_FACTOR} L \
-             = {:.0}/s; XDP attached in run 1 and not in run 2. Without a userspace limiter \
-             in `dra run` the fast-path-less run forwards the whole storm.",
-            fmt_opt(ax, 0),
-            fmt_opt(au, 0),
-            LIMITED_MAX_FACTOR * l
-        )
-    };
-    let side = |r: &RunResult, admitted: Option<f64>, source: &str| {
-        json!({
-            "run": r.name,
-            "fast_path_attached": r.fast_path,
-            "agent_cpu_s": r.cpu_s,
-            "window_s": r.window_s,
-            "agent_requests_in_per_s": r.requests_in_per_s,
-            "ccr_i_offered_per_s_client": r.offered_per_s,
-            "ccr_i_answered_2001_per_s_client": r.admitted_per_s,
-            "ccr_i_admitted_per_s": admitted,
-            "ccr_i_admitted_source": source,
-            "ccr_i_by_outcome_measure": r.metrics_measure,
-            "ccr_i_admitted_fraction_of_limit": admitted.map(|a| a / l),
-            "limited": limited(admitted, l, &r.metrics_measure),
-        })
-    };
-    let v = json!({
-        "action": "drop",
-        "limit_per_s": l, "burst": plan.drop_limit.burst,
-        "xdp": side(xdp, ax, sx),
-        "userspace": side(us, au, su),
-        "ratio_userspace_to_xdp": q,
-        "goal_min_ratio": GOAL_P5_MIN_RATIO,
-        "valid": valid,
-        "met": met,
-        "note": note,
-        "source": "utime+stime of `dra run` over the measure \
-                   phase (/proc/<pid>/stat, sysconf(_SC_CLK_TCK))",
-    });
-    let measured = format!(
-        "{}× ({:.2} s vs {:.2} s CPU; CCR-I admitted {} vs {} /s){}",
-        fmt_opt(q, 2),
-        us.cpu_s,
-        xdp.cpu_s,
-        fmt_opt(au, 0),
-        fmt_opt(ax, 0),
-        if valid { "" } else { " — INVALID: see note" }
-    );
-    let row = TableRow {
-        metric: "P5 agent CPU in 10× storm: userspace limiting ÷ XDP drop".into(),
-        measured,
-        goal: format!("≥ {GOAL_P5_MIN_RATIO}×"),
-        met,
-    };
-    (v, row)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_run_limited_when_it_admitted_at_most_1_2_l() {
-        let refused = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 900.0)]);
-        let none = BTreeMap::from([("dra_fastpath_requests_total/dropped".to_owned(), 0.0)]);
-        assert!(limited(Some(500.0), 500.0, &refused));
-        assert!(
-            limited(Some(190.0), 500.0, &refused),
-            "TCP back-pressure below L still limited"
-        );
-        assert!(
-            !limited(Some(4800.0), 500.0, &refused),
-            "a run that forwarded the storm did not limit"
-        );
-        assert!(
-            !limited(Some(231.0), 500.0, &BTreeMap::new()),
-            "no counters of the agent: not verified"
-        );
-        assert!(
-            !limited(Some(231.0), 500.0, &none),
-            "nothing refused: low throughput is not limiting"
-        );
-        assert!(!limited(None, 500.0, &refused));
-    }
 }

@@ -1,18 +1,19 @@
-//! `cargo xtask bench storm`: P3, P4 and P5 on the lab with the real binaries
-//! (docs/bench.md, "Storm benchmarks").
+//! `cargo xtask bench storm`: P3 and P4 on the lab with the real binaries
+//! (docs/bench.md, "Storm benchmarks"). P5 is the flood shield (`crate::flood`).
 //!
 //! One lab (`lab::up`: namespaces, Redis, the pcrf1/pcrf2/ocs1 simulators), then four
 //! runs, each a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
-//! `dralab-gw`:
+//! `dralab-gw`, all with the reject config (XDP attached):
 //!
-//! | run | dra config: dra-storm-….toml | scenario | for |
+//! | run | scenario | servers | for |
 //! |---|---|---|---|
-//! | `no-storm` | reject (XDP) | storm-baseline.toml (CCR-I at L) | P4 denominator |
-//! | `storm-reject-xdp` | reject (XDP) | storm-10x.toml (CCR-I at 10·L) | P3, P4 numerator |
-//! | `storm-drop-xdp` | drop-xdp (XDP) | storm-10x.toml | P5 run 1 |
-//! | `storm-drop-userspace` | drop-userspace (no fast path) | storm-10x.toml | P5 run 2 |
+//! | `no-storm-low-latency` | storm-baseline.toml (CCR-I at L) | fixed:100us | P4 denominator |
+//! | `storm-reject-low-latency` | storm-10x.toml (CCR-I at 10·L) | fixed:100us | P4 numerator |
+//! | `no-storm` | storm-baseline.toml | exp:2ms | P4 second row, denominator |
+//! | `storm-reject-xdp` | storm-10x.toml | exp:2ms | P3; P4 second row, numerator |
 //!
-//! (configs and scenarios in config/bench/)
+//! (configs and scenarios in config/bench/; the servers are restarted when their
+//! latency changes.) Then P3's coalesced case on the same lab (`crate::coalesced`).
 //!
 //! Everything is measured over the scenario's `measure` phase, located on xtask's clock
 //! from the instant the client was spawned (the client's phases are timed from its start,
@@ -20,12 +21,12 @@
 //!
 //! `plan` holds the runs and checks the bench configs, `run` runs one of them (CPU time
 //! from `cpu`, the client's per-second rows through `rows`), `measures` turns the runs
-//! into P3, P4 and P5; this file is the top level (`preflight`, `run`).
+//! into P3 and P4; this file is the top level (`preflight`, `run`).
 
-mod cpu;
+pub(crate) mod cpu;
 mod measures;
-mod plan;
-mod rows;
+pub(crate) mod plan;
+pub(crate) mod rows;
 mod run;
 
 use std::{
@@ -38,7 +39,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
 
 use self::{
-    measures::{find, p3, p4, p5},
+    measures::{find, p3, p4},
     plan::{Plan, RUNS, plan},
     run::run_one,
 };
@@ -50,10 +51,9 @@ use crate::{
 
 /// P3, P4 (action reject, XDP attached).
 pub const REJECT_CONFIG: &str = "config/bench/dra-storm-reject.toml";
-/// P5 run 1 (action drop, XDP attached).
-pub const DROP_XDP_CONFIG: &str = "config/bench/dra-storm-drop-xdp.toml";
-/// P5 run 2 (action drop, no fast path: the agent limits in userspace).
-pub const DROP_USERSPACE_CONFIG: &str = "config/bench/dra-storm-drop-userspace.toml";
+/// The servers' service time for P4's primary pair of runs (and the flood bench): low
+/// and fixed, so a storm's effect on CCR-U is not hidden in the servers' latency.
+pub const LOW_LATENCY: &str = "fixed:100us";
 /// CCR-I at the limit.
 pub const BASELINE_SCENARIO: &str = "config/bench/storm-baseline.toml";
 /// CCR-I at 10 × the limit.
@@ -90,17 +90,15 @@ pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;
     procs::install_signal_handlers();
     let bins = Bins::release(root);
-    for cfg in [REJECT_CONFIG, DROP_XDP_CONFIG, DROP_USERSPACE_CONFIG] {
-        let out = std::process::Command::new(&bins.dra)
-            .arg("check-config")
-            .arg(root.join(cfg))
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "dra check-config {cfg}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let out = std::process::Command::new(&bins.dra)
+        .arg("check-config")
+        .arg(root.join(REJECT_CONFIG))
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "dra check-config {REJECT_CONFIG}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out: PathBuf = root
         .join("results")
         .join(format!("bench-storm-{}", results::timestamp()));
@@ -112,7 +110,19 @@ pub fn run(root: &Path) -> Result<()> {
         lab::up(&bins)?;
         let mut runs = Vec::new();
         let mut failed = None;
+        let mut latency = lab::SERVER_LATENCY;
         for spec in &RUNS {
+            if spec.server_latency != latency {
+                eprintln!(
+                    "xtask: servers restarted with latency {}",
+                    spec.server_latency
+                );
+                if let Err(e) = lab::restart_servers(&bins, spec.server_latency) {
+                    failed = Some(e);
+                    break;
+                }
+                latency = spec.server_latency;
+            }
             match run_one(root, &bins, spec, &plan, &out) {
                 Ok(r) => runs.push(r),
                 Err(e) => {
@@ -144,13 +154,17 @@ pub fn run(root: &Path) -> Result<()> {
         bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
     }
     let (p3v, p3r) = p3(&plan, find(&runs, "storm-reject-xdp")?);
-    let (p4v, p4r) = p4(find(&runs, "no-storm")?, find(&runs, "storm-reject-xdp")?);
-    let (p5v, p5r) = p5(
-        &plan,
-        find(&runs, "storm-drop-xdp")?,
-        find(&runs, "storm-drop-userspace")?,
+    let (p4v, p4r) = p4(
+        find(&runs, "no-storm-low-latency")?,
+        find(&runs, "storm-reject-low-latency")?,
+        &format!("servers {LOW_LATENCY}"),
     );
-    let table = vec![p3r, p4r, p5r];
+    let (p4ev, p4er) = p4(
+        find(&runs, "no-storm")?,
+        find(&runs, "storm-reject-xdp")?,
+        &format!("servers {}", lab::SERVER_LATENCY),
+    );
+    let table = vec![p3r, p4r, p4er];
     let mut printed = table.clone();
     printed.extend(coalesced_rows.iter().cloned());
     let doc = json!({
@@ -158,8 +172,8 @@ pub fn run(root: &Path) -> Result<()> {
         "duration_s": started.elapsed().as_secs_f64(),
         "configs": {
             "reject": REJECT_CONFIG,
-            "drop_xdp": DROP_XDP_CONFIG,
-            "drop_userspace": DROP_USERSPACE_CONFIG,
+            "server_latency_p4": LOW_LATENCY,
+            "server_latency_lab": lab::SERVER_LATENCY,
             "baseline_scenario": BASELINE_SCENARIO,
             "storm_scenario": STORM_SCENARIO,
             "measure_rates_storm": plan.storm_rates,
@@ -167,7 +181,7 @@ pub fn run(root: &Path) -> Result<()> {
         },
         "p3": p3v,
         "p4": p4v,
-        "p5": p5v,
+        "p4_exp": p4ev,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "runs": runs.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
         "coalesced": coalesced,

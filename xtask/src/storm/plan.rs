@@ -6,56 +6,58 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{Context, Result, bail, ensure};
 
 use super::{
-    BASELINE_SCENARIO, CLASS, DROP_USERSPACE_CONFIG, DROP_XDP_CONFIG, MEASURE, PEER, REJECT_CONFIG,
-    SKIP_FIRST, SKIP_LAST, STORM_FACTOR, STORM_SCENARIO,
+    BASELINE_SCENARIO, CLASS, LOW_LATENCY, MEASURE, PEER, REJECT_CONFIG, SKIP_FIRST, SKIP_LAST,
+    STORM_FACTOR, STORM_SCENARIO,
 };
-use crate::lab::DRA_CLIENT_IF;
+use crate::lab::{DRA_CLIENT_IF, SERVER_LATENCY};
 
-/// One run of the benchmark: its dra config and client scenario.
+/// One run of the benchmark: its dra config, client scenario and the servers' latency.
 pub(super) struct RunSpec {
     pub(super) name: &'static str,
     pub(super) config: &'static str,
     pub(super) scenario: &'static str,
     pub(super) fast_path: bool,
-    /// P4 needs the client's summary (CCR-U HdrHistogram); the drop runs do not, and
-    /// their client may not finish (see `run_one`).
-    pub(super) needs_summary: bool,
+    /// The simulated servers' CCR service time (`dra-loadgen server --latency`); the
+    /// servers are restarted when it changes from one run to the next.
+    pub(super) server_latency: &'static str,
     pub(super) purpose: &'static str,
 }
 
-/// The runs, in order.
+/// The runs, in order: P4's primary pair with low fixed server latency first, then the
+/// pair with the lab's exponential latency (P3 and P4's second row), which the coalesced
+/// case that follows keeps.
 pub(super) const RUNS: [RunSpec; 4] = [
+    RunSpec {
+        name: "no-storm-low-latency",
+        config: REJECT_CONFIG,
+        scenario: BASELINE_SCENARIO,
+        fast_path: true,
+        server_latency: LOW_LATENCY,
+        purpose: "P4 without storm, servers at low fixed latency",
+    },
+    RunSpec {
+        name: "storm-reject-low-latency",
+        config: REJECT_CONFIG,
+        scenario: STORM_SCENARIO,
+        fast_path: true,
+        server_latency: LOW_LATENCY,
+        purpose: "P4 with storm (CCR-I at 10 L, reject), servers at low fixed latency",
+    },
     RunSpec {
         name: "no-storm",
         config: REJECT_CONFIG,
         scenario: BASELINE_SCENARIO,
         fast_path: true,
-        needs_summary: true,
-        purpose: "P4 without storm: CCR-I at L, steady CCR-U",
+        server_latency: SERVER_LATENCY,
+        purpose: "P4 second row without storm: CCR-I at L, steady CCR-U",
     },
     RunSpec {
         name: "storm-reject-xdp",
         config: REJECT_CONFIG,
         scenario: STORM_SCENARIO,
         fast_path: true,
-        needs_summary: true,
-        purpose: "P3 and P4 with storm: CCR-I at 10 L, steady CCR-U, action reject",
-    },
-    RunSpec {
-        name: "storm-drop-xdp",
-        config: DROP_XDP_CONFIG,
-        scenario: STORM_SCENARIO,
-        fast_path: true,
-        needs_summary: false,
-        purpose: "P5 run 1: action drop in XDP",
-    },
-    RunSpec {
-        name: "storm-drop-userspace",
-        config: DROP_USERSPACE_CONFIG,
-        scenario: STORM_SCENARIO,
-        fast_path: false,
-        needs_summary: false,
-        purpose: "P5 run 2: fast path detached, the agent limits in userspace",
+        server_latency: SERVER_LATENCY,
+        purpose: "P3 and P4 second row with storm: CCR-I at 10 L, steady CCR-U, action reject",
     },
 ];
 
@@ -71,27 +73,10 @@ fn num(v: &toml::Value) -> Option<f64> {
     v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
 }
 
-pub(super) fn read_toml(root: &Path, rel: &str) -> Result<toml::Value> {
+pub(crate) fn read_toml(root: &Path, rel: &str) -> Result<toml::Value> {
     let p = root.join(rel);
     let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
     toml::from_str(&text).with_context(|| format!("parse {}", p.display()))
-}
-
-/// The config without what the P5 runs may differ in: `[fast_path] interface` and the
-/// limits' `action`.
-fn without_action_and_interface(v: &toml::Value) -> toml::Value {
-    let mut v = v.clone();
-    if let Some(fp) = v.get_mut("fast_path").and_then(toml::Value::as_table_mut) {
-        fp.remove("interface");
-    }
-    for t in ["message_rate_limit_profile", "peer_rate_limit_profile"] {
-        if let Some(a) = v.get_mut(t).and_then(toml::Value::as_array_mut) {
-            for p in a.iter_mut().filter_map(toml::Value::as_table_mut) {
-                p.remove("action");
-            }
-        }
-    }
-    v
 }
 
 /// Checks a bench dra config: dynamic limiting off, exactly one limit (pgw1 ingress Gx
@@ -181,7 +166,7 @@ pub fn measure_phase(scn: &toml::Value) -> Result<(f64, f64, BTreeMap<String, f6
 }
 
 /// Total length of a scenario, seconds.
-pub(super) fn scenario_secs(scn: &toml::Value) -> f64 {
+pub(crate) fn scenario_secs(scn: &toml::Value) -> f64 {
     scn.get("phase")
         .and_then(toml::Value::as_array)
         .map_or(0.0, |a| {
@@ -194,43 +179,20 @@ pub(super) fn scenario_secs(scn: &toml::Value) -> f64 {
 /// What the runs share, checked before anything starts.
 pub struct Plan {
     pub limit: Limit,
-    pub drop_limit: Limit,
     pub measure_start_s: f64,
     pub measure_s: f64,
     pub storm_rates: BTreeMap<String, f64>,
     pub baseline_rates: BTreeMap<String, f64>,
 }
 
-/// Reads and cross-checks the bench configs: the P5 configs carry the same limits (and
-/// everything else) as the reject config apart from `action` and the interface; the
-/// scenarios differ only in the `measure` CCR-I rate, which is L and 10·L.
+/// Reads and cross-checks the bench config and the scenarios: they differ only in the
+/// `measure` CCR-I rate, which is L and 10·L of the config's one limit.
 pub fn plan(root: &Path) -> Result<Plan> {
     let reject = read_toml(root, REJECT_CONFIG)?;
-    let drop_xdp = read_toml(root, DROP_XDP_CONFIG)?;
-    let drop_us = read_toml(root, DROP_USERSPACE_CONFIG)?;
     let (limit, fp) = config_limit(&reject).context(REJECT_CONFIG)?;
     ensure!(
         fp && limit.action == "reject",
         "{REJECT_CONFIG}: expected action reject with XDP attached"
-    );
-    let (dx, fpx) = config_limit(&drop_xdp).context(DROP_XDP_CONFIG)?;
-    ensure!(
-        fpx && dx.action == "drop",
-        "{DROP_XDP_CONFIG}: expected action drop with XDP attached"
-    );
-    let (du, fpu) = config_limit(&drop_us).context(DROP_USERSPACE_CONFIG)?;
-    ensure!(
-        !fpu && du.action == "drop",
-        "{DROP_USERSPACE_CONFIG}: expected action drop without a fast-path interface"
-    );
-    let base = without_action_and_interface(&reject);
-    ensure!(
-        base == without_action_and_interface(&drop_xdp),
-        "{DROP_XDP_CONFIG} differs from {REJECT_CONFIG} beyond action/interface"
-    );
-    ensure!(
-        base == without_action_and_interface(&drop_us),
-        "{DROP_USERSPACE_CONFIG} differs from {REJECT_CONFIG} beyond action/interface"
     );
     let b = read_toml(root, BASELINE_SCENARIO)?;
     let s = read_toml(root, STORM_SCENARIO)?;
@@ -284,7 +246,6 @@ pub fn plan(root: &Path) -> Result<Plan> {
     );
     Ok(Plan {
         limit,
-        drop_limit: dx,
         measure_start_s: s_start,
         measure_s: s_len,
         storm_rates: s_rates,
@@ -297,40 +258,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bench_configs_carry_the_same_limit_and_the_scenarios_offer_l_and_10_l() {
+    fn the_bench_config_carries_one_limit_and_the_scenarios_offer_l_and_10_l() {
         let root = crate::workspace_root();
         let p = plan(&root).unwrap();
         assert_eq!(p.limit.action, "reject");
-        assert_eq!(p.drop_limit.action, "drop");
-        assert_eq!(
-            (p.limit.rate, p.limit.burst),
-            (p.drop_limit.rate, p.drop_limit.burst)
-        );
         assert_eq!(p.storm_rates[CLASS], 10.0 * p.limit.rate);
         assert_eq!(p.baseline_rates[CLASS], p.limit.rate);
         assert_eq!(p.storm_rates["gx_ccr_u"], p.baseline_rates["gx_ccr_u"]);
+        // P4's two pairs: the same configs and scenarios, only the servers' latency differs.
+        assert_eq!(RUNS[0].scenario, RUNS[2].scenario);
+        assert_eq!(RUNS[1].scenario, RUNS[3].scenario);
+        assert_ne!(RUNS[0].server_latency, RUNS[2].server_latency);
     }
 
     #[test]
-    fn a_config_that_changes_more_than_action_or_interface_is_refused() {
+    fn a_config_with_dynamic_limiting_or_a_second_limit_is_refused() {
         let root = crate::workspace_root();
-        let a = read_toml(&root, REJECT_CONFIG).unwrap();
-        let text = std::fs::read_to_string(root.join(DROP_USERSPACE_CONFIG)).unwrap();
-        let b: toml::Value = toml::from_str(&text.replace("rate = 500", "rate = 600")).unwrap();
-        assert_ne!(
-            without_action_and_interface(&a),
-            without_action_and_interface(&b)
-        );
-        let c: toml::Value = toml::from_str(&text).unwrap();
-        assert_eq!(
-            without_action_and_interface(&a),
-            without_action_and_interface(&c)
-        );
+        let text = std::fs::read_to_string(root.join(REJECT_CONFIG)).unwrap();
+        let ok: toml::Value = toml::from_str(&text).unwrap();
+        assert!(config_limit(&ok).is_ok());
         let drl: toml::Value = toml::from_str(&text.replace(
             "dynamic_rate_limiting = false",
             "dynamic_rate_limiting = true",
         ))
         .unwrap();
         assert!(config_limit(&drl).is_err());
+        let two = format!(
+            "{text}\n[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"update\"\nrate = 9\n"
+        );
+        assert!(config_limit(&toml::from_str(&two).unwrap()).is_err());
     }
 }

@@ -25,41 +25,18 @@ use crate::{
 /// What one run measured.
 pub(super) struct RunResult {
     pub(super) name: &'static str,
-    pub(super) fast_path: bool,
-    pub(super) cpu_s: f64,
-    pub(super) window_s: f64,
     /// CCR-I 2001 per second over the interior of `measure` (client rows).
     pub(super) admitted_per_s: Option<f64>,
     /// CCR-I sent per second over the interior (what the client really offered).
     pub(super) offered_per_s: Option<f64>,
     /// Per family/outcome over the interior, from the agent's metrics (per second).
     pub(super) metrics_interior_per_s: BTreeMap<String, f64>,
-    /// Per family/outcome over all of `measure` (counts).
-    pub(super) metrics_measure: BTreeMap<String, f64>,
-    /// Requests the agent read from pgw1 per second over `measure` (dra_requests_total).
-    pub(super) requests_in_per_s: f64,
     /// The client's summary, when it finished by itself.
     summary: Value,
     pub(super) json: Value,
 }
 
 impl RunResult {
-    /// Admitted CCR-I per second over the interior as the agent counted it (any
-    /// `…/admitted` outcome counter), else as the client saw it (2001 answers).
-    pub(super) fn admitted_at_agent(&self) -> (Option<f64>, &'static str) {
-        let m: Vec<f64> = self
-            .metrics_interior_per_s
-            .iter()
-            .filter(|(k, _)| k.ends_with("/admitted"))
-            .map(|(_, v)| *v)
-            .collect();
-        if m.is_empty() {
-            (self.admitted_per_s, "client rows (CCR-I answered 2001)")
-        } else {
-            (Some(m.iter().sum()), "agent metrics (outcome=\"admitted\")")
-        }
-    }
-
     pub(super) fn ccr_u(&self) -> Value {
         self.summary
             .get("classes")
@@ -220,39 +197,15 @@ pub(super) fn run_one(
     let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
     let snap_m1 = metrics::scrape()?;
-    // The client stops after its last phase plus a drain of one request timeout. With
-    // `drop` its TCP connection can be far behind (the sender's congestion control
-    // slows down under the policer and dra-loadgen keeps queueing): it then waits for
-    // its DPA behind that backlog. Its rows are written every second, so for the runs
-    // that need no summary it is stopped after a grace period.
-    let timeout_s = scn
-        .get("request_timeout_ms")
-        .and_then(toml::Value::as_integer)
-        .unwrap_or(2000) as f64
-        / 1000.0;
-    let grace = if spec.needs_summary {
-        40.0
-    } else {
-        timeout_s + 8.0
-    };
-    let deadline = t0 + Duration::from_secs_f64(total_s + grace);
-    let mut client_end = "exited by itself".to_owned();
+    // The client stops after its last phase plus a drain of one request timeout.
+    let deadline = t0 + Duration::from_secs_f64(total_s + 40.0);
     while client.exited().is_none() {
         procs::interrupted()?;
         if Instant::now() > deadline {
-            if spec.needs_summary {
-                bail!(
-                    "the load generator did not finish in time; log {}",
-                    client_log.display()
-                );
-            }
-            client.stop(Duration::from_secs(2));
-            client_end = format!(
-                "stopped by xtask {grace:.0} s after its last \
-                 phase (still sending its backlog; no summary)"
+            bail!(
+                "the load generator did not finish in time; log {}",
+                client_log.display()
             );
-            eprintln!("xtask: run {}: client {client_end}", spec.name);
-            break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -262,7 +215,6 @@ pub(super) fn run_one(
         .and_then(|t| serde_json::from_str(&t).ok())
     {
         Some(v) => v,
-        None if !spec.needs_summary => Value::Null,
         None => bail!(
             "no client summary ({:?}); log {}",
             client.exited(),
@@ -321,6 +273,7 @@ pub(super) fn run_one(
             "action": cfg_limit.action,
         },
         "fast_path_attached": attached,
+        "server_latency": spec.server_latency,
         "measure_phase": {
             "start_s": plan.measure_start_s,
             "duration_s": plan.measure_s,
@@ -368,7 +321,6 @@ pub(super) fn run_one(
             "max": u_p99.iter().copied().fold(f64::NAN, f64::max),
             "values": u_p99,
         },
-        "client_end": client_end,
         "client_summary": summary,
         "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
     });
@@ -387,14 +339,9 @@ pub(super) fn run_one(
     );
     Ok(RunResult {
         name: spec.name,
-        fast_path: attached,
-        cpu_s,
-        window_s,
         admitted_per_s,
         offered_per_s,
         metrics_interior_per_s,
-        metrics_measure,
-        requests_in_per_s,
         summary,
         json,
     })

@@ -249,7 +249,7 @@ impl Core {
             }
             self.parked_deadlines.pop_front();
             if let Some(p) = self.parked.remove(&token) {
-                self.sessions.abandon(token);
+                self.sessions.abandon(token, now);
                 self.resume(now, p, Err(()));
             }
         }
@@ -368,7 +368,9 @@ impl Core {
         }
     }
 
-    /// The answer to a CCR-T ends its session: its binding goes (DESIGN §9).
+    /// The answer to a CCR-T ends its session: its binding goes (DESIGN §9), after
+    /// [`super::TERMINATED_GRACE`] so that a CCR-T resent with the T flag through another
+    /// DRA host (the gateway lost this one with the answer) still finds its server.
     fn session_answered(&mut self, now: Duration, ans: &Message) {
         if ans.cc_request_type() != Some(u32::from(dra_common::wire::cc_request_type::TERMINATION))
         {
@@ -379,7 +381,8 @@ impl Core {
             .session_id()
             .filter(|_| router.is_sticky_application(ans.application_id))
         {
-            self.sessions.unbind(sid, now);
+            self.ended
+                .push_back((now + super::TERMINATED_GRACE, sid.to_owned()));
         }
     }
 

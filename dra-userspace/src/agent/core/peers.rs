@@ -396,7 +396,11 @@ impl Core {
             c.ignored += 1;
             if c.ignored == 1 {
                 c.span.in_scope(|| {
-                    warn!(error = %e, "undecodable message ignored (further ones on this connection are not logged)")
+                    warn!(
+                        error = %e,
+                        "undecodable message ignored \
+                         (further ones on this connection are not logged)"
+                    )
                 });
             }
         }

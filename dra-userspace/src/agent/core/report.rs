@@ -35,7 +35,8 @@ impl Core {
         );
         let _ = writeln!(
             o,
-            "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  discarded {}  pending {}  retries {}  invariant {}",
+            "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  \
+             discarded {}  pending {}  retries {}  invariant {}",
             s.requests_in,
             s.local_answers,
             s.marked_answered,

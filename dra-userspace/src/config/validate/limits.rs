@@ -43,6 +43,21 @@ fn limit(
         true
     };
     let burst = u32_in(e, "burst", &r.burst, 1, u32::MAX, 1);
+    // DESIGN §9: each DRA host a peer talks to enforces its share of a network-wide
+    // limit; this host's bucket is `host_share` percent of rate and burst.
+    let share = match &r.host_share {
+        None => 100,
+        Some(v) => int_in(
+            e,
+            "host_share",
+            v,
+            1,
+            100,
+            " (percent of the limit this DRA host enforces)",
+        )
+        .unwrap_or(100),
+    };
+    let rate = rate * share as f64 / 100.0;
     let action = choice_or(e, "action", &r.action, Action::Reject);
     if action == Action::Drop {
         for (key, span) in [
@@ -98,7 +113,7 @@ fn limit(
     Some(Limit {
         rate,
         burst: if r.burst.is_some() {
-            burst
+            host_burst(burst, share)
         } else {
             default_limit_burst(rate, action)
         },
@@ -106,6 +121,12 @@ fn limit(
         result_code: result_code?,
         error_message: error_message?,
     })
+}
+
+/// `burst` scaled to `share` percent, rounded up, at least 1.
+fn host_burst(burst: u32, share: i64) -> u32 {
+    let b = (u64::from(burst) * share as u64).div_ceil(100);
+    u32::try_from(b.max(1)).unwrap_or(u32::MAX)
 }
 
 /// `[[peer_rate_limit_profile]]`.

@@ -10,7 +10,8 @@
 //!
 //! A call blocks its thread: file and `/proc` reads, and for `redis`, `redis_cluster` and
 //! `prometheus` TCP exchanges whose connect, writes and reads are each bounded by the
-//! source's I/O timeout (Redis through the `redis` crate's blocking client) (a Prometheus host name is resolved first, by the system resolver). Nothing
+//! source's I/O timeout (Redis through the `redis` crate's blocking client; a Prometheus
+//! host name is resolved first, by the system resolver). Nothing
 //! here uses `tokio::task::spawn_blocking`; the two callers are:
 //!
 //! - **The DB CPU source** (`[dynamic_throttling_db_cpu_profile] source`, any kind,
@@ -95,7 +96,8 @@ pub enum SourceError {
         value: f64,
     },
     /// The data does not have the expected shape (missing field, wrong type, empty file,
-    /// broken HTTP/RESP framing, a Prometheus result that is not exactly one value).
+    /// broken HTTP framing, a Redis INFO reply without the CPU fields, a Prometheus
+    /// result that is not exactly one value).
     #[error("{context}: {detail}")]
     Malformed {
         /// Source and operation.

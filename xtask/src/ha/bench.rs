@@ -1,0 +1,673 @@
+//! `cargo xtask bench ha`: the HA pair under faults (docs/bench.md "HA pair").
+//!
+//! On the HA lab ([`super`]) with both DRA hosts on the Redis Cluster store:
+//!
+//! 1. **Failover run.** Two gateways (`dra-loadgen client --secondary`, DRA A primary,
+//!    DRA B secondary) run Gx session life cycles: [`BUILD_S`] s of CCR-I only, then
+//!    CCR-I, CCR-U and CCR-T at [`RATE`]/s each per gateway for [`STEADY_S`] s, then a
+//!    flush (a CCR-T for every open session). At [`KILL_A_AT`] s DRA A gets SIGKILL (the
+//!    gateways resend their pending requests to B with the T flag); at [`RESTART_A_AT`] s
+//!    it is started again (the gateways fail back once its watchdog is OKAY); at
+//!    [`KILL_MASTER_AT`] s one Redis master gets SIGKILL (its replica is promoted).
+//!    Counted: sessions, misrouted (5002 from the strict servers), unanswered (timeouts
+//!    and lost requests at the gateways), resent_with_t, failover_ms (last answer via A
+//!    → first via B), store_errors (both agents' `dra_session_store_errors_total`) and
+//!    redis_master_failover_ms (kill → replica is master, cluster_state:ok).
+//! 2. **Relay rate by store.** DRA A alone, once with `kind = "memory"` and once with
+//!    `kind = "redis_cluster"`: the relay benchmark's closed loop (`dra-loadgen closed`,
+//!    both gateways, [`WINDOW`] in flight each) against the same servers; requests/s of
+//!    each and their ratio (goal ≥ [`GOAL_RATIO`]).
+//!
+//! The lab is always removed (guard, and SIGINT/SIGTERM only raise a flag polled here).
+
+use std::{
+    path::Path,
+    process::Child,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+
+use super::{
+    DIAMETER_PORT, DRAS, Dra, GWS, HaGuard, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store,
+    command_in, forget, gateway_command, log_file, recorded_pid, redis_name, redis_node,
+    spawn_logged, start_dra,
+};
+use crate::lab::{Bins, in_netns, stop_pid};
+use crate::procs::{self, interrupted};
+use crate::results::{TableRow, first_line, machine};
+
+/// The result file.
+pub const HA_LATEST: &str = "bench/results/ha-latest.json";
+/// Goal: relayed requests/s with the Redis Cluster store ÷ with the memory store.
+pub const GOAL_RATIO: f64 = 0.5;
+/// Goal: at least this many sessions in the failover run.
+pub const MIN_SESSIONS: u64 = 20_000;
+
+/// Requests/s per class and gateway in the steady phase.
+pub const RATE: u32 = 200;
+/// CCR-I only at the start, s (an open-session population for CCR-U/T to pick from).
+pub const BUILD_S: u32 = 3;
+/// Steady phase, s.
+pub const STEADY_S: u32 = 75;
+/// Flush phase, s.
+pub const FLUSH_S: u32 = 3;
+/// When DRA A is killed, restarted, and a Redis master killed (s after the gateways
+/// start).
+pub const KILL_A_AT: f64 = 20.0;
+pub const RESTART_A_AT: f64 = 30.0;
+pub const KILL_MASTER_AT: f64 = 60.0;
+/// Closed loop: requests in flight per gateway; warm-up and measured seconds.
+pub const WINDOW: u32 = 50;
+pub const RELAY_WARMUP_S: u32 = 3;
+pub const RELAY_SECONDS: u32 = 10;
+
+fn scenario() -> String {
+    format!(
+        "name = \"ha-failover\"\n\
+         destination_realm = \"pcrf.lab.example\"\n\
+         request_timeout_ms = 4000\n\
+         [[phase]]\nname = \"build\"\nduration_s = {BUILD_S}\nrates = {{ gx_ccr_i = {RATE} }}\n\
+         [[phase]]\nname = \"steady\"\nduration_s = {STEADY_S}\n\
+         rates = {{ gx_ccr_i = {RATE}, gx_ccr_u = {RATE}, gx_ccr_t = {RATE} }}\n\
+         [[phase]]\nname = \"flush\"\nduration_s = {FLUSH_S}\nflush = \"gx\"\n"
+    )
+}
+
+/// Stops a process of ours: `sig`, then SIGKILL after `grace`.
+fn stop_child(mut c: Child, name: &str, sig: i32, grace: Duration) {
+    stop_pid(c.id() as i32, sig, grace);
+    let _ = c.wait();
+    forget(name);
+}
+
+/// The agent's metrics from inside its namespace.
+fn scrape(d: &Dra) -> Result<crate::metrics::Snap> {
+    let text = in_netns(d.ns, || -> Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect_timeout(
+            &"127.0.0.1:9100".parse()?,
+            Duration::from_secs(1),
+        )?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        Ok(text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default())
+    })??;
+    Ok(crate::metrics::Snap {
+        series: crate::metrics::parse_metrics(&text),
+    })
+}
+
+/// The last JSON object a `dra-loadgen server --stats-every 1` printed.
+fn server_stats(name: &str) -> Result<Value> {
+    let log = std::fs::read_to_string(log_file(name))?;
+    log.lines()
+        .rev()
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .filter(Value::is_object)
+        })
+        .with_context(|| format!("no stats line in {}", log_file(name).display()))
+}
+
+/// A Redis master, its replica's port and id (from `CLUSTER NODES`).
+struct Master {
+    port: u16,
+    replica_port: u16,
+    replica_id: String,
+}
+
+fn port_of(addr: &str) -> Option<u16> {
+    addr.split('@').next()?.rsplit(':').next()?.parse().ok()
+}
+
+fn pick_master() -> Result<Master> {
+    let nodes = redis_node(REDIS_PORTS[0], &["cluster", "nodes"])?;
+    let lines: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| f.len() >= 4)
+        .collect();
+    for m in lines.iter().filter(|f| f[2].contains("master")) {
+        if let Some(r) = lines
+            .iter()
+            .find(|f| f[2].contains("slave") && f[3] == m[0])
+        {
+            return Ok(Master {
+                port: port_of(m[1]).context("master address")?,
+                replica_port: port_of(r[1]).context("replica address")?,
+                replica_id: r[0].to_owned(),
+            });
+        }
+    }
+    bail!("no master with a replica in CLUSTER NODES:\n{nodes}")
+}
+
+/// SIGKILLs a master; returns ms until its replica is master and the cluster is ok.
+fn kill_master() -> Result<(u16, f64)> {
+    let m = pick_master()?;
+    let pid = recorded_pid(&redis_name(m.port)).context("pid of the master")?;
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on a redis-server this run started (pid file of the lab).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    loop {
+        let promoted = redis_node(m.replica_port, &["cluster", "nodes"]).is_ok_and(|n| {
+            n.lines()
+                .any(|l| l.starts_with(&m.replica_id) && l.contains("master"))
+        });
+        let ok = redis_node(m.replica_port, &["cluster", "info"])
+            .is_ok_and(|s| s.contains("cluster_state:ok"));
+        if promoted && ok {
+            return Ok((m.port, t0.elapsed().as_secs_f64() * 1000.0));
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the replica of {} was not promoted in 60 s",
+            m.port
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Restarts a killed node (it rejoins as a replica of its promoted replica).
+fn restart_node(port: u16) -> Result<()> {
+    let dir = Path::new(STATE_DIR).join(redis_name(port));
+    let mut c = command_in(super::NS_REDIS, Path::new("redis-server"))?;
+    c.args(["--port", &port.to_string(), "--bind", super::REDIS_IP])
+        .args(["--protected-mode", "no", "--save", "", "--appendonly", "no"])
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .args([
+            "--cluster-node-timeout",
+            &super::CLUSTER_NODE_TIMEOUT_MS.to_string(),
+        ])
+        .arg("--dir")
+        .arg(&dir);
+    spawn_logged(&format!("{}-restarted", redis_name(port)), &mut c)?;
+    super::wait_cluster_ok(Duration::from_secs(30))
+}
+
+/// What the failover run measured.
+#[derive(Default)]
+struct Failover {
+    summaries: Vec<Value>,
+    servers: Vec<Value>,
+    store_errors: f64,
+    killed_master_port: u16,
+    redis_master_failover_ms: f64,
+    kill_a_at_s: f64,
+    restart_a_at_s: f64,
+}
+
+fn n(v: &Value, p: &str) -> u64 {
+    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl Failover {
+    fn sum(&self, p: &str) -> u64 {
+        self.summaries.iter().map(|s| n(s, p)).sum()
+    }
+
+    fn classes_sum(&self, field: &str) -> u64 {
+        self.summaries
+            .iter()
+            .filter_map(|s| s.get("classes").and_then(Value::as_object))
+            .flat_map(|c| c.values())
+            .map(|c| n(c, &format!("/{field}")))
+            .sum()
+    }
+
+    fn answered_with(&self, code: &str) -> u64 {
+        self.summaries
+            .iter()
+            .filter_map(|s| s.get("classes").and_then(Value::as_object))
+            .flat_map(|c| c.values())
+            .map(|c| n(c, &format!("/answered/{code}")))
+            .sum()
+    }
+
+    fn class(&self, class: &str) -> Value {
+        let f = |k: &str| -> u64 {
+            self.summaries
+                .iter()
+                .map(|s| n(s, &format!("/classes/{class}/{k}")))
+                .sum()
+        };
+        let answered: u64 = self
+            .summaries
+            .iter()
+            .filter_map(|s| s.pointer(&format!("/classes/{class}/answered")))
+            .filter_map(Value::as_object)
+            .flat_map(|m| m.values())
+            .filter_map(Value::as_u64)
+            .sum();
+        json!({
+            "sent": f("sent"),
+            "answered": answered,
+            "answered_2001": self.summaries.iter()
+                .map(|s| n(s, &format!("/classes/{class}/answered/2001"))).sum::<u64>(),
+            "timeouts": f("timeouts"),
+            "unanswered": f("unanswered"),
+            "not_sent": f("not_sent"),
+        })
+    }
+
+    fn misrouted(&self) -> u64 {
+        self.servers.iter().map(|s| n(s, "/unknown_session")).sum()
+    }
+
+    fn gaps(&self) -> Vec<f64> {
+        self.summaries
+            .iter()
+            .filter_map(|s| s.pointer("/peers/failover/failover_gaps_ms"))
+            .filter_map(Value::as_array)
+            .flatten()
+            .filter_map(Value::as_f64)
+            .collect()
+    }
+}
+
+fn failover_run(bins: &Bins) -> Result<Failover> {
+    let dir = Path::new(STATE_DIR);
+    let sc = dir.join("ha-failover.toml");
+    std::fs::write(&sc, scenario())?;
+    let mut dra_a: Option<Child> = None;
+    // The DRAs the lab started are adopted by pid; the restarted A is a child here.
+    let pid_a = recorded_pid(&super::dra_proc_name(&DRAS[0])).context("pid of DRA A")?;
+    let mut gws = Vec::new();
+    let t0 = Instant::now();
+    for g in &GWS {
+        let mut c = gateway_command(bins, g, &sc, "primary")?;
+        c.arg("--summary-json")
+            .arg(dir.join(format!("{}-summary.json", g.name)))
+            .arg("--rows")
+            .arg(dir.join(format!("{}-rows.jsonl", g.name)));
+        gws.push(procs::Proc::new(g.name, spawn_logged(g.name, &mut c)?));
+    }
+    let mut out = Failover::default();
+    let (mut killed, mut restarted, mut master) = (false, false, false);
+    let total = f64::from(BUILD_S + STEADY_S + FLUSH_S) + 30.0;
+    loop {
+        interrupted()?;
+        let t = t0.elapsed().as_secs_f64();
+        if !killed && t >= KILL_A_AT {
+            eprintln!("xtask: t={t:.1}s SIGKILL DRA A (pid {pid_a})");
+            // SAFETY: kill(2) on the dra run this run started (pid file of the lab).
+            unsafe { libc::kill(pid_a, libc::SIGKILL) };
+            unsafe { libc::waitpid(pid_a, std::ptr::null_mut(), 0) };
+            out.kill_a_at_s = t;
+            killed = true;
+        }
+        if killed && !restarted && t >= RESTART_A_AT {
+            eprintln!("xtask: t={t:.1}s restarting DRA A");
+            dra_a = Some(start_dra(bins, &DRAS[0], Store::RedisCluster)?);
+            out.restart_a_at_s = t;
+            restarted = true;
+        }
+        if restarted && !master && t >= KILL_MASTER_AT {
+            let (port, ms) = kill_master()?;
+            eprintln!(
+                "xtask: t={t:.1}s SIGKILL Redis master :{port}; replica promoted in {ms:.0} ms"
+            );
+            out.killed_master_port = port;
+            out.redis_master_failover_ms = ms;
+            master = true;
+        }
+        if gws.iter_mut().all(|p| p.exited().is_some()) {
+            break;
+        }
+        ensure!(t < total, "the gateways did not finish in {total:.0} s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ensure!(
+        killed && restarted && master,
+        "the run ended before its faults"
+    );
+    for (g, p) in GWS.iter().zip(gws.iter_mut()) {
+        let st = p.exited();
+        ensure!(
+            st.is_some_and(|s| s.success()),
+            "gateway {} failed ({st:?}); log {}",
+            g.name,
+            log_file(g.name).display()
+        );
+        let f = dir.join(format!("{}-summary.json", g.name));
+        let text = std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?;
+        out.summaries.push(serde_json::from_str(&text)?);
+    }
+    for d in &DRAS {
+        out.store_errors += scrape(d)
+            .with_context(|| format!("metrics of DRA {}", d.name))?
+            .sum("dra_session_store_errors_total", &[]);
+    }
+    // Servers print their counters every second: the last line after a quiet moment.
+    std::thread::sleep(Duration::from_millis(1500));
+    for s in &SERVERS {
+        out.servers.push(server_stats(s.name)?);
+    }
+    restart_node(out.killed_master_port)?;
+    // DRA B (adopted) and A stop; the relay runs start A again with each store.
+    if let Some(pid) = recorded_pid(&super::dra_proc_name(&DRAS[1])) {
+        stop_pid(pid, libc::SIGINT, Duration::from_secs(5));
+        forget(&super::dra_proc_name(&DRAS[1]));
+    }
+    if let Some(c) = dra_a.take() {
+        stop_child(
+            c,
+            &super::dra_proc_name(&DRAS[0]),
+            libc::SIGINT,
+            Duration::from_secs(5),
+        );
+    }
+    Ok(out)
+}
+
+/// One closed-loop measurement through DRA A with `store`: requests/s of both gateways.
+fn relay(bins: &Bins, store: Store) -> Result<Value> {
+    let a = start_dra(bins, &DRAS[0], store)?;
+    let dir = Path::new(STATE_DIR);
+    let mut clients = Vec::new();
+    for g in &GWS {
+        let name = format!("closed-{}-{}", store.name(), g.name);
+        let mut c = command_in(NS_GW, &bins.loadgen)?;
+        c.args([
+            "closed",
+            "--connect",
+            &format!("{}:{DIAMETER_PORT}", DRAS[0].client_ip),
+            "--bind",
+            g.ip,
+            "--origin-host",
+            g.origin_host,
+            "--peers",
+            "1",
+            "--window",
+            &WINDOW.to_string(),
+            "--warmup",
+            &RELAY_WARMUP_S.to_string(),
+            "--seconds",
+            &RELAY_SECONDS.to_string(),
+            "--tw",
+            &super::TW_S.to_string(),
+        ])
+        .arg("--summary-json")
+        .arg(dir.join(format!("{name}.json")));
+        clients.push((
+            name.clone(),
+            procs::Proc::new(&name, spawn_logged(&name, &mut c)?),
+        ));
+    }
+    let t0 = Instant::now();
+    while clients.iter_mut().any(|(_, p)| p.exited().is_none()) {
+        interrupted()?;
+        ensure!(
+            t0.elapsed() < Duration::from_secs(u64::from(RELAY_WARMUP_S + RELAY_SECONDS) + 30),
+            "closed-loop clients did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut rps = 0.0;
+    let mut ok = 0;
+    let mut answered = 0;
+    let mut p99: f64 = 0.0;
+    let mut per = Vec::new();
+    for (name, p) in clients.iter_mut() {
+        let st = p.exited();
+        ensure!(
+            st.is_some_and(|s| s.success()),
+            "{name} failed ({st:?}); log {}",
+            log_file(name).display()
+        );
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json")))?)?;
+        rps += v["requests_per_s"].as_f64().unwrap_or(0.0);
+        ok += n(&v, "/answered/2001");
+        answered += v["answered"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum::<u64>());
+        p99 = p99.max(v["p99_ms"].as_f64().unwrap_or(0.0));
+        per.push(v);
+    }
+    stop_child(
+        a,
+        &super::dra_proc_name(&DRAS[0]),
+        libc::SIGINT,
+        Duration::from_secs(5),
+    );
+    ensure!(answered > 0, "{}: nothing answered", store.name());
+    Ok(json!({
+        "store": store.name(),
+        "requests_per_s": (rps * 10.0).round() / 10.0,
+        "answered": answered,
+        "answered_2001": ok,
+        "p99_ms_max": p99,
+        "clients": per,
+    }))
+}
+
+fn met(b: bool) -> &'static str {
+    if b { "met" } else { "missed" }
+}
+
+/// `cargo xtask bench ha` (after the release build).
+pub fn run(root: &Path) -> Result<()> {
+    super::preflight()?;
+    procs::install_signal_handlers();
+    let bins = Bins::release(root);
+    let started = Instant::now();
+    let (f, relays) = {
+        let _lab = HaGuard;
+        eprintln!(
+            "xtask: HA lab up (namespaces draha-*, 6-node Redis Cluster, 2 DRA hosts, \
+             pcrf1/pcrf2/ocs1)"
+        );
+        super::up(&bins, true, false)?;
+        eprintln!(
+            "xtask: failover run ({} s): SIGKILL DRA A at {KILL_A_AT} s, restart at \
+             {RESTART_A_AT} s, SIGKILL a Redis master at {KILL_MASTER_AT} s",
+            BUILD_S + STEADY_S + FLUSH_S
+        );
+        let f = failover_run(&bins)?;
+        let mut relays = Vec::new();
+        for store in [Store::Memory, Store::RedisCluster] {
+            eprintln!(
+                "xtask: closed-loop relay through DRA A, store {}",
+                store.name()
+            );
+            relays.push(relay(&bins, store)?);
+        }
+        let keep = root
+            .join("results")
+            .join(format!("bench-ha-{}", crate::results::timestamp()));
+        if std::fs::create_dir_all(&keep).is_ok()
+            && let Ok(rd) = std::fs::read_dir(STATE_DIR)
+        {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_file() && p.extension().is_some_and(|x| x != "pid" && x != "sock") {
+                    let _ = std::fs::copy(&p, keep.join(e.file_name()));
+                }
+            }
+            eprintln!("xtask: logs and summaries kept in {}", keep.display());
+        }
+        (f, relays)
+    };
+    let sessions = f.sum("/sessions/opened");
+    let misrouted = f.misrouted();
+    let unanswered = f.classes_sum("timeouts") + f.classes_sum("unanswered");
+    let resent = f.sum("/peers/failover/resent_with_t");
+    let gaps = f.gaps();
+    let failover_ms = gaps.iter().copied().fold(0.0, f64::max);
+    let rps = |i: usize| relays[i]["requests_per_s"].as_f64().unwrap_or(0.0);
+    let (mem, cluster) = (rps(0), rps(1));
+    let ratio = if mem > 0.0 { cluster / mem } else { 0.0 };
+    let doc = json!({
+        "machine": machine(root),
+        "sessions": sessions,
+        "misrouted": misrouted,
+        "unanswered": unanswered,
+        "resent_with_t": resent,
+        "failover_ms": (failover_ms * 10.0).round() / 10.0,
+        "store_errors": f.store_errors,
+        "redis_master_failover_ms": f.redis_master_failover_ms.round(),
+        "relay_rps_memory": mem,
+        "relay_rps_redis_cluster": cluster,
+        "cluster_to_memory_ratio": (ratio * 1000.0).round() / 1000.0,
+        "goals": {
+            "misrouted": 0, "unanswered": 0, "min_sessions": MIN_SESSIONS,
+            "min_cluster_to_memory_ratio": GOAL_RATIO,
+        },
+        "met": {
+            "misrouted": misrouted == 0,
+            "unanswered": unanswered == 0,
+            "sessions": sessions >= MIN_SESSIONS,
+            "cluster_to_memory_ratio": ratio >= GOAL_RATIO,
+        },
+        "details": {
+            "failovers": f.sum("/peers/failover/failovers"),
+            "failbacks": f.sum("/peers/failover/failbacks"),
+            "lost_no_dra": f.sum("/peers/failover/lost_no_dra"),
+            "failover_gaps_ms": gaps,
+            "answers_via_a": f.sum("/peers/failover/answers_via/0"),
+            "answers_via_b": f.sum("/peers/failover/answers_via/1"),
+            "server_switches": f.sum("/sessions/server_switches"),
+            "answered_5002": f.answered_with("5002"),
+            "answered_3002": f.answered_with("3002"),
+            "late_answers": f.sum("/peers/late_answers"),
+            "gx_ccr_i": f.class("gx_ccr_i"),
+            "gx_ccr_u": f.class("gx_ccr_u"),
+            "gx_ccr_t": f.class("gx_ccr_t"),
+            "servers": f.servers,
+            "server_duplicates": f.servers.iter().map(|s| n(s, "/duplicates")).sum::<u64>(),
+            "server_t_flagged": f.servers.iter().map(|s| n(s, "/t_flagged")).sum::<u64>(),
+            "kill_a_at_s": f.kill_a_at_s,
+            "restart_a_at_s": f.restart_a_at_s,
+            "killed_redis_master_port": f.killed_master_port,
+            "rate_per_class_per_gateway": RATE,
+            "steady_s": STEADY_S,
+            "relay": relays,
+            "relay_window_per_gateway": WINDOW,
+            "duration_s": started.elapsed().as_secs(),
+        },
+        "kernel": first_line(&["uname", "-r"]),
+    });
+    let out = root.join(HA_LATEST);
+    std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("write {}", out.display()))?;
+    println!("\nHA pair (docs/bench.md):");
+    for r in table_rows(&doc) {
+        println!(
+            "  {:<44} {:<40} goal {:<10} {}",
+            r.metric,
+            r.measured,
+            r.goal,
+            r.met.map_or("", met)
+        );
+    }
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The rows of the HA results for the bench table.
+pub fn table_rows(ha: &Value) -> Vec<TableRow> {
+    let u = |k: &str| ha.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let f = |k: &str| ha.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let ratio = f("cluster_to_memory_ratio");
+    vec![
+        TableRow {
+            metric: "HA sessions through the pair (faults)".into(),
+            measured: format!("{}", u("sessions")),
+            goal: format!("≥ {MIN_SESSIONS}"),
+            met: Some(u("sessions") >= MIN_SESSIONS),
+        },
+        TableRow {
+            metric: "HA misrouted (5002 from servers)".into(),
+            measured: format!("{}", u("misrouted")),
+            goal: "0".into(),
+            met: Some(u("misrouted") == 0),
+        },
+        TableRow {
+            metric: "HA unanswered (timeouts + lost)".into(),
+            measured: format!(
+                "{} ({} resent with T, failover {:.1} ms)",
+                u("unanswered"),
+                u("resent_with_t"),
+                f("failover_ms")
+            ),
+            goal: "0".into(),
+            met: Some(u("unanswered") == 0),
+        },
+        TableRow {
+            metric: "HA Redis master failover (replica promoted)".into(),
+            measured: format!(
+                "{:.0} ms, store errors {:.0}",
+                f("redis_master_failover_ms"),
+                f("store_errors")
+            ),
+            goal: "— (reported)".into(),
+            met: None,
+        },
+        TableRow {
+            metric: "HA relay req/s: redis_cluster ÷ memory".into(),
+            measured: format!(
+                "{ratio:.2} ({:.0} vs {:.0} req/s)",
+                f("relay_rps_redis_cluster"),
+                f("relay_rps_memory")
+            ),
+            goal: format!("≥ {GOAL_RATIO}"),
+            met: Some(ratio >= GOAL_RATIO),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_parses_and_has_enough_sessions() {
+        let v: toml::Value = toml::from_str(&scenario()).expect("toml");
+        let phases = v["phase"].as_array().expect("phases");
+        assert_eq!(phases.len(), 3);
+        let per_gw = u64::from(RATE) * u64::from(BUILD_S + STEADY_S);
+        assert!(per_gw * GWS.len() as u64 >= MIN_SESSIONS);
+        const {
+            assert!(KILL_A_AT < RESTART_A_AT && RESTART_A_AT < KILL_MASTER_AT);
+            assert!(KILL_MASTER_AT < (BUILD_S + STEADY_S) as f64);
+        }
+    }
+
+    #[test]
+    fn rows_judge_the_goals() {
+        let doc = json!({
+            "sessions": 30000, "misrouted": 0, "unanswered": 1, "resent_with_t": 12,
+            "failover_ms": 3.5, "store_errors": 4.0, "redis_master_failover_ms": 2500.0,
+            "relay_rps_memory": 8000.0, "relay_rps_redis_cluster": 3000.0,
+            "cluster_to_memory_ratio": 0.375,
+        });
+        let r = table_rows(&doc);
+        let met: Vec<Option<bool>> = r.iter().map(|r| r.met).collect();
+        assert_eq!(
+            met,
+            [Some(true), Some(true), Some(false), None, Some(false)]
+        );
+        assert_eq!(r[4].measured, "0.38 (3000 vs 8000 req/s)");
+    }
+
+    #[test]
+    fn cluster_nodes_addresses_give_the_port() {
+        assert_eq!(port_of("198.19.2.5:7003@17003"), Some(7003));
+        assert_eq!(port_of("198.19.2.5:7003"), Some(7003));
+    }
+}
