@@ -14,8 +14,17 @@ use dra::dataplane::{self, AttachMode, Dataplane, Maps};
     about = "Diameter Routing Agent with an XDP rate-limiting fast path"
 )]
 struct Cli {
+    /// Log line format on stderr: text, or one JSON object per line (for log collectors).
+    #[arg(long, value_enum, global = true, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -79,17 +88,39 @@ enum Cmd {
         #[arg(long, default_value = dataplane::PIN_DIR)]
         pin_dir: PathBuf,
     },
+    /// Write the man pages (dra.1, dra-run.1, ...) into DIR (used by `cargo xtask package`).
+    #[command(hide = true)]
+    Man {
+        /// Output directory (created if missing).
+        dir: PathBuf,
+    },
+}
+
+/// Logs go to stderr (the journal under systemd); `RUST_LOG` overrides the level (info).
+/// JSON: one object per line with timestamp, level, message, the event's fields at the
+/// top level, target, and the enclosing span (e.g. a peer connection's fields).
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => b
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     if !matches!(cli.cmd, Cmd::Run { .. }) {
         // A command whose output is piped into `head` ends quietly when the reader goes
         // away, as `cat` does (Rust ignores SIGPIPE, so println! would panic). `dra run`
@@ -158,7 +189,11 @@ fn main() -> anyhow::Result<ExitCode> {
                 pin_dir,
                 detach_on_exit,
             };
-            dra::run::run(cfg, opts).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            // Through the log, so that a collector reading --log-format json sees it too.
+            if let Err(e) = dra::run::run(cfg, opts) {
+                tracing::error!(error = %dra::error_chain(&e), "dra run failed");
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Detach { iface, pin_dir } => {
@@ -226,6 +261,12 @@ fn main() -> anyhow::Result<ExitCode> {
             {
                 println!("{:<20} {v}", c.name());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+            clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -262,6 +262,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .await
             .map_err(RunError::Agent)?;
         info!(listeners = ?agent.listen_addrs(), "diameter agent running");
+        // systemd `Type=notify`: ready once the fast path is attached, its maps written
+        // and the listeners bound (nothing is sent without $NOTIFY_SOCKET).
+        notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status("running"),
+        ]);
         {
             let mut sh = shared.lock().expect("lock");
             let sink = agent.throttle_sink();
@@ -284,6 +290,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             _ = tokio::signal::ctrl_c() => info!("SIGINT"),
             _ = term.recv() => info!("SIGTERM"),
         }
+        notify(&[sd_notify::NotifyState::Stopping]);
         agent.shutdown().await;
         stats.abort();
         stop.store(true, Ordering::Relaxed);
@@ -315,6 +322,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     Ok(())
 }
 
+/// One sd_notify message; a failure is logged, never fatal.
+fn notify(state: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        warn!(error = %e, "sd_notify failed");
+    }
+}
+
+/// How often a DB CPU source that keeps failing is reported again (the first failure
+/// and the recovery are logged at once).
+const SOURCE_FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
 fn spawn_controller(
     p: &crate::config::DbCpuProfile,
     targets: Vec<DrlTarget>,
@@ -336,11 +354,17 @@ fn spawn_controller(
         .map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
     Ok(std::thread::spawn(move || {
         let mut next = Instant::now();
+        // Failing samples since the source was last up, and when that was last logged.
+        let (mut failing, mut logged_at): (u64, Option<Instant>) = (0, None);
         while !stop.load(Ordering::Relaxed) {
             next += period;
             let now = start.elapsed();
             match source.sample() {
                 Ok(Some(cpu)) => {
+                    if failing > 0 {
+                        info!(failed_samples = failing, "DB CPU source answering again");
+                        (failing, logged_at) = (0, None);
+                    }
                     let _ = lp.sample(now, cpu);
                     let m = &shared.lock().expect("lock").metrics;
                     m.set_db_cpu_percent(cpu);
@@ -348,7 +372,16 @@ fn spawn_controller(
                 }
                 Ok(None) => lp.tick(now),
                 Err(e) => {
-                    warn!(error = %crate::error_chain(&e), "CPU sample failed");
+                    failing += 1;
+                    if logged_at.is_none_or(|t| t.elapsed() >= SOURCE_FAILURE_LOG_EVERY) {
+                        warn!(
+                            error = %crate::error_chain(&e),
+                            failed_samples = failing,
+                            "DB CPU sample failed (logged again every {}s while it fails)",
+                            SOURCE_FAILURE_LOG_EVERY.as_secs()
+                        );
+                        logged_at = Some(Instant::now());
+                    }
                     shared
                         .lock()
                         .expect("lock")

@@ -1,4 +1,4 @@
-//! `cargo xtask <setup|build|test|run|demo|bench|lab>`: orchestration only.
+//! `cargo xtask <setup|build|test|run|package|demo|bench|lab>`: orchestration only.
 
 mod coalesced;
 mod demo;
@@ -6,6 +6,7 @@ mod flood;
 mod ha;
 mod lab;
 mod metrics;
+mod package;
 mod procs;
 mod report;
 mod results;
@@ -26,9 +27,13 @@ usage: cargo xtask <command> [args]
   setup            install what is missing (eBPF toolchain, test tools); silent when done
   build            build the agent and the eBPF programs (release)
   test             rustfmt --check, Rust lines <= 100 columns, clippy (userspace +
-                   eBPF), unit + property tests, fuzz smoke,
+                   eBPF), unit + property tests, package test (dpkg -x into a scratch
+                   root, systemd-analyze verify, dra --version), fuzz smoke,
                    privileged netns tests (root)
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
+  package [--check]  release build, then target/package/dra_<version>_<arch>.deb: dra,
+                   dra-loadgen, systemd unit, /etc/dra/dra.toml, man pages
+                   (docs/operations.md); --check: the package test's checks on it
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
   lab up|down|status --ha  the HA pair in namespaces draha-*: two DRA hosts (dra run,
@@ -211,6 +216,7 @@ fn test() -> Result<()> {
             "xtask",
         ]),
     )?;
+    package::test(&workspace_root())?;
     fuzz_smoke(10)?;
     if !is_root() {
         bail!(
@@ -265,6 +271,10 @@ fn real_main() -> Result<()> {
             let mut c = Command::new(bin);
             c.arg("run").args(rest);
             step("dra run", &mut c)
+        }
+        "package" => {
+            toolchain::ensure()?;
+            package::cmd(&workspace_root(), rest)
         }
         "demo" => {
             toolchain::ensure()?;

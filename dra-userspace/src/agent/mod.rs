@@ -344,6 +344,7 @@ pub async fn start(
         })?);
         let tx = ctl_tx.clone();
         tasks.push(tokio::spawn(async move {
+            let (mut failed, mut logged) = (0u64, None);
             loop {
                 match lst.accept().await {
                     Ok((s, _)) => {
@@ -352,7 +353,15 @@ pub async fn start(
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        // Retried every 100 ms (e.g. out of file descriptors): logged
+                        // once, then once a minute while it lasts.
+                        failed += 1;
+                        if logged.is_none_or(|t: tokio::time::Instant| {
+                            t.elapsed() >= Duration::from_secs(60)
+                        }) {
+                            tracing::warn!(error = %e, failed, "accept failed");
+                            logged = Some(tokio::time::Instant::now());
+                        }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }

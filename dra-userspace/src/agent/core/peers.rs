@@ -509,6 +509,15 @@ impl Core {
         if self.slots[p.0].state != Some(state) {
             self.set_state_metric(p, state);
         }
+        // One log line per change of service (docs/operations.md "Logs").
+        if good != was_good {
+            let (peer, state) = (&self.cfg.peers[p.0].name, state.name());
+            if good {
+                info!(%peer, state, "peer up");
+            } else {
+                warn!(%peer, state, "peer down");
+            }
+        }
         if was_good && !good {
             // RFC 6733 §5.5.4 / RFC 3539 §3.4: out of service → fail pending requests over.
             self.peer_failed(now, p);
