@@ -202,6 +202,17 @@ pub fn stop_pid(pid: i32, sig: i32, grace: Duration) {
     }
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Gone before we return: a process that still holds its listening socket would make
+    // a successor's bind fail (EADDRINUSE).
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        // SAFETY: as above.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -398,7 +409,31 @@ fn start_servers(bins: &Bins, latency: &str) -> Result<()> {
         c.args(["--redis-extra-ops", "8"]);
         spawn_logged(s.name, &mut c)?;
     }
+    for s in &SERVERS {
+        wait_listening(s)?;
+    }
     Ok(())
+}
+
+/// Waits until `s` accepts TCP connections (seen from the DRA's namespace), so that no run
+/// starts against a server that is still starting or failed to start.
+fn wait_listening(s: &Server) -> Result<()> {
+    let addr: std::net::SocketAddr = format!("{}:3868", s.v4).parse()?;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let ok = in_netns(NS_DRA, || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })?;
+        if ok {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!(
+        "simulated server {} does not listen on {addr} after 10 s; log: {}",
+        s.name,
+        log_file(s.name).display()
+    )
 }
 
 /// Stops the simulated servers of a lab that is up and starts them again with CCR

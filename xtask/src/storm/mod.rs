@@ -1,8 +1,8 @@
 //! `cargo xtask bench storm`: P3 and P4 on the lab with the real binaries
 //! (docs/bench.md, "Storm benchmarks"). P5 is the flood shield (`crate::flood`).
 //!
-//! One lab (`lab::up`: namespaces, Redis, the pcrf1/pcrf2/ocs1 simulators), then four
-//! runs, each a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
+//! One lab (`lab::up`: namespaces, Redis, the pcrf1/pcrf2/ocs1 simulators), then two
+//! pairs of runs, each pair repeated `PAIRS` times (alternating), each run a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
 //! `dralab-gw`, all with the reject config (XDP attached):
 //!
 //! | run | scenario | servers | for |
@@ -39,7 +39,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
 
 use self::{
-    measures::{find, p3, p4},
+    measures::{find, p3, p4, pairs},
     plan::{Plan, RUNS, plan},
     run::run_one,
 };
@@ -70,6 +70,9 @@ const SKIP_FIRST: usize = 2;
 const SKIP_LAST: usize = 1;
 /// The storm's multiple of the limit.
 const STORM_FACTOR: f64 = 10.0;
+/// How many times each pair of runs (no storm, storm) is repeated: P4 is the median of
+/// the pairs' ratios, P3 the worst of the storm runs.
+const PAIRS: usize = 3;
 
 /// Refuses to start when a lab (namespaces or pins) exists: it may be someone's.
 pub fn preflight(root: &Path) -> Result<Plan> {
@@ -111,23 +114,29 @@ pub fn run(root: &Path) -> Result<()> {
         let mut runs = Vec::new();
         let mut failed = None;
         let mut latency = lab::SERVER_LATENCY;
-        for spec in &RUNS {
-            if spec.server_latency != latency {
-                eprintln!(
-                    "xtask: servers restarted with latency {}",
-                    spec.server_latency
-                );
-                if let Err(e) = lab::restart_servers(&bins, spec.server_latency) {
-                    failed = Some(e);
-                    break;
-                }
-                latency = spec.server_latency;
-            }
-            match run_one(root, &bins, spec, &plan, &out) {
-                Ok(r) => runs.push(r),
-                Err(e) => {
-                    failed = Some(e.context(format!("run {}", spec.name)));
-                    break;
+        // Each pair (no storm, storm) with the same servers is run PAIRS times, alternating,
+        // so that a stall of the machine during one run shows as one outlying ratio.
+        'pairs: for pair in RUNS.chunks(2) {
+            for round in 1..=PAIRS {
+                for spec in pair {
+                    if spec.server_latency != latency {
+                        eprintln!(
+                            "xtask: servers restarted with latency {}",
+                            spec.server_latency
+                        );
+                        if let Err(e) = lab::restart_servers(&bins, spec.server_latency) {
+                            failed = Some(e);
+                            break 'pairs;
+                        }
+                        latency = spec.server_latency;
+                    }
+                    match run_one(root, &bins, spec, round, &plan, &out) {
+                        Ok(r) => runs.push(r),
+                        Err(e) => {
+                            failed = Some(e.context(format!("run {} #{round}", spec.name)));
+                            break 'pairs;
+                        }
+                    }
                 }
             }
         }
@@ -153,15 +162,13 @@ pub fn run(root: &Path) -> Result<()> {
     if !left_ns.is_empty() || left_pins {
         bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
     }
-    let (p3v, p3r) = p3(&plan, find(&runs, "storm-reject-xdp")?);
+    let (p3v, p3r) = p3(&plan, &find(&runs, "storm-reject-xdp")?);
     let (p4v, p4r) = p4(
-        find(&runs, "no-storm-low-latency")?,
-        find(&runs, "storm-reject-low-latency")?,
+        &pairs(&runs, "no-storm-low-latency", "storm-reject-low-latency")?,
         &format!("servers {LOW_LATENCY}"),
     );
     let (p4ev, p4er) = p4(
-        find(&runs, "no-storm")?,
-        find(&runs, "storm-reject-xdp")?,
+        &pairs(&runs, "no-storm", "storm-reject-xdp")?,
         &format!("servers {}", lab::SERVER_LATENCY),
     );
     let table = vec![p3r, p4r, p4er];

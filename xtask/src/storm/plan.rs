@@ -1,4 +1,4 @@
-//! The four runs and the bench configs they use, read and cross-checked before anything
+//! The runs (two pairs, each repeated) and the bench configs they use, read and cross-checked before anything
 //! starts (`plan`).
 
 use std::{collections::BTreeMap, path::Path};

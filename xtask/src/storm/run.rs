@@ -25,6 +25,8 @@ use crate::{
 /// What one run measured.
 pub(super) struct RunResult {
     pub(super) name: &'static str,
+    /// Which repetition of its pair this run is (1-based, see `PAIRS`).
+    pub(super) round: usize,
     /// CCR-I 2001 per second over the interior of `measure` (client rows).
     pub(super) admitted_per_s: Option<f64>,
     /// CCR-I sent per second over the interior (what the client really offered).
@@ -86,15 +88,17 @@ fn wait_until(
     }
 }
 
-/// Runs `spec` on the lab that is up; its files go to `out/<run name>/`.
+/// Runs `spec` (repetition `round`) on the lab that is up; its files go to
+/// `out/<run name>-<round>/`.
 pub(super) fn run_one(
     root: &Path,
     bins: &Bins,
     spec: &RunSpec,
+    round: usize,
     plan: &Plan,
     out: &Path,
 ) -> Result<RunResult> {
-    let dir = out.join(spec.name);
+    let dir = out.join(format!("{}-{round}", spec.name));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     if xdp_attached() || Path::new(PIN_DIR).exists() {
         bail!(
@@ -180,7 +184,10 @@ pub(super) fn run_one(
         procs::spawn_to(&client_log, "pgw1", &mut c)?,
     );
     let t0 = Instant::now();
-    eprintln!("xtask: run {} ({}): {} s", spec.name, spec.purpose, total_s);
+    eprintln!(
+        "xtask: run {} #{round} ({}): {} s",
+        spec.name, spec.purpose, total_s
+    );
     let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
     let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
     let i_start = m_start + Duration::from_secs(SKIP_FIRST as u64);
@@ -262,6 +269,7 @@ pub(super) fn run_one(
     let cfg_limit = config_limit(&read_toml(root, spec.config)?)?.0;
     let json = json!({
         "run": spec.name,
+        "round": round,
         "purpose": spec.purpose,
         "dra_config": spec.config,
         "scenario": spec.scenario,
@@ -325,7 +333,7 @@ pub(super) fn run_one(
         "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
     });
     eprintln!(
-        "xtask: run {}: agent CPU {:.2} s over {:.1} s; CCR-I \
+        "xtask: run {} #{round}: agent CPU {:.2} s over {:.1} s; CCR-I \
          offered {:.0}/s, answered 2001 {:.0}/s; CCR-U p99 {} ms",
         spec.name,
         cpu_s,
@@ -339,6 +347,7 @@ pub(super) fn run_one(
     );
     Ok(RunResult {
         name: spec.name,
+        round,
         admitted_per_s,
         offered_per_s,
         metrics_interior_per_s,
