@@ -23,13 +23,13 @@ use dra_common::wire::app;
 use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::script::{ScriptedPeer, cc, ccr};
 use dra_tools::loadgen::server::{ServerConfig, ServerHandle};
-use support::agent::agent_config;
+use support::agent::{
+    DRA_HOST, PCRF_REALM, REALM, agent_config, parse_config, start_agent, wait_servers_open,
+    with_limiter,
+};
 use support::free_port;
 use tokio::time::Instant;
 
-const DRA_HOST: &str = "dra.test.example";
-const REALM: &str = "test.example";
-const PCRF_REALM: &str = "pcrf.test.example";
 const PCRF_HOST: &str = "pcrf1.pcrf.test.example";
 const LIMIT: u32 = 20;
 const STORM_RATE: f64 = 60.0;
@@ -84,29 +84,12 @@ async fn start() -> Lab {
     scfg.strict_sessions = false;
     let server = dra_tools::loadgen::server::run(scfg).await.expect("server");
     let text = agent_toml(server.local_addr());
-    let cfg =
-        dra::config::parse(&text, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+    let cfg = parse_config(&text);
     let plan = dra::dataplane::Plan::new(&cfg).expect("plan");
     let metrics = dra::metrics::Metrics::new();
-    let opts = dra::agent::AgentOptions {
-        tc: Some(Duration::from_millis(200)),
-        ingress: dra::agent::io::Ingress::Limiter(Arc::new(Limiter::new(&plan))),
-        ..Default::default()
-    };
-    let agent = dra::agent::start(cfg, opts, metrics.clone())
-        .await
-        .expect("agent");
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let s = agent.status().await.expect("status");
-        if s.lines()
-            .any(|l| l.contains(" server ") && l.contains(" open "))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pcrf1 never opened:\n{s}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let opts = with_limiter(Arc::new(Limiter::new(&plan)));
+    let agent = start_agent(cfg, opts, metrics.clone()).await;
+    wait_servers_open(&agent, 1, PATIENCE).await;
     Lab {
         agent,
         _server: server,

@@ -29,12 +29,11 @@ use dra_tools::loadgen::doic::{ForcedReport, ServerReporter};
 use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::script::{ScriptedPeer, cc, ccr};
 use dra_tools::loadgen::server::{ServerConfig, ServerHandle};
-use support::agent::agent_config;
+use support::agent::{
+    DRA_HOST, REALM, agent_config, parse_config, start_agent, tc_200ms, wait_servers_open,
+};
 use support::free_port;
-use tokio::time::Instant;
 
-const DRA_HOST: &str = "dra.test.example";
-const REALM: &str = "test.example";
 const REALM_A: &str = "a.pcrf.test.example";
 const REALM_B: &str = "b.pcrf.test.example";
 const GW_HOST: &str = "pgw1.test.example";
@@ -98,29 +97,9 @@ async fn start() -> Lab {
         .route(REALM_A, "application = \"gx\"\ngroup = \"a\"")
         .route(REALM_B, "application = \"gx\"\ngroup = \"b\"")
         .to_string();
-    let cfg =
-        dra::config::parse(&text, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{text}"));
     let metrics = dra::metrics::Metrics::new();
-    let opts = dra::agent::AgentOptions {
-        tc: Some(Duration::from_millis(200)),
-        ..Default::default()
-    };
-    let agent = dra::agent::start(cfg, opts, metrics.clone())
-        .await
-        .expect("agent");
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let s = agent.status().await.expect("status");
-        let open = s
-            .lines()
-            .filter(|l| l.contains(" server ") && l.contains(" open "))
-            .count();
-        if open == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "servers never opened:\n{s}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let agent = start_agent(parse_config(&text), tc_200ms(), metrics.clone()).await;
+    wait_servers_open(&agent, 3, PATIENCE).await;
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let to = SocketAddr::new(lo, agent.listen_addrs()[0].port());
     let pc = loadgen_peer_config(GW_HOST, REALM, lo, Duration::from_secs(30));

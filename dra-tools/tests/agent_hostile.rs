@@ -71,16 +71,9 @@ impl HeldLab {
         )
         .await
         .expect("pcrf");
-        let text = support::agent::agent_toml(&[pcrf.addr], &[], None, "");
-        let cfg = dra::config::parse(&text, "test.toml").expect("config");
+        let cfg = parse_config(&agent_toml(&[pcrf.addr], &[], None, ""));
         let metrics = dra::metrics::Metrics::new();
-        let opts = dra::agent::AgentOptions {
-            tc: Some(Duration::from_millis(200)),
-            ..Default::default()
-        };
-        let agent = dra::agent::start(cfg, opts, metrics.clone())
-            .await
-            .expect("agent");
+        let agent = start_agent(cfg, tc_200ms(), metrics.clone()).await;
         let lab = HeldLab {
             agent,
             metrics,
@@ -108,14 +101,7 @@ impl HeldLab {
     }
 
     async fn pgw(&self, tap: Option<Tap>) -> SimPeer {
-        SimPeer::connect(
-            self.addr(),
-            sim_config(&format!("pgw1.{REALM}"), REALM, &[GX, GY]),
-            DRA_HOST,
-            tap,
-        )
-        .await
-        .expect("CEA success")
+        connect_pgw(self.addr(), "pgw1", tap).await
     }
 
     /// The application requests the PCRF received so far.
@@ -157,14 +143,6 @@ impl HeldLab {
     }
 }
 
-/// The state column of `peer`'s row in the agent's status text.
-fn peer_state<'a>(status: &'a str, peer: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| {
-        let mut w = l.split_whitespace();
-        (w.next() == Some(peer)).then(|| w.nth(1)).flatten()
-    })
-}
-
 /// The value of the exposition line that starts with `series` (0 if absent).
 fn metric(exported: &str, series: &str) -> f64 {
     exported
@@ -176,15 +154,7 @@ fn metric(exported: &str, series: &str) -> f64 {
 }
 
 fn gx_ccr(session: &str, n: u32) -> Message {
-    ccr(
-        session,
-        GX,
-        "pgw1.test.example",
-        REALM,
-        PCRF_REALM,
-        cc::UPDATE,
-        n,
-    )
+    pgw1_gx_ccr(session, cc::UPDATE, n)
 }
 
 /// A 20-byte CCR header (R and P flags, Gx) as written, whatever its fields say.

@@ -16,14 +16,14 @@ use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
 use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::script::{ScriptedPeer, Tap, cc, ccr};
 use dra_tools::loadgen::server::{ServerConfig, ServerHandle};
-use support::agent::agent_config;
+use support::agent::{
+    DRA_HOST, PCRF_REALM, REALM, agent_config, parse_config, start_agent, wait_servers_open,
+    with_limiter,
+};
 use support::free_port;
 use tokio::time::Instant;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-const DRA_HOST: &str = "dra.test.example";
-const REALM: &str = "test.example";
-const PCRF_REALM: &str = "pcrf.test.example";
 const PCRF_HOST: &str = "pcrf1.pcrf.test.example";
 const PGW_HOST: &str = "pgw1.test.example";
 /// A second gateway without `addresses`: the limiter (as XDP) cannot identify it.
@@ -83,29 +83,12 @@ impl Lab {
         scfg.strict_sessions = false;
         let server = dra_tools::loadgen::server::run(scfg).await.expect("server");
         let text = agent_toml(server.local_addr(), action, rate);
-        let cfg = dra::config::parse(&text, "test.toml")
-            .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let cfg = parse_config(&text);
         let plan = dra::dataplane::Plan::new(&cfg).expect("plan");
         let limiter = Arc::new(Limiter::new(&plan));
-        let opts = dra::agent::AgentOptions {
-            tc: Some(Duration::from_millis(200)),
-            ingress: dra::agent::io::Ingress::Limiter(limiter.clone()),
-            ..Default::default()
-        };
-        let agent = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())
-            .await
-            .expect("agent");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let s = agent.status().await.expect("status");
-            if s.lines()
-                .any(|l| l.contains(" server ") && l.contains(" open "))
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "pcrf1 never opened:\n{s}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let opts = with_limiter(limiter.clone());
+        let agent = start_agent(cfg, opts, dra::metrics::Metrics::new()).await;
+        wait_servers_open(&agent, 1, PATIENCE).await;
         Lab {
             agent,
             server,

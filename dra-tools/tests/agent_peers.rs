@@ -32,15 +32,7 @@ async fn cer_cea_and_dwr_dwa_both_directions() {
     assert_eq!(dwa.origin_host(), Some(DRA_HOST));
     // And a request relays end to end.
     let a = pgw
-        .request(ccr(
-            "s1",
-            GX,
-            "pgw1.test.example",
-            REALM,
-            PCRF_REALM,
-            cc::INITIAL,
-            0,
-        ))
+        .request(pgw1_gx_ccr("s1", cc::INITIAL, 0))
         .await
         .expect("CCA");
     assert_eq!(a.result_code(), Some(result_code::SUCCESS));
@@ -68,15 +60,7 @@ async fn unknown_origin_host_gets_cea_3010() {
 async fn marked_request_is_answered_3002_without_upstream() {
     let lab = Lab::start(1, 0, None, "", None).await;
     let pgw = lab.pgw("pgw1", None).await;
-    let mut req = ccr(
-        "sess-marked",
-        GX,
-        "pgw1.test.example",
-        REALM,
-        PCRF_REALM,
-        cc::UPDATE,
-        7,
-    );
+    let mut req = pgw1_gx_ccr("sess-marked", cc::UPDATE, 7);
     req.flags |= flags::RATE_LIMIT_MARK;
     let a = pgw.request(req).await.expect("answer");
     assert_eq!(a.result_code(), Some(result_code::UNABLE_TO_DELIVER));
@@ -126,15 +110,7 @@ async fn unroutable_and_invalid_requests_are_answered_locally() {
         .expect("answer");
     assert_eq!(a.result_code(), Some(result_code::REALM_NOT_SERVED));
     // Missing Destination-Realm: 5005 DIAMETER_MISSING_AVP (RFC 6733 §7.1.5).
-    let mut bad = ccr(
-        "s-bad",
-        GX,
-        "pgw1.test.example",
-        REALM,
-        PCRF_REALM,
-        cc::INITIAL,
-        0,
-    );
+    let mut bad = pgw1_gx_ccr("s-bad", cc::INITIAL, 0);
     bad.avps.retain(|x| x.code != avp_code::DESTINATION_REALM);
     let a = pgw.request(bad).await.expect("answer");
     assert_eq!(a.result_code(), Some(result_code::MISSING_AVP));
@@ -149,17 +125,9 @@ async fn control_socket_serves_status() {
     let dir = tmp.0.join("dra.sock");
     let lab = Lab::start(1, 1, Some(&dir), "", None).await;
     let pgw = lab.pgw("pgw1", None).await;
-    pgw.request(ccr(
-        "s1",
-        GX,
-        "pgw1.test.example",
-        REALM,
-        PCRF_REALM,
-        cc::INITIAL,
-        0,
-    ))
-    .await
-    .expect("CCA");
+    pgw.request(pgw1_gx_ccr("s1", cc::INITIAL, 0))
+        .await
+        .expect("CCA");
     let text = dra::agent::query_status(&dir).await.expect("status");
     assert!(text.starts_with(&format!("dra {DRA_HOST}")), "{text}");
     let pcrf = text

@@ -25,16 +25,7 @@ async fn egress_rlf_holds_the_pcrf_group_to_its_rate_and_rejects_beyond_toleranc
         let pgw = pgw.clone();
         tasks.spawn(async move {
             let sid = format!("rlf;{i}");
-            pgw.request(ccr(
-                &sid,
-                GX,
-                "pgw1.test.example",
-                REALM,
-                PCRF_REALM,
-                cc::EVENT_LIKE,
-                0,
-            ))
-            .await
+            pgw.request(pgw1_gx_ccr(&sid, cc::EVENT_LIKE, 0)).await
         });
     }
     let mut ok = 0usize;

@@ -179,29 +179,12 @@ impl Agent {
     /// An agent in front of `pcrfs` with `store` appended to its config; returns once
     /// every server is open.
     async fn start(pcrfs: &Pcrfs, store: &str) -> Agent {
-        let text = agent_toml(&pcrfs.addrs(), &[], None, store);
-        let cfg = dra::config::parse(&text, "test.toml")
-            .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+        let cfg = parse_config(&agent_toml(&pcrfs.addrs(), &[], None, store));
         let metrics = dra::metrics::Metrics::new();
-        let opts = dra::agent::AgentOptions {
-            tc: Some(Duration::from_millis(200)),
-            ..Default::default()
-        };
-        let handle = dra::agent::start(cfg, opts, metrics.clone())
-            .await
-            .expect("agent starts whatever the store's state");
-        for _ in 0..400 {
-            let s = handle.status().await.expect("status");
-            let open = s
-                .lines()
-                .filter(|l| l.contains(" server ") && l.contains(" open "))
-                .count();
-            if open == pcrfs.servers.len() {
-                return Agent { handle, metrics };
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("servers never opened");
+        // The agent starts whatever the store's state.
+        let handle = start_agent(cfg, tc_200ms(), metrics.clone()).await;
+        wait_servers_open(&handle, pcrfs.servers.len(), Duration::from_secs(10)).await;
+        Agent { handle, metrics }
     }
 
     /// A PGW on this agent, its wire tapped.
@@ -250,15 +233,7 @@ impl Pgw {
     /// One CCR of session `sid`; its answer's Result-Code. Panics if it hangs.
     async fn ccr(&self, sid: &str, kind: u32) -> u32 {
         let n = kind - 1;
-        let m = ccr(
-            sid,
-            GX,
-            &format!("pgw1.{REALM}"),
-            REALM,
-            PCRF_REALM,
-            kind,
-            n,
-        );
+        let m = pgw1_gx_ccr(sid, kind, n);
         *self.sent.lock().expect("sent") += 1;
         let a = tokio::time::timeout(HANG, self.peer.request(m))
             .await
@@ -399,15 +374,7 @@ async fn redis_unreachable_at_start_with_on_error_reject_answers_the_configured_
     assert!(all_are(&pgw.all(&s, cc::UPDATE).await, 3004));
     let a1 = pgw
         .peer
-        .request(ccr(
-            &s[0],
-            GX,
-            &format!("pgw1.{REALM}"),
-            REALM,
-            PCRF_REALM,
-            1,
-            0,
-        ))
+        .request(pgw1_gx_ccr(&s[0], 1, 0))
         .await
         .expect("answer");
     *pgw.sent.lock().expect("sent") += 1;

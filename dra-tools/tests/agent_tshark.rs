@@ -38,27 +38,11 @@ async fn tshark_decodes_what_the_agent_sends() {
         .await
         .expect("DWA");
     let a = pgw
-        .request(ccr(
-            "wire;1",
-            GX,
-            "pgw1.test.example",
-            REALM,
-            PCRF_REALM,
-            cc::INITIAL,
-            0,
-        ))
+        .request(pgw1_gx_ccr("wire;1", cc::INITIAL, 0))
         .await
         .expect("CCA");
     assert_eq!(a.result_code(), Some(2001));
-    let mut marked = ccr(
-        "wire;2",
-        GX,
-        "pgw1.test.example",
-        REALM,
-        PCRF_REALM,
-        cc::INITIAL,
-        0,
-    );
+    let mut marked = pgw1_gx_ccr("wire;2", cc::INITIAL, 0);
     marked.flags |= flags::RATE_LIMIT_MARK;
     let a = pgw.request(marked).await.expect("3002");
     assert_eq!(a.result_code(), Some(3002));

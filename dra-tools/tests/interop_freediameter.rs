@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use dra_tools::netns::{self, Netns};
 use support::TempDir;
-use support::agent::agent_config;
+use support::agent::{agent_config, peer_state};
 
 const AGENT_IP: &str = "198.18.0.1";
 const FD_IP: &str = "198.18.0.2";
@@ -108,12 +108,18 @@ impl Drop for FreeDiameter {
 /// message dumps on (`dbg_msg_dumps`, 0x0080 = every message sent or received) so the
 /// test can read the exchange.
 fn fd_conf(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str) -> PathBuf {
+    let dumps = format!("LoadExtension = \"dbg_msg_dumps.fdx\" : \"0x0080\";\n{extra}");
+    fd_conf_plain(dir, host, realm, port, tw, &dumps)
+}
+
+/// freeDiameter's config without message dumps: plain TCP on [`FD_IP`], watchdog
+/// interval `tw` seconds, `extra` appended.
+fn fd_conf_plain(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str) -> PathBuf {
     let (crt, key) = cert(dir, host);
     let text = format!(
         "Identity = \"{host}\";\nRealm = \"{realm}\";\nPort = {port};\nSecPort = 0;\n\
          No_SCTP;\nNo_IPv6;\nListenOn = \"{FD_IP}\";\nTwTimer = {tw};\nTcTimer = 1;\n\
-         TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";\n\
-         LoadExtension = \"dbg_msg_dumps.fdx\" : \"0x0080\";\n{extra}",
+         TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";\n{extra}",
         crt.display(),
         key.display(),
         crt.display()
@@ -121,6 +127,22 @@ fn fd_conf(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str)
     let p = dir.join(format!("{host}.conf"));
     std::fs::write(&p, text).expect("write conf");
     p
+}
+
+/// The agent's and freeDiameter's namespaces (named `agent` and `fd`), joined by a veth
+/// pair ([`AGENT_IP`], [`FD_IP`]). The test must run as root.
+fn namespaces(agent: &str, fd: &str) -> (Netns, Netns) {
+    support::require_root("network namespaces");
+    let agent_ns = Netns::new(agent).expect("namespace");
+    let fd_ns = Netns::new(fd).expect("namespace");
+    netns::veth_pair(
+        &agent_ns,
+        &format!("{AGENT_IP}/30"),
+        &fd_ns,
+        &format!("{FD_IP}/30"),
+    )
+    .expect("veth pair");
+    (agent_ns, fd_ns)
 }
 
 fn agent_toml() -> String {
@@ -138,14 +160,6 @@ fn agent_toml() -> String {
             "application = \"gx\"\ngroup = \"pcrf\"",
         )
         .to_string()
-}
-
-/// The state column of `peer`'s row in the agent's status text.
-fn peer_state<'a>(status: &'a str, peer: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| {
-        let mut w = l.split_whitespace();
-        (w.next() == Some(peer)).then(|| w.nth(1)).flatten()
-    })
 }
 
 /// Watchdog exchanges seen in a freeDiameter message dump involving `dra`: (DWRs
@@ -180,21 +194,7 @@ fn dump_counts(log: &str) -> (usize, usize, usize, usize) {
 
 #[test]
 fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test creates network namespaces: run it as root (`sudo cargo xtask test`)"
-    );
-    let agent_ns = Netns::new("dia").expect("namespace");
-    let fd_ns = Netns::new("dif").expect("namespace");
-    netns::veth_pair(
-        &agent_ns,
-        &format!("{AGENT_IP}/30"),
-        &fd_ns,
-        &format!("{FD_IP}/30"),
-    )
-    .expect("veth pair");
+    let (agent_ns, fd_ns) = namespaces("dia", "dif");
     let dir = TempDir::new("dra-interop-");
     // freeDiameter dialling the agent (the agent's client peer `fdc`).
     let fdc_conf = fd_conf(
@@ -242,9 +242,7 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
                 tw: Some(AGENT_TW),
                 ..Default::default()
             };
-            let agent = dra::agent::start(cfg, opts, m.clone())
-                .await
-                .expect("agent");
+            let agent = support::agent::start_agent(cfg, opts, m.clone()).await;
             // Both connections open, then stay open past the watchdog exchanges.
             let deadline = Instant::now() + Duration::from_secs(40);
             let mut opened_at = None;
@@ -374,18 +372,7 @@ fn fd_relay_conf(dir: &Path, r: &FdRelay) -> PathBuf {
     );
     // Message dumps are not needed here (the capture shows the exchange): a plain
     // relay config, Tw 30 s.
-    let (crt, key) = cert(dir, host);
-    let text = format!(
-        "Identity = \"{host}\";\nRealm = \"{own_realm}\";\nPort = {port};\nSecPort = 0;\n\
-         No_SCTP;\nNo_IPv6;\nListenOn = \"{FD_IP}\";\nTwTimer = 30;\nTcTimer = 1;\n\
-         TLS_Cred = \"{}\", \"{}\";\nTLS_CA = \"{}\";\n{extra}",
-        crt.display(),
-        key.display(),
-        crt.display()
-    );
-    let p = dir.join(format!("{host}.conf"));
-    std::fs::write(&p, text).expect("write conf");
-    p
+    fd_conf_plain(dir, host, own_realm, port, 30, &extra)
 }
 
 /// The agent between the relays: client peers fdr1 (freeDiameter) and pgw1 (loadgen),
@@ -573,22 +560,8 @@ fn pdu_summary(decoded: &str) -> Vec<(u32, bool, String)> {
 #[test]
 fn gx_ccrs_relay_through_freediameter_both_ways() {
     use support::agent::{GX, SimPeer, SimServer, Tap, sim_config};
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test creates network namespaces: run it as root (`sudo cargo xtask test`)"
-    );
     support::require_tshark();
-    let agent_ns = Netns::new("hra").expect("namespace");
-    let fd_ns = Netns::new("hrf").expect("namespace");
-    netns::veth_pair(
-        &agent_ns,
-        &format!("{AGENT_IP}/30"),
-        &fd_ns,
-        &format!("{FD_IP}/30"),
-    )
-    .expect("veth pair");
+    let (agent_ns, fd_ns) = namespaces("hra", "hrf");
     let dir = TempDir::new("dra-interop-relay-");
     let capture = Capture::start(&agent_ns, dir.0.join("relay.pcap"));
     let fdr1_conf = fd_relay_conf(
@@ -630,128 +603,114 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
     };
     let cfg = dra::config::parse(&relay_agent_toml(), "relay.toml").expect("config");
     let metrics = dra::metrics::Metrics::new();
-    let nsfile = agent_ns.file().expect("namespace file");
     let m = metrics.clone();
     let thread_logs = logs.clone();
-    let outcome = std::thread::spawn(move || {
-        netns::enter(&nsfile).expect("setns");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let srv1 = SimServer::start(
-                format!("{AGENT_IP}:{SRV1_PORT}").parse().unwrap(),
-                sim_config(SRV1_HOST, "pcrf.test.example", &[GX]),
-                DRA_HOST,
-                None,
+    let outcome = support::run_in_netns(&agent_ns, move || async move {
+        let srv1 = SimServer::start(
+            format!("{AGENT_IP}:{SRV1_PORT}").parse().unwrap(),
+            sim_config(SRV1_HOST, "pcrf.test.example", &[GX]),
+            DRA_HOST,
+            None,
+        )
+        .await
+        .expect("srv1");
+        let srv2 = SimServer::start(
+            format!("{AGENT_IP}:{SRV2_PORT}").parse().unwrap(),
+            sim_config(SRV2_HOST, "far.test.example", &[GX]),
+            FDR2_HOST,
+            None,
+        )
+        .await
+        .expect("srv2");
+        let opts = dra::agent::AgentOptions {
+            tc: Some(Duration::from_millis(500)),
+            ..Default::default()
+        };
+        let agent = support::agent::start_agent(cfg, opts, m.clone()).await;
+        // Every hop open: the agent with fdr1, fdr2 and srv1; fdr2 with srv2.
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut last = String::new();
+        while Instant::now() < end {
+            last = agent.status().await.expect("status");
+            let open = ["fdr1", "fdr2", "srv1"]
+                .iter()
+                .all(|p| peer_state(&last, p) == Some("open"));
+            if open && srv2.connections() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            ["fdr1", "fdr2", "srv1"]
+                .iter()
+                .all(|p| peer_state(&last, p) == Some("open")),
+            "not every peer open:\n{last}\n{}",
+            thread_logs()
+        );
+        let mut gwa = None;
+        for _ in 0..100 {
+            match SimPeer::connect(
+                format!("{FD_IP}:{FDR1_PORT}").parse().unwrap(),
+                sim_config(GWA_HOST, "test.example", &[GX]),
+                FDR1_HOST,
+                Some(Tap::default()),
             )
             .await
-            .expect("srv1");
-            let srv2 = SimServer::start(
-                format!("{AGENT_IP}:{SRV2_PORT}").parse().unwrap(),
-                sim_config(SRV2_HOST, "far.test.example", &[GX]),
-                FDR2_HOST,
-                None,
-            )
-            .await
-            .expect("srv2");
-            let opts = dra::agent::AgentOptions {
-                tc: Some(Duration::from_millis(500)),
-                ..Default::default()
-            };
-            let agent = dra::agent::start(cfg, opts, m.clone())
-                .await
-                .expect("agent");
-            // Every hop open: the agent with fdr1, fdr2 and srv1; fdr2 with srv2.
-            let end = Instant::now() + Duration::from_secs(30);
-            let mut last = String::new();
-            while Instant::now() < end {
-                last = agent.status().await.expect("status");
-                let open = ["fdr1", "fdr2", "srv1"]
-                    .iter()
-                    .all(|p| peer_state(&last, p) == Some("open"));
-                if open && srv2.connections() > 0 {
+            {
+                Ok(p) => {
+                    gwa = Some(p);
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
-            assert!(
-                ["fdr1", "fdr2", "srv1"]
-                    .iter()
-                    .all(|p| peer_state(&last, p) == Some("open")),
-                "not every peer open:\n{last}\n{}",
-                thread_logs()
-            );
-            let mut gwa = None;
-            for _ in 0..100 {
-                match SimPeer::connect(
-                    format!("{FD_IP}:{FDR1_PORT}").parse().unwrap(),
-                    sim_config(GWA_HOST, "test.example", &[GX]),
-                    FDR1_HOST,
-                    Some(Tap::default()),
-                )
-                .await
-                {
-                    Ok(p) => {
-                        gwa = Some(p);
-                        break;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
+        }
+        let gwa = gwa.unwrap_or_else(|| panic!("gwa never opened with fdr1:\n{}", thread_logs()));
+        let pgw = SimPeer::connect(
+            format!("{AGENT_IP}:{AGENT_PORT}").parse().unwrap(),
+            sim_config(PGW_HOST, "test.example", &[GX]),
+            DRA_HOST,
+            None,
+        )
+        .await
+        .expect("pgw1 opens with the agent");
+        let (through_fd_first, through_fd_last) = tokio::join!(
+            relay_sessions(&gwa, GWA_HOST, "pcrf.test.example"),
+            relay_sessions(&pgw, PGW_HOST, "far.test.example"),
+        );
+        let served = (
+            srv1.stats
+                .requests
+                .load(std::sync::atomic::Ordering::Relaxed),
+            srv2.stats
+                .requests
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let exported_traffic = m.encode();
+        // DPR/DPA: freeDiameter → agent (fdr2 stops), then agent → freeDiameter.
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(fdr2_pid, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            last = agent.status().await.expect("status");
+            if peer_state(&last, "fdr2") != Some("open") {
+                break;
             }
-            let gwa =
-                gwa.unwrap_or_else(|| panic!("gwa never opened with fdr1:\n{}", thread_logs()));
-            let pgw = SimPeer::connect(
-                format!("{AGENT_IP}:{AGENT_PORT}").parse().unwrap(),
-                sim_config(PGW_HOST, "test.example", &[GX]),
-                DRA_HOST,
-                None,
-            )
-            .await
-            .expect("pgw1 opens with the agent");
-            let (through_fd_first, through_fd_last) = tokio::join!(
-                relay_sessions(&gwa, GWA_HOST, "pcrf.test.example"),
-                relay_sessions(&pgw, PGW_HOST, "far.test.example"),
-            );
-            let served = (
-                srv1.stats
-                    .requests
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                srv2.stats
-                    .requests
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            );
-            let exported_traffic = m.encode();
-            // DPR/DPA: freeDiameter → agent (fdr2 stops), then agent → freeDiameter.
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(fdr2_pid, libc::SIGTERM) };
-            let end = Instant::now() + Duration::from_secs(15);
-            loop {
-                last = agent.status().await.expect("status");
-                if peer_state(&last, "fdr2") != Some("open") {
-                    break;
-                }
-                assert!(Instant::now() < end, "fdr2 never disconnected:\n{last}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let stats = agent.stats().await.expect("stats");
-            agent.shutdown().await;
-            // fdr1 answers the agent's DPR; give the DPA and the closes time to be
-            // captured.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            (
-                through_fd_first,
-                through_fd_last,
-                served,
-                exported_traffic,
-                stats,
-            )
-        })
-    })
-    .join()
-    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            assert!(Instant::now() < end, "fdr2 never disconnected:\n{last}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stats = agent.stats().await.expect("stats");
+        agent.shutdown().await;
+        // fdr1 answers the agent's DPR; give the DPA and the closes time to be
+        // captured.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        (
+            through_fd_first,
+            through_fd_last,
+            served,
+            exported_traffic,
+            stats,
+        )
+    });
     let (first, last, (srv1_n, srv2_n), exported, stats) = outcome;
     let decoded = capture.stop_and_decode();
     let logs = logs();

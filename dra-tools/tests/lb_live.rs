@@ -33,7 +33,7 @@ use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::script::ScriptedPeer;
 use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
-use support::agent::agent_config;
+use support::agent::{agent_config, parse_config, tc_200ms, wait_servers_open};
 use support::free_port;
 
 const DRA_HOST: &str = "dra.test.example";
@@ -82,34 +82,14 @@ fn agent_toml(port: u16, servers: &[SocketAddr], selection: &str) -> String {
 }
 
 async fn start_agent(servers: &[SocketAddr], selection: &str) -> dra::agent::AgentHandle {
-    let text = agent_toml(free_port(), servers, selection);
-    let cfg = match dra::config::parse(&text, "lb_live.toml") {
-        Ok(c) => c,
-        Err(e) => panic!("config: {e}\n{text}"),
-    };
+    let cfg = parse_config(&agent_toml(free_port(), servers, selection));
     let opts = dra::agent::AgentOptions {
-        tc: Some(Duration::from_millis(200)),
         tw: Some(TW),
-        ..Default::default()
+        ..tc_200ms()
     };
-    let agent = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())
-        .await
-        .expect("agent");
-    for _ in 0..400 {
-        let s = agent.status().await.expect("status");
-        let open = s
-            .lines()
-            .filter(|l| l.contains(" server ") && l.contains(" open "))
-            .count();
-        if open == servers.len() {
-            return agent;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
-        "servers never opened:\n{}",
-        agent.status().await.unwrap_or_default()
-    );
+    let agent = support::agent::start_agent(cfg, opts, dra::metrics::Metrics::new()).await;
+    wait_servers_open(&agent, servers.len(), Duration::from_secs(10)).await;
+    agent
 }
 
 async fn start_servers(seed: u64, load_in_answers: bool) -> Vec<server::ServerHandle> {

@@ -17,7 +17,9 @@ use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle, ServerStats};
 use dra_tools::loadgen::stats::Report;
 use support::RedisServer;
-use support::agent::{PCRF_REALM, REALM, agent_toml};
+use support::agent::{
+    PCRF_REALM, REALM, agent_toml, parse_config, start_agent, tc_200ms, wait_servers_open,
+};
 
 /// Strict PCRF simulators (5002 to an unknown session) answering after `latency`.
 async fn pcrfs(latency: Duration) -> Vec<ServerHandle> {
@@ -43,31 +45,10 @@ async fn agent(servers: &[ServerHandle], redis: SocketAddr) -> dra::agent::Agent
     let store = format!(
         "[session_store]\nkind = \"redis\"\naddresses = [\"{redis}\"]\ntimeout = \"500ms\""
     );
-    let text = agent_toml(&addrs, &[], None, &store);
-    let cfg = dra::config::parse(&text, "failover.toml")
-        .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
-    let opts = dra::agent::AgentOptions {
-        tc: Some(Duration::from_millis(200)),
-        ..Default::default()
-    };
-    let a = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())
-        .await
-        .expect("agent");
-    for _ in 0..200 {
-        let s = a.status().await.expect("status");
-        let open = s
-            .lines()
-            .filter(|l| l.contains(" server ") && l.contains(" open "))
-            .count();
-        if open == servers.len() {
-            return a;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
-        "servers never opened:\n{}",
-        a.status().await.unwrap_or_default()
-    );
+    let cfg = parse_config(&agent_toml(&addrs, &[], None, &store));
+    let a = start_agent(cfg, tc_200ms(), dra::metrics::Metrics::new()).await;
+    wait_servers_open(&a, servers.len(), Duration::from_secs(5)).await;
+    a
 }
 
 fn scenario(seconds: f64) -> Scenario {

@@ -8,7 +8,7 @@ mod support;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dra::diameter::result_code;
 use dra::limiter::Limiter;
@@ -16,7 +16,8 @@ use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::scenario::Scenario;
 use dra_tools::loadgen::server::{self, ServerConfig};
 use dra_tools::loadgen::stats::Report;
-use dra_tools::netns::{self, Netns};
+use dra_tools::netns::Netns;
+use support::agent::{start_agent, wait_servers_open, with_limiter};
 use support::{TempDir, is_scenario, repo_root, toml_files_under};
 
 #[test]
@@ -88,12 +89,7 @@ fn shortened(path: &Path) -> Scenario {
 /// to the PCRFs, Gy to the OCS; the DRA's own answers are not server switches.
 #[test]
 fn every_shipped_scenario_runs_cleanly_on_the_lab_config() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test creates a network namespace: run it as root (`sudo cargo xtask test`)"
-    );
+    support::require_root("a network namespace");
     let ns = Netns::new("hsc").expect("namespace");
     for a in LAB_ADDRS {
         let out = std::process::Command::new("ip")
@@ -120,20 +116,9 @@ fn every_shipped_scenario_runs_cleanly_on_the_lab_config() {
         .collect();
     assert!(files.len() >= 3, "{files:?}");
     let tmp = TempDir::new("dra-scenarios-");
-    let nsfile = ns.file().expect("namespace file");
     let control = tmp.0.join("dra.sock");
     let text = lab_config(&control);
-    let reports = std::thread::spawn(move || {
-        netns::enter(&nsfile).expect("setns");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(run_all(text, files))
-    })
-    .join()
-    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let reports = support::run_in_netns(&ns, move || run_all(text, files));
     let mut failures = String::new();
     for (name, r, servers, storms) in &reports {
         println!("{name}:\n{}", r.to_text());
@@ -173,27 +158,9 @@ async fn run_all(text: String, files: Vec<PathBuf>) -> Vec<Outcome> {
         }
         let cfg = dra::config::parse(&text, "dra-lab.toml").expect("lab config");
         let plan = dra::dataplane::Plan::new(&cfg).expect("plan");
-        let opts = dra::agent::AgentOptions {
-            tc: Some(Duration::from_millis(200)),
-            ingress: dra::agent::io::Ingress::Limiter(Arc::new(Limiter::new(&plan))),
-            ..Default::default()
-        };
-        let agent = dra::agent::start(cfg, opts, dra::metrics::Metrics::new())
-            .await
-            .expect("agent");
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = agent.status().await.expect("status");
-            let open = s
-                .lines()
-                .filter(|l| l.contains(" server ") && l.contains(" open "))
-                .count();
-            if open == 3 {
-                break;
-            }
-            assert!(Instant::now() < end, "servers never opened:\n{s}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let opts = with_limiter(Arc::new(Limiter::new(&plan)));
+        let agent = start_agent(cfg, opts, dra::metrics::Metrics::new()).await;
+        wait_servers_open(&agent, 3, Duration::from_secs(20)).await;
         let mut ccfg = ClientConfig::new("198.18.1.1:3868".parse().unwrap(), 1);
         ccfg.bind = Some("198.18.1.2".parse().unwrap());
         let report = client::run(ccfg, scenario).await.expect("client");

@@ -95,6 +95,79 @@ pub fn agent_toml(
     t.with(extra).to_string()
 }
 
+/// The agent's config `text` parsed; panics with the text when it does not parse.
+pub fn parse_config(text: &str) -> dra::config::Config {
+    dra::config::parse(text, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{text}"))
+}
+
+/// The in-process agent's options for the tests: reconnect timer Tc of 200 ms.
+pub fn tc_200ms() -> dra::agent::AgentOptions {
+    dra::agent::AgentOptions {
+        tc: Some(Duration::from_millis(200)),
+        ..Default::default()
+    }
+}
+
+/// [`tc_200ms`] with the in-process ingress limiter `limiter` (what XDP does in production).
+pub fn with_limiter(limiter: std::sync::Arc<dra::limiter::Limiter>) -> dra::agent::AgentOptions {
+    dra::agent::AgentOptions {
+        ingress: dra::agent::io::Ingress::Limiter(limiter),
+        ..tc_200ms()
+    }
+}
+
+/// Starts the agent in process (panics when it does not start).
+pub async fn start_agent(
+    cfg: dra::config::Config,
+    opts: dra::agent::AgentOptions,
+    metrics: dra::metrics::Metrics,
+) -> dra::agent::AgentHandle {
+    dra::agent::start(cfg, opts, metrics).await.expect("agent")
+}
+
+/// Waits until the agent's status shows `n` servers open; panics with the status when
+/// that takes longer than `patience`.
+pub async fn wait_servers_open(agent: &dra::agent::AgentHandle, n: usize, patience: Duration) {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let s = agent.status().await.expect("status");
+        let open = s
+            .lines()
+            .filter(|l| l.contains(" server ") && l.contains(" open "))
+            .count();
+        if open == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "servers never opened:\n{s}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The state column of `peer`'s row in the agent's status text.
+pub fn peer_state<'a>(status: &'a str, peer: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some(peer)).then(|| w.nth(1)).flatten()
+    })
+}
+
+/// A CCR on Gx from `pgw1.test.example` to the PCRF realm (CC-Request-Type
+/// `request_type`, CC-Request-Number `number`).
+pub fn pgw1_gx_ccr(session: &str, request_type: u32, number: u32) -> dra::diameter::Message {
+    ccr(
+        session,
+        GX,
+        &format!("pgw1.{REALM}"),
+        REALM,
+        PCRF_REALM,
+        request_type,
+        number,
+    )
+}
+
 /// Starts PCRF and OCS simulators and the agent; waits until every server is open.
 pub struct Lab {
     pub agent: dra::agent::AgentHandle,
@@ -111,69 +184,20 @@ impl Lab {
         extra: &str,
         tap: Option<Tap>,
     ) -> Lab {
-        let mut pcrfs = Vec::new();
-        for i in 1..=n_pcrf {
-            pcrfs.push(
-                SimServer::start(
-                    any_port(),
-                    sim_config(&format!("pcrf{i}.{PCRF_REALM}"), PCRF_REALM, &[GX]),
-                    DRA_HOST,
-                    tap.clone(),
-                )
-                .await
-                .expect("pcrf simulator"),
-            );
-        }
-        let mut ocss = Vec::new();
-        for i in 1..=n_ocs {
-            ocss.push(
-                SimServer::start(
-                    any_port(),
-                    sim_config(&format!("ocs{i}.{OCS_REALM}"), OCS_REALM, &[GY]),
-                    DRA_HOST,
-                    tap.clone(),
-                )
-                .await
-                .expect("ocs simulator"),
-            );
-        }
+        let pcrfs = sims(n_pcrf, "pcrf", PCRF_REALM, GX, &tap).await;
+        let ocss = sims(n_ocs, "ocs", OCS_REALM, GY, &tap).await;
         let p: Vec<SocketAddr> = pcrfs.iter().map(|s| s.addr).collect();
         let o: Vec<SocketAddr> = ocss.iter().map(|s| s.addr).collect();
-        let text = agent_toml(&p, &o, control, extra);
-        let cfg = match dra::config::parse(&text, "test.toml") {
-            Ok(c) => c,
-            Err(e) => panic!("config: {e}\n{text}"),
-        };
+        let cfg = parse_config(&agent_toml(&p, &o, control, extra));
         let metrics = dra::metrics::Metrics::new();
-        let opts = dra::agent::AgentOptions {
-            tc: Some(Duration::from_millis(200)),
-            ..Default::default()
-        };
-        let agent = dra::agent::start(cfg, opts, metrics.clone())
-            .await
-            .expect("agent");
-        let lab = Lab {
+        let agent = start_agent(cfg, tc_200ms(), metrics.clone()).await;
+        wait_servers_open(&agent, n_pcrf + n_ocs, Duration::from_secs(5)).await;
+        Lab {
             agent,
             pcrfs,
             ocss,
             metrics,
-        };
-        // Wait until the agent reports every server open.
-        for _ in 0..200 {
-            let s = lab.agent.status().await.expect("status");
-            let open = s
-                .lines()
-                .filter(|l| l.contains(" server ") && l.contains(" open "))
-                .count();
-            if open == n_pcrf + n_ocs {
-                return lab;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!(
-            "servers never opened:\n{}",
-            lab.agent.status().await.unwrap_or_default()
-        );
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -182,13 +206,36 @@ impl Lab {
 
     /// A PGW client `pgwN.test.example` (Gx + Gy).
     pub async fn pgw(&self, name: &str, tap: Option<Tap>) -> SimPeer {
-        SimPeer::connect(
-            self.addr(),
-            sim_config(&format!("{name}.{REALM}"), REALM, &[GX, GY]),
-            DRA_HOST,
-            tap,
-        )
-        .await
-        .expect("CEA success")
+        connect_pgw(self.addr(), name, tap).await
     }
+}
+
+/// `n` server simulators `{prefix}1.{realm}`… (application `app`) on free ports.
+async fn sims(n: usize, prefix: &str, realm: &str, app: u32, tap: &Option<Tap>) -> Vec<SimServer> {
+    let mut out = Vec::new();
+    for i in 1..=n {
+        out.push(
+            SimServer::start(
+                any_port(),
+                sim_config(&format!("{prefix}{i}.{realm}"), realm, &[app]),
+                DRA_HOST,
+                tap.clone(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{prefix} simulator: {e:?}")),
+        );
+    }
+    out
+}
+
+/// A PGW client `{name}.test.example` (Gx + Gy) connected to the agent at `agent`.
+pub async fn connect_pgw(agent: SocketAddr, name: &str, tap: Option<Tap>) -> SimPeer {
+    SimPeer::connect(
+        agent,
+        sim_config(&format!("{name}.{REALM}"), REALM, &[GX, GY]),
+        DRA_HOST,
+        tap,
+    )
+    .await
+    .expect("CEA success")
 }

@@ -18,6 +18,39 @@ pub use shared::*;
 
 use dra_tools::pcap::{tshark_available, tshark_decode_exchange, tshark_problem};
 
+/// Fails the test unless it runs as root: it creates `what` (e.g. "a network namespace").
+pub fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test creates {what}: run it as root (`sudo cargo xtask test`)"
+    );
+}
+
+/// Runs the future `make` returns to its end on a two-worker Tokio runtime, in a thread
+/// of its own that entered the namespace `ns` (the caller's thread stays where it is);
+/// a panic there is the caller's.
+pub fn run_in_netns<M, F>(ns: &dra_tools::netns::Netns, make: M) -> F::Output
+where
+    M: FnOnce() -> F + Send + 'static,
+    F: std::future::Future,
+    F::Output: Send + 'static,
+{
+    let nsfile = ns.file().expect("namespace file");
+    std::thread::spawn(move || {
+        dra_tools::netns::enter(&nsfile).expect("setns");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(make())
+    })
+    .join()
+    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
 /// Fails the test when tshark cannot be run: `cargo xtask setup` installs it, and a
 /// test that passes without looking at the wire would claim what it did not check.
 pub fn require_tshark() {
