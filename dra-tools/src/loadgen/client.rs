@@ -187,6 +187,23 @@ struct PeerCtx {
     doic: Option<Arc<std::sync::Mutex<super::doic::GatewayReactor>>>,
 }
 
+impl PeerCtx {
+    /// The CCR of scheduled request `s` from this gateway, with the given Hop-by-Hop and
+    /// End-to-End ids.
+    fn ccr(&self, s: &Send, hop_by_hop: u32, end_to_end: u32) -> Message {
+        build_ccr(
+            s,
+            &self.origin_host,
+            &self.origin_realm,
+            &self.destination_realm[usize::from(s.class.app() == App::Gy)],
+            self.destination_host.as_deref(),
+            &self.service_context_id,
+            hop_by_hop,
+            end_to_end,
+        )
+    }
+}
+
 /// Runs `scenario` against `cfg.connect` and returns the report (needs a tokio runtime).
 pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, ClientError> {
     if cfg.peers == 0 {
@@ -487,11 +504,7 @@ async fn peer_task(
 ) {
     let mut n = 0u64;
     loop {
-        let stream = tokio::select! {
-            s = super::connect_from(ctx.bind, ctx.connect) => s.ok(),
-            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
-        };
-        let end = match stream {
+        let end = match connect(&ctx, ctx.connect).await {
             Some(s) => connection(&ctx, s, n, &mut rx, &ev).await,
             None => End::Reconnect,
         };
@@ -500,19 +513,67 @@ async fn peer_task(
             return;
         }
         // Hold-off; requests meant for this peer meanwhile are lost.
-        let until = Instant::now() + ctx.reconnect_delay;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                c = rx.recv() => match c {
-                    None | Some(Cmd::Stop) => return,
-                    Some(Cmd::Send(s)) => {
-                        let _ = ev.send(Ev::Lost { key: s.key, class: s.class });
-                    }
-                    Some(Cmd::Drop) => {}
-                },
+        let go_on = hold_off(&ctx, &mut rx, |c| match c {
+            Cmd::Stop => false,
+            Cmd::Send(s) => {
+                let _ = ev.send(Ev::Lost {
+                    key: s.key,
+                    class: s.class,
+                });
+                true
+            }
+            Cmd::Drop => true,
+        })
+        .await;
+        if !go_on {
+            return;
+        }
+    }
+}
+
+/// A TCP connection to `addr` from `ctx.bind`; `None` when it fails or takes over 5 s.
+async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<TcpStream> {
+    tokio::select! {
+        s = super::connect_from(ctx.bind, addr) => s.ok(),
+        _ = tokio::time::sleep(Duration::from_secs(5)) => None,
+    }
+}
+
+/// Waits out the reconnect hold-off (`ctx.reconnect_delay`), handing every command that
+/// arrives meanwhile to `on_cmd`; `false` when the task is to stop instead (its channel
+/// closed, or `on_cmd` said so).
+async fn hold_off<C>(
+    ctx: &PeerCtx,
+    rx: &mut mpsc::UnboundedReceiver<C>,
+    mut on_cmd: impl FnMut(C) -> bool,
+) -> bool {
+    let until = Instant::now() + ctx.reconnect_delay;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return true,
+            c = rx.recv() => {
+                if !c.is_some_and(&mut on_cmd) {
+                    return false;
+                }
             }
         }
+    }
+}
+
+/// The Origin-Host the peer of `link` gave in its CER/CEA ("" before that).
+fn peer_host(link: &Link) -> String {
+    link.pc
+        .peer_identity()
+        .map(|p| p.origin_host.clone())
+        .unwrap_or_default()
+}
+
+/// Closes `link`'s connection: DPR (Rebooting) when it is open, else at once.
+fn close(link: &mut Link, now: Duration) {
+    if link.pc.is_open() {
+        link.pc.start_disconnect(now, DisconnectCause::Rebooting);
+    } else {
+        link.pc.abort(now);
     }
 }
 
@@ -593,11 +654,7 @@ impl Mode for Conn<'_> {
         match cmd {
             None | Some(Cmd::Stop) => {
                 self.stopping = true;
-                if link.pc.is_open() {
-                    link.pc.start_disconnect(now, DisconnectCause::Rebooting);
-                } else {
-                    link.pc.abort(now);
-                }
+                close(link, now);
             }
             // Closed at once, without DPR: the connection then reconnects.
             Some(Cmd::Drop) => link.pc.abort(now),
@@ -630,15 +687,8 @@ impl Mode for Conn<'_> {
                 let _ = self.ev.send(Ev::Up(self.ctx.idx));
             }
             PeerEvent::LoadReport(info) => {
-                let server = link
-                    .pc
-                    .peer_identity()
-                    .map(|p| p.origin_host.clone())
-                    .unwrap_or_default();
-                let _ = self.ev.send(Ev::Load {
-                    server,
-                    value: info.value,
-                });
+                let (server, value) = (peer_host(link), info.value);
+                let _ = self.ev.send(Ev::Load { server, value });
             }
             _ => {}
         }
@@ -680,16 +730,7 @@ impl Conn<'_> {
         }
         let hbh = link.pc.next_hop_by_hop();
         let e2e = link.pc.next_end_to_end();
-        let mut m = build_ccr(
-            &s,
-            &ctx.origin_host,
-            &ctx.origin_realm,
-            &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
-            ctx.destination_host.as_deref(),
-            &ctx.service_context_id,
-            hbh,
-            e2e,
-        );
+        let mut m = ctx.ccr(&s, hbh, e2e);
         if let Some(a) = announce {
             m.push(a);
         }
@@ -700,29 +741,51 @@ impl Conn<'_> {
     }
 }
 
+/// What the load generator takes from an answer.
+struct Cca {
+    /// Result-Code, else Experimental-Result-Code, else 0.
+    rc: u32,
+    /// Origin-Host.
+    server: Option<String>,
+    /// Whether the DRA the answer came from (Origin-Host `dra`) answered it itself.
+    own: bool,
+}
+
+impl Cca {
+    /// `m` read as a CCA from the DRA `dra`; `None` when it is not a CCA.
+    fn of(m: &Message, dra: Option<&str>) -> Option<Cca> {
+        if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
+            return None;
+        }
+        let rc = m
+            .result_code()
+            .or(m.experimental_result().map(|e| e.1))
+            .unwrap_or(0);
+        let server = m.origin_host().map(str::to_owned);
+        let own = dra.is_some_and(|d| server.as_ref().is_some_and(|o| o.eq_ignore_ascii_case(d)));
+        Some(Cca { rc, server, own })
+    }
+}
+
 fn answer_in(
     m: Message,
     peer: Option<&str>,
     pending: &mut HashMap<u32, (SessionKey, Class, Instant)>,
     ev: &mpsc::UnboundedSender<Ev>,
 ) {
-    if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
+    let Some(Cca { rc, server, own }) = Cca::of(&m, peer) else {
         return;
-    }
+    };
     match pending.remove(&m.hop_by_hop) {
         Some((key, class, sent)) => {
-            let rc = m
-                .result_code()
-                .or(m.experimental_result().map(|e| e.1))
-                .unwrap_or(0);
+            let latency = sent.elapsed();
             let _ = ev.send(Ev::Answer {
                 key,
                 class,
                 rc,
-                latency: sent.elapsed(),
-                server: m.origin_host().map(str::to_owned),
-                own: peer
-                    .is_some_and(|p| m.origin_host().is_some_and(|o| o.eq_ignore_ascii_case(p))),
+                latency,
+                server,
+                own,
             });
         }
         None => {
@@ -812,16 +875,7 @@ async fn gateway_task(
                 Some(Cmd::Send(s)) => {
                     let at = Instant::now().into_std();
                     let w = core.send(at, s.key, s.class, |hbh, e2e| {
-                        build_ccr(
-                            &s,
-                            &ctx.origin_host,
-                            &ctx.origin_realm,
-                            &ctx.destination_realm[usize::from(s.class.app() == App::Gy)],
-                            ctx.destination_host.as_deref(),
-                            &ctx.service_context_id,
-                            hbh,
-                            e2e,
-                        )
+                        ctx.ccr(&s, hbh, e2e)
                         .encode()
                     });
                     match w {
@@ -926,11 +980,7 @@ async fn link_task(
 ) {
     let mut n = 0u64;
     loop {
-        let stream = tokio::select! {
-            s = super::connect_from(ctx.bind, addr) => s.ok(),
-            _ = tokio::time::sleep(Duration::from_secs(5)) => None,
-        };
-        let stop = match stream {
+        let stop = match connect(&ctx, addr).await {
             Some(s) => link_connection(&ctx, link, addr, s, n, &mut rx, &ev).await,
             None => false,
         };
@@ -941,15 +991,8 @@ async fn link_task(
         }
         // Hold-off; writes meanwhile belong to a gone connection (the gateway resends
         // them once it hears this one is out of service).
-        let until = Instant::now() + ctx.reconnect_delay;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                c = rx.recv() => match c {
-                    None | Some(LinkCmd::Stop) => return,
-                    Some(LinkCmd::Write(..) | LinkCmd::Drop) => {}
-                },
-            }
+        if !hold_off(&ctx, &mut rx, |c| !matches!(c, LinkCmd::Stop)).await {
+            return;
         }
     }
 }
@@ -1039,11 +1082,7 @@ impl Mode for LinkConn<'_> {
             None | Some(LinkCmd::Stop) => {
                 self.stopping = true;
                 self.set_service(false);
-                if link.pc.is_open() {
-                    link.pc.start_disconnect(now, DisconnectCause::Rebooting);
-                } else {
-                    link.pc.abort(now);
-                }
+                close(link, now);
             }
             Some(LinkCmd::Drop) => link.pc.abort(now),
             Some(LinkCmd::Write(g, bytes)) => {
@@ -1068,35 +1107,23 @@ impl Mode for LinkConn<'_> {
                 self.set_service(false);
             }
             PeerEvent::LoadReport(info) => {
-                let server = link
-                    .pc
-                    .peer_identity()
-                    .map(|p| p.origin_host.clone())
-                    .unwrap_or_default();
-                let _ = self.ev.send(LinkEv::Load {
-                    server,
-                    value: info.value,
-                });
+                let (server, value) = (peer_host(link), info.value);
+                let _ = self.ev.send(LinkEv::Load { server, value });
             }
             _ => {}
         }
     }
 
     fn on_application(&mut self, m: Message, link: &mut Link) {
-        if m.is_request() || m.command_code != cmd::CREDIT_CONTROL {
-            return;
-        }
-        let rc = m
-            .result_code()
-            .or(m.experimental_result().map(|e| e.1))
-            .unwrap_or(0);
         let dra = link.pc.peer_identity().map(|p| p.origin_host.as_str());
-        let own = dra.is_some_and(|d| m.origin_host().is_some_and(|o| o.eq_ignore_ascii_case(d)));
+        let Some(Cca { rc, server, own }) = Cca::of(&m, dra) else {
+            return;
+        };
         let _ = self.ev.send(LinkEv::Answer {
             link: self.link,
             hop_by_hop: m.hop_by_hop,
             rc,
-            server: m.origin_host().map(str::to_owned),
+            server,
             own,
         });
     }
