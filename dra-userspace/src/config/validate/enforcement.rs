@@ -117,27 +117,36 @@ pub(super) fn check(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, setup: &S
     };
     let tc = cfg.fast_path.egress_interface.as_deref();
 
-    let mut profiles = Vec::new();
     debug_assert_eq!(raw.peer_rate_limits.len(), cfg.peer_rate_limits.len());
-    for (Item { v, .. }, p) in raw.peer_rate_limits.iter().zip(&cfg.peer_rate_limits) {
-        profiles.push(Profile {
-            raw: v,
-            target: &p.target,
-            direction: p.direction,
-            limit: &p.limit,
-            class: String::new(),
-        });
-    }
     debug_assert_eq!(raw.message_rate_limits.len(), cfg.message_rate_limits.len());
-    for (Item { v, .. }, m) in raw.message_rate_limits.iter().zip(&cfg.message_rate_limits) {
-        profiles.push(Profile {
-            raw: v,
-            target: &m.target,
-            direction: m.direction,
-            limit: &m.limit,
-            class: format!("{} ", m.class),
+    let overall = raw
+        .peer_rate_limits
+        .iter()
+        .zip(&cfg.peer_rate_limits)
+        .map(|(i, p)| (&i.v, &p.target, p.direction, &p.limit, String::new()));
+    let per_class = raw
+        .message_rate_limits
+        .iter()
+        .zip(&cfg.message_rate_limits)
+        .map(|(i, m)| {
+            (
+                &i.v,
+                &m.target,
+                m.direction,
+                &m.limit,
+                format!("{} ", m.class),
+            )
         });
-    }
+    let profiles: Vec<Profile<'_>> = overall
+        .chain(per_class)
+        .map(|(raw, target, direction, limit, class)| Profile {
+            raw,
+            target,
+            direction,
+            limit,
+            class,
+        })
+        .collect();
     for p in &profiles {
         match p.direction {
             Direction::Ingress => ingress(e, cfg, p, xdp, tc),
@@ -376,6 +385,18 @@ group = "dial"
     const XDP: &str = "[fast_path]\ninterface = \"eth0\"\n";
     const RUN: Setup = Setup::Run { iface: None };
 
+    /// [`head`] with the fast path `fp`, then [`limit`].
+    fn with_limit(fp: &str, target: &str, direction: &str, action: &str, class: bool) -> String {
+        format!("{}{}", head(fp), limit(target, direction, action, class))
+    }
+
+    /// `dra run --iface IFACE`.
+    fn run_on(iface: &str) -> Setup {
+        Setup::Run {
+            iface: Some(iface.into()),
+        }
+    }
+
     /// A `[[message_rate_limit_profile]]` (Gx CCR-I) or, with `class` false, a
     /// `[[peer_rate_limit_profile]]`.
     fn limit(target: &str, direction: &str, action: &str, class: bool) -> String {
@@ -460,7 +481,7 @@ group = "dial"
             ("peer = \"pcrf1\"", false),
             ("group = \"dial\"", true),
         ] {
-            let without = format!("{}{}", head(""), limit(target, "egress", "drop", class));
+            let without = with_limit("", target, "egress", "drop", class);
             let errs = refused(&without, &Setup::File);
             assert_eq!(errs.len(), 1, "{errs:?}");
             let (line, column, msg) = &errs[0];
@@ -475,11 +496,11 @@ group = "dial"
             );
             // Every setup without egress_interface, XDP or not.
             assert_eq!(refused(&without, &RUN).len(), 1);
-            let xdp = format!("{}{}", head(XDP), limit(target, "egress", "drop", class));
+            let xdp = with_limit(XDP, target, "egress", "drop", class);
             assert_eq!(refused(&xdp, &Setup::File).len(), 1);
             // With egress_interface, with or without XDP: the TC program takes it.
             for fp in [TC, XDP_TC] {
-                let with = format!("{}{}", head(fp), limit(target, "egress", "drop", class));
+                let with = with_limit(fp, target, "egress", "drop", class);
                 for setup in [Setup::File, RUN] {
                     assert!(warnings(&with, &setup).is_empty());
                 }
@@ -496,7 +517,7 @@ group = "dial"
         ] {
             for action in ["", "reject"] {
                 for fp in ["", TC, XDP_TC] {
-                    let text = format!("{}{}", head(fp), limit(target, "egress", action, class));
+                    let text = with_limit(fp, target, "egress", action, class);
                     let errs = refused(&text, &Setup::File);
                     assert_eq!(errs.len(), 1, "{errs:?}");
                     let (line, _, msg) = &errs[0];
@@ -516,18 +537,8 @@ group = "dial"
     fn a_groups_overall_egress_limit_is_the_agents_in_every_setup() {
         for action in ["reject", "drop"] {
             for fp in ["", TC, XDP, XDP_TC] {
-                let text = format!(
-                    "{}{}",
-                    head(fp),
-                    limit("group = \"pcrf\"", "egress", action, false)
-                );
-                for setup in [
-                    Setup::File,
-                    RUN,
-                    Setup::Run {
-                        iface: Some("x".into()),
-                    },
-                ] {
+                let text = with_limit(fp, "group = \"pcrf\"", "egress", action, false);
+                for setup in [Setup::File, RUN, run_on("x")] {
                     assert!(warnings(&text, &setup).is_empty(), "{action} {fp}");
                 }
             }
@@ -537,11 +548,7 @@ group = "dial"
     #[test]
     fn the_tc_program_must_recognise_every_destination() {
         // Group pcrf: pcrf3 has neither addresses nor connect; pcrf4 has connect.
-        let text = format!(
-            "{}{}",
-            head(TC),
-            limit("group = \"pcrf\"", "egress", "drop", true)
-        );
+        let text = with_limit(TC, "group = \"pcrf\"", "egress", "drop", true);
         let errs = refused(&text, &Setup::File);
         assert_eq!(errs.len(), 1, "{errs:?}");
         let (line, column, msg) = &errs[0];
@@ -556,25 +563,15 @@ group = "dial"
         );
         // pcrf2 (addresses, no connect) and pcrf1 (connect) are recognised.
         for t in ["peer = \"pcrf2\"", "peer = \"pcrf1\""] {
-            let text = format!("{}{}", head(TC), limit(t, "egress", "drop", true));
+            let text = with_limit(TC, t, "egress", "drop", true);
             assert!(warnings(&text, &Setup::File).is_empty());
         }
     }
 
     #[test]
     fn an_egress_drop_limit_on_a_client_warns_unless_xdp_shares_the_interface() {
-        let text = format!(
-            "{}{}",
-            head(TC),
-            limit("peer = \"pgw1\"", "egress", "drop", false)
-        );
-        for setup in [
-            Setup::File,
-            RUN,
-            Setup::Run {
-                iface: Some("eth0".into()),
-            },
-        ] {
+        let text = with_limit(TC, "peer = \"pgw1\"", "egress", "drop", false);
+        for setup in [Setup::File, RUN, run_on("eth0")] {
             let w = warnings(&text, &setup);
             assert_eq!(w.len(), 1, "{w:?}");
             assert!(
@@ -582,15 +579,7 @@ group = "dial"
                     .contains("client \"pgw1\" that leave through \"eth1\"")
             );
         }
-        assert!(
-            warnings(
-                &text,
-                &Setup::Run {
-                    iface: Some("eth1".into())
-                }
-            )
-            .is_empty()
-        );
+        assert!(warnings(&text, &run_on("eth1")).is_empty());
     }
 
     #[test]
@@ -609,7 +598,7 @@ group = "dial"
         ] {
             for class in [true, false] {
                 for fp in ["", XDP, XDP_TC] {
-                    let text = format!("{}{}", head(fp), limit(target, "ingress", "", class));
+                    let text = with_limit(fp, target, "ingress", "", class);
                     for setup in [Setup::File, RUN] {
                         let errs = refused(&text, &setup);
                         assert!(!errs.is_empty());
@@ -624,18 +613,10 @@ group = "dial"
             }
         }
         // Group pcrf: pcrf3 (no addresses) and pcrf4 (connect), one error each.
-        let text = format!(
-            "{}{}",
-            head(""),
-            limit("group = \"pcrf\"", "ingress", "", false)
-        );
+        let text = with_limit("", "group = \"pcrf\"", "ingress", "", false);
         assert_eq!(refused(&text, &Setup::File).len(), 2);
         // A client with addresses: XDP or the agent's limiter, in every setup.
-        let text = format!(
-            "{}{}",
-            head(""),
-            limit("peer = \"pgw1\"", "ingress", "drop", true)
-        );
+        let text = with_limit("", "peer = \"pgw1\"", "ingress", "drop", true);
         for setup in [Setup::File, RUN] {
             assert!(warnings(&text, &setup).is_empty());
         }
@@ -644,7 +625,7 @@ group = "dial"
     #[test]
     fn an_ingress_limit_on_a_server_warns_when_xdp_faces_the_clients() {
         let t = "peer = \"pcrf2\"";
-        let text = format!("{}{}", head(XDP_TC), limit(t, "ingress", "", false));
+        let text = with_limit(XDP_TC, t, "ingress", "", false);
         let w = warnings(&text, &Setup::File);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
@@ -652,16 +633,8 @@ group = "dial"
                 .contains("only for connections from server \"pcrf2\"")
         );
         // XDP on the servers' side, or the agent's limiter: no doubt.
-        assert!(
-            warnings(
-                &text,
-                &Setup::Run {
-                    iface: Some("eth1".into())
-                }
-            )
-            .is_empty()
-        );
-        let text = format!("{}{}", head(TC), limit(t, "ingress", "", false));
+        assert!(warnings(&text, &run_on("eth1")).is_empty());
+        let text = with_limit(TC, t, "ingress", "", false);
         assert!(warnings(&text, &RUN).is_empty());
     }
 
@@ -691,15 +664,7 @@ group = "dial"
             errs[0].2.contains("dra run has no XDP interface"),
             "{errs:?}"
         );
-        assert!(
-            warnings(
-                &text,
-                &Setup::Run {
-                    iface: Some("eth0".into())
-                }
-            )
-            .is_empty()
-        );
+        assert!(warnings(&text, &run_on("eth0")).is_empty());
         // With [fast_path] interface, in every setup.
         let text = with_guard(XDP);
         for setup in [Setup::File, RUN] {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use dra_common::maps::Action;
 
 use super::syntax::{choice, choice_or, class, int_in, u32_in};
-use super::{Refs, Span, target, target_label, unique};
+use super::{Refs, Span, refuse_keys, target_label, unique};
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawClass, RawConfig, RawRateLimit};
 use crate::config::{
@@ -60,20 +60,16 @@ fn limit(
     let rate = rate * share as f64 / 100.0;
     let action = choice_or(e, "action", &r.action, Action::Reject);
     if action == Action::Drop {
-        for (key, span) in [
+        let keys = [
             ("result_code", r.result_code.as_ref().map(|v| v.span())),
             ("error_message", r.error_message.as_ref().map(|v| v.span())),
-        ] {
-            if let Some(span) = span {
-                e.at(
-                    &span,
-                    format!(
-                        "{key} has no effect with action = \"drop\" (a dropped request gets no \
-                         answer); remove it or use action = \"reject\""
-                    ),
-                );
-            }
-        }
+        ];
+        refuse_keys(e, &keys, |key| {
+            format!(
+                "{key} has no effect with action = \"drop\" (a dropped request gets no \
+                 answer); remove it or use action = \"reject\""
+            )
+        });
     }
     let result_code = match &r.result_code {
         None => Some(DEFAULT_RESULT_CODE),
@@ -138,30 +134,18 @@ pub(super) fn peer_rate_limits(
     let mut peer_rate_limits = Vec::new();
     let mut seen_plimits = HashMap::new();
     for Item { v: r, span } in &raw.peer_rate_limits {
-        for (key, v) in [
+        let keys = [
             ("application", r.application.as_ref().map(|v| v.span())),
             ("command", r.command.as_ref().map(|v| v.span())),
             ("request_type", r.request_type.as_ref().map(|v| v.span())),
-        ] {
-            if let Some(s) = v {
-                e.at(
-                    &s,
-                    format!(
-                        "{key} belongs in [[message_rate_limit_profile]]; a peer profile limits \
-                         all requests of the peer or group"
-                    ),
-                );
-            }
-        }
-        let target = target(
-            e,
-            "peer_rate_limit_profile",
-            span,
-            &r.peer,
-            &r.group,
-            &refs.peers,
-            &refs.groups,
-        );
+        ];
+        refuse_keys(e, &keys, |key| {
+            format!(
+                "{key} belongs in [[message_rate_limit_profile]]; a peer profile limits all \
+                 requests of the peer or group"
+            )
+        });
+        let target = refs.target(e, "peer_rate_limit_profile", span, &r.peer, &r.group);
         let direction = choice(e, "direction", &r.direction);
         let limit = limit(e, r, target.as_ref(), direction, "overall");
         if let (Some(target), Some(direction), Some(limit)) = (target, direction, limit)
@@ -198,15 +182,7 @@ pub(super) fn message_rate_limits(
     let mut message_rate_limits = Vec::new();
     let mut seen_mlimits = HashMap::new();
     for Item { v: r, span } in &raw.message_rate_limits {
-        let target = target(
-            e,
-            "message_rate_limit_profile",
-            span,
-            &r.peer,
-            &r.group,
-            &refs.peers,
-            &refs.groups,
-        );
+        let target = refs.target(e, "message_rate_limit_profile", span, &r.peer, &r.group);
         let direction = choice(e, "direction", &r.direction);
         let class = match (&r.application, &r.command) {
             (Some(a), Some(c)) => class(e, a, c, &r.request_type),
@@ -268,14 +244,12 @@ pub(super) fn dynamic_profiles(
     let mut dynamic_peer_rate_limits = Vec::new();
     let mut seen_dyn = HashMap::new();
     for Item { v: d, span } in &raw.dynamic_profiles {
-        let target = target(
+        let target = refs.target(
             e,
             "dynamic_peer_rate_limit_profile",
             span,
             &d.peer,
             &d.group,
-            &refs.peers,
-            &refs.groups,
         );
         let mut classes = Vec::new();
         let mut class_spans: Vec<(MessageClass, Span)> = Vec::new();

@@ -80,35 +80,48 @@ impl Known<'_> {
 }
 
 /// `peer = ...` xor `group = ...` of a profile or route.
-fn target(
-    e: &mut Errors<'_>,
-    table: &str,
-    span: &Span,
-    peer: &Option<S<String>>,
-    group: &Option<S<String>>,
-    peers: &Known<'_>,
-    groups: &Known<'_>,
-) -> Option<Target> {
-    match (peer, group) {
-        (Some(_), Some(g)) => {
-            e.at(
-                &g.span(),
-                format!("[[{table}]] sets both peer and group; set exactly one"),
-            );
-            None
+impl Refs<'_> {
+    /// The `peer` or `group` of a `[[table]]` entry: exactly one must be set, to a
+    /// configured name.
+    fn target(
+        &self,
+        e: &mut Errors<'_>,
+        table: &str,
+        span: &Span,
+        peer: &Option<S<String>>,
+        group: &Option<S<String>>,
+    ) -> Option<Target> {
+        match (peer, group) {
+            (Some(_), Some(g)) => {
+                e.at(
+                    &g.span(),
+                    format!("[[{table}]] sets both peer and group; set exactly one"),
+                );
+                None
+            }
+            (None, None) => {
+                e.at(
+                    span,
+                    format!(
+                        "[[{table}]] needs a target: set exactly one of peer = \"...\" or \
+                         group = \"...\""
+                    ),
+                );
+                None
+            }
+            (Some(p), None) => self.peers.check(e, p).map(Target::Peer),
+            (None, Some(g)) => self.groups.check(e, g).map(Target::Group),
         }
-        (None, None) => {
-            e.at(
-                span,
-                format!(
-                    "[[{table}]] needs a target: set exactly one of peer = \"...\" or \
-                     group = \"...\""
-                ),
-            );
-            None
+    }
+}
+
+/// Records `why(key)` at each key of `keys` that is set: keys that do not belong where
+/// they are.
+fn refuse_keys(e: &mut Errors<'_>, keys: &[(&str, Option<Span>)], why: impl Fn(&str) -> String) {
+    for (key, span) in keys {
+        if let Some(span) = span {
+            e.at(span, why(key));
         }
-        (Some(p), None) => peers.check(e, p).map(Target::Peer),
-        (None, Some(g)) => groups.check(e, g).map(Target::Group),
     }
 }
 

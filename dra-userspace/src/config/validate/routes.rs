@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::syntax::{application, identity, u32_in};
-use super::{Refs, target, target_label, unique};
+use super::{Refs, target_label, unique};
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawConfig};
 use crate::config::{Route, RouteRealm};
@@ -28,15 +28,7 @@ pub(super) fn routes(e: &mut Errors<'_>, raw: &RawConfig, refs: &Refs<'_>) -> Ve
             _ => identity(e, "realm", &r.realm).map(RouteRealm::Exact),
         };
         let application = r.application.as_ref().map(|a| application(e, a));
-        let target = target(
-            e,
-            "route",
-            span,
-            &r.peer,
-            &r.group,
-            &refs.peers,
-            &refs.groups,
-        );
+        let target = refs.target(e, "route", span, &r.peer, &r.group);
         let weight = u32_in(e, "weight", &r.weight, 1, 65535, 1);
         let (Some(realm), Some(target)) = (realm, target) else {
             continue;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::refuse_keys;
 use super::syntax::{choice_or, int_in, positive_duration};
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawConfig, S};
@@ -75,18 +76,14 @@ pub(super) fn session_store(e: &mut Errors<'_>, raw: &RawConfig) -> SessionStore
         None => d.key_prefix,
     };
     let on_error = choice_or(e, "on_error", &s.on_error, d.on_error);
-    for (key, given) in [
-        ("result_code", s.result_code.as_ref().map(|v| v.span())),
-        ("error_message", s.error_message.as_ref().map(|v| v.span())),
-    ] {
-        if let Some(sp) = given
-            && on_error != StoreOnError::Reject
-        {
-            e.at(
-                &sp,
-                format!("{key} is only used with on_error = \"reject\""),
-            );
-        }
+    if on_error != StoreOnError::Reject {
+        let keys = [
+            ("result_code", s.result_code.as_ref().map(|v| v.span())),
+            ("error_message", s.error_message.as_ref().map(|v| v.span())),
+        ];
+        refuse_keys(e, &keys, |key| {
+            format!("{key} is only used with on_error = \"reject\"")
+        });
     }
     let result_code = s
         .result_code
