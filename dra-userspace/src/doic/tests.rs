@@ -70,6 +70,53 @@ fn cca() -> Message {
         .with(Avp::u32(c::RESULT_CODE, 2001).mandatory())
 }
 
+/// A loss-only gateway whose CCR-I are limited to 100/s (static).
+fn loss_reporter() -> Reporter {
+    reporter(gw(
+        &[Algorithm::Loss],
+        None,
+        vec![ccr_i_limit(100.0, false)],
+    ))
+}
+
+/// [`loss_reporter`] after a first window of 1000 CCR-I from a gateway announcing loss
+/// with peer reports: 90 % reduction reported.
+fn overloaded_10_times() -> (Reporter, SupportedFeatures) {
+    let mut r = loss_reporter();
+    let sf = peer_caps(LOSS);
+    window(&mut r, 1, &sf, &[(1000, rt::INITIAL)]);
+    (r, sf)
+}
+
+/// One window of gateway 0 announcing `sf`: each `(n, request_type)` of `offered`, then
+/// the tick at second `t`.
+fn window(r: &mut Reporter, t: u64, sf: &SupportedFeatures, offered: &[(usize, u8)]) {
+    for &(n, request_type) in offered {
+        send(r, n, request_type, sf);
+    }
+    r.tick(secs(t));
+}
+
+/// What `decorate` says it sent with the loss algorithm (`end`: the end of overload).
+fn loss_sent(end: bool) -> Option<Sent> {
+    Some(Sent {
+        algorithm: Algorithm::Loss,
+        end,
+    })
+}
+
+/// Our peer report (loss) to gateway 0.
+fn peer_olr(sequence: u64, reduction: u32, validity: u32) -> Olr {
+    Olr {
+        sequence,
+        report_type: ReportType::Peer,
+        reduction: Some(reduction),
+        validity: Some(validity),
+        source_id: Some(DRA.into()),
+        max_rate: None,
+    }
+}
+
 /// `n` requests of `request_type` from gateway 0 announcing `sf`.
 fn send(r: &mut Reporter, n: usize, request_type: u8, sf: &SupportedFeatures) {
     let m = ccr(request_type, Some(sf));
@@ -114,15 +161,10 @@ fn no_doic_in_the_request_means_nothing_new_in_the_answer_rfc7683_5_1() {
 
 #[test]
 fn loss_reduction_is_the_share_over_the_limit_rfc7683_6_rfc8581_peer_report() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
+    let mut r = loss_reporter();
     let sf = peer_caps(LOSS);
     // Under the limit: DOIC announced back, no report.
-    send(&mut r, 80, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(80, rt::INITIAL)]);
     let (sent, back, olrs) = answer(&mut r, secs(1), &sf);
     assert_eq!(sent, None);
     assert!(olrs.is_empty());
@@ -131,96 +173,44 @@ fn loss_reduction_is_the_share_over_the_limit_rfc7683_6_rfc8581_peer_report() {
     assert_eq!(back.source_id.as_deref(), Some(DRA));
     assert_eq!(back.peer_algo, Some(LOSS));
     // 1000 CCR-I/s against 100/s, plus 100 CCR-U/s unlimited: 900 of 1100 are over.
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    send(&mut r, 100, rt::UPDATE, &sf);
-    r.tick(secs(2));
+    window(&mut r, 2, &sf, &[(1000, rt::INITIAL), (100, rt::UPDATE)]);
     assert_eq!(r.report(0), Some(Report::Reduction(82))); // ⌈100 × 900 / 1100⌉
     let (sent, _, olrs) = answer(&mut r, secs(2), &sf);
-    assert_eq!(
-        sent,
-        Some(Sent {
-            algorithm: Algorithm::Loss,
-            end: false
-        })
-    );
-    assert_eq!(
-        olrs,
-        vec![Olr {
-            sequence: BASE + 1,
-            report_type: ReportType::Peer,
-            reduction: Some(82),
-            validity: Some(VALIDITY),
-            source_id: Some(DRA.into()),
-            max_rate: None,
-        }]
-    );
+    assert_eq!(sent, loss_sent(false));
+    assert_eq!(olrs, vec![peer_olr(BASE + 1, 82, VALIDITY)]);
 }
 
 #[test]
 fn an_obeying_gateway_keeps_its_reduction_and_sequence_rfc7683_7_4() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
-    let sf = peer_caps(LOSS);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    let (mut r, sf) = overloaded_10_times();
     assert_eq!(r.report(0), Some(Report::Reduction(90)));
     let seq = r.sequence(0);
     // It sheds 90 %: 100/s arrive, which is 1000/s offered.
     for t in 2..=4 {
-        send(&mut r, 100, rt::INITIAL, &sf);
-        r.tick(secs(t));
+        window(&mut r, t, &sf, &[(100, rt::INITIAL)]);
         assert_eq!(r.report(0), Some(Report::Reduction(90)), "t={t}");
         assert_eq!(r.sequence(0), seq, "an unchanged report keeps its number");
     }
     // Its demand doubles: 200/s arrive = 2000/s offered → 95 %, a new number.
-    send(&mut r, 200, rt::INITIAL, &sf);
-    r.tick(secs(5));
+    window(&mut r, 5, &sf, &[(200, rt::INITIAL)]);
     assert_eq!(r.report(0), Some(Report::Reduction(95)));
     assert_eq!(r.sequence(0), seq.map(|s| s + 1));
 }
 
 #[test]
 fn the_end_of_overload_is_reported_explicitly_rfc7683_5_2() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
-    let sf = peer_caps(LOSS);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    let (mut r, sf) = overloaded_10_times();
     let seq = r.sequence(0).unwrap();
     // Demand falls to 50/s: 5/s arrive under the 90 % report. One calm window keeps the
     // report (no flapping) ...
-    send(&mut r, 5, rt::INITIAL, &sf);
-    r.tick(secs(2));
+    window(&mut r, 2, &sf, &[(5, rt::INITIAL)]);
     assert_eq!(r.report(0), Some(Report::Reduction(90)));
     // ... the second ends it: validity 0, reduction 0, a new sequence number.
-    send(&mut r, 5, rt::INITIAL, &sf);
-    r.tick(secs(3));
+    window(&mut r, 3, &sf, &[(5, rt::INITIAL)]);
     assert_eq!(r.report(0), None);
     let (sent, _, olrs) = answer(&mut r, secs(3), &sf);
-    assert_eq!(
-        sent,
-        Some(Sent {
-            algorithm: Algorithm::Loss,
-            end: true
-        })
-    );
-    assert_eq!(
-        olrs,
-        vec![Olr {
-            sequence: seq + 1,
-            report_type: ReportType::Peer,
-            reduction: Some(0),
-            validity: Some(0),
-            source_id: Some(DRA.into()),
-            max_rate: None,
-        }]
-    );
+    assert_eq!(sent, loss_sent(true));
+    assert_eq!(olrs, vec![peer_olr(seq + 1, 0, 0)]);
     // Carried for one validity period, then answers have no OC-OLR.
     send(&mut r, 50, rt::INITIAL, &sf);
     r.tick(secs(3 + u64::from(VALIDITY) - 1));
@@ -234,14 +224,7 @@ fn the_end_of_overload_is_reported_explicitly_rfc7683_5_2() {
 
 #[test]
 fn an_unchanged_report_is_renumbered_before_it_would_expire_rfc7683_7_5() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
-    let sf = peer_caps(LOSS);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    let (mut r, sf) = overloaded_10_times();
     let seq = r.sequence(0).unwrap();
     assert_eq!(answer(&mut r, secs(5), &sf).2[0].sequence, seq);
     // Half the 10 s validity after issue: same content, next number.
@@ -254,8 +237,7 @@ fn rate_is_the_limit_we_enforce_rfc8582() {
     // Overall limit only: the maximum rate is that limit.
     let mut r = reporter(gw(&[Algorithm::Rate, Algorithm::Loss], Some(250.0), vec![]));
     let sf = peer_caps(LOSS | RATE);
-    send(&mut r, 1000, rt::UPDATE, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(1000, rt::UPDATE)]);
     assert_eq!(r.report(0), Some(Report::MaxRate(250)));
     let (sent, back, olrs) = answer(&mut r, secs(1), &sf);
     assert_eq!(sent.map(|s| s.algorithm), Some(Algorithm::Rate));
@@ -264,14 +246,12 @@ fn rate_is_the_limit_we_enforce_rfc8582() {
     assert_eq!(olrs[0].reduction, None);
     // It obeys (sends 250/s): the report holds.
     for t in 2..=4 {
-        send(&mut r, 250, rt::UPDATE, &sf);
-        r.tick(secs(t));
+        window(&mut r, t, &sf, &[(250, rt::UPDATE)]);
         assert_eq!(r.report(0), Some(Report::MaxRate(250)));
     }
     // Its demand falls under 90 % of the rate for two windows: the end (no rate in it).
     for t in 5..=6 {
-        send(&mut r, 100, rt::UPDATE, &sf);
-        r.tick(secs(t));
+        window(&mut r, t, &sf, &[(100, rt::UPDATE)]);
     }
     assert_eq!(r.report(0), None);
     let (sent, _, olrs) = answer(&mut r, secs(6), &sf);
@@ -288,18 +268,12 @@ fn rate_with_class_limits_counts_the_other_requests_rfc8582() {
         vec![ccr_i_limit(100.0, false)],
     ));
     let sf = peer_caps(RATE);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    send(&mut r, 300, rt::UPDATE, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(1000, rt::INITIAL), (300, rt::UPDATE)]);
     assert_eq!(r.report(0), Some(Report::MaxRate(400)));
     // Obeying, it sends 100 CCR-I + 300 CCR-U; then its CCR-U dips: the report holds
     // (the other requests' peak counts), so the gateway is not squeezed.
-    send(&mut r, 100, rt::INITIAL, &sf);
-    send(&mut r, 300, rt::UPDATE, &sf);
-    r.tick(secs(2));
-    send(&mut r, 150, rt::INITIAL, &sf);
-    send(&mut r, 230, rt::UPDATE, &sf);
-    r.tick(secs(3));
+    window(&mut r, 2, &sf, &[(100, rt::INITIAL), (300, rt::UPDATE)]);
+    window(&mut r, 3, &sf, &[(150, rt::INITIAL), (230, rt::UPDATE)]);
     assert_eq!(r.report(0), Some(Report::MaxRate(400)));
 }
 
@@ -307,18 +281,15 @@ fn rate_with_class_limits_counts_the_other_requests_rfc8582() {
 fn drl_throttle_is_what_we_enforce_and_changes_the_number_rfc7683_7_4() {
     let mut r = reporter(gw(&[Algorithm::Rate], None, vec![ccr_i_limit(200.0, true)]));
     let sf = peer_caps(RATE);
-    send(&mut r, 190, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(190, rt::INITIAL)]);
     assert_eq!(r.report(0), None, "under the static limit");
     // DRL throttles 50 %: 100/s is enforced, 190/s offered.
     r.set_throttle(0, 50);
-    send(&mut r, 190, rt::INITIAL, &sf);
-    r.tick(secs(2));
+    window(&mut r, 2, &sf, &[(190, rt::INITIAL)]);
     assert_eq!(r.report(0), Some(Report::MaxRate(100)));
     let seq = r.sequence(0).unwrap();
     r.set_throttle(0, 75);
-    send(&mut r, 100, rt::INITIAL, &sf);
-    r.tick(secs(3));
+    window(&mut r, 3, &sf, &[(100, rt::INITIAL)]);
     assert_eq!(r.report(0), Some(Report::MaxRate(50)));
     assert_eq!(r.sequence(0), Some(seq + 1));
 }
@@ -338,26 +309,20 @@ fn algorithm_selection_falls_back_to_loss_rfc7683_6_rfc8582() {
     assert_eq!(caps(None, Some(PGW)).features(), LOSS);
     let mut r = reporter(gw(&both, None, vec![ccr_i_limit(100.0, false)]));
     let sf = caps(Some(LOSS | PEER_REPORT), Some(PGW));
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(1000, rt::INITIAL)]);
     assert_eq!(r.report(0), Some(Report::Reduction(90)));
 }
 
 #[test]
 fn peer_reports_need_the_gateways_own_source_id_rfc8581() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
+    let mut r = loss_reporter();
     // Announced through another agent: SourceID is not the gateway's identity.
     for sf in [
         caps(Some(LOSS | PEER_REPORT), Some("other-agent.example")),
         caps(Some(LOSS | PEER_REPORT), None),
         caps(Some(LOSS), Some(PGW)),
     ] {
-        send(&mut r, 1000, rt::INITIAL, &sf);
-        r.tick(secs(1));
+        window(&mut r, 1, &sf, &[(1000, rt::INITIAL)]);
         let (sent, back, olrs) = answer(&mut r, secs(1), &sf);
         assert_eq!(sent, None, "{sf:?}");
         assert!(olrs.is_empty());
@@ -368,14 +333,9 @@ fn peer_reports_need_the_gateways_own_source_id_rfc8581() {
 
 #[test]
 fn relayed_answer_keeps_the_servers_selection_and_host_reports_rfc8581_agents() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
+    let mut r = loss_reporter();
     let sf = peer_caps(LOSS | RATE);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(1000, rt::INITIAL)]);
     let server_sf = SupportedFeatures {
         feature_vector: Some(RATE | PEER_REPORT),
         source_id: Some("pcrf1.example".into()),
@@ -428,22 +388,13 @@ fn overall_limit_applies_after_the_class_limits_loss() {
         vec![ccr_i_limit(100.0, false)],
     ));
     let sf = peer_caps(LOSS);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    send(&mut r, 400, rt::UPDATE, &sf);
-    r.tick(secs(1));
+    window(&mut r, 1, &sf, &[(1000, rt::INITIAL), (400, rt::UPDATE)]);
     assert_eq!(r.report(0), Some(Report::Reduction(79))); // ⌈100 × 1100 / 1400⌉
 }
 
 #[test]
 fn a_gateway_that_stops_announcing_doic_gets_no_more_reports_rfc7683_5_1() {
-    let mut r = reporter(gw(
-        &[Algorithm::Loss],
-        None,
-        vec![ccr_i_limit(100.0, false)],
-    ));
-    let sf = peer_caps(LOSS);
-    send(&mut r, 1000, rt::INITIAL, &sf);
-    r.tick(secs(1));
+    let (mut r, _) = overloaded_10_times();
     assert!(r.report(0).is_some());
     let plain = ccr(rt::INITIAL, None);
     for _ in 0..1000 {
