@@ -98,7 +98,7 @@ pub fn sh(args: &[&str]) -> Result<String> {
 }
 
 /// `ip -n NS ARGS…` (a netlink operation inside NS, no private /sys involved).
-fn ipn(ns: &str, args: &[&str]) -> Result<String> {
+pub fn ipn(ns: &str, args: &[&str]) -> Result<String> {
     let mut v = vec!["ip", "-n", ns];
     v.extend_from_slice(args);
     sh(&v)
@@ -106,10 +106,17 @@ fn ipn(ns: &str, args: &[&str]) -> Result<String> {
 
 /// The lab's namespaces that exist now.
 pub fn namespaces() -> Vec<String> {
-    let out = sh(&["ip", "netns", "list"]).unwrap_or_default();
-    out.lines()
+    namespaces_with(PREFIX)
+}
+
+/// The namespaces that exist now whose names start with `prefix` (one lab's: the
+/// single-host lab's, the HA lab's, the flood bench's).
+pub fn namespaces_with(prefix: &str) -> Vec<String> {
+    sh(&["ip", "netns", "list"])
+        .unwrap_or_default()
+        .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(PREFIX))
+        .filter(|n| n.starts_with(prefix))
         .map(str::to_owned)
         .collect()
 }
@@ -158,24 +165,40 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
 }
 
 fn pid_file(name: &str) -> PathBuf {
-    Path::new(STATE_DIR).join(format!("{name}.pid"))
+    pid_file_in(STATE_DIR, name)
+}
+
+/// The pid file of process `name` in the state dir `dir`.
+pub fn pid_file_in(dir: &str, name: &str) -> PathBuf {
+    Path::new(dir).join(format!("{name}.pid"))
 }
 
 /// Where a lab process writes its stdout/stderr.
 pub fn log_file(name: &str) -> PathBuf {
-    Path::new(STATE_DIR).join(format!("{name}.log"))
+    log_file_in(STATE_DIR, name)
+}
+
+/// Where process `name` of the lab with state dir `dir` writes its stdout/stderr.
+pub fn log_file_in(dir: &str, name: &str) -> PathBuf {
+    Path::new(dir).join(format!("{name}.log"))
 }
 
 /// Starts `cmd` with output to the lab log `name` and records its pid.
 pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
-    let log = std::fs::File::create(log_file(name))
-        .with_context(|| format!("create {}", log_file(name).display()))?;
+    spawn_logged_in(STATE_DIR, name, cmd)
+}
+
+/// Starts `cmd` with output to the log `name` in the state dir `dir` and records its pid
+/// there.
+pub fn spawn_logged_in(dir: &str, name: &str, cmd: &mut Command) -> Result<Child> {
+    let log = std::fs::File::create(log_file_in(dir, name))
+        .with_context(|| format!("create {}", log_file_in(dir, name).display()))?;
     let child = cmd
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
         .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
-    std::fs::write(pid_file(name), format!("{}\n", child.id()))?;
+    std::fs::write(pid_file_in(dir, name), format!("{}\n", child.id()))?;
     Ok(child)
 }
 
@@ -227,7 +250,12 @@ fn is_zombie(pid: i32) -> bool {
 
 /// The pid files of the state dir: (name, pid).
 fn recorded_pids() -> Vec<(String, i32)> {
-    let Ok(rd) = std::fs::read_dir(STATE_DIR) else {
+    recorded_pids_in(STATE_DIR)
+}
+
+/// The pid files of the state dir `dir`: (name, pid), sorted.
+pub fn recorded_pids_in(dir: &str) -> Vec<(String, i32)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut v: Vec<(String, i32)> = rd
@@ -453,17 +481,8 @@ pub fn restart_servers(bins: &Bins, latency: &str) -> Result<()> {
 fn wait_redis() -> Result<()> {
     let end = Instant::now() + Duration::from_secs(5);
     while Instant::now() < end {
-        let ok = in_netns(NS_DRA, || {
-            use std::io::{Read, Write};
-            let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:6379") else {
-                return false;
-            };
-            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut buf = [0u8; 16];
-            s.write_all(b"PING\r\n").is_ok()
-                && s.read(&mut buf)
-                    .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
-        })?;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 6379));
+        let ok = in_netns(NS_DRA, || redis_pings(addr, Duration::from_secs(1)))?;
         if ok {
             return Ok(());
         }
@@ -486,9 +505,20 @@ pub fn down() -> Vec<String> {
             removed.push(format!("process {name} (pid {pid})"));
         }
     }
-    for ns in namespaces() {
-        // Anything left in a lab namespace was started for the lab (e.g. after a crash
-        // lost the pid files).
+    // Anything left in a lab namespace was started for the lab (e.g. after a crash lost
+    // the pid files).
+    remove_namespaces(namespaces(), "lab down", &mut removed);
+    // Links are created inside the namespaces; a half-built `up` may still leave one here.
+    remove_links(PREFIX, &mut removed);
+    remove_dir(PIN_DIR, "pinned objects", Some("lab down"), &mut removed);
+    remove_dir(STATE_DIR, "state dir", None, &mut removed);
+    removed
+}
+
+/// Stops every process left in each namespace of `nss`, then deletes the namespace (its
+/// veths and XDP go with it); says what it removed in `removed`, `who` in errors.
+pub fn remove_namespaces(nss: Vec<String>, who: &str, removed: &mut Vec<String>) {
+    for ns in nss {
         if let Ok(pids) = sh(&["ip", "netns", "pids", &ns]) {
             for pid in pids
                 .split_whitespace()
@@ -500,33 +530,83 @@ pub fn down() -> Vec<String> {
         }
         match sh(&["ip", "netns", "del", &ns]) {
             Ok(_) => removed.push(format!("namespace {ns}")),
-            Err(e) => eprintln!("lab down: {e:#}"),
+            Err(e) => eprintln!("{who}: {e:#}"),
         }
     }
-    // Links are created inside the namespaces; a half-built `up` may still leave one here.
+}
+
+/// Deletes the links of this namespace whose names start with `prefix`.
+pub fn remove_links(prefix: &str, removed: &mut Vec<String>) {
     if let Ok(links) = sh(&["ip", "-o", "link", "show"]) {
         for l in links.lines() {
             if let Some(name) = l
                 .split(':')
                 .nth(1)
                 .map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
-                && name.starts_with(PREFIX)
+                && name.starts_with(prefix)
                 && sh(&["ip", "link", "del", &name]).is_ok()
             {
                 removed.push(format!("link {name}"));
             }
         }
     }
-    if Path::new(PIN_DIR).exists() {
-        match std::fs::remove_dir_all(PIN_DIR) {
-            Ok(()) => removed.push(format!("pinned objects {PIN_DIR}")),
-            Err(e) => eprintln!("lab down: remove {PIN_DIR}: {e}"),
+}
+
+/// Removes the directory `dir` (pinned objects or a state dir: `what`) if it exists; a
+/// failure is reported as `who`'s, unless `who` is `None`.
+pub fn remove_dir(dir: &str, what: &str, who: Option<&str>, removed: &mut Vec<String>) {
+    if Path::new(dir).exists() {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => removed.push(format!("{what} {dir}")),
+            Err(e) => {
+                if let Some(who) = who {
+                    eprintln!("{who}: remove {dir}: {e}");
+                }
+            }
         }
     }
-    if Path::new(STATE_DIR).exists() && std::fs::remove_dir_all(STATE_DIR).is_ok() {
-        removed.push(format!("state dir {STATE_DIR}"));
+}
+
+/// The addresses and XDP programs of namespace `ns`, as printable lines.
+pub fn namespace_status(ns: &str) -> Vec<String> {
+    let mut out = vec![format!("namespace {ns}")];
+    if let Ok(a) = ipn(ns, &["-br", "addr", "show"]) {
+        for l in a.lines().filter(|l| !l.starts_with("lo ")) {
+            out.push(format!(
+                "    {}",
+                l.split_whitespace().collect::<Vec<_>>().join("  ")
+            ));
+        }
     }
-    removed
+    if let Ok(l) = ipn(ns, &["link", "show"]) {
+        for line in l.lines().filter(|l| l.contains("xdp")) {
+            out.push(format!("    XDP: {}", line.trim()));
+        }
+    }
+    out
+}
+
+/// Prints what `lab down` (or `lab down --ha`) removed.
+pub fn print_removed(removed: Vec<String>) {
+    if removed.is_empty() {
+        println!("nothing to remove");
+    }
+    for r in removed {
+        println!("removed {r}");
+    }
+}
+
+/// Whether a Redis server answers PING at `addr` (connection timeout `timeout`).
+pub fn redis_pings(addr: std::net::SocketAddr, timeout: Duration) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 16];
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read(&mut buf)
+            .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
 }
 
 /// What of the lab exists now, as printable lines.
@@ -537,20 +617,7 @@ pub fn status() -> Vec<String> {
         out.push("no lab namespaces".to_owned());
     }
     for ns in &nss {
-        out.push(format!("namespace {ns}"));
-        if let Ok(a) = ipn(ns, &["-br", "addr", "show"]) {
-            for l in a.lines().filter(|l| !l.starts_with("lo ")) {
-                out.push(format!(
-                    "    {}",
-                    l.split_whitespace().collect::<Vec<_>>().join("  ")
-                ));
-            }
-        }
-        if let Ok(l) = ipn(ns, &["link", "show"]) {
-            for line in l.lines().filter(|l| l.contains("xdp")) {
-                out.push(format!("    XDP: {}", line.trim()));
-            }
-        }
+        out.extend(namespace_status(ns));
         if let Ok(p) = sh(&["ip", "netns", "pids", ns]) {
             for pid in p.split_whitespace() {
                 let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
@@ -583,13 +650,17 @@ pub fn status() -> Vec<String> {
     out
 }
 
+/// Says on stderr that `what` was removed, with how many items.
+pub fn report_removed(what: &str, removed: &[String]) {
+    eprintln!("xtask: {what} removed ({} items)", removed.len());
+}
+
 /// Removes the lab when dropped (also on error and panic).
 pub struct LabGuard;
 
 impl Drop for LabGuard {
     fn drop(&mut self) {
-        let removed = down();
-        eprintln!("xtask: lab removed ({} items)", removed.len());
+        report_removed("lab", &down());
     }
 }
 
@@ -621,13 +692,7 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
             Ok(())
         }
         Some("down") => {
-            let removed = down();
-            if removed.is_empty() {
-                println!("nothing to remove");
-            }
-            for r in removed {
-                println!("removed {r}");
-            }
+            print_removed(down());
             Ok(())
         }
         Some("status") => {

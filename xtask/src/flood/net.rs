@@ -23,7 +23,7 @@ use std::{net::Ipv4Addr, path::Path, time::Duration};
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, sh};
+use crate::lab::{self, ipn, sh};
 
 /// Prefix of every namespace and interface of this bench.
 pub const PREFIX: &str = "fl-";
@@ -70,21 +70,9 @@ fn mac(m: [u8; 6]) -> String {
         .join(":")
 }
 
-fn ipn(ns: &str, args: &[&str]) -> Result<String> {
-    let mut v = vec!["ip", "-n", ns];
-    v.extend_from_slice(args);
-    sh(&v)
-}
-
 /// This bench's namespaces that exist now.
 pub fn namespaces() -> Vec<String> {
-    sh(&["ip", "netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(PREFIX))
-        .map(str::to_owned)
-        .collect()
+    lab::namespaces_with(PREFIX)
 }
 
 /// Builds the namespaces, veths, addresses and routes (no processes).
@@ -281,30 +269,9 @@ pub fn threaded_napi(host_cpu: usize) -> Result<Vec<i32>> {
 /// it), the namespaces, the pins, the state dir. Returns what it removed.
 pub fn down() -> Vec<String> {
     let mut removed = Vec::new();
-    for ns in namespaces() {
-        if let Ok(pids) = sh(&["ip", "netns", "pids", &ns]) {
-            for pid in pids
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-            {
-                lab::stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
-                removed.push(format!("process {pid} in {ns}"));
-            }
-        }
-        match sh(&["ip", "netns", "del", &ns]) {
-            Ok(_) => removed.push(format!("namespace {ns}")),
-            Err(e) => eprintln!("flood down: {e:#}"),
-        }
-    }
-    if Path::new(PIN_DIR).exists() {
-        match std::fs::remove_dir_all(PIN_DIR) {
-            Ok(()) => removed.push(format!("pinned objects {PIN_DIR}")),
-            Err(e) => eprintln!("flood down: remove {PIN_DIR}: {e}"),
-        }
-    }
-    if Path::new(STATE_DIR).exists() && std::fs::remove_dir_all(STATE_DIR).is_ok() {
-        removed.push(format!("state dir {STATE_DIR}"));
-    }
+    lab::remove_namespaces(namespaces(), "flood down", &mut removed);
+    lab::remove_dir(PIN_DIR, "pinned objects", Some("flood down"), &mut removed);
+    lab::remove_dir(STATE_DIR, "state dir", None, &mut removed);
     removed
 }
 
@@ -313,8 +280,7 @@ pub struct NetGuard;
 
 impl Drop for NetGuard {
     fn drop(&mut self) {
-        let removed = down();
-        eprintln!("xtask: flood topology removed ({} items)", removed.len());
+        lab::report_removed("flood topology", &down());
     }
 }
 

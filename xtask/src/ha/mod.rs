@@ -28,7 +28,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{Bins, command_in, in_netns, sh, stop_pid};
+use crate::lab::{self, Bins, command_in, in_netns, ipn, sh, stop_pid};
 
 /// Prefix of every namespace and interface of the HA lab.
 pub const PREFIX: &str = "draha-";
@@ -169,43 +169,23 @@ fn ns_of(server: &Server) -> String {
     format!("{PREFIX}{}", server.name)
 }
 
-fn ipn(ns: &str, args: &[&str]) -> Result<String> {
-    let mut v = vec!["ip", "-n", ns];
-    v.extend_from_slice(args);
-    sh(&v)
-}
-
 /// The HA lab's namespaces that exist now.
 pub fn namespaces() -> Vec<String> {
-    sh(&["ip", "netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(PREFIX))
-        .map(str::to_owned)
-        .collect()
+    lab::namespaces_with(PREFIX)
 }
 
 fn pid_file(name: &str) -> PathBuf {
-    Path::new(STATE_DIR).join(format!("{name}.pid"))
+    lab::pid_file_in(STATE_DIR, name)
 }
 
 /// Where a process of the HA lab writes its output.
 pub fn log_file(name: &str) -> PathBuf {
-    Path::new(STATE_DIR).join(format!("{name}.log"))
+    lab::log_file_in(STATE_DIR, name)
 }
 
 /// Starts `cmd` with its output in the log `name`, its pid recorded.
 pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
-    let log = std::fs::File::create(log_file(name))
-        .with_context(|| format!("create {}", log_file(name).display()))?;
-    let child = cmd
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
-    std::fs::write(pid_file(name), format!("{}\n", child.id()))?;
-    Ok(child)
+    lab::spawn_logged_in(STATE_DIR, name, cmd)
 }
 
 /// Forgets the pid of a process that was stopped.
@@ -310,21 +290,11 @@ pub fn redis_node(port: u16, args: &[&str]) -> Result<String> {
 }
 
 fn redis_ping(port: u16) -> bool {
+    let Ok(addr) = format!("{REDIS_IP}:{port}").parse() else {
+        return false;
+    };
     in_netns(NS_REDIS, || {
-        use std::io::{Read, Write};
-        let addr = format!("{REDIS_IP}:{port}");
-        let Ok(addr) = addr.parse() else {
-            return false;
-        };
-        let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let mut buf = [0u8; 16];
-        s.write_all(b"PING\r\n").is_ok()
-            && s.read(&mut buf)
-                .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+        lab::redis_pings(addr, Duration::from_millis(300))
     })
     .unwrap_or(false)
 }
@@ -614,21 +584,7 @@ pub fn up(bins: &Bins, dras: bool, gateways: bool) -> Result<()> {
 }
 
 fn recorded_pids() -> Vec<(String, i32)> {
-    let Ok(rd) = std::fs::read_dir(STATE_DIR) else {
-        return Vec::new();
-    };
-    let mut v: Vec<(String, i32)> = rd
-        .flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            (p.extension()? == "pid").then_some(())?;
-            let name = p.file_stem()?.to_str()?.to_owned();
-            let pid = std::fs::read_to_string(&p).ok()?.trim().parse().ok()?;
-            Some((name, pid))
-        })
-        .collect();
-    v.sort();
-    v
+    lab::recorded_pids_in(STATE_DIR)
 }
 
 fn alive(pid: i32) -> bool {
@@ -648,45 +604,17 @@ pub fn down() -> Vec<String> {
             removed.push(format!("process {name} (pid {pid})"));
         }
     }
-    for ns in namespaces() {
-        if let Ok(pids) = sh(&["ip", "netns", "pids", &ns]) {
-            for pid in pids
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-            {
-                stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
-                removed.push(format!("process {pid} in {ns}"));
-            }
-        }
-        match sh(&["ip", "netns", "del", &ns]) {
-            Ok(_) => removed.push(format!("namespace {ns}")),
-            Err(e) => eprintln!("lab down --ha: {e:#}"),
-        }
-    }
-    if let Ok(links) = sh(&["ip", "-o", "link", "show"]) {
-        for l in links.lines() {
-            if let Some(name) = l
-                .split(':')
-                .nth(1)
-                .map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
-                && name.starts_with(PREFIX)
-                && sh(&["ip", "link", "del", &name]).is_ok()
-            {
-                removed.push(format!("link {name}"));
-            }
-        }
-    }
+    lab::remove_namespaces(namespaces(), "lab down --ha", &mut removed);
+    lab::remove_links(PREFIX, &mut removed);
     for d in &DRAS {
-        if Path::new(d.pin_dir).exists() {
-            match std::fs::remove_dir_all(d.pin_dir) {
-                Ok(()) => removed.push(format!("pinned objects {}", d.pin_dir)),
-                Err(e) => eprintln!("lab down --ha: remove {}: {e}", d.pin_dir),
-            }
-        }
+        lab::remove_dir(
+            d.pin_dir,
+            "pinned objects",
+            Some("lab down --ha"),
+            &mut removed,
+        );
     }
-    if Path::new(STATE_DIR).exists() && std::fs::remove_dir_all(STATE_DIR).is_ok() {
-        removed.push(format!("state dir {STATE_DIR}"));
-    }
+    lab::remove_dir(STATE_DIR, "state dir", None, &mut removed);
     removed
 }
 
@@ -698,20 +626,7 @@ pub fn status() -> Vec<String> {
         out.push("no HA lab namespaces".to_owned());
     }
     for ns in &nss {
-        out.push(format!("namespace {ns}"));
-        if let Ok(a) = ipn(ns, &["-br", "addr", "show"]) {
-            for l in a.lines().filter(|l| !l.starts_with("lo ")) {
-                out.push(format!(
-                    "    {}",
-                    l.split_whitespace().collect::<Vec<_>>().join("  ")
-                ));
-            }
-        }
-        if let Ok(l) = ipn(ns, &["link", "show"]) {
-            for line in l.lines().filter(|l| l.contains("xdp")) {
-                out.push(format!("    XDP: {}", line.trim()));
-            }
-        }
+        out.extend(lab::namespace_status(ns));
     }
     for (name, pid) in recorded_pids() {
         let state = if alive(pid) { "running" } else { "gone" };
@@ -739,8 +654,7 @@ pub struct HaGuard;
 
 impl Drop for HaGuard {
     fn drop(&mut self) {
-        let removed = down();
-        eprintln!("xtask: HA lab removed ({} items)", removed.len());
+        lab::report_removed("HA lab", &down());
     }
 }
 
@@ -768,13 +682,7 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
             Ok(())
         }
         Some("down") => {
-            let removed = down();
-            if removed.is_empty() {
-                println!("nothing to remove");
-            }
-            for r in removed {
-                println!("removed {r}");
-            }
+            lab::print_removed(down());
             Ok(())
         }
         Some("status") => {
