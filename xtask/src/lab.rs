@@ -704,3 +704,33 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
         _ => bail!("usage: cargo xtask lab <up|down|status>"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state-dir helpers every lab shares: a process started with its log and pid
+    /// file, found again by its pid file, then the directory removed and reported.
+    #[test]
+    fn pid_and_log_files_are_found_again_and_removed() {
+        let dir = std::env::temp_dir().join(format!("xtask-lab-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_str().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo hello"]);
+        let mut child = spawn_logged_in(d, "greeter", &mut cmd).unwrap();
+        assert!(child.wait().unwrap().success());
+        let pid = i32::try_from(child.id()).unwrap();
+        assert_eq!(recorded_pids_in(d), vec![("greeter".to_owned(), pid)]);
+        let log = std::fs::read_to_string(log_file_in(d, "greeter")).unwrap();
+        assert_eq!(log, "hello\n");
+        let mut removed = Vec::new();
+        remove_dir(d, "state dir", Some("test"), &mut removed);
+        assert_eq!(removed, vec![format!("state dir {d}")]);
+        assert!(!dir.exists());
+        // Gone already: nothing to say.
+        remove_dir(d, "state dir", Some("test"), &mut removed);
+        assert_eq!(removed.len(), 1);
+        assert!(recorded_pids_in(d).is_empty());
+    }
+}
