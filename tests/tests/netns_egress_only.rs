@@ -19,7 +19,6 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
     time::Duration,
 };
 
@@ -30,8 +29,9 @@ use dra_common::{
 };
 use dra_tests::{
     agent::Agent,
-    netns::{Netns, VethPair, unique},
+    netns::{Netns, VethPair},
     sim::{PGW1, Sim, gx_ccrs},
+    support::{ConfigToml, Pins, TempDir},
 };
 
 /// The egress limit on pcrf1's Gx CCR-I (drop), and its burst.
@@ -44,74 +44,23 @@ const OFFER: Duration = Duration::from_secs(4);
 const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
 const PCRF1: (&str, &str) = ("pcrf1.pcrf.lab.example", "pcrf.lab.example");
 
-/// Removes the pins (and so the TCX link) on drop.
-struct Pins(PathBuf);
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = Dataplane::detach(None, &self.0);
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn config(egress_if: &str) -> String {
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-# No interface: no XDP. The TC egress program alone, on the servers' side.
-[fast_path]
-egress_interface = "{egress_if}"
-
-[metrics]
-address = "198.18.40.1:9464"
-
-[[listener]]
-address = "198.18.40.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.40.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.41.2:3868"
-
-[[peer_group]]
-name = "pcrf"
-answer_timeout = "2s"
-
-[[route]]
-realm = "pcrf.lab.example"
-group = "pcrf"
-
-[[message_rate_limit_profile]]
-peer = "pcrf1"
-direction = "egress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = {RATE}
-burst = {BURST}
-action = "drop"
-"#
-    )
+    ConfigToml::new(DRA.1, &["198.18.40.1:3868"], "")
+        // No interface: no XDP. The TC egress program alone, on the servers' side.
+        .with(&format!(
+            "[fast_path]\negress_interface = \"{egress_if}\"\n\n\
+             [metrics]\naddress = \"198.18.40.1:9464\""
+        ))
+        .client("pgw1", DRA.1, &["198.18.40.2"], "")
+        .server("pcrf1", PCRF1.1, "198.18.41.2:3868", "group = \"pcrf\"")
+        .group("pcrf", "answer_timeout = \"2s\"")
+        .route(PCRF1.1, "group = \"pcrf\"")
+        .with(&format!(
+            "[[message_rate_limit_profile]]\npeer = \"pcrf1\"\ndirection = \"egress\"\n\
+             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+             rate = {RATE}\nburst = {BURST}\naction = \"drop\""
+        ))
+        .to_string()
 }
 
 #[test]
@@ -121,9 +70,8 @@ fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
     let srv = Netns::new("eg-s").unwrap();
     let client_veth = VethPair::new(&gw, "198.18.40.2/24", &dra, "198.18.40.1/24").unwrap();
     let server_veth = VethPair::new(&dra, "198.18.41.1/24", &srv, "198.18.41.2/24").unwrap();
-    let tmp = TempDir(std::env::temp_dir().join(unique("dra-eg-")));
-    std::fs::create_dir_all(&tmp.0).unwrap();
-    let pins = Pins(PathBuf::from(format!("/sys/fs/bpf/{}", unique("dra-eg-"))));
+    let tmp = TempDir::new("dra-eg-");
+    let pins = Pins::new("dra-eg-");
     let egress_if = server_veth.a_if.clone();
     let text = config(&egress_if);
     let cfg_path = tmp.0.join("dra.toml");

@@ -24,7 +24,7 @@ use dra_tests::{
     agent::dra_bin,
     netns::{Netns, VethPair},
     sim::{PGW1, Sim, gx_ccrs},
-    support::{Pins, TempDir},
+    support::{ConfigToml, Pins, TempDir},
 };
 
 const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
@@ -44,43 +44,20 @@ fn unit_caps() -> Vec<String> {
 }
 
 fn config(xdp_if: &str) -> String {
-    format!(
-        r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[fast_path]
-interface = "{xdp_if}"
-xdp_mode = "skb"
-
-[[listener]]
-address = "198.18.62.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.62.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.63.2:3868"
-
-[[peer_group]]
-name = "pcrf"
-answer_timeout = "500ms"
-
-[[route]]
-realm = "pcrf.lab.example"
-group = "pcrf"
-"#
-    )
+    ConfigToml::new(DRA.1, &["198.18.62.1:3868"], "")
+        .with(&format!(
+            "[fast_path]\ninterface = \"{xdp_if}\"\nxdp_mode = \"skb\""
+        ))
+        .client("pgw1", DRA.1, &["198.18.62.2"], "")
+        .server(
+            "pcrf1",
+            "pcrf.lab.example",
+            "198.18.63.2:3868",
+            "group = \"pcrf\"",
+        )
+        .group("pcrf", "answer_timeout = \"500ms\"")
+        .route("pcrf.lab.example", "group = \"pcrf\"")
+        .to_string()
 }
 
 /// `dra run --log-format json` in `ns` as uid 0 with only `caps` (bounding set; nothing
