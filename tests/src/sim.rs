@@ -19,6 +19,21 @@ use crate::netns::Netns;
 /// Origin-Host and -Realm of the client (PCEF) in the test configs.
 pub const PGW1: (&str, &str) = ("pgw1.lab.example", "lab.example");
 
+/// Waits (at most 10 s) until `sink` has logged every request of `sent`, asserting that
+/// none is missing; how many of them arrived unmarked (admitted by the fast path).
+pub fn unmarked_of_all(sink: &ScriptedServer, sent: &Sent) -> usize {
+    assert_eq!(
+        sink.arrivals
+            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+        sent.log.len()
+    );
+    sink.arrivals
+        .snapshot()
+        .iter()
+        .filter(|a| !a.marked)
+        .count()
+}
+
 /// A simulator identity advertising Gx. Its watchdog interval is longer than any test,
 /// so that no DWR/DWA joins the traffic under test (a test counts requests that the
 /// fast path sees; a DWR is one).

@@ -17,7 +17,7 @@ use dra_tests::support::{Pins, TempDir};
 use dra_tests::{
     agent::Agent,
     netns::{Netns, VethPair},
-    sim::{PGW1, ScriptedPeer, ScriptedServer, Sim, gx_ccrs},
+    sim::{PGW1, ScriptedPeer, ScriptedServer, Sim, gx_ccrs, unmarked_of_all},
 };
 
 /// The seed config (config/dra.toml) with a `file` CPU source, a short hold and a
@@ -358,17 +358,7 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     let after = maps.bucket_state(slot).unwrap();
     println!("bucket state before the kill {before:?}, after the restart {after:?}");
     let sent = sim.join(flood);
-    assert_eq!(
-        sink.arrivals
-            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
-        sent.log.len()
-    );
-    let unmarked = sink
-        .arrivals
-        .snapshot()
-        .iter()
-        .filter(|a| !a.marked)
-        .count();
+    let unmarked = unmarked_of_all(&sink, &sent);
     let rate = f64::from(RESTART_RATE);
     let burst = f64::from(RESTART_BURST);
     let expected = rate * (sent.last - sent.first).as_secs_f64() + burst;

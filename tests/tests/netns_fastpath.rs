@@ -15,7 +15,9 @@ use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::support::{Pins, lab_config};
 use dra_tests::{
     netns::{Netns, VethPair, sh},
-    sim::{Arrival, PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, Stream, gx_ccrs},
+    sim::{
+        Arrival, PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, Stream, gx_ccrs, unmarked_of_all,
+    },
 };
 
 struct Lab {
@@ -256,17 +258,7 @@ fn coalesced_writes_get_no_more_than_the_limit() {
         Duration::from_secs(5),
         10,
     );
-    assert_eq!(
-        sink.arrivals
-            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
-        sent.log.len()
-    );
-    let unmarked = sink
-        .arrivals
-        .snapshot()
-        .iter()
-        .filter(|a| !a.marked)
-        .count();
+    let unmarked = unmarked_of_all(&sink, &sent);
     let allowed = rate as f64 * (sent.last - sent.first).as_secs_f64() + burst as f64;
     println!(
         "coalesced: {} CCR-I in writes of 10; unmarked {unmarked}, allowed {allowed:.0}",

@@ -112,6 +112,15 @@ const CCR_I: MsgClass = MsgClass::gx_ccr(rt::INITIAL);
 /// Counting: CCR-I and CCR-U, one write per message and ten per write (multi-message
 /// and GSO skbs). What the sink received per class equals the program's counters
 /// for the destination, its group and the classes.
+/// The TC program's non-zero counters.
+fn egress_stats(maps: &Maps) -> Vec<(dra_common::stats::Counter, u64)> {
+    maps.stats()
+        .unwrap()
+        .into_iter()
+        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
+        .collect()
+}
+
 #[test]
 fn egress_counts_match_the_sink() {
     let (lab, maps, plan) = Lab::new(&config(""));
@@ -145,12 +154,7 @@ fn egress_counts_match_the_sink() {
         .slot_counters(plan.egress_slot_of("pcrf1", CCR_I).unwrap())
         .unwrap();
     let other = maps.slot_counters(p.other_slot).unwrap();
-    let stats: Vec<_> = maps
-        .stats()
-        .unwrap()
-        .into_iter()
-        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
-        .collect();
+    let stats = egress_stats(&maps);
     // The CER of each connection is a request of class "other" to pcrf1 as well.
     let cers = lab.base_requests();
     println!(
@@ -207,12 +211,7 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
     let last = arr.iter().map(|a| a.at).max().unwrap();
     let p = plan.egress_peer("pcrf1").unwrap().info;
     let g = maps.slot_counters(p.group_slot).unwrap();
-    let stats: Vec<_> = maps
-        .stats()
-        .unwrap()
-        .into_iter()
-        .filter(|(c, v)| *v > 0 && c.name().starts_with("egress"))
-        .collect();
+    let stats = egress_stats(&maps);
     println!(
         "police: offered {n} in {secs:.2} s; at the sink in the window {in_window} \
          (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
