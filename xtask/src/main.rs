@@ -156,7 +156,8 @@ fn fuzz_smoke(secs: u64) -> Result<()> {
 fn test() -> Result<()> {
     toolchain::ensure()?;
     toolchain::ensure_fuzz()?;
-    let user_pkgs = [
+    // The unit tests' packages; clippy also checks the privileged tests' crate.
+    let unit_pkgs = [
         "-p",
         "dra-common",
         "-p",
@@ -165,9 +166,8 @@ fn test() -> Result<()> {
         "dra-tools",
         "-p",
         "xtask",
-        "-p",
-        "dra-tests",
     ];
+    let user_pkgs = [&unit_pkgs[..], &["-p", "dra-tests"]].concat();
     style::ensure_rustfmt()?;
     step("rustfmt --check", cargo().args(["fmt", "--all", "--check"]))?;
     style::check_line_width(&workspace_root())?;
@@ -175,7 +175,7 @@ fn test() -> Result<()> {
         "clippy (userspace)",
         cargo()
             .args(["clippy", "--all-targets"])
-            .args(user_pkgs)
+            .args(&user_pkgs)
             .args(["--", "-D", "warnings"]),
     )?;
     step(
@@ -204,17 +204,7 @@ fn test() -> Result<()> {
     )?;
     step(
         "unit and property tests",
-        cargo().args([
-            "test",
-            "-p",
-            "dra-common",
-            "-p",
-            "dra-userspace",
-            "-p",
-            "dra-tools",
-            "-p",
-            "xtask",
-        ]),
+        cargo().arg("test").args(unit_pkgs),
     )?;
     package::test(&workspace_root())?;
     fuzz_smoke(10)?;

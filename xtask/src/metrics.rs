@@ -66,18 +66,23 @@ pub(crate) struct Snap {
 }
 
 impl Snap {
+    /// The series `name` whose labels include all of `want`.
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        want: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = &'a Series> + 'a {
+        self.series.iter().filter(move |s| {
+            s.name == name
+                && want
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+        })
+    }
+
     /// Sum of the series `name` whose labels include all of `want`.
     pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
-            .map(|s| s.value)
-            .sum()
+        self.matching(name, want).map(|s| s.value).sum()
     }
 
     /// The values of `label` on the series `name` whose labels include all of `want`.
@@ -87,14 +92,7 @@ impl Snap {
         want: &[(&str, &str)],
         label: &str,
     ) -> BTreeSet<String> {
-        self.series
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && want
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
-            })
+        self.matching(name, want)
             .filter_map(|s| {
                 s.labels
                     .iter()

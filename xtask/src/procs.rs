@@ -100,14 +100,22 @@ impl Drop for Proc {
     }
 }
 
-/// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
-pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
+/// Starts `cmd` with its output in `log`.
+pub(crate) fn spawn_logging(
+    log: &Path,
+    name: &str,
+    cmd: &mut std::process::Command,
+) -> Result<Child> {
     let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-    let child = cmd
-        .stdout(f.try_clone()?)
+    cmd.stdout(f.try_clone()?)
         .stderr(f)
         .spawn()
-        .with_context(|| format!("start {name}"))?;
+        .with_context(|| format!("start {name}"))
+}
+
+/// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
+pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
+    let child = spawn_logging(log, name, cmd)?;
     std::fs::write(
         Path::new(lab::STATE_DIR).join(format!("{name}.pid")),
         format!("{}\n", child.id()),

@@ -296,13 +296,7 @@ fn wait_until(t: Instant, dra: &mut Proc, client: &mut Proc, log: &Path) -> Resu
 }
 
 fn spawn(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Proc> {
-    let f = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-    let child = cmd
-        .stdout(f.try_clone()?)
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("start {name}"))?;
-    Ok(Proc::new(name, child))
+    Ok(Proc::new(name, procs::spawn_logging(log, name, cmd)?))
 }
 
 /// Starts the simulated PCRF in `fl-srv` (answers after `latency`), on the network's
