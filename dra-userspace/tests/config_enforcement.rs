@@ -5,36 +5,18 @@
 //! `tests/fixtures/unenforced-configs/` is a valid file (`config::load` accepts it)
 //! whose `# expect: LINE:COLUMN fragment` lines are exactly the enforcement errors.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dra::config::{self, Setup};
+use support::{expectations, toml_files_under};
 
 fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unenforced-configs");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// `# expect: LINE:COLUMN message fragment` lines at the top of a fixture.
-fn expectations(text: &str) -> Vec<(usize, usize, String)> {
-    text.lines()
-        .map_while(|l| l.strip_prefix("# expect: "))
-        .map(|rest| {
-            let (pos, fragment) = rest.split_once(' ').expect("expect: L:C fragment");
-            let (line, column) = pos.split_once(':').expect("L:C");
-            (
-                line.parse().unwrap(),
-                column.parse().unwrap(),
-                fragment.to_string(),
-            )
-        })
-        .collect()
+    toml_files_under(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unenforced-configs"),
+    )
 }
 
 fn dra(args: &[&str]) -> Output {

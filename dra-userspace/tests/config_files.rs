@@ -15,7 +15,7 @@ use dra::config::{
 use dra::control::sources::PrometheusCpu;
 use dra_common::maps::Action;
 use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
-use support::{is_scenario, repo_root, toml_files_under};
+use support::{expectations, is_scenario, repo_root, toml_files_under};
 
 fn seed() -> Config {
     let path = repo_root().join("config/dra.toml");
@@ -268,20 +268,13 @@ fn check_config_accepts_exactly_the_prometheus_urls_dra_run_opens() {
     }
 }
 
-/// `# expect: LINE:COLUMN message fragment` lines at the top of a fixture.
-fn expectations(text: &str) -> Vec<(usize, usize, String)> {
-    text.lines()
-        .map_while(|l| l.strip_prefix("# expect: "))
-        .map(|rest| {
-            let (pos, fragment) = rest.split_once(' ').expect("expect: L:C fragment");
-            let (line, column) = pos.split_once(':').expect("L:C");
-            (
-                line.parse().unwrap(),
-                column.parse().unwrap(),
-                fragment.to_string(),
-            )
-        })
-        .collect()
+/// `dra check-config FILE`.
+fn check_config(file: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dra"))
+        .arg("check-config")
+        .arg(file)
+        .output()
+        .unwrap()
 }
 
 fn fixtures() -> Vec<PathBuf> {
@@ -374,11 +367,7 @@ fn unreadable_file_is_one_error_naming_the_file() {
 
 #[test]
 fn check_config_command_prints_ok_and_summary_for_the_seed() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dra"))
-        .arg("check-config")
-        .arg(repo_root().join("config/dra.toml"))
-        .output()
-        .unwrap();
+    let out = check_config(repo_root().join("config/dra.toml"));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         out.status.code(),
@@ -411,11 +400,7 @@ fn check_config_command_prints_ok_and_summary_for_the_seed() {
 fn check_config_command_refuses_an_https_prometheus_url() {
     let f = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/bad-configs/prometheus_https.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_dra"))
-        .arg("check-config")
-        .arg(&f)
-        .output()
-        .unwrap();
+    let out = check_config(&f);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         out.stdout.is_empty(),
@@ -437,11 +422,7 @@ fn check_config_command_refuses_an_https_prometheus_url() {
 fn check_config_command_exits_2_with_file_line_column_errors() {
     let f =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bad-configs/many_errors.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_dra"))
-        .arg("check-config")
-        .arg(&f)
-        .output()
-        .unwrap();
+    let out = check_config(&f);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "nothing on stdout for a bad file");
     let stderr = String::from_utf8(out.stderr).unwrap();

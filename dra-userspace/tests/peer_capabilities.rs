@@ -3,11 +3,12 @@
 
 mod peer_support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dra::diameter::peer::{
     CloseReason, ConnectionOptions, Handled, PeerConnection, PeerEvent, PeerState, Reconnect,
-    WatchdogState,
+    StaticPeerDirectory, WatchdogState,
 };
 use dra::diameter::{Avp, Message, avp_code as c, result_code, vendor};
 use dra::routing::PeerId;
@@ -128,6 +129,13 @@ fn dra_opens_a_connection_to_a_pcrf() {
     );
 }
 
+/// The PGW connecting to the DRA, whose directory is `dra_directory`; nothing
+/// exchanged yet.
+fn pgw_to_dra(dra_directory: Arc<StaticPeerDirectory>) -> Pair {
+    let pgw_opts = ConnectionOptions::new(1, START_TIME);
+    Pair::pgw_to_dra_in(pgw_config(), dra_config(), pgw_opts, dra_directory)
+}
+
 /// The server refused: CEA `code` went out, and both ends closed.
 fn assert_refused(p: &Pair, code: u32, error_bit: bool) {
     assert_eq!(p.wire_summary(), [(true, CE, true), (false, CE, false)]);
@@ -171,32 +179,16 @@ fn assert_refused(p: &Pair, code: u32, error_bit: bool) {
 
 #[test]
 fn unknown_origin_host_gets_3010_and_the_connection_closes() {
-    let mut p = Pair::new(
-        pgw_config(),
-        directory(0, DRA_HOST, &["198.18.0.2/32"]),
-        ConnectionOptions::new(1, START_TIME),
-        PGW_ADDR,
-        dra_config(),
-        directory(7, "pgw9.epc.example.net", &["198.18.0.0/24"]),
-        ConnectionOptions::new(2, START_TIME),
-        DRA_ADDR,
-    );
+    let mut p = pgw_to_dra(directory(7, "pgw9.epc.example.net", &["198.18.0.0/24"]));
     p.connect();
     assert_refused(&p, result_code::UNKNOWN_PEER, true);
 }
 
 #[test]
 fn known_host_from_the_wrong_address_gets_3010() {
-    let mut p = Pair::new(
-        pgw_config(),
-        directory(0, DRA_HOST, &["198.18.0.2/32"]),
-        ConnectionOptions::new(1, START_TIME),
-        PGW_ADDR,
-        dra_config(),
+    let mut p = pgw_to_dra(
         // The PGW may only connect from 198.18.9.0/24; it comes from 198.18.0.1.
         directory(7, PGW_HOST, &["198.18.9.0/24"]),
-        ConnectionOptions::new(2, START_TIME),
-        DRA_ADDR,
     );
     p.connect();
     assert_refused(&p, result_code::UNKNOWN_PEER, true);

@@ -184,13 +184,25 @@ impl Pair {
 
     /// PGW → DRA with the given configs and client options.
     pub fn pgw_to_dra_with(pgw: PeerConfig, dra: PeerConfig, pgw_opts: ConnectionOptions) -> Pair {
+        let dra_directory = directory(7, PGW_HOST, &["198.18.0.0/24", "2001:db8::/32"]);
+        Self::pgw_to_dra_in(pgw, dra, pgw_opts, dra_directory)
+    }
+
+    /// PGW → DRA with the given configs and client options, the DRA knowing its peers
+    /// from `dra_directory`.
+    pub fn pgw_to_dra_in(
+        pgw: PeerConfig,
+        dra: PeerConfig,
+        pgw_opts: ConnectionOptions,
+        dra_directory: Arc<StaticPeerDirectory>,
+    ) -> Pair {
         Pair::new(
             pgw,
             directory(0, DRA_HOST, &["198.18.0.2/32"]),
             pgw_opts,
             PGW_ADDR,
             dra,
-            directory(7, PGW_HOST, &["198.18.0.0/24", "2001:db8::/32"]),
+            dra_directory,
             ConnectionOptions::new(2, START_TIME),
             DRA_ADDR,
         )

@@ -58,6 +58,22 @@ pub fn toml_files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `# expect: LINE:COLUMN message fragment` lines at the top of a fixture.
+pub fn expectations(text: &str) -> Vec<(usize, usize, String)> {
+    text.lines()
+        .map_while(|l| l.strip_prefix("# expect: "))
+        .map(|rest| {
+            let (pos, fragment) = rest.split_once(' ').expect("expect: L:C fragment");
+            let (line, column) = pos.split_once(':').expect("L:C");
+            (
+                line.parse().unwrap(),
+                column.parse().unwrap(),
+                fragment.to_string(),
+            )
+        })
+        .collect()
+}
+
 /// Whether `path` is a `dra-loadgen` scenario (a TOML file with `[[phase]]`) rather
 /// than an agent config.
 pub fn is_scenario(path: &Path) -> bool {
