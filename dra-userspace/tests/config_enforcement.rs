@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dra::config::{self, Setup};
-use support::{expectations, toml_files_under};
+use support::{ConfigToml, TempDir, expectations, toml_files_under};
 
 fn fixtures() -> Vec<PathBuf> {
     toml_files_under(
@@ -118,28 +118,16 @@ fn check_config_and_run_refuse_them_with_exit_code_2() {
 /// without `--iface` refuses to start.
 #[test]
 fn a_connection_guard_without_xdp_is_a_warning_then_a_refusal() {
-    let dir = std::env::temp_dir().join(format!("dra-conn-guard-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TempDir::new("dra-conn-guard-");
+    let dir = &tmp.0;
     let f = dir.join("guard.toml");
-    std::fs::write(
-        &f,
-        r#"[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-connection_rate = 10
-"#,
-    )
-    .unwrap();
+    let text = ConfigToml::new("lab.example", &["198.18.1.1:3868"], "").client(
+        "pgw1",
+        "lab.example",
+        &["198.18.1.2"],
+        "connection_rate = 10",
+    );
+    std::fs::write(&f, text.text()).unwrap();
     let name = f.display().to_string();
     let out = dra(&["check-config", &name]);
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -169,5 +157,4 @@ connection_rate = 10
         "{stderr}"
     );
     assert!(!dir.join("pins").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
