@@ -128,6 +128,15 @@ impl Harness {
         )
     }
 
+    /// [`Harness::reset`], then the SYN of the flow, which passes; the counters before it.
+    fn open_flow(&mut self) -> Vec<ClassCounters> {
+        self.reset();
+        let before = self.counters();
+        let syn = self.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[]);
+        assert_eq!(self.run(&syn).0, PASS);
+        before
+    }
+
     fn counters(&self) -> Vec<ClassCounters> {
         self.plan
             .slots
@@ -254,12 +263,7 @@ fn reject_verdicts_agree_at_every_cut() {
     let pats = patterns(bytes.len());
     let mut oob_used = 0;
     for cuts in &pats {
-        h.reset();
-        let before = h.counters();
-        assert_eq!(
-            h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0,
-            PASS
-        );
+        let before = h.open_flow();
         // The bytes the receiver gets, with the kernel's in-band marks.
         let mut delivered = bytes.clone();
         let mut bad = Vec::new();
@@ -333,12 +337,7 @@ fn drop_verdicts_agree_at_every_cut() {
     let mut failures = Vec::new();
     let pats = patterns(bytes.len());
     for cuts in &pats {
-        h.reset();
-        let before = h.counters();
-        assert_eq!(
-            h.run(&h.frame.tcp(40000, 3868, ISN, TCP_SYN, &[], &[])).0,
-            PASS
-        );
+        let before = h.open_flow();
         let mut dropped = false;
         for (at, seg) in segments(&h, &bytes, cuts) {
             let (v, out) = h.run(&seg);
