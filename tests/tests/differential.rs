@@ -238,6 +238,16 @@ fn segments(h: &Harness, bytes: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> 
         .collect()
 }
 
+/// Fails with the first 20 of `failures` (one per cut pattern of `patterns`).
+fn assert_agree(failures: &[String], patterns: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {patterns} patterns disagree:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
+}
+
 #[test]
 fn reject_verdicts_agree_at_every_cut() {
     let mut h = Harness::new("reject");
@@ -314,13 +324,7 @@ fn reject_verdicts_agree_at_every_cut() {
         oob_used
     );
     assert!(oob_used > 0, "some cuts straddle a marked request's class");
-    assert!(
-        failures.is_empty(),
-        "{} of {} patterns disagree:\n{}",
-        failures.len(),
-        pats.len(),
-        failures[..failures.len().min(20)].join("\n")
-    );
+    assert_agree(&failures, pats.len());
 }
 
 #[test]
@@ -363,11 +367,5 @@ fn drop_verdicts_agree_at_every_cut() {
         pats.len(),
         bytes.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {} patterns disagree:\n{}",
-        failures.len(),
-        pats.len(),
-        failures[..failures.len().min(20)].join("\n")
-    );
+    assert_agree(&failures, pats.len());
 }
