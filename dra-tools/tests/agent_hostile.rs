@@ -7,10 +7,11 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dra::diameter::{Message, answer_for, avp_code, decode, encode, result_code};
+use support::LogBuf;
 use support::agent::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -18,21 +19,7 @@ use tokio::net::TcpStream;
 // ------------------------------------------------------------------ the agent's log
 
 /// Everything the agent logged (at INFO and above, with the connection's span), from
-/// every test of this binary.
-#[derive(Clone, Default)]
-struct LogBuf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The log so far (a subscriber for the whole test binary, set once).
+/// every test of this binary, so far (a subscriber for the whole test binary, set once).
 fn log_text() -> String {
     static LOG: OnceLock<LogBuf> = OnceLock::new();
     let buf = LOG.get_or_init(|| {
@@ -45,7 +32,7 @@ fn log_text() -> String {
             .init();
         buf
     });
-    String::from_utf8_lossy(&buf.0.lock().expect("log")).into_owned()
+    buf.text()
 }
 
 // ------------------------------------------------------------------ the lab

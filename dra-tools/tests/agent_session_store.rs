@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use dra::diameter::{Message, answer_for};
 use dra_tools::loadgen::script::Handler;
 use support::agent::*;
-use support::{RedisCluster, RedisServer, free_port, redis_text};
+use support::{LogBuf, RedisCluster, RedisServer, free_port, redis_text};
 use tokio::task::JoinSet;
 
 /// DIAMETER_UNKNOWN_SESSION_ID (RFC 4006 §8 / RFC 6733 §7.1.5).
@@ -39,11 +39,11 @@ const LOG_UP: &str = "session store reachable again";
 /// The agent's log, captured for the test's thread (the agent runs on this test's
 /// current-thread runtime, so everything it logs goes here).
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
+struct Log(LogBuf);
 
 impl Log {
     fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let w = self.clone();
+        let w = self.0.clone();
         let sub = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
@@ -53,22 +53,11 @@ impl Log {
     }
 
     fn count(&self, needle: &str) -> usize {
-        let text = String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned();
-        text.lines().filter(|l| l.contains(needle)).count()
+        self.0.count(needle)
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
-    }
-}
-
-impl std::io::Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.0.text()
     }
 }
 

@@ -18,6 +18,33 @@ pub use shared::*;
 
 use dra_tools::pcap::{tshark_available, tshark_decode_exchange, tshark_problem};
 
+/// What the in-process agent logged: a `tracing_subscriber` writer that keeps
+/// everything in memory.
+#[derive(Clone, Default)]
+pub struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogBuf {
+    /// The log so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
+    }
+
+    /// How many lines of the log contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.text().lines().filter(|l| l.contains(needle)).count()
+    }
+}
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Fails the test unless it runs as root: it creates `what` (e.g. "a network namespace").
 pub fn require_root(what: &str) {
     // SAFETY: geteuid has no preconditions.
