@@ -118,15 +118,9 @@ impl HeldLab {
 
     /// Waits until the PCRF holds `n` requests.
     async fn pcrf_holds(&self, n: usize) {
-        let end = Instant::now() + Duration::from_secs(10);
-        while self.pcrf_requests().len() < n {
-            assert!(
-                Instant::now() < end,
-                "the PCRF got {} of {n} requests",
-                self.pcrf_requests().len()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (patience, every) = (Duration::from_secs(10), Duration::from_millis(5));
+        let got = || self.pcrf_requests().len();
+        support::wait_count(n, "requests at the PCRF", patience, every, got).await;
     }
 }
 

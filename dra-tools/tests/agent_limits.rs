@@ -163,15 +163,8 @@ impl Gateway {
 
     /// Waits until `n` answers arrived (panics after [`PATIENCE`]).
     async fn wait_answers(&self, n: usize) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.answers().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "{} of {n} answers",
-                self.answers().len()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let every = Duration::from_millis(10);
+        support::wait_count(n, "answers", PATIENCE, every, || self.answers().len()).await;
     }
 
     fn count(&self, code: u32, origin: &str) -> usize {

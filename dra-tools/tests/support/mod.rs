@@ -45,6 +45,26 @@ impl std::io::Write for LogBuf {
     }
 }
 
+/// Polls `count` every `every` until it reaches `n`; after `patience` fails with
+/// `what` and the count (e.g. "answers": "3 of 5 answers").
+pub async fn wait_count(
+    n: usize,
+    what: &str,
+    patience: std::time::Duration,
+    every: std::time::Duration,
+    mut count: impl FnMut() -> usize,
+) {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let got = count();
+        if got >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{got} of {n} {what}");
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Fails the test unless it runs as root: it creates `what` (e.g. "a network namespace").
 pub fn require_root(what: &str) {
     // SAFETY: geteuid has no preconditions.
