@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use dra::diameter::{Message, answer_for, avp_code, decode, encode, result_code};
+use dra::diameter::{Message, answer_for, avp_code, encode, result_code};
 use support::LogBuf;
 use support::agent::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -93,12 +93,8 @@ impl HeldLab {
 
     /// The application requests the PCRF received so far.
     fn pcrf_requests(&self) -> Vec<Message> {
-        self.pcrf_tap
-            .lock()
-            .expect("tap")
-            .iter()
-            .filter(|(sent, _)| !sent)
-            .filter_map(|(_, b)| decode(b).ok())
+        received(&self.pcrf_tap)
+            .into_iter()
             .filter(|m| m.is_request() && m.application_id != 0)
             .collect()
     }
@@ -147,16 +143,6 @@ fn ccr_header(version: u8, length: u32, hop_by_hop: u32) -> Vec<u8> {
     h.extend_from_slice(&hop_by_hop.to_be_bytes());
     h.extend_from_slice(&0x0bad_0bad_u32.to_be_bytes());
     h
-}
-
-/// The messages a scripted peer read, decoded, in order.
-fn received(tap: &Tap) -> Vec<Message> {
-    tap.lock()
-        .expect("tap")
-        .iter()
-        .filter(|(sent, _)| !sent)
-        .filter_map(|(_, b)| decode(b).ok())
-        .collect()
 }
 
 /// Waits until the connection behind `pgw` is closed by the agent (a request sent on it

@@ -151,12 +151,8 @@ impl Gateway {
 
     /// The CCAs received so far.
     fn answers(&self) -> Vec<Message> {
-        self.tap
-            .lock()
-            .expect("tap")
-            .iter()
-            .filter(|(sent, _)| !sent)
-            .filter_map(|(_, b)| Message::decode(b).ok())
+        support::agent::received(&self.tap)
+            .into_iter()
             .filter(|m| m.command_code == cmd::CREDIT_CONTROL && !m.is_request())
             .collect()
     }

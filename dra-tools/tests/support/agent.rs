@@ -154,6 +154,16 @@ pub fn peer_state<'a>(status: &'a str, peer: &str) -> Option<&'a str> {
     })
 }
 
+/// The messages `tap` saw arrive (not those sent), decoded, in order.
+pub fn received(tap: &Tap) -> Vec<dra::diameter::Message> {
+    tap.lock()
+        .expect("tap")
+        .iter()
+        .filter(|(sent, _)| !sent)
+        .filter_map(|(_, b)| dra::diameter::decode(b).ok())
+        .collect()
+}
+
 /// A CCR on Gx from `pgw1.test.example` to the PCRF realm (CC-Request-Type
 /// `request_type`, CC-Request-Number `number`).
 pub fn pgw1_gx_ccr(session: &str, request_type: u32, number: u32) -> dra::diameter::Message {
