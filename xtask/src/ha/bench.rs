@@ -230,12 +230,7 @@ impl Failover {
     }
 
     fn answered_with(&self, code: &str) -> u64 {
-        self.summaries
-            .iter()
-            .filter_map(|s| s.get("classes").and_then(Value::as_object))
-            .flat_map(|c| c.values())
-            .map(|c| n(c, &format!("/answered/{code}")))
-            .sum()
+        self.classes_sum(&format!("answered/{code}"))
     }
 
     fn class(&self, class: &str) -> Value {
