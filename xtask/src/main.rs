@@ -115,14 +115,6 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// `cargo run --release -p dra-tools --bin BIN --`: a dra-tools binary, its arguments to
-/// follow.
-fn tool(bin: &str) -> Command {
-    let mut c = cargo();
-    c.args(["run", "--release", "-p", "dra-tools", "--bin", bin, "--"]);
-    c
-}
-
 fn build(release: bool) -> Result<()> {
     let mut c = cargo();
     c.args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]);
@@ -301,7 +293,20 @@ fn real_main() -> Result<()> {
         }
         "sim" => {
             toolchain::ensure()?;
-            step("dra-sim", tool("dra-sim").args(rest))
+            step(
+                "dra-sim",
+                cargo()
+                    .args([
+                        "run",
+                        "--release",
+                        "-p",
+                        "dra-tools",
+                        "--bin",
+                        "dra-sim",
+                        "--",
+                    ])
+                    .args(rest),
+            )
         }
         "bench" => {
             toolchain::ensure()?;
@@ -362,7 +367,20 @@ fn real_main() -> Result<()> {
             }
             if which == "all" || which == "relay" {
                 let relay_args = if which == "relay" { rest } else { &[] };
-                step("bench relay (P2)", tool("dra-bench").args(relay_args))?;
+                step(
+                    "bench relay (P2)",
+                    cargo()
+                        .args([
+                            "run",
+                            "--release",
+                            "-p",
+                            "dra-tools",
+                            "--bin",
+                            "dra-bench",
+                            "--",
+                        ])
+                        .args(relay_args),
+                )?;
             }
             if which == "all" || which == "storm" {
                 build(true)?;
