@@ -43,8 +43,9 @@ usage: cargo xtask <command> [args]
   bench [N]        every benchmark below but coalesced alone (root, ~25 min); N goes to the
                    XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
-  bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
-                   flight (`bench relay --help`); writes bench/results/relay-latest.json
+  bench relay [ARGS]  P2: relayed requests/s, p50/p99, CPU/request: `dra run` vs
+                   freeDiameter and an Erlang/OTP relay, 100 in flight, 3 alternating rounds
+                   (`bench relay -- --help`); writes bench/results/relay-latest.json
   bench storm [--dra PATH]  P3, P4 on the lab with dra run + dra-loadgen (~10 min;
                    refuses to run while a lab is up): CCR-I admitted-rate error under a 10x
                    storm (paced, and coalesced: 4/16/100 in flight, XDP and userspace, reject
@@ -391,6 +392,8 @@ fn real_main() -> Result<()> {
             }
             if which == "all" || which == "relay" {
                 let relay_args = if which == "relay" { rest } else { &[] };
+                // dra-bench runs the release `dra` binary beside it.
+                build(true)?;
                 step(
                     "bench relay (P2)",
                     cargo()
