@@ -80,6 +80,10 @@ struct Args {
     /// The `dra` binary to bench (default: `dra` beside this binary).
     #[arg(long)]
     dra: Option<PathBuf>,
+    /// A second `dra` binary (another build), run as "dra run (B)" in every round right
+    /// after the first: an A/B comparison under the same conditions.
+    #[arg(long)]
+    dra_b: Option<PathBuf>,
     /// Result file (JSON).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -144,6 +148,8 @@ async fn stop_servers(servers: Vec<ServerHandle>) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Relay {
     Agent,
+    /// A second `dra` binary (`--dra-b`): another build, for an A/B comparison.
+    AgentB,
     FreeDiameter,
     Otp,
 }
@@ -154,6 +160,7 @@ impl Relay {
     fn name(self) -> &'static str {
         match self {
             Relay::Agent => "dra run",
+            Relay::AgentB => "dra run (B)",
             Relay::FreeDiameter => "freeDiameter 1.2.1",
             Relay::Otp => "Erlang/OTP diameter",
         }
@@ -161,7 +168,7 @@ impl Relay {
 
     fn port(self) -> u16 {
         match self {
-            Relay::Agent => AGENT_PORT,
+            Relay::Agent | Relay::AgentB => AGENT_PORT,
             Relay::FreeDiameter => FD_PORT,
             Relay::Otp => OTP_PORT,
         }
@@ -476,7 +483,7 @@ fn main() -> Result<()> {
     {
         bail!("clients, window, servers, seconds and rounds must be positive");
     }
-    let relays: Vec<Relay> = if args.only == "all" {
+    let mut relays: Vec<Relay> = if args.only == "all" {
         Relay::ALL.to_vec()
     } else {
         args.only
@@ -484,6 +491,16 @@ fn main() -> Result<()> {
             .map(|r| r.trim().parse())
             .collect::<Result<_>>()?
     };
+    if let Some(b) = &args.dra_b {
+        if !b.is_file() {
+            bail!("--dra-b {}: no such file", b.display());
+        }
+        let at = relays
+            .iter()
+            .position(|r| *r == Relay::Agent)
+            .map_or(0, |i| i + 1);
+        relays.insert(at, Relay::AgentB);
+    }
     let dra = match &args.dra {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -519,12 +536,16 @@ fn main() -> Result<()> {
         let mut results = Vec::new();
         for round in 1..=args.rounds {
             for &relay in &relays {
-                results.push(run_one(&args, relay, round, &relay_ns, &dir.0, &dra).await?);
+                let bin = match (relay, &args.dra_b) {
+                    (Relay::AgentB, Some(b)) => b.as_path(),
+                    _ => dra.as_path(),
+                };
+                results.push(run_one(&args, relay, round, &relay_ns, &dir.0, bin).await?);
             }
         }
         anyhow::Ok(results)
     })?;
-    report(&args, &relays, &results)
+    report(&args, &dra, &relays, &results)
 }
 
 /// One relay, one round: fresh servers, the relay process, the load, then both stopped.
@@ -538,7 +559,7 @@ async fn run_one(
 ) -> Result<RelayResult> {
     let servers = start_servers(args).await?;
     let (proc, log) = match relay {
-        Relay::Agent => (
+        Relay::Agent | Relay::AgentB => (
             start_agent(ns, dra, dir, &agent_toml(args, &servers))?,
             dir.join("dra.log"),
         ),
@@ -601,7 +622,7 @@ fn stats(results: &[RelayResult], relay: Relay, f: impl Fn(&RelayResult) -> f64)
 /// The P2 goal: dra run relays at least this many times freeDiameter's rate.
 const GOAL_RATIO: f64 = 3.0;
 
-fn report(args: &Args, relays: &[Relay], results: &[RelayResult]) -> Result<()> {
+fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) -> Result<()> {
     let in_flight = args.clients * args.window;
     println!(
         "relay benchmark: {} clients × {} in flight = {in_flight}, {} servers answering at \
@@ -667,6 +688,7 @@ fn report(args: &Args, relays: &[Relay], results: &[RelayResult]) -> Result<()> 
     };
     let ratio_fd = ratio(Relay::FreeDiameter);
     let ratio_otp = ratio(Relay::Otp);
+    let ratio_b = ratio(Relay::AgentB);
     let met = ratio_fd.map(|x| x >= GOAL_RATIO);
     if let Some(x) = ratio_fd {
         println!(
@@ -677,6 +699,9 @@ fn report(args: &Args, relays: &[Relay], results: &[RelayResult]) -> Result<()> 
     if let Some(x) = ratio_otp {
         println!("dra run / Erlang/OTP diameter (medians): {x:.2}× (reference, no goal)");
     }
+    if let Some(x) = ratio_b {
+        println!("dra run / dra run (B) (medians): {x:.3}× (A/B, no goal)");
+    }
     let json = serde_json::json!({
         "in_flight": in_flight,
         "clients": args.clients,
@@ -686,6 +711,9 @@ fn report(args: &Args, relays: &[Relay], results: &[RelayResult]) -> Result<()> 
         "warmup_seconds": args.warmup,
         "rounds": args.rounds,
         "agent": "dra run (its own process, current-thread runtime, no fast path)",
+        "dra": dra.display().to_string(),
+        "dra_b": args.dra_b.as_ref().map(|b| b.display().to_string()),
+        "ratio_agent_to_agent_b": ratio_b.map(|x| (x * 1000.0).round() / 1000.0),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "results": results.iter().map(|r| serde_json::json!({
             "relay": r.relay.name(),
