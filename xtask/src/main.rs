@@ -43,13 +43,16 @@ usage: cargo xtask <command> [args]
   bench [N]        every benchmark below but coalesced alone (root, ~25 min); N goes to the
                    XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
-  bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
-                   flight (`bench relay --help`); writes bench/results/relay-latest.json
-  bench storm      P3, P4 on the lab with dra run + dra-loadgen (~7 min; refuses to run
-                   while a lab is up): CCR-I admitted-rate error under a 10x storm (paced,
-                   and coalesced: 4/16/100 in flight, XDP and userspace, reject and drop),
-                   CCR-U p99 storm/no storm with servers at fixed 100us and at exp 2ms;
-                   writes bench/results/storm-latest.json (docs/bench.md)
+  bench relay [ARGS]  P2: relayed requests/s, p50/p99, CPU/request: `dra run` vs
+                   freeDiameter and an Erlang/OTP relay, 100 in flight, 3 alternating rounds
+                   (`bench relay -- --help`); writes bench/results/relay-latest.json
+  bench storm [--dra PATH]  P3, P4 on the lab with dra run + dra-loadgen (~10 min;
+                   refuses to run while a lab is up): CCR-I admitted-rate error under a 10x
+                   storm (paced, and coalesced: 4/16/100 in flight, XDP and userspace, reject
+                   and drop), CCR-U p99 storm/no storm (3 pairs each) with servers at fixed
+                   100us and at exp 2ms; writes bench/results/storm-latest.json
+                   (docs/bench.md). --dra: another build's agent, P3/P4 only, A/B (the
+                   results stay in results/bench-storm-*/storm.json)
   bench coalesced  only P3's coalesced case (~4.5 min); merged into storm-latest.json
   bench flood [--pps N] [--paced-pps N] [--threads N] [--reps N]
                    P5, the flood shield (~8.5 min, own namespaces fl-*): SYN/junk flood
@@ -326,9 +329,21 @@ fn real_main() -> Result<()> {
                 _ => ("all", rest),
             };
             let root = workspace_root();
-            if (which == "storm" || which == "coalesced") && !rest.is_empty() {
-                bail!("bench {which} takes no arguments (its configs are config/bench/*.toml)");
-            }
+            // `bench storm --dra PATH`: the same runs with another build's agent (A/B).
+            let storm_dra = if which == "storm" || which == "coalesced" {
+                match rest {
+                    [] => None,
+                    [flag, path] if which == "storm" && flag == "--dra" => {
+                        Some(PathBuf::from(path))
+                    }
+                    _ => bail!(
+                        "bench {which} takes no arguments but `storm --dra PATH` (its configs \
+                         are config/bench/*.toml)"
+                    ),
+                }
+            } else {
+                None
+            };
             if which == "storm" || which == "all" {
                 // Before anything long runs: no lab may be up, the configs must agree.
                 storm::preflight(&root)?;
@@ -367,6 +382,8 @@ fn real_main() -> Result<()> {
             }
             if which == "all" || which == "relay" {
                 let relay_args = if which == "relay" { rest } else { &[] };
+                // dra-bench runs the release `dra` binary beside it.
+                build(true)?;
                 step(
                     "bench relay (P2)",
                     cargo()
@@ -385,7 +402,7 @@ fn real_main() -> Result<()> {
             if which == "all" || which == "storm" {
                 build(true)?;
                 eprintln!("xtask: bench storm (P3, P4)");
-                storm::run(&root)?;
+                storm::run(&root, storm_dra.as_deref())?;
             }
             if which == "all" || which == "flood" {
                 build(true)?;

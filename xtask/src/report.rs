@@ -72,33 +72,50 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
     Ok(rows)
 }
 
-/// P2 row from the relay-bench JSON.
+/// P2 row from the relay-bench JSON: the medians of its `summary` (rounds alternating,
+/// `dra run` vs freeDiameter, the Erlang/OTP relay beside them), or for a file of the
+/// older one-run format its `results`.
 pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
-    let results = relay
-        .get("results")
-        .and_then(Value::as_array)
-        .context("relay results: no results")?;
-    let rps = |prefix: &str| {
-        results
-            .iter()
-            .find(|r| {
-                r.get("relay")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
-            .and_then(|r| r.get("requests_per_s").and_then(Value::as_f64))
+    let rps = |prefixes: &[&str]| {
+        let name_is = |r: &&Value| {
+            r.get("relay")
+                .and_then(Value::as_str)
+                .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)))
+        };
+        if let Some(summary) = relay.get("summary").and_then(Value::as_array) {
+            summary
+                .iter()
+                .find(name_is)
+                .and_then(|r| r.pointer("/requests_per_s/median").and_then(Value::as_f64))
+        } else {
+            relay
+                .get("results")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(name_is)
+                .and_then(|r| r.get("requests_per_s").and_then(Value::as_f64))
+        }
     };
-    let (agent, fd) = (rps("dra agent"), rps("freeDiameter"));
-    let q = match (agent, fd) {
+    if relay.get("summary").is_none() && relay.get("results").is_none() {
+        anyhow::bail!("relay results: no summary and no results");
+    }
+    let agent = rps(&["dra run", "dra agent"]);
+    let (fd, otp) = (rps(&["freeDiameter"]), rps(&["Erlang/OTP"]));
+    let ratio = |r: Option<f64>| match (agent, r) {
         (Some(a), Some(f)) if f > 0.0 => Some(a / f),
         _ => None,
     };
+    let q = ratio(fd);
     let met = q.map(|q| q >= GOAL_P2_MIN_RATIO);
     let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+    let otp_text = match ratio(otp) {
+        Some(x) => format!("; Erlang/OTP relay {} req/s, dra {x:.2}× it", n(otp)),
+        None => String::new(),
+    };
     let row = TableRow {
-        metric: "P2 relayed req/s: dra agent ÷ freeDiameter".into(),
+        metric: "P2 relayed req/s: dra ÷ freeDiameter".into(),
         measured: format!(
-            "{}× ({} vs {} req/s)",
+            "{}× ({} vs {} req/s{otp_text})",
             q.map_or("-".into(), |q| format!("{q:.2}")),
             n(agent),
             n(fd)
@@ -274,6 +291,18 @@ mod tests {
         assert_eq!(q, Some(2.5));
         assert_eq!(met, Some(false), "2.5× misses the 3× goal and says so");
         assert_eq!(row.measured, "2.50× (50000 vs 20000 req/s)");
+        let relay: Value = serde_json::from_str(
+            r#"{"summary":[{"relay":"dra run","requests_per_s":{"median":60000.0}},
+                {"relay":"freeDiameter 1.2.1","requests_per_s":{"median":20000.0}},
+                {"relay":"Erlang/OTP diameter","requests_per_s":{"median":30000.0}}]}"#,
+        )
+        .unwrap();
+        let (row, met, q) = p2_row(&relay).unwrap();
+        assert_eq!((q, met), (Some(3.0), Some(true)));
+        assert_eq!(
+            row.measured,
+            "3.00× (60000 vs 20000 req/s; Erlang/OTP relay 30000 req/s, dra 2.00× it)"
+        );
     }
 
     #[test]

@@ -47,6 +47,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
         "freediameter-extensions",
         "rt_default.fdx routing for freeDiameterd in the relay bench",
     ),
+    (
+        "erlang-base",
+        "erl/erlc: the Erlang/OTP relay, the relay bench's second reference",
+    ),
+    (
+        "erlang-diameter",
+        "OTP's diameter application, which that relay is built on",
+    ),
 ];
 
 fn quiet(cmd: &mut Command) -> Option<String> {

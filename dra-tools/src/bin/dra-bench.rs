@@ -1,27 +1,32 @@
-//! `dra-bench`: relayed requests per second and latency of the dra agent and of
-//! freeDiameter 1.2.1, with the same simulators, in the same run (`cargo xtask bench
-//! relay`; docs/bench.md).
+//! `dra-bench`: relayed requests per second, latency and CPU per request of the `dra`
+//! agent (the shipped `dra run` binary) and of two references, freeDiameter 1.2.1 and a
+//! relay on Erlang/OTP's diameter application, with the same simulators, alternating
+//! rounds in one run (`cargo xtask bench relay`; docs/bench.md).
 //!
 //! Topology (two network namespaces joined by a veth pair, 198.18.0.0/30):
 //!
 //! ```text
 //!   ns "sim" 198.18.0.1                         ns "relay" 198.18.0.2
-//!   clients (closed loop, W in flight each) ──▶ dra agent :3869  or  freeDiameterd :3868
-//!   servers (answer 2001 at once)           ◀── (the relay dials the servers)
+//!   clients (closed loop, W in flight each) ──▶ dra run :3869, freeDiameterd :3868
+//!   servers (answer 2001 at once)           ◀── or the OTP relay :3870 (one at a time)
 //! ```
 //!
 //! The simulators are `dra-loadgen`'s: clients are [`dra_tools::loadgen::closed`] peers,
 //! servers are [`dra_tools::loadgen::server`] servers with zero latency (answered inline).
 //! They share one single-threaded runtime in the bench process (so the simulators use
-//! at most one core, the same for both relays). The agent runs in this
-//! process on its own multi-threaded runtime whose threads live in the relay namespace;
-//! freeDiameter runs as a child process in that namespace. Needs root (namespaces).
+//! at most one core, the same for every relay). Each relay is its own process in the
+//! relay namespace, started afresh for each run: `dra run --config` (its own
+//! current-thread runtime, as shipped), `freeDiameterd -c`, `erl -run dra_bench_relay`
+//! (dra-tools/otp/dra_bench_relay.erl, compiled with erlc at start). CPU per request =
+//! the relay's process tree CPU time over the load ÷ CCRs the servers answered. Needs
+//! root (namespaces).
 
 use std::fs::File;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -35,6 +40,10 @@ const SIM_IP: &str = "198.18.0.1";
 const RELAY_IP: &str = "198.18.0.2";
 const AGENT_PORT: u16 = 3869;
 const FD_PORT: u16 = 3868;
+const OTP_PORT: u16 = 3870;
+const OTP_HOST: &str = "otp.test.example";
+/// The OTP relay's source, compiled at start.
+const OTP_RELAY_ERL: &str = include_str!("../../otp/dra_bench_relay.erl");
 const SERVER_BASE_PORT: u16 = 4001;
 const REALM: &str = "test.example";
 const SERVER_REALM: &str = "pcrf.test.example";
@@ -42,7 +51,10 @@ const AGENT_HOST: &str = "dra.test.example";
 const FD_HOST: &str = "fd.test.example";
 
 #[derive(Parser, Debug)]
-#[command(about = "Relay benchmark: dra agent vs freeDiameter, same simulators, same run")]
+#[command(
+    about = "Relay benchmark: dra run vs freeDiameter and an Erlang/OTP relay, same \
+             simulators, alternating rounds"
+)]
 struct Args {
     /// Client connections (gateways).
     #[arg(long, default_value_t = 4)]
@@ -59,12 +71,19 @@ struct Args {
     /// Warm-up seconds per relay (load runs, nothing recorded).
     #[arg(long, default_value_t = 2)]
     warmup: u64,
-    /// Worker threads of the agent's runtime.
-    #[arg(long, default_value_t = 2)]
-    agent_threads: usize,
-    /// Which relays: agent, freediameter or both.
-    #[arg(long, default_value = "both")]
+    /// Rounds: each relay runs once per round, in turn (median and spread reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Which relays, comma-separated: agent, freediameter, otp (or all).
+    #[arg(long, default_value = "all")]
     only: String,
+    /// The `dra` binary to bench (default: `dra` beside this binary).
+    #[arg(long)]
+    dra: Option<PathBuf>,
+    /// A second `dra` binary (another build), run as "dra run (B)" in every round right
+    /// after the first: an A/B comparison under the same conditions.
+    #[arg(long)]
+    dra_b: Option<PathBuf>,
     /// Result file (JSON).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -125,39 +144,145 @@ async fn stop_servers(servers: Vec<ServerHandle>) -> u64 {
     answered
 }
 
-/// What one relay achieved.
+/// The relays compared.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Relay {
+    Agent,
+    /// A second `dra` binary (`--dra-b`): another build, for an A/B comparison.
+    AgentB,
+    FreeDiameter,
+    Otp,
+}
+
+impl Relay {
+    const ALL: [Relay; 3] = [Relay::Agent, Relay::FreeDiameter, Relay::Otp];
+
+    fn name(self) -> &'static str {
+        match self {
+            Relay::Agent => "dra run",
+            Relay::AgentB => "dra run (B)",
+            Relay::FreeDiameter => "freeDiameter 1.2.1",
+            Relay::Otp => "Erlang/OTP diameter",
+        }
+    }
+
+    fn port(self) -> u16 {
+        match self {
+            Relay::Agent | Relay::AgentB => AGENT_PORT,
+            Relay::FreeDiameter => FD_PORT,
+            Relay::Otp => OTP_PORT,
+        }
+    }
+}
+
+impl FromStr for Relay {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Relay> {
+        match s {
+            "agent" => Ok(Relay::Agent),
+            "freediameter" => Ok(Relay::FreeDiameter),
+            "otp" => Ok(Relay::Otp),
+            _ => bail!("--only: agent, freediameter, otp or all (comma-separated), not {s:?}"),
+        }
+    }
+}
+
+/// What one relay achieved in one round.
 struct RelayResult {
-    name: &'static str,
+    relay: Relay,
+    round: usize,
     rps: f64,
     p50_ms: f64,
     p99_ms: f64,
     answered: u64,
     non_2001: u64,
+    /// The relay's process-tree CPU seconds over the load (warm-up included).
+    cpu_s: f64,
+    /// CCRs the servers answered over the load (warm-up included).
+    server_answered: u64,
 }
 
-/// The closed-loop clients against `relay`: `client{n}.test.example`, `window` Gx
-/// requests in flight each.
-async fn load(relay: SocketAddr, args: &Args, name: &'static str) -> Result<RelayResult> {
-    let mut cfg = ClosedConfig::new(relay, args.clients, args.window);
+impl RelayResult {
+    fn cpu_us_per_request(&self) -> Option<f64> {
+        (self.server_answered > 0).then(|| 1e6 * self.cpu_s / self.server_answered as f64)
+    }
+}
+
+/// The closed-loop clients against `relay` (`client{n}.test.example`, `window` Gx
+/// requests in flight each); the relay's CPU (process `pid` and its children) is read
+/// around the load.
+async fn load(
+    addr: SocketAddr,
+    args: &Args,
+    relay: Relay,
+    round: usize,
+    pid: u32,
+) -> Result<RelayResult> {
+    let mut cfg = ClosedConfig::new(addr, args.clients, args.window);
     cfg.origin_host_pattern = format!("client{{n}}.{REALM}");
     cfg.origin_realm = REALM.to_owned();
     cfg.destination_realm = SERVER_REALM.to_owned();
     cfg.warmup = Duration::from_secs(args.warmup);
     cfg.measure = Duration::from_secs(args.seconds);
+    let name = relay.name();
+    let cpu0 = tree_cpu_s(pid);
     let r = closed::run(cfg)
         .await
         .with_context(|| format!("{name}: clients"))?;
+    let cpu_s = tree_cpu_s(pid) - cpu0;
     if r.answered_with(result_code::SUCCESS) == 0 {
         bail!("{name}: no request answered 2001");
     }
     Ok(RelayResult {
-        name,
+        relay,
+        round,
         rps: r.requests_per_s(),
         p50_ms: r.latency_ms(0.50),
         p99_ms: r.latency_ms(0.99),
         answered: r.answered_total(),
         non_2001: r.answered_total() - r.answered_with(result_code::SUCCESS),
+        cpu_s,
+        server_answered: 0,
     })
+}
+
+/// CPU seconds (user + system) of process `pid` and all its descendants, from /proc.
+fn tree_cpu_s(pid: u32) -> f64 {
+    // (pid, ppid, utime + stime in clock ticks) of every process.
+    let mut procs = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            // Fields after the command name (which may hold spaces): state is field 3.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            // rest[0] = state (field 3), ppid field 4, utime field 14, stime field 15.
+            procs.push((p, num(1) as u32, num(11) + num(12)));
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        i += 1;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ticks: u64 = procs
+        .iter()
+        .filter(|p| tree.contains(&p.0))
+        .map(|p| p.2)
+        .sum();
+    ticks as f64 / hz
 }
 
 // ---------------------------------------------------------------- the agent
@@ -190,88 +315,88 @@ fn agent_toml(args: &Args, servers: &[ServerHandle]) -> String {
     t
 }
 
-/// The agent on its own runtime in the relay namespace; stops when dropped.
-struct AgentRun {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl AgentRun {
-    fn start(ns: &Netns, text: String, threads: usize) -> Result<AgentRun> {
-        let cfg = dra::config::parse(&text, "bench.toml")
-            .map_err(|e| anyhow::anyhow!("agent config: {e}"))?;
-        let nsfile = ns.file()?;
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            // This thread and the runtime threads it creates below.
-            if let Err(e) = netns::enter(&nsfile) {
-                let _ = ready_tx.send(Err(anyhow::anyhow!("setns: {e}")));
-                return;
-            }
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                let opts = dra::agent::AgentOptions {
-                    tc: Some(Duration::from_millis(200)),
-                    ..Default::default()
-                };
-                match dra::agent::start(cfg, opts, dra::metrics::Metrics::new()).await {
-                    Ok(agent) => {
-                        let _ = ready_tx.send(Ok(()));
-                        let _ = stop_rx.await;
-                        if let Some(s) = agent.status().await {
-                            eprintln!("{s}");
-                        }
-                        drop(agent);
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(anyhow::anyhow!("agent start: {e:?}")));
-                    }
-                }
-            });
-        });
-        ready_rx.recv().context("agent thread")??;
-        Ok(AgentRun {
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for AgentRun {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-// ---------------------------------------------------------------- freeDiameter
-
-/// freeDiameterd in the relay namespace, killed on drop.
-struct FdRun {
+/// A relay process in the relay namespace: SIGTERM then SIGKILL on drop.
+struct RelayProc {
     child: Child,
 }
 
-impl Drop for FdRun {
+impl RelayProc {
+    fn spawn(ns: &Netns, cmd: &mut Command, log: &Path, what: &str) -> Result<RelayProc> {
+        let out = File::create(log)?;
+        cmd.stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        let child = ns.spawn(cmd).with_context(|| format!("spawn {what}"))?;
+        Ok(RelayProc { child })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for RelayProc {
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
+
+/// `dra run` with the bench config (no fast path: the userspace relay).
+fn start_agent(ns: &Netns, dra: &Path, dir: &Path, text: &str) -> Result<RelayProc> {
+    let conf = dir.join("dra-bench.toml");
+    std::fs::write(&conf, text)?;
+    let mut cmd = Command::new(dra);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(&conf)
+        .env("RUST_LOG", "warn");
+    RelayProc::spawn(ns, &mut cmd, &dir.join("dra.log"), "dra run")
+}
+
+// ---------------------------------------------------------------- Erlang/OTP
+
+/// Compiles the OTP relay into `dir` (erlc from `cargo xtask setup`: erlang-base).
+fn otp_compile(dir: &Path) -> Result<()> {
+    let src = dir.join("dra_bench_relay.erl");
+    std::fs::write(&src, OTP_RELAY_ERL)?;
+    let out = Command::new("erlc")
+        .arg("-o")
+        .arg(dir)
+        .arg(&src)
+        .output()
+        .context("spawn erlc (packages erlang-base, erlang-diameter; `cargo xtask setup`)")?;
+    if !out.status.success() {
+        bail!(
+            "erlc: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn start_otp(ns: &Netns, dir: &Path, servers: &[ServerHandle]) -> Result<RelayProc> {
+    let mut cmd = Command::new("erl");
+    cmd.args(["-noshell", "-noinput", "-pa"])
+        .arg(dir)
+        .args(["-run", "dra_bench_relay", "start", RELAY_IP])
+        .arg(OTP_PORT.to_string())
+        .args([OTP_HOST, REALM])
+        .args(servers.iter().map(|s| s.local_addr().to_string()));
+    RelayProc::spawn(ns, &mut cmd, &dir.join("otp.log"), "erl")
+}
+
+// ---------------------------------------------------------------- freeDiameter
 
 /// The freeDiameter relay config (docs/bench.md): plain TCP on [`RELAY_IP`], relay
 /// enabled (default), `rt_default` sending realm `pcrf.test.example` to the servers,
@@ -335,31 +460,59 @@ fn fd_conf(dir: &Path, args: &Args, servers: &[ServerHandle]) -> Result<PathBuf>
     Ok(p)
 }
 
-fn start_fd(ns: &Netns, conf: &Path, log: &Path) -> Result<FdRun> {
-    let out = File::create(log)?;
+fn start_fd(ns: &Netns, conf: &Path, log: &Path) -> Result<RelayProc> {
     let mut cmd = Command::new("freeDiameterd");
-    cmd.arg("-c")
-        .arg(conf)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out);
-    let child = ns
-        .spawn(&mut cmd)
-        .context("spawn freeDiameterd (package freediameterd; `cargo xtask setup`)")?;
-    Ok(FdRun { child })
+    cmd.arg("-c").arg(conf);
+    RelayProc::spawn(
+        ns,
+        &mut cmd,
+        log,
+        "freeDiameterd (package freediameterd; `cargo xtask setup`)",
+    )
 }
 
 // ---------------------------------------------------------------- main
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if args.clients == 0 || args.window == 0 || args.servers == 0 || args.seconds == 0 {
-        bail!("clients, window, servers and seconds must be positive");
+    if args.clients == 0
+        || args.window == 0
+        || args.servers == 0
+        || args.seconds == 0
+        || args.rounds == 0
+    {
+        bail!("clients, window, servers, seconds and rounds must be positive");
     }
-    let run_agent = matches!(args.only.as_str(), "both" | "agent");
-    let run_fd = matches!(args.only.as_str(), "both" | "freediameter");
-    if !run_agent && !run_fd {
-        bail!("--only: agent, freediameter or both");
+    let mut relays: Vec<Relay> = if args.only == "all" {
+        Relay::ALL.to_vec()
+    } else {
+        args.only
+            .split(',')
+            .map(|r| r.trim().parse())
+            .collect::<Result<_>>()?
+    };
+    if let Some(b) = &args.dra_b {
+        if !b.is_file() {
+            bail!("--dra-b {}: no such file", b.display());
+        }
+        let at = relays
+            .iter()
+            .position(|r| *r == Relay::Agent)
+            .map_or(0, |i| i + 1);
+        relays.insert(at, Relay::AgentB);
+    }
+    let dra = match &args.dra {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("dra-bench has no directory")?
+            .join("dra"),
+    };
+    if relays.contains(&Relay::Agent) && !dra.is_file() {
+        bail!(
+            "{}: no dra binary (build it: cargo build --release -p dra-userspace, or --dra)",
+            dra.display()
+        );
     }
     let sim_ns = Netns::new("bsim")?;
     let relay_ns = Netns::new("brel")?;
@@ -371,6 +524,9 @@ fn main() -> Result<()> {
     )?;
     let dir = TempDir(std::env::temp_dir().join(format!("dra-bench-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0)?;
+    if relays.contains(&Relay::Otp) {
+        otp_compile(&dir.0)?;
+    }
     // This (main) thread runs the simulators in the sim namespace.
     sim_ns.enter()?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -378,75 +534,173 @@ fn main() -> Result<()> {
         .build()?;
     let results = rt.block_on(async {
         let mut results = Vec::new();
-        if run_agent {
-            let servers = start_servers(&args).await?;
-            let agent =
-                AgentRun::start(&relay_ns, agent_toml(&args, &servers), args.agent_threads)?;
-            wait_servers(&servers, "the agent").await?;
-            let relay: SocketAddr = format!("{RELAY_IP}:{AGENT_PORT}").parse()?;
-            eprintln!(
-                "dra agent: {} clients × {} in flight …",
-                args.clients, args.window
-            );
-            let r = load(relay, &args, "dra agent").await;
-            drop(agent);
-            let answered = stop_servers(servers).await;
-            eprintln!("servers answered {answered} CCRs");
-            results.push(r?);
-        }
-        if run_fd {
-            let servers = start_servers(&args).await?;
-            let conf = fd_conf(&dir.0, &args, &servers)?;
-            let log = dir.0.join("fd.log");
-            let fd = start_fd(&relay_ns, &conf, &log)?;
-            if let Err(e) = wait_servers(&servers, "freeDiameter").await {
-                bail!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            let relay: SocketAddr = format!("{RELAY_IP}:{FD_PORT}").parse()?;
-            eprintln!(
-                "freeDiameter: {} clients × {} in flight …",
-                args.clients, args.window
-            );
-            let r = load(relay, &args, "freeDiameter 1.2.1").await;
-            drop(fd);
-            let answered = stop_servers(servers).await;
-            eprintln!("servers answered {answered} CCRs");
-            match r {
-                Ok(r) => results.push(r),
-                Err(e) => bail!(
-                    "{e:#}\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                ),
+        for round in 1..=args.rounds {
+            for &relay in &relays {
+                let bin = match (relay, &args.dra_b) {
+                    (Relay::AgentB, Some(b)) => b.as_path(),
+                    _ => dra.as_path(),
+                };
+                results.push(run_one(&args, relay, round, &relay_ns, &dir.0, bin).await?);
             }
         }
         anyhow::Ok(results)
     })?;
-    report(&args, &results)
+    report(&args, &dra, &relays, &results)
 }
 
-fn report(args: &Args, results: &[RelayResult]) -> Result<()> {
+/// One relay, one round: fresh servers, the relay process, the load, then both stopped.
+async fn run_one(
+    args: &Args,
+    relay: Relay,
+    round: usize,
+    ns: &Netns,
+    dir: &Path,
+    dra: &Path,
+) -> Result<RelayResult> {
+    let servers = start_servers(args).await?;
+    let (proc, log) = match relay {
+        Relay::Agent | Relay::AgentB => (
+            start_agent(ns, dra, dir, &agent_toml(args, &servers))?,
+            dir.join("dra.log"),
+        ),
+        Relay::FreeDiameter => {
+            let conf = fd_conf(dir, args, &servers)?;
+            let log = dir.join("fd.log");
+            (start_fd(ns, &conf, &log)?, log)
+        }
+        Relay::Otp => (start_otp(ns, dir, &servers)?, dir.join("otp.log")),
+    };
+    let name = relay.name();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    if let Err(e) = wait_servers(&servers, name).await {
+        bail!("{e}\n{}", log_text());
+    }
+    let addr: SocketAddr = format!("{RELAY_IP}:{}", relay.port()).parse()?;
+    eprintln!(
+        "round {round}, {name}: {} clients × {} in flight …",
+        args.clients, args.window
+    );
+    let r = load(addr, args, relay, round, proc.pid()).await;
+    drop(proc);
+    let answered = stop_servers(servers).await;
+    match r {
+        Ok(mut r) => {
+            r.server_answered = answered;
+            eprintln!(
+                "round {round}, {name}: {:.0} requests/s, p99 {:.3} ms, {} µs CPU per request",
+                r.rps,
+                r.p99_ms,
+                r.cpu_us_per_request()
+                    .map_or("-".into(), |c| format!("{c:.1}"))
+            );
+            Ok(r)
+        }
+        Err(e) => bail!("{e:#}\n{}", log_text()),
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Median, min and max of `f` over `relay`'s rounds.
+fn stats(results: &[RelayResult], relay: Relay, f: impl Fn(&RelayResult) -> f64) -> [f64; 3] {
+    let mut v: Vec<f64> = results.iter().filter(|r| r.relay == relay).map(f).collect();
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    [median(&mut v), min, max]
+}
+
+/// The P2 goal: dra run relays at least this many times freeDiameter's rate.
+const GOAL_RATIO: f64 = 3.0;
+
+fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) -> Result<()> {
     let in_flight = args.clients * args.window;
     println!(
         "relay benchmark: {} clients × {} in flight = {in_flight}, {} servers answering at \
-         once, {} s measured after {} s warm-up",
-        args.clients, args.window, args.servers, args.seconds, args.warmup
+         once, {} s measured after {} s warm-up, {} rounds (relays in turn)",
+        args.clients, args.window, args.servers, args.seconds, args.warmup, args.rounds
     );
     println!(
-        "{:<20} {:>12} {:>9} {:>9} {:>12} {:>9}",
-        "relay", "requests/s", "p50 ms", "p99 ms", "answered", "non-2001"
+        "{:<20} {:>5} {:>12} {:>9} {:>9} {:>12} {:>9} {:>10}",
+        "relay", "round", "requests/s", "p50 ms", "p99 ms", "answered", "non-2001", "µs CPU/req"
     );
     for r in results {
         println!(
-            "{:<20} {:>12.0} {:>9.3} {:>9.3} {:>12} {:>9}",
-            r.name, r.rps, r.p50_ms, r.p99_ms, r.answered, r.non_2001
+            "{:<20} {:>5} {:>12.0} {:>9.3} {:>9.3} {:>12} {:>9} {:>10}",
+            r.relay.name(),
+            r.round,
+            r.rps,
+            r.p50_ms,
+            r.p99_ms,
+            r.answered,
+            r.non_2001,
+            r.cpu_us_per_request()
+                .map_or("-".into(), |c| format!("{c:.1}"))
         );
     }
-    let ratio = match results {
-        [a, f] => Some(a.rps / f.rps),
-        _ => None,
+    println!("median (min-max) over the rounds:");
+    let mut summary = Vec::new();
+    for &relay in relays {
+        let rps = stats(results, relay, |r| r.rps);
+        let p99 = stats(results, relay, |r| r.p99_ms);
+        let cpu = stats(results, relay, |r| {
+            r.cpu_us_per_request().unwrap_or(f64::NAN)
+        });
+        println!(
+            "{:<20} {:>9.0} req/s ({:.0}-{:.0}), p99 {:.3} ms ({:.3}-{:.3}), {:.1} µs CPU/req \
+             ({:.1}-{:.1})",
+            relay.name(),
+            rps[0],
+            rps[1],
+            rps[2],
+            p99[0],
+            p99[1],
+            p99[2],
+            cpu[0],
+            cpu[1],
+            cpu[2]
+        );
+        summary.push(serde_json::json!({
+            "relay": relay.name(),
+            "requests_per_s": { "median": rps[0], "min": rps[1], "max": rps[2] },
+            "p99_ms": { "median": p99[0], "min": p99[1], "max": p99[2] },
+            "cpu_us_per_request": { "median": cpu[0], "min": cpu[1], "max": cpu[2] },
+        }));
+    }
+    let median_rps = |relay| {
+        relays
+            .contains(&relay)
+            .then(|| stats(results, relay, |r| r.rps)[0])
     };
-    if let Some(x) = ratio {
-        println!("dra agent / freeDiameter: {x:.2}× (goal ≥ 3×)");
+    let ratio = |reference| {
+        median_rps(Relay::Agent)
+            .zip(median_rps(reference))
+            .map(|(a, f)| a / f)
+    };
+    let ratio_fd = ratio(Relay::FreeDiameter);
+    let ratio_otp = ratio(Relay::Otp);
+    let ratio_b = ratio(Relay::AgentB);
+    let met = ratio_fd.map(|x| x >= GOAL_RATIO);
+    if let Some(x) = ratio_fd {
+        println!(
+            "P2 dra run / freeDiameter (medians): {x:.2}× (goal ≥ {GOAL_RATIO}×): {}",
+            if x >= GOAL_RATIO { "met" } else { "MISSED" }
+        );
+    }
+    if let Some(x) = ratio_otp {
+        println!("dra run / Erlang/OTP diameter (medians): {x:.2}× (reference, no goal)");
+    }
+    if let Some(x) = ratio_b {
+        println!("dra run / dra run (B) (medians): {x:.3}× (A/B, no goal)");
     }
     let json = serde_json::json!({
         "in_flight": in_flight,
@@ -455,17 +709,29 @@ fn report(args: &Args, results: &[RelayResult]) -> Result<()> {
         "servers": args.servers,
         "seconds": args.seconds,
         "warmup_seconds": args.warmup,
-        "agent_threads": args.agent_threads,
+        "rounds": args.rounds,
+        "agent": "dra run (its own process, current-thread runtime, no fast path)",
+        "dra": dra.display().to_string(),
+        "dra_b": args.dra_b.as_ref().map(|b| b.display().to_string()),
+        "ratio_agent_to_agent_b": ratio_b.map(|x| (x * 1000.0).round() / 1000.0),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "results": results.iter().map(|r| serde_json::json!({
-            "relay": r.name,
+            "relay": r.relay.name(),
+            "round": r.round,
             "requests_per_s": (r.rps * 10.0).round() / 10.0,
             "p50_ms": r.p50_ms,
             "p99_ms": r.p99_ms,
             "answered": r.answered,
             "non_2001": r.non_2001,
+            "cpu_s": r.cpu_s,
+            "server_answered": r.server_answered,
+            "cpu_us_per_request": r.cpu_us_per_request(),
         })).collect::<Vec<_>>(),
-        "ratio_agent_to_freediameter": ratio.map(|x| (x * 100.0).round() / 100.0),
+        "summary": summary,
+        "ratio_agent_to_freediameter": ratio_fd.map(|x| (x * 100.0).round() / 100.0),
+        "ratio_agent_to_otp": ratio_otp.map(|x| (x * 100.0).round() / 100.0),
+        "goal_min_ratio": GOAL_RATIO,
+        "met": met,
     });
     let out = args.out.clone().unwrap_or_else(|| {
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));

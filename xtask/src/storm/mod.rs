@@ -89,10 +89,18 @@ pub fn preflight(root: &Path) -> Result<Plan> {
 
 /// `cargo xtask bench storm` (after the release build): runs everything, writes
 /// [`STORM_LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
-pub fn run(root: &Path) -> Result<()> {
+///
+/// `dra`: another build's agent for an A/B comparison (`bench storm --dra PATH`): the same
+/// P3/P4 runs with it, no coalesced case, and [`STORM_LATEST`] is left alone (the results
+/// stay in the run directory).
+pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
     let plan = preflight(root)?;
     procs::install_signal_handlers();
-    let bins = Bins::release(root);
+    let mut bins = Bins::release(root);
+    if let Some(d) = dra {
+        ensure!(d.is_file(), "--dra {}: no such file", d.display());
+        bins.dra = d.to_path_buf();
+    }
     let out = std::process::Command::new(&bins.dra)
         .arg("check-config")
         .arg(root.join(REJECT_CONFIG))
@@ -140,9 +148,9 @@ pub fn run(root: &Path) -> Result<()> {
                 }
             }
         }
-        // P3's coalesced case, on the same lab.
+        // P3's coalesced case, on the same lab (not in an A/B run).
         let mut coalesced = (Vec::new(), Vec::new());
-        if failed.is_none() {
+        if failed.is_none() && dra.is_none() {
             match crate::coalesced::runs(root, &bins, &out) {
                 Ok(c) => coalesced = c,
                 Err(e) => failed = Some(e),
@@ -176,6 +184,7 @@ pub fn run(root: &Path) -> Result<()> {
     printed.extend(coalesced_rows.iter().cloned());
     let doc = json!({
         "machine": results::machine(root),
+        "dra": bins.dra.display().to_string(),
         "duration_s": started.elapsed().as_secs_f64(),
         "configs": {
             "reject": REJECT_CONFIG,
@@ -196,9 +205,16 @@ pub fn run(root: &Path) -> Result<()> {
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
     let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(STORM_LATEST);
-    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
     std::fs::write(out.join("storm.json"), &text)?;
+    let latest = match dra {
+        None => {
+            let latest = root.join(STORM_LATEST);
+            std::fs::write(&latest, &text)
+                .with_context(|| format!("write {}", latest.display()))?;
+            latest
+        }
+        Some(_) => out.join("storm.json"),
+    };
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", results::render_markdown(&printed));
     print!("{s}");
