@@ -33,6 +33,7 @@ impl Core {
             now.as_secs(),
             self.conns.len()
         );
+        self.config_status(&mut o);
         let _ = writeln!(
             o,
             "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  \
@@ -53,6 +54,9 @@ impl Core {
             "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load"
         );
         for (i, p) in self.cfg.peers.iter().enumerate() {
+            if self.is_removed(i) {
+                continue;
+            }
             let sl = &self.slots[i];
             let state = sl.state.map_or("closed", |st| st.name());
             let load = self
@@ -111,5 +115,41 @@ impl Core {
             );
         }
         o
+    }
+}
+
+impl Core {
+    /// The running config's file, hash and load time, and the last reload's outcome.
+    fn config_status(&self, o: &mut String) {
+        let Some(info) = &self.opts.config_info else {
+            return;
+        };
+        let info = info.lock().expect("lock").clone();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let path = info
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| format!("{} ", p.display()));
+        let _ = writeln!(
+            o,
+            "config {path}sha256 {}  loaded at {} ({}s ago)",
+            info.sha256,
+            info.loaded_at,
+            now.saturating_sub(info.loaded_at)
+        );
+        match &info.last_reload {
+            None => {
+                let _ = writeln!(o, "last reload: none");
+            }
+            Some((at, outcome)) => {
+                let _ = writeln!(
+                    o,
+                    "last reload: {outcome} (at {at}, {}s ago)",
+                    now.saturating_sub(*at)
+                );
+            }
+        }
     }
 }
