@@ -305,7 +305,6 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             metrics: metrics.clone(),
             metrics_server: server,
             control,
-            xdp,
         };
         loop {
             tokio::select! {

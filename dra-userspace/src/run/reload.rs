@@ -11,8 +11,8 @@
 //! 5. The fast path: the new plan renumbered onto the running one
 //!    ([`Plan::remap_onto`]: kept buckets keep their slot and tokens, new ones start
 //!    full) and written with the DRL throttle in force applied to its targets, so no
-//!    rate is ever written at a value the controller would not have; or, without
-//!    XDP, the userspace limiter's rates (same buckets only).
+//!    rate is ever written at a value the controller would not have; without XDP the
+//!    userspace limiter is laid out the same way ([`crate::limiter::Limiter::relayout`]).
 //! 6. The DRL targets swapped; a changed DB CPU profile restarts the controller.
 //! 7. The metrics listener moved; `dra status`'s config hash, time and outcome; one
 //!    log line; `dra_config_reloads_total{outcome}`.
@@ -42,8 +42,6 @@ pub(super) struct Reloader {
     pub metrics: Metrics,
     pub metrics_server: Option<metrics::ServerHandle>,
     pub control: Option<Controller>,
-    /// The XDP fast path is attached (else the userspace limiter enforces ingress).
-    pub xdp: bool,
 }
 
 fn unix_now() -> u64 {
@@ -179,11 +177,7 @@ impl Reloader {
                     .map_err(|e| Failure::new("failed", crate::error_chain(&e)))?;
             }
             if let Some(l) = &sh.limiter {
-                for s in &written.slots {
-                    if let Some(lim) = &s.limit {
-                        l.set_rate(s, lim.rate);
-                    }
-                }
+                l.relayout(&written, &p.fresh);
             }
             sh.plan = p.plan.clone();
             sh.targets = p.targets.clone();
@@ -258,13 +252,6 @@ impl Reloader {
                 t
             })
             .collect();
-        if !self.xdp && !remap.fresh.is_empty() {
-            return Err(Failure::new(
-                "refused",
-                "new buckets (a limit on a peer or class that had none): the userspace \
-                 limiter (no fast path interface) keeps its buckets until a restart\n",
-            ));
-        }
         // A new metrics listener is bound before anything changes (the old one stays
         // bound until the reload is applied).
         let server = match &d.metrics {
