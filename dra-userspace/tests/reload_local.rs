@@ -1,13 +1,14 @@
 //! `dra reload` and SIGHUP on a real `dra run` without privileges (no fast path: the
 //! userspace limiter; listeners and metrics on 127.0.0.1), docs/operations.md "Reload":
-//! listeners added and removed, the metrics endpoint moved, a change that needs a
+//! listeners added and removed, the metrics endpoint moved, a server re-dialled at its
+//! new `connect` address (the test's TCP listeners), a change that needs a
 //! restart refused with its reason and nothing applied, `dra status` and
 //! `dra_config_reloads_total{outcome}`. The privileged test under traffic is
 //! tests/tests/netns_reload.rs.
 
 use std::{
     io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -23,7 +24,14 @@ struct Ports {
     m2: u16,
 }
 
-fn config(sock: &Path, p: &Ports, origin: &str, listeners: &[u16], metrics: u16) -> String {
+fn config(
+    sock: &Path,
+    p: &Ports,
+    origin: &str,
+    listeners: &[u16],
+    metrics: u16,
+    connect: u16,
+) -> String {
     let mut s = format!(
         "[global]\norigin_host = \"{origin}\"\norigin_realm = \"lab.example\"\n\
          diameter_ports = [{}, {}]\n\n[control]\nsocket = \"{}\"\n\n\
@@ -35,7 +43,25 @@ fn config(sock: &Path, p: &Ports, origin: &str, listeners: &[u16], metrics: u16)
     for l in listeners {
         s.push_str(&format!("\n[[listener]]\naddress = \"127.0.0.1:{l}\"\n"));
     }
+    s.push_str(&format!(
+        "\n[[peer]]\nname = \"pcrf1\"\norigin_host = \"pcrf1.lab.example\"\n\
+         realm = \"lab.example\"\nrole = \"server\"\nconnect = \"127.0.0.1:{connect}\"\n"
+    ));
     s
+}
+
+/// Waits up to 10 s for the agent to dial `lst` (a TCP connect is enough: the test
+/// never answers the CER).
+fn dialled(lst: &TcpListener) -> Option<TcpStream> {
+    lst.set_nonblocking(true).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if let Ok((s, _)) = lst.accept() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 struct Run(Child);
@@ -105,7 +131,16 @@ fn listeners_metrics_and_refusals_through_sighup_and_dra_reload() {
         m1: free_port(),
         m2: free_port(),
     };
-    std::fs::write(&cfg, config(&sock, &p, "dra.lab.example", &[p.l1], p.m1)).unwrap();
+    let s1 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let s2 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (c1, c2) = (
+        s1.local_addr().unwrap().port(),
+        s2.local_addr().unwrap().port(),
+    );
+    let conf = |origin: &str, listeners: &[u16], metrics: u16, connect: u16| {
+        config(&sock, &p, origin, listeners, metrics, connect)
+    };
+    std::fs::write(&cfg, conf("dra.lab.example", &[p.l1], p.m1, c1)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_dra"))
         .args(["run", "--config"])
         .arg(&cfg)
@@ -127,13 +162,10 @@ fn listeners_metrics_and_refusals_through_sighup_and_dra_reload() {
     let st0 = status();
     assert!(st0.contains("last reload: none"), "{st0}");
     assert!(listening(p.l1) && !listening(p.l2));
+    let _first = dialled(&s1).expect("pcrf1 never dialled");
 
-    // SIGHUP: a second listener, the metrics endpoint moved.
-    std::fs::write(
-        &cfg,
-        config(&sock, &p, "dra.lab.example", &[p.l1, p.l2], p.m2),
-    )
-    .unwrap();
+    // SIGHUP: a second listener, the metrics endpoint moved, pcrf1 at another address.
+    std::fs::write(&cfg, conf("dra.lab.example", &[p.l1, p.l2], p.m2, c2)).unwrap();
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(run.0.id() as i32, libc::SIGHUP) };
     assert!(wait_for(&log, "config reload", 1), "{}", text());
@@ -144,15 +176,19 @@ fn listeners_metrics_and_refusals_through_sighup_and_dra_reload() {
         m.contains("dra_config_reloads_total{outcome=\"applied\"} 1"),
         "{m}"
     );
+    assert!(
+        dialled(&s2).is_some(),
+        "pcrf1 not dialled at its new address"
+    );
     let st1 = status();
     assert!(
-        st1.contains("last reload: applied: listeners+ 1, metrics address changed"),
+        st1.contains("last reload: applied: peers~ 1, listeners+ 1, metrics address changed"),
         "{st1}"
     );
 
     // A new origin_host cannot change live: refused, nothing applied (the listener
     // removal in the same file neither).
-    std::fs::write(&cfg, config(&sock, &p, "dra2.lab.example", &[p.l2], p.m2)).unwrap();
+    std::fs::write(&cfg, conf("dra2.lab.example", &[p.l2], p.m2, c2)).unwrap();
     let (ok, out, err) = dra(&["reload", "--config", &cfg.display().to_string()]);
     assert!(!ok, "{out}{err}");
     assert!(
@@ -165,7 +201,7 @@ fn listeners_metrics_and_refusals_through_sighup_and_dra_reload() {
     assert!(st2.contains("last reload: refused"), "{st2}");
 
     // --dry-run of the listener removal: printed, not applied.
-    std::fs::write(&cfg, config(&sock, &p, "dra.lab.example", &[p.l2], p.m2)).unwrap();
+    std::fs::write(&cfg, conf("dra.lab.example", &[p.l2], p.m2, c2)).unwrap();
     let (ok, out, err) = dra(&["reload", "--dry-run", "--socket", &socket]);
     assert!(ok, "{err}");
     assert_eq!(out, format!("- listener 127.0.0.1:{}\n", p.l1));

@@ -73,6 +73,9 @@ struct Slot {
     ever_connected: bool,
     /// Removed by a reload (`reload`): a tombstone, never dialled or accepted.
     retired: bool,
+    /// Its `connect` changed in a reload: dial the new address as soon as the old
+    /// connection is closed (not after Tc).
+    redial_now: bool,
     good: bool,
     state: Option<metrics::PeerState>,
     requests_in: u64,

@@ -157,6 +157,10 @@ impl Core {
             .filter(|c| c.reconnects())
             .filter_map(|c| self.cfg.peers.iter().position(|p| p.name == c.name))
             .collect();
+        for &i in &reconnect {
+            self.slots[i].redial_now = true;
+            self.slots[i].failures = 0;
+        }
         for &i in removed.iter().chain(&reconnect) {
             self.slots[i].reconnect_at = None;
             let ids: Vec<ConnId> = self
@@ -179,6 +183,13 @@ impl Core {
                     }
                 }
                 self.drive(now, id);
+            }
+        }
+        for &i in &reconnect {
+            // Not connected (down, waiting for Tc): dialled at the new address now.
+            if !self.conns.values().any(|c| c.peer == Some(PeerId(i))) {
+                self.slots[i].redial_now = false;
+                self.dial(i);
             }
         }
         for &i in added.iter().chain(&revived) {
