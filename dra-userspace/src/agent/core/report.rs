@@ -134,9 +134,9 @@ impl Core {
             .map_or(String::new(), |p| format!("{} ", p.display()));
         let _ = writeln!(
             o,
-            "config {path}sha256 {}  loaded at {} ({}s ago)",
+            "config {path}sha256 {}  loaded {} ({}s ago)",
             info.sha256,
-            info.loaded_at,
+            utc(info.loaded_at),
             now.saturating_sub(info.loaded_at)
         );
         match &info.last_reload {
@@ -146,10 +146,43 @@ impl Core {
             Some((at, outcome)) => {
                 let _ = writeln!(
                     o,
-                    "last reload: {outcome} (at {at}, {}s ago)",
+                    "last reload: {outcome} ({}, {}s ago)",
+                    utc(*at),
                     now.saturating_sub(*at)
                 );
             }
         }
+    }
+}
+
+/// Seconds since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SSZ` (the civil calendar
+/// from days, H. Hinnant's algorithm).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_the_civil_date() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_796_155_965), "2026-12-01T20:12:45Z");
     }
 }
