@@ -18,6 +18,9 @@
 //! * `invalid_reload_and_dry_run_change_nothing`: a file with two errors is refused
 //!   with both positions, the running config (hash, bucket rate, admitted rate) stays;
 //!   `--dry-run` prints the difference and changes nothing.
+//! * `a_reload_keeps_the_drl_throttle_in_force`: under a 50 % DRL throttle (a `file` DB
+//!   CPU source), a reload raising pgw2's static CCR-I rate to 300/s writes 150/s at
+//!   once, and a reload of another key leaves it there.
 
 use std::{
     path::{Path, PathBuf},
@@ -635,6 +638,89 @@ fn invalid_reload_and_dry_run_change_nothing() {
     let v = &s["classes"]["gx_ccr_i"];
     assert_eq!(v["unanswered"], 0, "{v}");
     assert_eq!(v["timeouts"], 0, "{v}");
+    let st = agent.stop();
+    assert!(st.is_some_and(|s| s.success()), "{}", agent.log_text());
+}
+
+/// The bucket rate in the pinned map (requests per second).
+fn rate_of(maps: &Maps, slot: u32) -> f64 {
+    let c = maps.bucket_config(slot).unwrap();
+    (1e9 / c.interval_ns as f64).round()
+}
+
+/// A reload while dynamic rate limiting throttles: the new static rate of a DRL target
+/// is written at the throttle in force, at once (never at its static value), and a
+/// reload that does not touch it leaves its effective rate alone.
+#[test]
+fn a_reload_keeps_the_drl_throttle_in_force() {
+    let lab = lab("rt-");
+    let sock = lab.tmp.0.join("dra.sock");
+    let cfg = lab.tmp.0.join("dra.toml");
+    let cpu = lab.tmp.0.join("db_cpu");
+    std::fs::write(&cpu, "30\n").unwrap();
+    let servers = [("pcrf1", 3868, "pcrf.lab.example")];
+    let drl = format!(
+        r#"
+[[dynamic_peer_rate_limit_profile]]
+peer = "pgw2"
+classes = [{{ application = "gx", command = "ccr", request_type = "initial" }}]
+
+[dynamic_throttling_db_cpu_profile]
+thresholds = [{{ cpu = 50, throttle = 50 }}]
+reversal_hold_time = "60s"
+reversal_step = 20
+sample_period = "250ms"
+missing_after = 3
+on_missing = "hold"
+source = {{ kind = "file", path = "{}" }}
+"#,
+        cpu.display()
+    );
+    let text = |rate: u32, msg: &str| {
+        config(&lab.xdp_if, &sock, rate, &servers, false)
+            .replace(
+                "origin_realm = \"lab.example\"\n",
+                "origin_realm = \"lab.example\"\ndynamic_rate_limiting = true\n",
+            )
+            .replace("rate limit exceeded: pgw2 Gx CCR-I", msg)
+            + &drl
+    };
+    std::fs::write(&cfg, text(200, "one")).unwrap();
+    let t = text(200, "one");
+    let plan = Plan::new(&dra::config::parse(&t, "dra.toml").unwrap()).unwrap();
+    let slot = plan.slot_of("pgw2", MsgClass::gx_ccr(1)).unwrap();
+    let mut agent = start_agent(&lab, &cfg);
+    let mut maps = None;
+    let ok = agent.wait_until(Duration::from_secs(60), || {
+        if maps.is_none() {
+            maps = Maps::open_pinned(&lab.pins.0).ok();
+        }
+        sock.exists() && maps.as_ref().is_some_and(|m| rate_of(m, slot) == 200.0)
+    });
+    assert!(ok, "not attached at 200/s:\n{}", agent.log_text());
+    let maps = maps.unwrap();
+    std::fs::write(&cpu, "62\n").unwrap();
+    assert!(
+        agent.wait_until(Duration::from_secs(10), || rate_of(&maps, slot) == 100.0),
+        "the throttle never applied:\n{}",
+        agent.log_text()
+    );
+    // The static rate 200 → 300 under a 50 % throttle: 150 as soon as the reload is
+    // done.
+    std::fs::write(&cfg, text(300, "one")).unwrap();
+    let (ok, out, err) = dra(&["reload", "--config", &cfg.display().to_string()]);
+    assert!(ok, "{out}{err}");
+    let r = rate_of(&maps, slot);
+    assert_eq!(
+        r, 150.0,
+        "rate after the reload (static 300, throttle 50 %)"
+    );
+    // A reload that changes another key of the profile: the rate stays.
+    std::fs::write(&cfg, text(300, "two")).unwrap();
+    let (ok, out, err) = dra(&["reload", "--config", &cfg.display().to_string()]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("limits+ 1, limits- 1"), "{out}");
+    assert_eq!(rate_of(&maps, slot), 150.0);
     let st = agent.stop();
     assert!(st.is_some_and(|s| s.success()), "{}", agent.log_text());
 }
