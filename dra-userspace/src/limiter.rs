@@ -34,12 +34,15 @@
 use std::{
     collections::{BTreeSet, HashMap},
     net::IpAddr,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use dra_common::{
-    maps::{Action, BucketConfig, ClassCounters, NO_SLOT, PeerInfo, UnknownPeerPolicy},
+    maps::{Action, BucketConfig, ClassCounters, MAX_SLOTS, NO_SLOT, PeerInfo, UnknownPeerPolicy},
     stats::Counter,
     wire::{self, MsgClass, flags},
 };
@@ -143,6 +146,20 @@ impl SlotState {
         }
     }
 
+    /// A new bucket in a reused slot: full, no counts.
+    fn reset(&self) {
+        for a in [
+            &self.tat,
+            &self.seen,
+            &self.admitted,
+            &self.marked,
+            &self.dropped,
+            &self.bytes,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
     fn set_config(&self, c: BucketConfig) {
         self.interval_ns.store(c.interval_ns, Ordering::Relaxed);
         self.tolerance_ns.store(c.tolerance_ns, Ordering::Relaxed);
@@ -219,28 +236,21 @@ struct Globals {
     unknown_drop: AtomicU64,
 }
 
-/// The userspace limiter: shared by every connection's reader (`Arc<Limiter>`).
+/// What a reload replaces ([`Limiter::relayout`]): ports, sources, class slots,
+/// labels. Bucket states live in [`Limiter`]'s slots, by index, and stay.
 #[derive(Debug)]
-pub struct Limiter {
-    epoch: Instant,
+struct Layout {
     ports: [u16; 4],
     unknown: UnknownPeerPolicy,
     /// (prefix, peer), longest prefix first.
     prefixes: Vec<(IpNet, PeerInfo)>,
     class_slots: HashMap<(u32, ClassKey), u32>,
-    slots: Vec<SlotState>,
     /// Ingress slots with their metrics labels (owner, class), published as counters.
     labels: Vec<(u32, String, String)>,
-    globals: Globals,
 }
 
-impl Limiter {
-    /// The limiter for `plan`, every bucket at its static rate and full.
-    pub fn new(plan: &Plan) -> Limiter {
-        let slots: Vec<SlotState> = plan.slots.iter().map(|_| SlotState::default()).collect();
-        for s in &plan.slots {
-            slots[s.index as usize].set_config(s.bucket_at(None));
-        }
+impl Layout {
+    fn new(plan: &Plan) -> Layout {
         let mut prefixes: Vec<(IpNet, PeerInfo)> = plan
             .peers
             .iter()
@@ -258,13 +268,11 @@ impl Limiter {
         let labels = ingress
             .into_iter()
             .filter_map(|i| {
-                plan.slots
-                    .get(i as usize)
+                plan.slot_at(i)
                     .map(|s| (i, s.owner.clone(), s.class_label.clone()))
             })
             .collect();
-        Limiter {
-            epoch: Instant::now(),
+        Layout {
             ports: plan.global.ports,
             unknown: if plan.global.unknown_peer == UnknownPeerPolicy::Drop as u32 {
                 UnknownPeerPolicy::Drop
@@ -273,10 +281,56 @@ impl Limiter {
             },
             prefixes,
             class_slots: plan.class_slots.iter().map(|(k, v)| (*k, *v)).collect(),
-            slots,
             labels,
+        }
+    }
+}
+
+/// The userspace limiter: shared by every connection's reader (`Arc<Limiter>`).
+#[derive(Debug)]
+pub struct Limiter {
+    epoch: Instant,
+    layout: RwLock<Layout>,
+    /// Every slot index the fast path has ([`MAX_SLOTS`]): a reload's new buckets
+    /// take free ones.
+    slots: Vec<SlotState>,
+    globals: Globals,
+}
+
+impl Limiter {
+    /// The limiter for `plan`, every bucket at its static rate and full.
+    pub fn new(plan: &Plan) -> Limiter {
+        let slots: Vec<SlotState> = (0..MAX_SLOTS).map(|_| SlotState::default()).collect();
+        for s in &plan.slots {
+            if let Some(st) = slots.get(s.index as usize) {
+                st.set_config(s.bucket_at(None));
+            }
+        }
+        Limiter {
+            epoch: Instant::now(),
+            layout: RwLock::new(Layout::new(plan)),
+            slots,
             globals: Globals::default(),
         }
+    }
+
+    /// A reload: `plan` (renumbered onto the running one,
+    /// [`Plan::remap_onto`]) replaces the layout; every slot of it gets its static
+    /// rate (the caller then applies the DRL throttle), the `fresh` ones start full
+    /// with zero counters, the others keep their state. Connections accepted before
+    /// keep their peer's slots (a kept peer's do not move).
+    pub fn relayout(&self, plan: &Plan, fresh: &[u32]) {
+        for &f in fresh {
+            if let Some(s) = self.slot(f) {
+                s.reset();
+            }
+        }
+        for s in &plan.slots {
+            if let Some(st) = self.slot(s.index) {
+                st.set_config(s.bucket_at(None));
+            }
+        }
+        *self.layout.write().expect("limiter layout") = Layout::new(plan);
     }
 
     /// Nanoseconds since the limiter was built: the clock [`Limiter::admit`] is fed
@@ -289,13 +343,14 @@ impl Limiter {
     /// traffic to a configured Diameter port is looked at; the source is matched by
     /// longest prefix (IPv4-mapped IPv6 addresses as IPv4, as the kernel sees them).
     pub fn source(&self, remote: IpAddr, local_port: u16) -> Source {
-        if local_port == 0 || !self.ports.contains(&local_port) {
+        let layout = self.layout.read().expect("limiter layout");
+        if local_port == 0 || !layout.ports.contains(&local_port) {
             return Source::NotDiameter;
         }
         let ip = remote.to_canonical();
-        match self.prefixes.iter().find(|(n, _)| n.contains(&ip)) {
+        match layout.prefixes.iter().find(|(n, _)| n.contains(&ip)) {
             Some((_, info)) => Source::Peer(*info),
-            None if self.unknown == UnknownPeerPolicy::Drop => Source::DropAll,
+            None if layout.unknown == UnknownPeerPolicy::Drop => Source::DropAll,
             None => Source::UnknownPass,
         }
     }
@@ -445,7 +500,10 @@ impl Limiter {
             peer.peer_id,
             (class.app_id, class.command_code, class.req_type),
         );
-        self.class_slots
+        self.layout
+            .read()
+            .expect("limiter layout")
+            .class_slots
             .get(&key)
             .copied()
             .unwrap_or(peer.other_slot)
@@ -479,7 +537,10 @@ impl Limiter {
     /// Counters of every ingress slot as (owner, class label, counters): the input of
     /// [`crate::metrics::Metrics::set_fastpath_classes`], labelled as the fast path's.
     pub fn class_counters(&self) -> Vec<(String, String, ClassCounters)> {
-        self.labels
+        self.layout
+            .read()
+            .expect("limiter layout")
+            .labels
             .iter()
             .filter_map(|(i, o, c)| self.slot_counters(*i).map(|v| (o.clone(), c.clone(), v)))
             .collect()
@@ -555,6 +616,45 @@ mod tests {
             Source::Peer(p) => p,
             other => panic!("{ip}: {other:?}"),
         }
+    }
+
+    /// A reload (`Limiter::relayout`): a kept bucket keeps its state at its new rate,
+    /// a new one starts full, a new peer's source is known.
+    #[test]
+    fn relayout_keeps_kept_buckets_and_adds_new_ones() {
+        let lim = |peer: &str, rate: u32| {
+            format!(
+                "[[message_rate_limit_profile]]\npeer = \"{peer}\"\ndirection = \"ingress\"\n\
+                 application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
+                 rate = {rate}\nburst = 2\n\n"
+            )
+        };
+        let old = plan(&lim("pgw2", 200));
+        let l = Limiter::new(&old);
+        let p2 = peer(&l, "192.0.2.7");
+        let f = ccr(app::GX, u32::from(cc_request_type::INITIAL));
+        let slot = old.slot_of("pgw2", MsgClass::gx_ccr(1)).expect("slot");
+        // Burst 2: two admitted at t = 1 s, the third marked.
+        let got: Vec<Verdict> = (0..3).map(|_| l.admit(&p2, &f, S)).collect();
+        assert_eq!(got, [Verdict::Admit, Verdict::Admit, Verdict::Mark]);
+        let mut new = plan(&format!("{}{}", lim("pgw1", 50), lim("pgw2", 100)));
+        let r = new.remap_onto(&old).expect("remap");
+        l.relayout(&new, &r.fresh);
+        assert_eq!(new.slot_of("pgw2", MsgClass::gx_ccr(1)), Some(slot));
+        let cfg = l.bucket_config(slot).expect("config");
+        assert_eq!(cfg.interval_ns, S / 100, "the new rate");
+        // Same instant: the kept TAT (1 s + 10 ms) leaves room for one more at the new
+        // tolerance (10 ms); a bucket reset by the reload would admit two.
+        let got: Vec<Verdict> = (0..2).map(|_| l.admit(&p2, &f, S)).collect();
+        assert_eq!(got, [Verdict::Admit, Verdict::Mark]);
+        // pgw1's new bucket starts full.
+        let p1 = peer(&l, "10.1.2.3");
+        let s1 = new.slot_of("pgw1", MsgClass::gx_ccr(1)).expect("slot");
+        assert!(r.fresh.contains(&s1));
+        assert_eq!(l.class_slot(&p1, MsgClass::gx_ccr(1)), s1);
+        let got: Vec<Verdict> = (0..3).map(|_| l.admit(&p1, &f, S)).collect();
+        assert_eq!(got, [Verdict::Admit, Verdict::Admit, Verdict::Mark]);
+        assert_eq!(l.slot_counters(s1).expect("counters").admitted, 2);
     }
 
     #[test]

@@ -83,6 +83,22 @@ enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Make the running agent (`dra run`) read its config file again and apply the
+    /// difference live (same as SIGHUP): prints what changed, or every validation
+    /// error with file:line:column, or what cannot change without a restart (exit
+    /// code 1; the running config stays).
+    Reload {
+        /// Control socket path (default: [control] socket of --config).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Config file naming the control socket (the agent reads the file it was
+        /// started with).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the difference without applying it.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the pinned fast path's global counters.
     Stats {
         #[arg(long, default_value = dataplane::PIN_DIR)]
@@ -188,6 +204,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 mode,
                 pin_dir,
                 detach_on_exit,
+                config_path: Some(std::path::absolute(&config).unwrap_or(config)),
             };
             // Through the log, so that a collector reading --log-format json sees it too.
             if let Err(e) = dra::run::run(cfg, opts) {
@@ -228,20 +245,50 @@ fn main() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Status { socket, config } => {
-            let path = match (socket, config) {
-                (Some(s), _) => s,
-                (None, Some(c)) => match dra::config::load(&c) {
-                    Ok(cfg) => cfg
-                        .control
-                        .socket
-                        .context("the config has no [control] socket")?,
-                    Err(e) => {
-                        eprint!("{e}");
-                        return Ok(ExitCode::from(2));
-                    }
+        Cmd::Reload {
+            socket,
+            config,
+            dry_run,
+        } => {
+            // The agent validates the file itself (and reports its errors): only the
+            // socket's path is taken from it here, even from a file with errors.
+            let lenient = match (&socket, &config) {
+                (None, Some(c)) => std::fs::read_to_string(c)
+                    .ok()
+                    .and_then(|t| t.parse::<toml::Table>().ok())
+                    .and_then(|t| t.get("control")?.get("socket")?.as_str().map(PathBuf::from)),
+                _ => None,
+            };
+            let path = match lenient {
+                Some(p) => p,
+                None => match control_socket(socket, config.as_deref())? {
+                    Ok(p) => p,
+                    Err(code) => return Ok(code),
                 },
-                (None, None) => anyhow::bail!("give --socket or --config"),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let request = if dry_run {
+                "reload --dry-run"
+            } else {
+                "reload"
+            };
+            let (ok, text) = rt
+                .block_on(dra::agent::control_request(&path, request))
+                .with_context(|| format!("control socket {}", path.display()))?;
+            if ok {
+                print!("{text}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprint!("{text}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Cmd::Status { socket, config } => {
+            let path = match control_socket(socket, config.as_deref())? {
+                Ok(p) => p,
+                Err(code) => return Ok(code),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -270,4 +317,26 @@ fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The control socket: `--socket`, or `[control] socket` of `--config` (a config
+/// that does not validate: its errors printed, exit code 2).
+fn control_socket(
+    socket: Option<PathBuf>,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<Result<PathBuf, ExitCode>> {
+    Ok(match (socket, config) {
+        (Some(s), _) => Ok(s),
+        (None, Some(c)) => match dra::config::load(c) {
+            Ok(cfg) => Ok(cfg
+                .control
+                .socket
+                .context("the config has no [control] socket")?),
+            Err(e) => {
+                eprint!("{e}");
+                Err(ExitCode::from(2))
+            }
+        },
+        (None, None) => anyhow::bail!("give --socket or --config"),
+    })
 }

@@ -28,6 +28,8 @@ use std::{
 
 use tracing::{info, warn};
 
+mod reload;
+
 use crate::{
     config::Config,
     control::{SampleLoop, effective_rate},
@@ -47,6 +49,8 @@ pub struct RunOptions {
     /// Remove the programs and maps when the agent exits (default: leave them
     /// attached and pinned, so a restart has no traffic gap).
     pub detach_on_exit: bool,
+    /// The config file, read again at a reload (`dra reload`, SIGHUP).
+    pub config_path: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +84,8 @@ struct Shared {
     /// agent runs), and the throttle last applied, to hand it over then.
     doic: Option<crate::agent::ThrottleSink>,
     throttle: u8,
+    /// The slots the DRL controller rewrites (swapped by a reload).
+    targets: Vec<DrlTarget>,
 }
 
 impl Shared {
@@ -117,8 +123,8 @@ impl Shared {
         self.metrics.set_fastpath_classes(classes);
     }
 
-    fn apply_throttle(&mut self, targets: &[DrlTarget], throttle: u8) {
-        for t in targets {
+    fn apply_throttle(&mut self, throttle: u8) {
+        for t in &self.targets {
             let rate = effective_rate(t.static_rate, throttle);
             if let Some(l) = &self.limiter {
                 l.set_rate(&t.slot, rate);
@@ -228,11 +234,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         metrics: metrics.clone(),
         doic: None,
         throttle: 0,
+        targets: targets.clone(),
     }));
     // Static rates first (a restart after throttling must not keep a stale rate).
-    shared.lock().expect("lock").apply_throttle(&targets, 0);
+    shared.lock().expect("lock").apply_throttle(0);
 
-    let _server = match cfg.metrics.address {
+    let server = match cfg.metrics.address {
         Some(addr) => Some(metrics::serve(addr, metrics.clone()).map_err(RunError::Metrics)?),
         None => None,
     };
@@ -244,21 +251,23 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(RunError::Signal)?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(RunError::Signal)?;
         let control = match (&cfg.db_cpu_profile, targets.is_empty()) {
-            (Some(p), false) => Some(spawn_controller(
-                p,
-                targets.clone(),
-                shared.clone(),
-                stop.clone(),
-            )?),
+            (Some(p), false) => Some(spawn_controller(p, shared.clone())?),
             _ => None,
         };
+        let (reload_tx, mut reload_rx) = tokio::sync::mpsc::channel(4);
+        let info = Arc::new(Mutex::new(reload::initial_info(
+            opts.config_path.as_deref(),
+        )));
         let agent_opts = crate::agent::AgentOptions {
             ingress,
+            reload: Some(reload_tx),
+            config_info: Some(info.clone()),
             ..Default::default()
         };
-        let agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())
+        let mut agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())
             .await
             .map_err(RunError::Agent)?;
         info!(listeners = ?agent.listen_addrs(), "diameter agent running");
@@ -286,16 +295,49 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
                 }
             })
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => info!("SIGINT"),
-            _ = term.recv() => info!("SIGTERM"),
+        let mut reloader = reload::Reloader {
+            path: opts.config_path.clone(),
+            setup: crate::config::Setup::Run {
+                iface: opts.iface.clone(),
+            },
+            cfg: cfg.clone(),
+            info,
+            metrics: metrics.clone(),
+            metrics_server: server,
+            control,
+        };
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {
+                    info!("SIGINT");
+                    break;
+                }
+                _ = term.recv() => {
+                    info!("SIGTERM");
+                    break;
+                }
+                _ = hup.recv() => {
+                    notify(&[sd_notify::NotifyState::Reloading]);
+                    reloader.reload(false, &shared, &mut agent).await;
+                    notify(&[sd_notify::NotifyState::Ready]);
+                }
+                Some(req) = reload_rx.recv() => {
+                    if !req.dry_run {
+                        notify(&[sd_notify::NotifyState::Reloading]);
+                    }
+                    let r = reloader.reload(req.dry_run, &shared, &mut agent).await;
+                    if !req.dry_run {
+                        notify(&[sd_notify::NotifyState::Ready]);
+                    }
+                    let _ = req.reply.send(r);
+                }
+            }
         }
         notify(&[sd_notify::NotifyState::Stopping]);
         agent.shutdown().await;
         stats.abort();
-        stop.store(true, Ordering::Relaxed);
-        if let Some(c) = control {
-            let _ = c.join();
+        if let Some(c) = reloader.control.take() {
+            c.stop();
         }
         Ok::<(), RunError>(())
     })?;
@@ -333,12 +375,25 @@ fn notify(state: &[sd_notify::NotifyState]) {
 /// and the recovery are logged at once).
 const SOURCE_FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 
+/// The DB CPU controller's thread and its stop flag.
+struct Controller {
+    thread: std::thread::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Controller {
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
 fn spawn_controller(
     p: &crate::config::DbCpuProfile,
-    targets: Vec<DrlTarget>,
     shared: Arc<Mutex<Shared>>,
-    stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, RunError> {
+) -> Result<Controller, RunError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let targets = shared.lock().expect("lock").targets.len();
     let (profile, settings) = drl::settings(p).map_err(RunError::Drl)?;
     let period = settings.period;
     let mut source =
@@ -346,13 +401,14 @@ fn spawn_controller(
     info!(
         source = %source.describe(),
         period = ?period,
-        targets = targets.len(),
+        targets,
         "dynamic throttling on"
     );
     let start = Instant::now();
     let mut lp = SampleLoop::new(profile, settings, Duration::ZERO)
         .map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
-    Ok(std::thread::spawn(move || {
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
         let mut next = Instant::now();
         // Failing samples since the source was last up, and when that was last logged.
         let (mut failing, mut logged_at): (u64, Option<Instant>) = (0, None);
@@ -399,7 +455,7 @@ fn spawn_controller(
                 }
                 if ev.changed() {
                     info!(event = %ev, "throttle changed");
-                    sh.apply_throttle(&targets, ev.to);
+                    sh.apply_throttle(ev.to);
                 }
             }
             // Sleep in short steps so a stop request is seen promptly.
@@ -410,5 +466,6 @@ fn spawn_controller(
                 );
             }
         }
-    }))
+    });
+    Ok(Controller { thread, stop: flag })
 }

@@ -217,8 +217,8 @@ fn test() -> Result<()> {
         );
     }
     step(
-        "build dra (for the privileged tests)",
-        cargo().args(["build", "-p", "dra-userspace", "--bins"]),
+        "build dra and dra-loadgen (for the privileged tests)",
+        cargo().args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]),
     )?;
     step(
         "privileged tests (netns, real BPF, real TCP)",

@@ -98,11 +98,13 @@ mod core;
 pub mod doic;
 pub mod io;
 pub mod load;
+mod reload;
 pub mod setup;
 mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -148,6 +150,33 @@ pub struct AgentOptions {
     /// every message before decoding), or the fast path, whose out-of-band marks the
     /// readers apply ([`crate::oob`]).
     pub ingress: io::Ingress,
+    /// Where `dra reload` requests arriving on the control socket go (`dra run`'s
+    /// reload loop, [`crate::reload`]); `None`: refused.
+    pub reload: Option<mpsc::Sender<ReloadRequest>>,
+    /// The running config's hash, load time and last reload (`dra status`).
+    pub config_info: Option<Arc<Mutex<ConfigInfo>>>,
+}
+
+/// A `dra reload` from the control socket.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    /// Print the difference only.
+    pub dry_run: bool,
+    /// (applied or printed, text for the operator).
+    pub reply: oneshot::Sender<(bool, String)>,
+}
+
+/// What `dra status` shows about the running config.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigInfo {
+    /// The file the agent reads at a reload.
+    pub path: Option<PathBuf>,
+    /// SHA-256 of the file's bytes, hex.
+    pub sha256: String,
+    /// When it was loaded (seconds since the Unix epoch).
+    pub loaded_at: u64,
+    /// The last reload: (when, outcome and summary).
+    pub last_reload: Option<(u64, String)>,
 }
 
 impl Default for AgentOptions {
@@ -166,6 +195,8 @@ impl Default for AgentOptions {
             max_awaiting_cer: 1024,
             max_awaiting_cer_per_source: 32,
             ingress: io::Ingress::None,
+            reload: None,
+            config_info: None,
         }
     }
 }
@@ -239,6 +270,12 @@ enum Ctl {
     Status(oneshot::Sender<String>),
     Stats(oneshot::Sender<AgentStats>),
     Shutdown(oneshot::Sender<()>),
+    /// Apply a validated config that can be applied live (`crate::reload`).
+    Reload {
+        cfg: Box<Config>,
+        diff: Box<crate::config::diff::ConfigDiff>,
+        done: oneshot::Sender<Result<(), String>>,
+    },
     /// The DRL throttle of a peer changed (its DOIC reports follow it).
     Throttle {
         peer: String,
@@ -266,7 +303,8 @@ impl ThrottleSink {
 /// sends DPRs first.
 #[derive(Debug)]
 pub struct AgentHandle {
-    listen: Vec<SocketAddr>,
+    /// (configured, bound address, accept task) per listener.
+    listeners: Vec<(SocketAddr, SocketAddr, tokio::task::JoinHandle<()>)>,
     ctl: mpsc::Sender<Ctl>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     control_path: Option<PathBuf>,
@@ -274,8 +312,8 @@ pub struct AgentHandle {
 
 impl AgentHandle {
     /// The bound listener addresses (port 0 in the config is resolved here).
-    pub fn listen_addrs(&self) -> &[SocketAddr] {
-        &self.listen
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|(_, b, _)| *b).collect()
     }
 
     /// The one-screen status text (what `dra status` prints).
@@ -307,12 +345,18 @@ impl AgentHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        for (_, _, t) in self.listeners.drain(..) {
+            t.abort();
+        }
     }
 }
 
 impl Drop for AgentHandle {
     fn drop(&mut self) {
         for t in &self.tasks {
+            t.abort();
+        }
+        for (_, _, t) in &self.listeners {
             t.abort();
         }
         if let Some(p) = &self.control_path {
@@ -330,43 +374,10 @@ pub async fn start(
 ) -> Result<AgentHandle, AgentError> {
     let mut tasks = Vec::new();
     let (ctl_tx, ctl_rx) = mpsc::channel(1024);
-    let mut listen = Vec::new();
+    let mut listeners = Vec::new();
     for l in &cfg.listeners {
-        let lst = tokio::net::TcpListener::bind(l.address)
-            .await
-            .map_err(|source| AgentError::Listen {
-                address: l.address,
-                source,
-            })?;
-        listen.push(lst.local_addr().map_err(|source| AgentError::Listen {
-            address: l.address,
-            source,
-        })?);
-        let tx = ctl_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut failed, mut logged) = (0u64, None);
-            loop {
-                match lst.accept().await {
-                    Ok((s, _)) => {
-                        if tx.send(Ctl::Accepted(s)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        // Retried every 100 ms (e.g. out of file descriptors): logged
-                        // once, then once a minute while it lasts.
-                        failed += 1;
-                        if logged.is_none_or(|t: tokio::time::Instant| {
-                            t.elapsed() >= Duration::from_secs(60)
-                        }) {
-                            tracing::warn!(error = %e, failed, "accept failed");
-                            logged = Some(tokio::time::Instant::now());
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        }));
+        let (bound, task) = bind_listener(l.address, ctl_tx.clone()).await?;
+        listeners.push((l.address, bound, task));
     }
     let mut control_path = None;
     if let Some(path) = &cfg.control.socket {
@@ -376,23 +387,84 @@ pub async fn start(
             source,
         })?;
         control_path = Some(path.clone());
-        tasks.push(tokio::spawn(status::serve(lst, ctl_tx.clone())));
+        tasks.push(tokio::spawn(status::serve(
+            lst,
+            ctl_tx.clone(),
+            opts.reload.clone(),
+        )));
     }
     let core = core::Core::new(cfg, opts, metrics, ctl_tx.clone())?;
     tasks.push(tokio::spawn(core.run(ctl_rx)));
     Ok(AgentHandle {
-        listen,
+        listeners,
         ctl: ctl_tx,
         tasks,
         control_path,
     })
 }
 
+/// Binds a listener and spawns its accept loop (accepted connections go to the core).
+async fn bind_listener(
+    address: SocketAddr,
+    tx: mpsc::Sender<Ctl>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), AgentError> {
+    let lst = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| AgentError::Listen { address, source })?;
+    let bound = lst
+        .local_addr()
+        .map_err(|source| AgentError::Listen { address, source })?;
+    let task = tokio::spawn(async move {
+        let (mut failed, mut logged) = (0u64, None);
+        loop {
+            match lst.accept().await {
+                Ok((s, _)) => {
+                    if tx.send(Ctl::Accepted(s)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    // Retried every 100 ms (e.g. out of file descriptors): logged
+                    // once, then once a minute while it lasts.
+                    failed += 1;
+                    if logged.is_none_or(|t: tokio::time::Instant| {
+                        t.elapsed() >= Duration::from_secs(60)
+                    }) {
+                        tracing::warn!(error = %e, failed, "accept failed");
+                        logged = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok((bound, task))
+}
+
 /// Connects to a control socket and returns the status text (`dra status`).
 pub async fn query_status(path: &std::path::Path) -> std::io::Result<String> {
-    use tokio::io::AsyncReadExt;
+    control_request(path, "status").await.map(|(_, text)| text)
+}
+
+/// Sends one request line over a control socket (`status`, `reload`,
+/// `reload --dry-run`) and returns (success, text). A reply whose first line is
+/// `ERR` failed; `OK` succeeded (neither line is part of the text); anything else is
+/// the status text.
+pub async fn control_request(
+    path: &std::path::Path,
+    request: &str,
+) -> std::io::Result<(bool, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::UnixStream::connect(path).await?;
+    s.write_all(format!("{request}\n").as_bytes()).await?;
+    s.shutdown().await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
-    Ok(out)
+    if let Some(rest) = out.strip_prefix("ERR\n") {
+        return Ok((false, rest.to_owned()));
+    }
+    if let Some(rest) = out.strip_prefix("OK\n") {
+        return Ok((true, rest.to_owned()));
+    }
+    Ok((true, out))
 }

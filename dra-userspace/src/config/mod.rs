@@ -27,6 +27,7 @@ macro_rules! config_names {
 }
 
 mod cpu_source;
+pub mod diff;
 mod error;
 mod raw;
 mod summary;

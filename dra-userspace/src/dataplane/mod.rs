@@ -3,6 +3,7 @@
 //! attached, bucket state survives), write the plan into the maps, read the stats.
 
 pub mod plan;
+pub mod remap;
 
 use std::path::{Path, PathBuf};
 

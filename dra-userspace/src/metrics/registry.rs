@@ -120,6 +120,7 @@ struct Inner {
     unanswered_violations: Counter,
     connections_refused: Family<ReasonLabels, Counter>,
     connections_awaiting_cer: Gauge,
+    config_reloads: Family<OutcomeLabels, Counter>,
     store: StoreFamilies,
     doic: DoicFamilies,
 }
@@ -194,6 +195,11 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 /// The agent's metrics registry. Cheap to clone (an [`Arc`]); every setter takes
 /// `&self` and may be called from any thread. See the [module docs](super) for the
 /// families.
@@ -235,6 +241,7 @@ impl Metrics {
         let unanswered_violations = Counter::default();
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         let connections_awaiting_cer = Gauge::default();
+        let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let store = StoreFamilies {
             latency: Family::new_with_constructor(latency_histogram),
             errors: Family::default(),
@@ -348,6 +355,12 @@ impl Metrics {
             connections_refused.clone(),
         );
         registry.register(
+            "dra_config_reloads",
+            "Config reloads (dra reload, SIGHUP) by outcome: applied, unchanged, dry_run, \
+             invalid (validation errors), refused (a change that needs a restart), failed",
+            config_reloads.clone(),
+        );
+        registry.register(
             "dra_connections_awaiting_cer",
             "Accepted connections waiting for their CER",
             connections_awaiting_cer.clone(),
@@ -412,6 +425,7 @@ impl Metrics {
                 unanswered_violations,
                 connections_refused,
                 connections_awaiting_cer,
+                config_reloads,
                 store,
                 doic,
             }),
@@ -526,6 +540,15 @@ impl Metrics {
         self.inner
             .connections_refused
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a config reload by outcome (`applied`, `unchanged`, `dry_run`, `invalid`,
+    /// `refused`, `failed`).
+    pub fn inc_config_reload(&self, outcome: &'static str) {
+        self.inner
+            .config_reloads
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

@@ -82,6 +82,23 @@ impl Pipeline {
         }
     }
 
+    /// A reload (`dra reload`): each peer's group is now `group_of` (peers and groups
+    /// only ever appended, ids stay), and groups appended after the current ones get
+    /// `added` limiters. Limiters of existing groups, with their queues, stay.
+    pub fn regroup(
+        &mut self,
+        group_of: Vec<Option<GroupId>>,
+        added: impl IntoIterator<Item = Option<Rlf<Held>>>,
+    ) {
+        self.group_of = group_of;
+        self.rlfs.extend(added);
+    }
+
+    /// Number of groups (limiter slots).
+    pub fn groups(&self) -> usize {
+        self.rlfs.len()
+    }
+
     /// Forwards `req` received on `from` (whose CER Origin-Host is `from_host`) to `to`,
     /// with answer timeout `timeout`. `Err` carries the relay's refusal (3005 loop,
     /// 3004 too busy: [`RelayError::into_answer`] is the answer to write back).

@@ -285,6 +285,11 @@ impl MarkedHandler {
         resp
     }
 
+    /// Replaces the policy (a reload), keeping the counters.
+    pub fn set_policy(&mut self, policy: MarkedPolicy) {
+        self.policy = policy;
+    }
+
     /// The policy.
     pub fn policy(&self) -> &MarkedPolicy {
         &self.policy

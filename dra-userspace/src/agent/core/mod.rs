@@ -39,6 +39,7 @@ use crate::session::{self, Sessions};
 mod forward;
 mod peers;
 mod react;
+mod reload;
 mod report;
 
 /// Housekeeping period: metrics gauges, rates, invariant check, purges.
@@ -70,6 +71,11 @@ struct Slot {
     reconnect_at: Option<Duration>,
     failures: u32,
     ever_connected: bool,
+    /// Removed by a reload (`reload`): a tombstone, never dialled or accepted.
+    retired: bool,
+    /// Its `connect` changed in a reload: dial the new address as soon as the old
+    /// connection is closed (not after Tc).
+    redial_now: bool,
     good: bool,
     state: Option<metrics::PeerState>,
     requests_in: u64,
@@ -352,6 +358,10 @@ impl Core {
                     s.reconnect_at = None;
                 }
                 self.shutdown = Some((tx, now + self.opts.shutdown_grace));
+            }
+            Ctl::Reload { cfg, diff, done } => {
+                let r = self.reload(*cfg, &diff).map_err(|e| crate::error_chain(&e));
+                let _ = done.send(r);
             }
             Ctl::Throttle { peer, throttle } => {
                 if let Some(i) = self.cfg.peers.iter().position(|p| p.name == peer) {

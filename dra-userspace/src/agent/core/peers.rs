@@ -184,6 +184,10 @@ impl Core {
         }
         let now = self.now();
         let slot = &mut self.slots[peer];
+        if std::mem::take(&mut slot.redial_now) {
+            slot.reconnect_at = Some(now);
+            return;
+        }
         // RFC 6733 §2.1 Tc, doubled per consecutive failure (bounded).
         let backoff = self
             .peer_cfg

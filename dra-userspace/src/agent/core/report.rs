@@ -33,6 +33,7 @@ impl Core {
             now.as_secs(),
             self.conns.len()
         );
+        self.config_status(&mut o);
         let _ = writeln!(
             o,
             "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  \
@@ -53,6 +54,9 @@ impl Core {
             "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load"
         );
         for (i, p) in self.cfg.peers.iter().enumerate() {
+            if self.is_removed(i) {
+                continue;
+            }
             let sl = &self.slots[i];
             let state = sl.state.map_or("closed", |st| st.name());
             let load = self
@@ -111,5 +115,74 @@ impl Core {
             );
         }
         o
+    }
+}
+
+impl Core {
+    /// The running config's file, hash and load time, and the last reload's outcome.
+    fn config_status(&self, o: &mut String) {
+        let Some(info) = &self.opts.config_info else {
+            return;
+        };
+        let info = info.lock().expect("lock").clone();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let path = info
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| format!("{} ", p.display()));
+        let _ = writeln!(
+            o,
+            "config {path}sha256 {}  loaded {} ({}s ago)",
+            info.sha256,
+            utc(info.loaded_at),
+            now.saturating_sub(info.loaded_at)
+        );
+        match &info.last_reload {
+            None => {
+                let _ = writeln!(o, "last reload: none");
+            }
+            Some((at, outcome)) => {
+                let _ = writeln!(
+                    o,
+                    "last reload: {outcome} ({}, {}s ago)",
+                    utc(*at),
+                    now.saturating_sub(*at)
+                );
+            }
+        }
+    }
+}
+
+/// Seconds since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SSZ` (the civil calendar
+/// from days, H. Hinnant's algorithm).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_the_civil_date() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_796_155_965), "2026-12-01T20:12:45Z");
     }
 }
