@@ -2,6 +2,7 @@
 
 mod coalesced;
 mod demo;
+mod doic;
 mod flood;
 mod ha;
 mod lab;
@@ -40,8 +41,9 @@ usage: cargo xtask <command> [args]
                    XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
                    pcrf1/pcrf2/ocs1 (root; README, HA pair)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
-  bench [N]        every benchmark below but coalesced alone (root, ~25 min); N goes to the
-                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA table)
+  bench [N]        every benchmark below but coalesced alone (root, ~28 min); N goes to the
+                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA,
+                   DOIC table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99: dra agent vs freeDiameter, 100 in
                    flight (`bench relay --help`); writes bench/results/relay-latest.json
@@ -328,7 +330,7 @@ fn real_main() -> Result<()> {
             }
             let (which, rest) = match rest.split_first() {
                 Some((w, r))
-                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha"]
+                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha", "doic"]
                         .contains(&w.as_str()) =>
                 {
                     (w.as_str(), r)
@@ -356,6 +358,12 @@ fn real_main() -> Result<()> {
                     bail!("bench ha takes no arguments");
                 }
                 ha::preflight()?;
+            }
+            if which == "doic" || which == "all" {
+                if which == "doic" && !rest.is_empty() {
+                    bail!("bench doic takes no arguments (its configs are config/bench/*.toml)");
+                }
+                doic::preflight(&root)?;
             }
             let since = std::time::SystemTime::now();
             if which == "all" || which == "xdp" {
@@ -415,6 +423,13 @@ fn real_main() -> Result<()> {
                 }
                 eprintln!("xtask: bench ha (HA pair)");
                 ha::bench::run(&root)?;
+            }
+            if which == "all" || which == "doic" {
+                if which == "doic" {
+                    build(true)?;
+                }
+                eprintln!("xtask: bench doic (DOIC)");
+                doic::run(&root)?;
             }
             if which == "all" {
                 report::aggregate(&root, since)?;
