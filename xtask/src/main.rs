@@ -36,6 +36,8 @@ usage: cargo xtask <command> [args]
                    dra-loadgen, systemd unit, /etc/dra/dra.toml, man pages
                    (docs/operations.md); --check: the package test's checks on it
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
+  demo --doic      the same with DOIC: pgw2 a DOIC gateway (sheds its storm at the source),
+                   pcrf1 reporting overload (the agent diverts new sessions from it)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
   lab up|down|status --ha  the HA pair in namespaces draha-*: two DRA hosts (dra run,
                    XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
@@ -279,9 +281,14 @@ fn real_main() -> Result<()> {
             package::cmd(&workspace_root(), rest)
         }
         "demo" => {
+            let with_doic = match rest {
+                [] => false,
+                [a] if a == "--doic" => true,
+                _ => bail!("usage: cargo xtask demo [--doic]"),
+            };
             toolchain::ensure()?;
             build(true)?;
-            demo::run(&workspace_root())
+            demo::run(&workspace_root(), with_doic)
         }
         "lab" => {
             if !is_root() {

@@ -19,7 +19,7 @@
 //! phase (`run::SKIP_FIRST`, `run::SKIP_LAST`). The lab is always removed.
 
 mod measures;
-mod plan;
+pub(crate) mod plan;
 mod run;
 
 use std::{

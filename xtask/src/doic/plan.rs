@@ -83,7 +83,7 @@ pub struct Plan {
 }
 
 /// The peers' `doic` keys removed (the one difference allowed between two configs).
-fn without_doic(v: &toml::Value, names: &[&str]) -> toml::Value {
+pub(crate) fn without_doic(v: &toml::Value, names: &[&str]) -> toml::Value {
     let mut v = v.clone();
     if let Some(peers) = v.get_mut("peer").and_then(toml::Value::as_array_mut) {
         for p in peers {
@@ -99,7 +99,7 @@ fn without_doic(v: &toml::Value, names: &[&str]) -> toml::Value {
     v
 }
 
-fn peer_doic(v: &toml::Value, name: &str) -> Option<bool> {
+pub(crate) fn peer_doic(v: &toml::Value, name: &str) -> Option<bool> {
     v.get("peer")?
         .as_array()?
         .iter()
