@@ -410,14 +410,7 @@ pub(crate) fn admitted_is_effective(
 
 /// A gateway without DRL admits min(offered, its static rate) throughout: a dynamic
 /// throttle of it would lower what it admits while its static limit binds.
-pub(crate) fn admitted_is_static(rows: &[Row], p: &Profile, peer: &str) -> Check {
-    admitted_is_static_opts(rows, p, peer, true)
-}
-
-/// [`admitted_is_static`]; `need_limited`: whether CCR-I must have been limited in at
-/// least one window (not for a DOIC gateway, which sheds at the source and may never
-/// offer more than its limit for a whole window).
-pub(crate) fn admitted_is_static_opts(
+pub(crate) fn admitted_is_static(
     rows: &[Row],
     p: &Profile,
     peer: &str,
@@ -698,18 +691,18 @@ mod tests {
         let p = profile();
         // pgw2 offered 400/s, static 200/s, admitted 200/s: not throttled.
         let ok = rows(|_| 400.0, |_| 200.0, 1000.0);
-        assert!(admitted_is_static(&ok, &p, "pgw2").ok);
+        assert!(admitted_is_static(&ok, &p, "pgw2", true).ok);
         // Throttled by 50 %: admitted 100/s.
         let bad = rows(|_| 400.0, |_| 100.0, 1000.0);
-        let c = admitted_is_static(&bad, &p, "pgw2");
+        let c = admitted_is_static(&bad, &p, "pgw2", true);
         assert!(!c.ok);
         assert!(c.saw.contains("admitted 100/s (-50.0 %)"), "{}", c.saw);
         // A DOIC gateway that never offers more than its limit: fine without a limited
         // window, but still not when throttled.
         let shed = rows(|_| 150.0, |_| 150.0, 1000.0);
-        assert!(!admitted_is_static(&shed, &p, "pgw2").ok);
-        assert!(admitted_is_static_opts(&shed, &p, "pgw2", false).ok);
-        assert!(!admitted_is_static_opts(&bad, &p, "pgw2", false).ok);
+        assert!(!admitted_is_static(&shed, &p, "pgw2", true).ok);
+        assert!(admitted_is_static(&shed, &p, "pgw2", false).ok);
+        assert!(!admitted_is_static(&bad, &p, "pgw2", false).ok);
         // A throttle series for pgw2 above 0.
         let mut s = story(10, 20.0);
         assert!(throttle_series(&s, &p, &["pgw1", "pgw2"]).ok);

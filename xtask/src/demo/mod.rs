@@ -497,7 +497,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
             final_throttle == 0.0 && peak_throttle > 0.0,
         ),
         checks::throttle_series(&o.samples, profile, &gateways),
-        checks::admitted_is_static_opts(&o.rows, profile, "pgw2", !with_doic),
+        checks::admitted_is_static(&o.rows, profile, "pgw2", !with_doic),
         Check::new(
             "Gy traffic was relayed to ocs1 and answered",
             "answers from ocs1 > 0",
