@@ -410,6 +410,9 @@ pub(crate) fn admitted_is_effective(
 
 /// A gateway without DRL admits min(offered, its static rate) throughout: a dynamic
 /// throttle of it would lower what it admits while its static limit binds.
+/// `need_limited`: CCR-I must have been limited in at least one window (not for a DOIC
+/// gateway, which sheds at the source and may never offer more than its limit for a
+/// whole window).
 pub(crate) fn admitted_is_static(
     rows: &[Row],
     p: &Profile,
