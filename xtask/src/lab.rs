@@ -405,13 +405,13 @@ pub fn up(bins: &Bins) -> Result<()> {
     redis.args(["--dir", STATE_DIR]);
     spawn_logged("redis", &mut redis)?;
     wait_redis()?;
-    start_servers(bins, SERVER_LATENCY)
+    start_servers(bins, SERVER_LATENCY, &|_| Vec::new())
 }
 
 /// Starts the simulated PCRFs and OCS (CCR service time `latency`, a `dra-loadgen
 /// server` latency such as `exp:2ms` or `fixed:100us`), each writing a Redis key per
-/// session.
-fn start_servers(bins: &Bins, latency: &str) -> Result<()> {
+/// session; `extra(server)`: more `dra-loadgen server` arguments for that server.
+fn start_servers(bins: &Bins, latency: &str, extra: &dyn Fn(&Server) -> Vec<String>) -> Result<()> {
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let mut c = command_in(&ns, &bins.loadgen)?;
@@ -435,6 +435,7 @@ fn start_servers(bins: &Bins, latency: &str) -> Result<()> {
         // Several Redis commands per CCR, as a session DB with several records per
         // session: enough work that the storm visibly loads Redis on a small VM.
         c.args(["--redis-extra-ops", "8"]);
+        c.args(extra(s));
         spawn_logged(s.name, &mut c)?;
     }
     for s in &SERVERS {
@@ -467,6 +468,16 @@ fn wait_listening(s: &Server) -> Result<()> {
 /// Stops the simulated servers of a lab that is up and starts them again with CCR
 /// service time `latency` (no agent may be connected to them: run it between runs).
 pub fn restart_servers(bins: &Bins, latency: &str) -> Result<()> {
+    restart_servers_with(bins, latency, &|_| Vec::new())
+}
+
+/// [`restart_servers`], with more `dra-loadgen server` arguments per server (`extra`,
+/// e.g. the DOIC bench's `--doic-capacity` for one of them).
+pub fn restart_servers_with(
+    bins: &Bins,
+    latency: &str,
+    extra: &dyn Fn(&Server) -> Vec<String>,
+) -> Result<()> {
     for s in &SERVERS {
         if let Ok(pid) = std::fs::read_to_string(pid_file(s.name))
             && let Ok(pid) = pid.trim().parse::<i32>()
@@ -475,7 +486,7 @@ pub fn restart_servers(bins: &Bins, latency: &str) -> Result<()> {
             stop_pid(pid, libc::SIGTERM, Duration::from_secs(3));
         }
     }
-    start_servers(bins, latency)
+    start_servers(bins, latency, extra)
 }
 
 fn wait_redis() -> Result<()> {

@@ -2,6 +2,7 @@
 
 mod coalesced;
 mod demo;
+mod doic;
 mod flood;
 mod ha;
 mod lab;
@@ -35,13 +36,16 @@ usage: cargo xtask <command> [args]
                    dra-loadgen, systemd unit, /etc/dra/dra.toml, man pages
                    (docs/operations.md); --check: the package test's checks on it
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
+  demo --doic      the same with DOIC: pgw2 a DOIC gateway (sheds its storm at the source),
+                   pcrf1 reporting overload (the agent diverts new sessions from it)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
   lab up|down|status --ha  the HA pair in namespaces draha-*: two DRA hosts (dra run,
                    XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
                    pcrf1/pcrf2/ocs1 (root; README, HA pair)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
-  bench [N]        every benchmark below but coalesced alone (root, ~25 min); N goes to the
-                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA table)
+  bench [N]        every benchmark below but coalesced alone (root, ~28 min); N goes to the
+                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA,
+                   DOIC table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99, CPU/request: `dra run` vs
                    freeDiameter and an Erlang/OTP relay, 100 in flight, 3 alternating rounds
@@ -270,9 +274,14 @@ fn real_main() -> Result<()> {
             package::cmd(&workspace_root(), rest)
         }
         "demo" => {
+            let with_doic = match rest {
+                [] => false,
+                [a] if a == "--doic" => true,
+                _ => bail!("usage: cargo xtask demo [--doic]"),
+            };
             toolchain::ensure()?;
             build(true)?;
-            demo::run(&workspace_root())
+            demo::run(&workspace_root(), with_doic)
         }
         "lab" => {
             if !is_root() {
@@ -321,7 +330,7 @@ fn real_main() -> Result<()> {
             }
             let (which, rest) = match rest.split_first() {
                 Some((w, r))
-                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha"]
+                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha", "doic"]
                         .contains(&w.as_str()) =>
                 {
                     (w.as_str(), r)
@@ -361,6 +370,12 @@ fn real_main() -> Result<()> {
                     bail!("bench ha takes no arguments");
                 }
                 ha::preflight()?;
+            }
+            if which == "doic" || which == "all" {
+                if which == "doic" && !rest.is_empty() {
+                    bail!("bench doic takes no arguments (its configs are config/bench/*.toml)");
+                }
+                doic::preflight(&root)?;
             }
             let since = std::time::SystemTime::now();
             if which == "all" || which == "xdp" {
@@ -422,6 +437,13 @@ fn real_main() -> Result<()> {
                 }
                 eprintln!("xtask: bench ha (HA pair)");
                 ha::bench::run(&root)?;
+            }
+            if which == "all" || which == "doic" {
+                if which == "doic" {
+                    build(true)?;
+                }
+                eprintln!("xtask: bench doic (DOIC)");
+                doic::run(&root)?;
             }
             if which == "all" {
                 report::aggregate(&root, since)?;

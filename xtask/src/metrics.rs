@@ -82,7 +82,10 @@ impl Snap {
 
     /// Sum of the series `name` whose labels include all of `want`.
     pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        self.matching(name, want).map(|s| s.value).sum()
+        self.matching(name, want)
+            .map(|s| s.value)
+            // From +0.0: `sum()` of no series is -0.0, printed "-0" in results.
+            .fold(0.0, |a, v| a + v)
     }
 
     /// The values of `label` on the series `name` whose labels include all of `want`.
@@ -224,6 +227,8 @@ dra_db_cpu_percent 4.5
         assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
         assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
         assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
+        // No such series: +0.0, not -0.0 (printed "-0").
+        assert!(s.sum("dra_no_such_metric", &[]).is_sign_positive());
         let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
         assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
     }

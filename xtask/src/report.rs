@@ -161,7 +161,7 @@ fn stored_rows(
     Ok(rows)
 }
 
-/// After `bench` ran xdp, relay, storm, flood and ha: writes `bench/results/<date>.json` and
+/// After `bench` ran xdp, relay, storm, flood, ha and doic: writes `bench/results/<date>.json` and
 /// `.md` and prints the table.
 pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let xdp = read_fresh(root, XDP_LATEST, since)?;
@@ -194,6 +194,8 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     table.extend(coalesced);
     let ha = read_fresh(root, crate::ha::bench::HA_LATEST, since)?;
     table.extend(crate::ha::bench::table_rows(&ha));
+    let doic = read_fresh(root, crate::doic::DOIC_LATEST, since)?;
+    table.extend(crate::doic::table_rows(&doic));
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -215,6 +217,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         "flood_runs": flood.get("runs"),
         "coalesced": storm.get("coalesced"),
         "ha": ha,
+        "doic": doic,
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
     });
     let json_path = root.join(format!("bench/results/{date}.json"));

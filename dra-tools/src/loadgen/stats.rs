@@ -58,6 +58,8 @@ pub struct ClassRow {
     pub unanswered: u64,
     /// Requests in flight at the end of the second.
     pub in_flight: u64,
+    /// New sessions the gateways shed in this second as DOIC reacting nodes (`--doic`).
+    pub doic_shed: u64,
 }
 
 /// One JSON line per second.
@@ -345,6 +347,7 @@ impl Stats {
         self.total[i].sent = self.total[i].sent.saturating_sub(1);
         self.second[i].sent = self.second[i].sent.saturating_sub(1);
         self.total[i].doic_shed += 1;
+        self.second[i].doic_shed += 1;
         self.in_flight[i] = self.in_flight[i].saturating_sub(1);
     }
 
@@ -374,6 +377,7 @@ impl Stats {
                 || !cur.answered.is_empty()
                 || cur.timeouts > 0
                 || cur.unanswered > 0
+                || cur.doic_shed > 0
                 || self.in_flight[i] > 0;
             if !active {
                 continue;
@@ -401,6 +405,7 @@ impl Stats {
                     timeouts: cur.timeouts,
                     unanswered: cur.unanswered,
                     in_flight: self.in_flight[i],
+                    doic_shed: cur.doic_shed,
                 },
             );
         }

@@ -6,6 +6,13 @@
 //! (hickory-proto habit): the two mandatory OC-OLR members, sizes, a known report type.
 //! Unknown members (`* [ AVP ]` in both ABNFs) are skipped. Every DOIC AVP is built
 //! without the M bit (RFC 7683 §7, RFC 8581, RFC 8582: "MUST NOT").
+//!
+//! Citations: RFC 7683 §7.1–§7.8 (codes 621–627, types, the M-bit table, §7.5's default
+//! and maximum, §7.7's "greater than 100 are ignored") were checked against its text.
+//! RFC 8581 (OC-Peer-Algo 648, SourceID 649, PEER_REPORT = 2, OLR_PEER_REPORT 0x10) and
+//! RFC 8582 (OC-Maximum-Rate 670, OLR_RATE_ALGORITHM 0x4) are unverified here: only
+//! their first pages were available (648, 649 and 0x10 agree with a third-party
+//! implementation quoting RFC 8581).
 
 use crate::diameter::dictionary::enums::oc_report_type;
 use crate::diameter::{Avp, AvpDataError, Message, avp_code as c};

@@ -7,7 +7,7 @@
 //!   (the ingress limits and DRL throttle it enforces on a gateway) as peer reports,
 //!   loss or rate.
 //! - [`reactor`]: the DRA as a reacting node towards its servers — their host, realm and
-//!   peer loss reports as overload control state and the abatement decision (wired
+//!   peer reports (loss or rate) as overload control state and the abatement decision (wired
 //!   into the agent by `agent::core::react`).
 //!
 //! What is implemented and what is not: `docs/doic.md`.
@@ -20,5 +20,5 @@ pub mod reporter;
 mod tests;
 
 pub use avps::{DoicAvpError, Olr, ReportType, SupportedFeatures};
-pub use reactor::{OcsKey, Reactor, ReactorStats, Received, Verdict};
+pub use reactor::{Asked, OcsKey, Reactor, ReactorStats, Received, Verdict};
 pub use reporter::{Algorithm, ClassLimit, GatewayConfig, Report, Reporter, Sent};

@@ -1,6 +1,6 @@
-//! The DRA as a DOIC reacting node towards its servers (RFC 7683 §5.2, §6 loss; RFC
-//! 8581 peer reports), sans-IO: the state and the abatement decision, tested on fake
-//! time. The agent (`agent::core::forward`) shows it every answer from a server with
+//! The DRA as a DOIC reacting node towards its servers (RFC 7683 §5.2.2, §6 loss; RFC
+//! 8582 rate; RFC 8581 peer reports), sans-IO: the state and the abatement decision,
+//! tested on fake time. The agent (`agent::core::forward`) shows it every answer from a server with
 //! `doic = true` and asks it about every request routed to one (docs/doic.md).
 //!
 //! - [`Reactor::on_answer`]: every OC-OLR in an answer from a server is checked and
@@ -11,8 +11,9 @@
 //!   is ignored (stale or duplicate, counted); validity 0 ends it at once; otherwise it
 //!   expires after its validity (30 s when absent). A peer report whose SourceID is not
 //!   the peer that sent the answer is ignored and counted (RFC 8581: it was relayed from
-//!   further away). Only the loss algorithm is implemented here: a report without
-//!   OC-Reduction-Percentage, or above 100 (RFC 7683 §7.7), is ignored and counted.
+//!   further away). A report with OC-Maximum-Rate is a rate report (RFC 8582); any other
+//!   is a loss report, which needs OC-Reduction-Percentage ≤ 100 (RFC 7683 §7.7):
+//!   without it, or above 100, it is ignored and counted.
 //! - [`Reactor::admit`]: whether a request about to be sent to a server goes, or is
 //!   abated by a report that applies to it: host reports to requests for that host
 //!   (Destination-Host, or the server routing chose), realm reports to requests for that
@@ -20,12 +21,23 @@
 //!   Loss is exact and deterministic rather than random: each request adds the
 //!   reduction to a per-report debt, and a request pays 100 of it by being shed. CCR-I
 //!   pay first; CCR-U and other requests only once the debt is over 200 (not enough
-//!   CCR-I to pay it); CCR-T only over 300 — shed last, as RFC 7683's appendix suggests
+//!   CCR-I to pay it); CCR-T only over 300 — shed last, as RFC 7683 Appendix C.4 suggests
 //!   for session-ending requests. The debt is capped at 400.
+//!   Rate (RFC 8582; its section numbers are not cited here: only the first page of its
+//!   text was available to check against) keeps the requests sent under the report at
+//!   most its OC-Maximum-Rate per second with a GCRA (`dra_common::gcra`, the project's
+//!   one token bucket) per report, the same priorities as loss: a request goes if it
+//!   conforms with a tolerance of [`RATE_TOLERANCE_MS`] for its class — CCR-I the
+//!   smallest, CCR-T the largest — so when the rate is short CCR-I are abated first
+//!   and CCR-T last, while every request sent moves the bucket (the long-run rate of
+//!   all classes together is the maximum rate). When several reports apply, the
+//!   strongest loss report decides first, then every rate report must admit the
+//!   request.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use dra_common::gcra;
 use dra_common::wire::cc_request_type as crt;
 
 use super::avps::{Olr, ReportType};
@@ -33,6 +45,9 @@ use crate::diameter::Message;
 
 /// Largest debt a report keeps (see the module docs).
 const MAX_DEBT: u32 = 400;
+/// Rate reports: the GCRA tolerance (ms of the bucket ahead of now) a request may find
+/// and still go: CCR-I, other requests (CCR-U, non-CC), CCR-T.
+pub const RATE_TOLERANCE_MS: [u64; 3] = [100, 200, 300];
 
 /// The key of one piece of overload control state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -48,9 +63,39 @@ pub struct OcsKey {
 #[derive(Clone, Debug)]
 struct Entry {
     sequence: u64,
-    reduction: u32,
     expires: Duration,
-    debt: u32,
+    abatement: Abatement,
+}
+
+/// What a report asks for and the state its algorithm keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Abatement {
+    /// RFC 7683 §6: shed this percentage (debt: see the module docs).
+    Loss { reduction: u32, debt: u32 },
+    /// RFC 8582: at most `max_rate` requests per second (GCRA state `tat_ns`).
+    Rate { max_rate: u32, tat_ns: u64 },
+}
+
+/// A report in force, as `dra status` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Loss: the reduction, percent.
+    Loss(u32),
+    /// Rate: the maximum rate, requests per second.
+    Rate(u32),
+}
+
+impl Entry {
+    fn reduction(&self) -> Option<u32> {
+        match self.abatement {
+            Abatement::Loss { reduction, .. } => Some(reduction),
+            Abatement::Rate { .. } => None,
+        }
+    }
+}
+
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What became of one received OC-OLR.
@@ -66,7 +111,7 @@ pub enum Received {
     Duplicate(OcsKey),
     /// A peer report whose SourceID is not the sending peer's: ignored.
     SourceMismatch,
-    /// Malformed, or not a loss report: ignored.
+    /// Malformed, or a loss report without a usable percentage: ignored.
     Unusable,
 }
 
@@ -90,7 +135,7 @@ pub struct ReactorStats {
     pub stale: u64,
     /// Peer reports with a foreign SourceID ignored.
     pub source_mismatch: u64,
-    /// Malformed or non-loss reports ignored.
+    /// Malformed or unusable reports ignored.
     pub unusable: u64,
     /// Requests abated.
     pub abated: u64,
@@ -114,12 +159,23 @@ impl Reactor {
         self.stats
     }
 
-    /// The reduction in force under `key`, if any.
+    /// The loss reduction in force under `key`, if any.
     pub fn reduction(&self, now: Duration, key: &OcsKey) -> Option<u32> {
         self.ocs
             .get(key)
             .filter(|e| e.expires > now)
-            .map(|e| e.reduction)
+            .and_then(Entry::reduction)
+    }
+
+    /// The maximum rate in force under `key` (a rate report), if any.
+    pub fn max_rate(&self, now: Duration, key: &OcsKey) -> Option<u32> {
+        self.ocs
+            .get(key)
+            .filter(|e| e.expires > now)
+            .and_then(|e| match e.abatement {
+                Abatement::Rate { max_rate, .. } => Some(max_rate),
+                Abatement::Loss { .. } => None,
+            })
     }
 
     /// The OC-OLRs of `answer`, received from the peer whose identity is `from_peer`.
@@ -164,7 +220,7 @@ impl Reactor {
                 answer.application_id
             },
         };
-        // RFC 7683 §5.2: only a higher sequence number replaces the state.
+        // RFC 7683 §5.2.1.3: only a higher sequence number replaces the state.
         if let Some(e) = self.ocs.get(&key).filter(|e| e.expires > now) {
             if o.sequence < e.sequence {
                 return Received::Stale(key);
@@ -174,35 +230,55 @@ impl Reactor {
             }
         }
         if o.validity == Some(0) {
-            // RFC 7683 §7.5, §5.2: the end of the overload.
+            // RFC 7683 §5.2.1.3: validity 0 expires the state (the end of the overload).
             self.ocs.remove(&key);
             return Received::Ended(key);
         }
-        // RFC 7683 §7.7: a loss report needs its percentage; above 100 is ignored.
-        let Some(reduction) = o.reduction.filter(|r| *r <= 100) else {
-            return Received::Unusable;
+        let old = self.ocs.get(&key).map(|e| e.abatement);
+        let abatement = if let Some(max_rate) = o.max_rate {
+            // RFC 8582: a rate report; a bucket already running for this key keeps its
+            // state (a new number with another rate must not grant a fresh burst).
+            let tat_ns = match old {
+                Some(Abatement::Rate { tat_ns, .. }) => tat_ns,
+                _ => nanos(now),
+            };
+            Abatement::Rate { max_rate, tat_ns }
+        } else {
+            // RFC 7683 §7.7: a loss report needs its percentage; above 100 is ignored.
+            let Some(reduction) = o.reduction.filter(|r| *r <= 100) else {
+                return Received::Unusable;
+            };
+            let debt = match old {
+                Some(Abatement::Loss { debt, .. }) => debt,
+                _ => 0,
+            };
+            Abatement::Loss { reduction, debt }
         };
         let expires = now + Duration::from_secs(u64::from(o.validity_secs()));
-        let debt = self.ocs.get(&key).map_or(0, |e| e.debt);
         self.ocs.insert(
             key.clone(),
             Entry {
                 sequence: o.sequence,
-                reduction,
                 expires,
-                debt,
+                abatement,
             },
         );
         Received::Applied(key)
     }
 
-    /// The reports in force: key, reduction, sequence number, time left; sorted.
-    pub fn active(&self, now: Duration) -> Vec<(OcsKey, u32, u64, Duration)> {
+    /// The reports in force: key, what it asks for, sequence number, time left; sorted.
+    pub fn active(&self, now: Duration) -> Vec<(OcsKey, Asked, u64, Duration)> {
         let mut v: Vec<_> = self
             .ocs
             .iter()
             .filter(|(_, e)| e.expires > now)
-            .map(|(k, e)| (k.clone(), e.reduction, e.sequence, e.expires - now))
+            .map(|(k, e)| {
+                let asked = match e.abatement {
+                    Abatement::Loss { reduction, .. } => Asked::Loss(reduction),
+                    Abatement::Rate { max_rate, .. } => Asked::Rate(max_rate),
+                };
+                (k.clone(), asked, e.sequence, e.expires - now)
+            })
             .collect();
         v.sort_by(|a, b| {
             (&a.0.name, a.0.report_type.value(), a.0.application_id).cmp(&(
@@ -214,8 +290,8 @@ impl Reactor {
         v
     }
 
-    /// The largest reduction in force towards the server `host` (its host reports, any
-    /// application, and its peer report); 0 when none.
+    /// The largest loss reduction in force towards the server `host` (its host reports,
+    /// any application, and its peer report); 0 when none.
     pub fn reduction_towards(&self, now: Duration, host: &str) -> u32 {
         self.ocs
             .iter()
@@ -224,7 +300,7 @@ impl Reactor {
                     && k.report_type != ReportType::Realm
                     && k.name.eq_ignore_ascii_case(host)
             })
-            .map(|(_, e)| e.reduction)
+            .filter_map(|(_, e)| e.reduction())
             .max()
             .unwrap_or(0)
     }
@@ -263,33 +339,67 @@ impl Reactor {
                 application_id: 0,
             },
         ];
-        // The report asking for the largest reduction decides.
-        let Some(key) = candidates
+        let applying: Vec<OcsKey> = candidates
             .into_iter()
             .filter(|k| host_and_realm || k.report_type == ReportType::Peer)
             .filter(|k| self.ocs.contains_key(k))
-            .max_by_key(|k| self.ocs[k].reduction)
-        else {
+            .collect();
+        if applying.is_empty() {
             return Verdict::Send;
-        };
-        let threshold = match (req.command_code, req.cc_request_type()) {
-            (dra_common::wire::cmd::CREDIT_CONTROL, Some(t)) if t == u32::from(crt::INITIAL) => 100,
+        }
+        // CCR-I first (0), other requests (1), CCR-T last (2).
+        let priority = match (req.command_code, req.cc_request_type()) {
+            (dra_common::wire::cmd::CREDIT_CONTROL, Some(t)) if t == u32::from(crt::INITIAL) => 0,
             (dra_common::wire::cmd::CREDIT_CONTROL, Some(t))
                 if t == u32::from(crt::TERMINATION) =>
             {
-                300
+                2
             }
-            _ => 200,
+            _ => 1,
         };
-        let e = self.ocs.get_mut(&key).expect("present");
-        e.debt = (e.debt + e.reduction).min(MAX_DEBT);
-        if e.debt >= threshold {
-            e.debt -= 100;
-            self.stats.abated += 1;
-            Verdict::Abate(key)
-        } else {
-            Verdict::Send
+        // Loss: the report asking for the largest reduction decides.
+        if let Some(key) = applying
+            .iter()
+            .filter(|k| self.ocs[*k].reduction().is_some())
+            .max_by_key(|k| self.ocs[*k].reduction())
+            .cloned()
+        {
+            let e = self.ocs.get_mut(&key).expect("present");
+            if let Abatement::Loss { reduction, debt } = &mut e.abatement {
+                *debt = (*debt + *reduction).min(MAX_DEBT);
+                if *debt >= 100 * (priority + 1) {
+                    *debt -= 100;
+                    self.stats.abated += 1;
+                    return Verdict::Abate(key);
+                }
+            }
         }
+        // Rate: every rate report must admit it; only then is it charged to them.
+        let t = nanos(now);
+        let tolerance = RATE_TOLERANCE_MS[priority as usize] * 1_000_000;
+        let mut charged = Vec::new();
+        for key in &applying {
+            if let Abatement::Rate { max_rate, tat_ns } = self.ocs[key].abatement {
+                let interval = gcra::Rate::new(f64::from(max_rate), 1).interval_ns;
+                match gcra::conforms(tat_ns, t, interval, tolerance) {
+                    Some(next) => charged.push((key.clone(), next)),
+                    None => {
+                        self.stats.abated += 1;
+                        return Verdict::Abate(key.clone());
+                    }
+                }
+            }
+        }
+        for (key, next) in charged {
+            if let Some(Entry {
+                abatement: Abatement::Rate { tat_ns, .. },
+                ..
+            }) = self.ocs.get_mut(&key)
+            {
+                *tat_ns = next;
+            }
+        }
+        Verdict::Send
     }
 }
 
@@ -368,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn ccr_i_shed_first_ccr_t_last_rfc7683_appendix() {
+    fn ccr_i_shed_first_ccr_t_last_rfc7683_appendix_c4() {
         // 1000 requests: per 10, 5 CCR-I, 4 CCR-U, 1 CCR-T. Returns (I, U, T) shed.
         fn run(reduction: u32) -> (u32, u32, u32) {
             let mut r = Reactor::new();
@@ -407,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn stale_and_duplicate_reports_are_ignored_and_counted_rfc7683_5_2() {
+    fn stale_and_duplicate_reports_are_ignored_and_counted_rfc7683_5_2_1_3() {
         let mut r = Reactor::new();
         let a = |seq, red| answer(app::GX, &[olr(ReportType::Host, seq, Some(red), None)]);
         r.on_answer(secs(0), PCRF, &a(5, 40));
@@ -532,5 +642,137 @@ mod tests {
         assert_eq!(n, 10);
         assert_eq!(r.active(secs(1)).len(), 2);
         assert!(r.active(secs(11)).is_empty());
+    }
+
+    fn rate_olr(seq: u64, max_rate: u32, validity: Option<u32>) -> Olr {
+        Olr {
+            max_rate: Some(max_rate),
+            ..olr(ReportType::Host, seq, None, validity)
+        }
+    }
+
+    fn ms(m: u64) -> Duration {
+        Duration::from_millis(m)
+    }
+
+    // RFC 8582 (rate algorithm; section numbers unverified, see the module docs): a
+    // reacting node sends at most OC-Maximum-Rate requests per second to the reporter.
+    #[test]
+    fn rate_report_sends_at_most_the_maximum_rate_rfc8582() {
+        let mut r = Reactor::new();
+        let got = r.on_answer(
+            secs(0),
+            PCRF,
+            &answer(app::GX, &[rate_olr(1, 100, Some(30))]),
+        );
+        assert!(matches!(got[..], [Received::Applied(_)]));
+        let key = OcsKey {
+            report_type: ReportType::Host,
+            name: PCRF.into(),
+            application_id: app::GX,
+        };
+        assert_eq!(
+            (r.max_rate(secs(0), &key), r.reduction(secs(0), &key)),
+            (Some(100), None)
+        );
+        assert_eq!(r.active(secs(0))[0].1, Asked::Rate(100));
+        // CCR-I offered at 1000/s for 5 s (one per ms).
+        let req = ccr(app::GX, crt::INITIAL, None);
+        let sent = (0..5000u64)
+            .filter(|k| r.admit(ms(*k), &req, PCRF, PCRF, true) == Verdict::Send)
+            .count();
+        // 100/s for 5 s, plus what the CCR-I tolerance (100 ms: 10 requests) lets through
+        // at the start.
+        assert!((500..=511).contains(&sent), "{sent}");
+        // Another host is not concerned.
+        let other = ccr(app::GX, crt::INITIAL, Some("pcrf2.pcrf.example"));
+        assert_eq!(
+            r.admit(ms(5000), &other, "pcrf2.pcrf.example", "x", true),
+            Verdict::Send
+        );
+    }
+
+    // RFC 8582 with RFC 7683 Appendix C.4's priorities: when the rate is short, CCR-I are
+    // abated first, CCR-T last; the total still keeps to the rate.
+    #[test]
+    fn rate_abates_ccr_i_first_ccr_t_last_rfc8582_rfc7683_appendix_c4() {
+        let mut r = Reactor::new();
+        r.on_answer(secs(0), PCRF, &answer(app::GX, &[rate_olr(1, 100, None)]));
+        // 4 s: CCR-I every 2 ms (500/s), CCR-U every 20 ms (50/s), CCR-T every 40 ms
+        // (25/s): 575/s offered against 100/s.
+        let (mut i, mut u, mut t) = (0, 0, 0);
+        let (mut u_off, mut t_off) = (0, 0);
+        for k in (0..4000u64).step_by(2) {
+            let mut go = |rt: u8| r.admit(ms(k), &ccr(app::GX, rt, None), PCRF, PCRF, true);
+            if k % 40 == 0 {
+                t_off += 1;
+                t += usize::from(go(crt::TERMINATION) == Verdict::Send);
+            }
+            if k % 20 == 0 {
+                u_off += 1;
+                u += usize::from(go(crt::UPDATE) == Verdict::Send);
+            }
+            i += usize::from(go(crt::INITIAL) == Verdict::Send);
+        }
+        assert_eq!(
+            (t, u),
+            (t_off, u_off),
+            "CCR-T and CCR-U abated while CCR-I were sent"
+        );
+        let total = i + u + t;
+        // 4 s at 100/s, plus at most the largest tolerance (300 ms: 30 requests) and one.
+        assert!((400..=431).contains(&total), "{i} + {u} + {t}");
+        assert!(i < 200, "CCR-I take only what is left: {i}");
+    }
+
+    // RFC 7683 §5.2.1.3 (a higher number updates the state), §7.5 (validity 0 ends it):
+    // a new rate keeps the bucket (no fresh burst), the end report lifts it.
+    #[test]
+    fn rate_report_updated_without_a_new_burst_then_ended_rfc7683_5_2_1_3() {
+        let mut r = Reactor::new();
+        r.on_answer(secs(0), PCRF, &answer(app::GX, &[rate_olr(1, 100, None)]));
+        let req = ccr(app::GX, crt::INITIAL, None);
+        let send = |r: &mut Reactor, from: u64, to: u64| {
+            (from..to)
+                .filter(|k| r.admit(ms(*k), &req, PCRF, PCRF, true) == Verdict::Send)
+                .count()
+        };
+        assert!((100..=111).contains(&send(&mut r, 0, 1000)));
+        // Halved at 1 s: the second after sends about 50, not a new burst.
+        r.on_answer(ms(1000), PCRF, &answer(app::GX, &[rate_olr(2, 50, None)]));
+        let n = send(&mut r, 1000, 2000);
+        assert!((45..=56).contains(&n), "{n}");
+        // A stale number is ignored.
+        let got = r.on_answer(ms(2000), PCRF, &answer(app::GX, &[rate_olr(1, 1000, None)]));
+        assert!(matches!(got[..], [Received::Stale(_)]));
+        let n = send(&mut r, 2000, 3000);
+        assert!((45..=56).contains(&n), "{n}");
+        r.on_answer(ms(3000), PCRF, &answer(app::GX, &[rate_olr(3, 0, Some(0))]));
+        assert_eq!(send(&mut r, 3000, 3100), 100);
+    }
+
+    // A loss report and a rate report towards the same server both apply: the loss
+    // decides first, then the rate must admit what loss lets through (RFC 7683 §5.2.2:
+    // a request matching an active OCS gets its algorithm's treatment).
+    #[test]
+    fn loss_and_rate_reports_both_apply_rfc7683_5_2_2() {
+        let mut r = Reactor::new();
+        r.on_answer(
+            secs(0),
+            PCRF,
+            &answer(app::GX, &[olr(ReportType::Host, 1, Some(50), None)]),
+        );
+        let peer_rate = Olr {
+            max_rate: Some(100),
+            ..olr(ReportType::Peer, 1, None, None)
+        };
+        r.on_answer(secs(0), PCRF, &answer(app::GX, &[peer_rate]));
+        let req = ccr(app::GX, crt::INITIAL, None);
+        // 1000/s offered for 2 s: loss lets 500/s through, the rate 100/s of those.
+        let sent = (0..2000u64)
+            .filter(|k| r.admit(ms(*k), &req, PCRF, PCRF, true) == Verdict::Send)
+            .count();
+        assert!((200..=212).contains(&sent), "{sent}");
+        assert_eq!(r.reduction_towards(secs(1), PCRF), 50);
     }
 }

@@ -1,6 +1,11 @@
 //! The DRA as a DOIC reporting node towards its gateways (RFC 7683 §5, RFC 8581 peer
 //! reports, RFC 8582 rate algorithm), sans-IO.
 //!
+//! Citations: the RFC 7683 sections below were checked against its text (§5.1.2,
+//! §5.2.1.3, §5.2.1.4, §5.2.3, §6, §7.5); RFC 8581 and RFC 8582 are cited by name
+//! only, their rules as remembered — unverified (only their first pages were available
+//! to check against).
+//!
 //! # Driving table
 //!
 //! - [`Reporter::on_request`], every request from a gateway (marked ones too):
@@ -41,16 +46,16 @@
 //! 90 % of its maximum rate (rate: an obeying gateway never exceeds it). After
 //! [`END_AFTER_WINDOWS`] windows without overload the end is reported explicitly:
 //! OC-Validity-Duration 0 (and OC-Reduction-Percentage 0 for loss) with a new sequence
-//! number (RFC 7683 §5.2, §7.5), carried for one validity period, after which the
+//! number (RFC 7683 §5.2.1.4, §5.2.3), carried for one validity period, after which the
 //! gateway's copy would have expired anyway and answers carry no OC-OLR again.
 //!
 //! # Capability and selection
 //!
 //! - Answers carry OC-Supported-Features only for gateways whose request carried one
-//!   (RFC 7683 §5.1: a reporting node never announces DOIC to a node that did not):
+//!   (RFC 7683 §5.1.2: a reporting node never announces DOIC to a node that did not):
 //!   gateways without DOIC see nothing new. For the agent's own answers that is the
 //!   request itself; for relayed answers, the latest request from that gateway (RFC
-//!   7683 §5.1: a reacting node puts OC-Supported-Features in every request).
+//!   7683 §5.1.1: a reacting node puts OC-Supported-Features in every request).
 //! - Peer reports need the gateway to announce OLR_PEER_REPORT with its own identity
 //!   as SourceID (RFC 8581: a SourceID that is not the sending peer's means the
 //!   announcement came through a non-supporting agent and must be ignored). Such a
@@ -58,7 +63,7 @@
 //!   without it gets the loss bit only and no OC-OLR (a host report would be misread
 //!   as the server's).
 //! - The peer-report algorithm is the first of our configured algorithms the gateway
-//!   supports; loss when none (every DOIC node supports loss, RFC 7683 §6).
+//!   supports; loss when none (every DOIC node supports loss, RFC 7683 §4.2, §6.1).
 //! - A relayed answer that already has OC-Supported-Features (a DOIC server's
 //!   selection for its host/realm reports) keeps its feature vector; we add the peer
 //!   bit, our SourceID and OC-Peer-Algo, replacing the server's (RFC 8581: the peer
@@ -69,10 +74,10 @@
 //!
 //! Per gateway, starting at a base the caller chooses (the agent: milliseconds since
 //! the Unix epoch at start, so a restarted agent's reports are newer than the old
-//! ones; RFC 7683 §7.4 receivers drop reports whose number is not higher). Every change
-//! of the report's content takes the next number, and so does an unchanged report once
-//! half its validity has passed, so the gateway's copy (timed from the first receipt of
-//! a number, §7.5) never expires under it.
+//! ones, RFC 7683 §5.2.1.4; receivers drop reports whose number is not higher,
+//! §5.2.1.3). Every change of the report's content takes the next number, and so does
+//! an unchanged report once half its validity has passed, so the gateway's copy (timed
+//! from the first receipt of a number, §7.5) never expires under it.
 
 use std::time::Duration;
 
@@ -325,7 +330,7 @@ impl Reporter {
         let Some(Some(g)) = self.gateways.get_mut(gw) else {
             return None;
         };
-        // RFC 7683 §5.1: only to a request that announced DOIC.
+        // RFC 7683 §5.1.2: only to a request that announced DOIC.
         let caps = request_caps?;
         let peer_ok = peer_capable(caps, &g.cfg.origin_host);
         let algorithm = select(&g.cfg.algorithms, caps.features());
@@ -416,7 +421,7 @@ fn peer_capable(caps: &SupportedFeatures, origin_host: &str) -> bool {
 }
 
 /// The first of `ours` the gateway supports; loss, which every DOIC node supports
-/// (RFC 7683 §6), when none is.
+/// (RFC 7683 §6.1), when none is.
 pub fn select(ours: &[Algorithm], features: u64) -> Algorithm {
     ours.iter()
         .copied()
@@ -556,7 +561,7 @@ impl Gateway {
             }
             (Some(p), false) => {
                 if calm + 1 >= END_AFTER_WINDOWS {
-                    // RFC 7683 §5.2: the end is reported, not left to expire.
+                    // RFC 7683 §5.2.3: the end is reported, not left to expire.
                     self.sequence += 1;
                     let algorithm = match p {
                         Report::Reduction(_) => Algorithm::Loss,

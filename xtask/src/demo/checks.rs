@@ -410,7 +410,15 @@ pub(crate) fn admitted_is_effective(
 
 /// A gateway without DRL admits min(offered, its static rate) throughout: a dynamic
 /// throttle of it would lower what it admits while its static limit binds.
-pub(crate) fn admitted_is_static(rows: &[Row], p: &Profile, peer: &str) -> Check {
+/// `need_limited`: CCR-I must have been limited in at least one window (not for a DOIC
+/// gateway, which sheds at the source and may never offer more than its limit for a
+/// whole window).
+pub(crate) fn admitted_is_static(
+    rows: &[Row],
+    p: &Profile,
+    peer: &str,
+    need_limited: bool,
+) -> Check {
     let mut ok = true;
     let mut saw = Vec::new();
     for class in ["gx_ccr_i", "gx_ccr_t"] {
@@ -420,14 +428,19 @@ pub(crate) fn admitted_is_static(rows: &[Row], p: &Profile, peer: &str) -> Check
         let ws = windows(rows, peer, class, |_| Some(stat));
         let (within, bound, s) = judge(&ws, |_| true);
         // CCR-T follows the admitted CCR-I: it need not exceed its limit.
-        ok &= within && (bound || class == "gx_ccr_t");
+        ok &= within && (bound || class == "gx_ccr_t" || !need_limited);
         saw.push(format!("{class} ({stat:.0}/s): {s}"));
     }
     Check::new(
         format!("{peer} was never throttled: it admits min(offered, static rate)"),
         format!(
-            "admitted = min(offered, static) ± {:.0} % in steady windows, CCR-I limited in ≥ 1",
-            100.0 * RATE_TOLERANCE
+            "admitted = min(offered, static) ± {:.0} % in steady windows{}",
+            100.0 * RATE_TOLERANCE,
+            if need_limited {
+                ", CCR-I limited in ≥ 1"
+            } else {
+                " (DOIC gateway: need not be limited)"
+            }
         ),
         saw.join("; "),
         ok && !saw.is_empty(),
@@ -681,12 +694,18 @@ mod tests {
         let p = profile();
         // pgw2 offered 400/s, static 200/s, admitted 200/s: not throttled.
         let ok = rows(|_| 400.0, |_| 200.0, 1000.0);
-        assert!(admitted_is_static(&ok, &p, "pgw2").ok);
+        assert!(admitted_is_static(&ok, &p, "pgw2", true).ok);
         // Throttled by 50 %: admitted 100/s.
         let bad = rows(|_| 400.0, |_| 100.0, 1000.0);
-        let c = admitted_is_static(&bad, &p, "pgw2");
+        let c = admitted_is_static(&bad, &p, "pgw2", true);
         assert!(!c.ok);
         assert!(c.saw.contains("admitted 100/s (-50.0 %)"), "{}", c.saw);
+        // A DOIC gateway that never offers more than its limit: fine without a limited
+        // window, but still not when throttled.
+        let shed = rows(|_| 150.0, |_| 150.0, 1000.0);
+        assert!(!admitted_is_static(&shed, &p, "pgw2", true).ok);
+        assert!(admitted_is_static(&shed, &p, "pgw2", false).ok);
+        assert!(!admitted_is_static(&bad, &p, "pgw2", false).ok);
         // A throttle series for pgw2 above 0.
         let mut s = story(10, 20.0);
         assert!(throttle_series(&s, &p, &["pgw1", "pgw2"]).ok);

@@ -7,9 +7,11 @@
 //! the dra namespace) is scraped every 250 ms over the whole run ([`series`]); a live
 //! view refreshes each second; at the end a summary, CSVs and a PNG in
 //! results/demo-<timestamp>/, and the story checks ([`checks`]) decide the exit code.
-//! The lab is always removed (guard + SIGINT/SIGTERM handling).
+//! The lab is always removed (guard + SIGINT/SIGTERM handling). `--doic`: the same story
+//! with DOIC ([`doic`]): pgw2 a DOIC gateway, pcrf1 reporting overload.
 
 mod checks;
+mod doic;
 mod profile;
 mod series;
 mod view;
@@ -74,8 +76,8 @@ struct Outcome {
     clients: BTreeMap<String, serde_json::Value>,
 }
 
-/// `cargo xtask demo` (after the toolchain bootstrap and the release build).
-pub fn run(root: &Path) -> Result<()> {
+/// `cargo xtask demo [--doic]` (after the toolchain bootstrap and the release build).
+pub fn run(root: &Path, with_doic: bool) -> Result<()> {
     if !crate::is_root() {
         bail!("the demo builds network namespaces and attaches XDP: run it as root");
     }
@@ -93,13 +95,23 @@ pub fn run(root: &Path) -> Result<()> {
         let _lab = lab::LabGuard;
         eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
         lab::up(&bins)?;
-        story(root, &bins, &profile, &out_dir)
+        if with_doic {
+            eprintln!(
+                "xtask: DOIC story: {} reports overload (servers restarted); {} is a DOIC \
+                 gateway; agent config {}",
+                doic::REPORTER,
+                doic::GATEWAY,
+                doic::CONFIG
+            );
+            lab::restart_servers_with(&bins, lab::SERVER_LATENCY, &doic::server_args)?;
+        }
+        story(root, &bins, &profile, &out_dir, with_doic)
     };
     // The guard has removed the lab; make sure nothing is left.
     let left_ns = lab::namespaces();
     let left_pins = Path::new(PIN_DIR).exists();
     let outcome = result?;
-    let checks = report(&outcome, &profile, &out_dir)?;
+    let checks = report(&outcome, &profile, &out_dir, with_doic)?;
     println!(
         "run time {:.0} s; results in {}",
         started.elapsed().as_secs_f64(),
@@ -114,12 +126,19 @@ pub fn run(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outcome> {
+fn story(
+    root: &Path,
+    bins: &Bins,
+    profile: &Profile,
+    out: &Path,
+    with_doic: bool,
+) -> Result<Outcome> {
     // The agent, in the dra namespace (network namespace only: its pins must be global).
     let mut dra_cmd = lab::command_in(NS_DRA, &bins.dra)?;
+    let config = if with_doic { doic::CONFIG } else { LAB_CONFIG };
     dra_cmd
         .args(["run", "--config"])
-        .arg(root.join(LAB_CONFIG))
+        .arg(root.join(config))
         .args([
             "--iface",
             DRA_CLIENT_IF,
@@ -191,6 +210,9 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
         .arg(out.join(format!("{peer}-rows.jsonl")))
         .arg("--summary-json")
         .arg(out.join(format!("{peer}-summary.json")));
+        if with_doic && peer == doic::GATEWAY {
+            c.arg("--doic");
+        }
         let child = spawn_to(&out.join(format!("{peer}.log")), peer, &mut c)?;
         clients.push(Proc::new(peer, child));
     }
@@ -287,7 +309,7 @@ fn story(root: &Path, bins: &Bins, profile: &Profile, out: &Path) -> Result<Outc
 
 // ---- summary, checks, plot ------------------------------------------------------
 
-fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
+fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result<bool> {
     let mut s = String::new();
     let _ = writeln!(s, "\n=== dra demo summary ===");
     let _ = writeln!(
@@ -428,7 +450,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
         o.rows.len()
     );
     let gateways: Vec<&str> = GATEWAYS.iter().map(|g| g.0).collect();
-    let checks = [
+    let mut checks = vec![
         Check::new(
             "pgw2's static CCR-I limit rejected requests in the fast path",
             "pgw2 gx_ccr_i marked + dropped > 0",
@@ -475,7 +497,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
             final_throttle == 0.0 && peak_throttle > 0.0,
         ),
         checks::throttle_series(&o.samples, profile, &gateways),
-        checks::admitted_is_static(&o.rows, profile, "pgw2"),
+        checks::admitted_is_static(&o.rows, profile, "pgw2", !with_doic),
         Check::new(
             "Gy traffic was relayed to ocs1 and answered",
             "answers from ocs1 > 0",
@@ -489,6 +511,9 @@ fn report(o: &Outcome, profile: &Profile, out: &Path) -> Result<bool> {
             lost == 0 && violations == 0.0,
         ),
     ];
+    if with_doic {
+        checks.extend(doic::checks(&o.last, &o.clients));
+    }
     let _ = writeln!(s, "\nstory checks:");
     let mut all = true;
     for c in &checks {

@@ -4,12 +4,15 @@
 //! - requests relayed to such a server carry OC-Supported-Features (RFC 7683 §5.1): the
 //!   client's, when it announced DOIC, with the peer-report bit and our SourceID (RFC
 //!   8581: the server's peer reports are for its adjacent peer, the DRA), else ours
-//!   (loss and peer reports);
+//!   (loss and peer reports: `doic_algorithms` on a server is only `["loss"]`). A
+//!   client that announced rate (RFC 8582) lets the server choose rate, for its peer
+//!   reports to the agent too: the reactor abates by those as well;
 //! - every OC-OLR in their answers goes to the reactor (sequence, expiry, SourceID);
 //! - a request routed to such a server that a report selects for abatement (RFC 7683
-//!   §5.2, §6: loss) is diverted to another server of its route in good state when it is
-//!   not bound to that server (a new session's CCR-I, or a request without a binding),
-//!   else answered DIAMETER_TOO_BUSY (3004) by the agent;
+//!   §5.2.2; §6 loss, RFC 8582 rate) is diverted to another server of its route in good
+//!   state when it is not bound to that server (a new session's CCR-I, or a request
+//!   without a binding), else answered DIAMETER_TOO_BUSY (3004) by the agent (RFC 7683
+//!   §8 would have 5012 for the bound ones: docs/doic.md);
 //! - answers relayed to a client that did not announce DOIC lose their DOIC AVPs (RFC
 //!   7683 §5.1: only a node that announced DOIC gets them); a server's peer report and
 //!   peer-report members never pass (they were for the DRA, RFC 8581).
@@ -17,7 +20,7 @@
 use super::*;
 use crate::diameter::avp_code as c;
 use crate::diameter::dictionary::enums::oc_feature;
-use crate::doic::{Olr, Received, ReportType, SupportedFeatures, Verdict};
+use crate::doic::{Asked, Olr, Received, ReportType, SupportedFeatures, Verdict};
 use dra_common::wire::cc_request_type as crt;
 
 /// What becomes of a request routed to a server.
@@ -37,7 +40,7 @@ impl Core {
         c.role == CfgRole::Server && c.doic.is_some()
     }
 
-    /// RFC 7683 §5.2 (a request matching an active overload control state gets the
+    /// RFC 7683 §5.2.2 (a request matching an active overload control state gets the
     /// algorithm's overload treatment), §6 (loss): whether `req`, routed to `to`, goes.
     /// `bound`: it belongs to a session bound to `to` (never diverted).
     pub(super) fn doic_admit(
@@ -191,15 +194,19 @@ impl Core {
 
     /// `dra status` lines: the servers' reports in force.
     pub(super) fn doic_status(&self, now: Duration, o: &mut String) {
-        for (k, reduction, seq, left) in self.reactor.active(now) {
+        for (k, asked, seq, left) in self.reactor.active(now) {
             let app = if k.report_type == ReportType::Peer {
                 String::new()
             } else {
                 format!(" app {}", k.application_id)
             };
+            let asked = match asked {
+                Asked::Loss(r) => format!("loss {r}%"),
+                Asked::Rate(r) => format!("rate {r}/s"),
+            };
             let _ = writeln!(
                 o,
-                "doic from {}: {} report loss {reduction}%{app}  seq {seq}  {}s left",
+                "doic from {}: {} report {asked}{app}  seq {seq}  {}s left",
                 k.name,
                 k.report_type.name(),
                 left.as_secs()

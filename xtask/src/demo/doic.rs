@@ -1,0 +1,165 @@
+//! `cargo xtask demo --doic`: the seed story with DOIC (docs/demo.md, docs/doic.md).
+//!
+//! The agent runs config/lab/dra-lab-doic.toml (the lab config plus `doic = true` on
+//! pgw2, pcrf1, pcrf2); pgw2 is a DOIC gateway (`dra-loadgen client --doic`) and sheds
+//! its storm at the source instead of being answered 3002; pcrf1 reports overload
+//! during the storm (`dra-loadgen server --doic-capacity`, 50 % loss) and the agent
+//! diverts pgw1's new sessions from it to pcrf2. pgw1 keeps the seed story (dynamic
+//! throttling, no DOIC). [`checks`] are the DOIC part of the story checks.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::checks::Check;
+use crate::{lab::Server, metrics::Snap};
+
+/// The agent's config for the DOIC story.
+pub(super) const CONFIG: &str = "config/lab/dra-lab-doic.toml";
+/// The DOIC gateway.
+pub(super) const GATEWAY: &str = "pgw2";
+/// The reporting PCRF, its capacity (requests/s) and the reduction it asks for.
+pub(super) const REPORTER: &str = "pcrf1";
+const CAPACITY: u32 = 200;
+const REDUCTION: u32 = 50;
+/// pgw2's 3002 at most this share of the CCR-I its limit would have rejected.
+const MAX_REJECT_SHARE: f64 = 0.20;
+
+/// The extra `dra-loadgen server` arguments of `s` in the DOIC story.
+pub(super) fn server_args(s: &Server) -> Vec<String> {
+    if s.name == REPORTER {
+        vec![
+            "--doic-capacity".into(),
+            CAPACITY.to_string(),
+            "--doic-reduction".into(),
+            REDUCTION.to_string(),
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+fn class_n(clients: &BTreeMap<String, Value>, peer: &str, class: &str, key: &str) -> u64 {
+    clients
+        .get(peer)
+        .and_then(|v| v.pointer(&format!("/classes/{class}/{key}")))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+fn answered(clients: &BTreeMap<String, Value>, peer: &str, class: &str, code: &str) -> u64 {
+    clients
+        .get(peer)
+        .and_then(|v| v.pointer(&format!("/classes/{class}/answered/{code}")))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// The DOIC checks, from the agent's last scrape and the gateways' summaries.
+pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Value>) -> Vec<Check> {
+    let shed = class_n(clients, GATEWAY, "gx_ccr_i", "doic_shed");
+    let sent = class_n(clients, GATEWAY, "gx_ccr_i", "sent");
+    let ok_2001 = answered(clients, GATEWAY, "gx_ccr_i", "2001");
+    let rej = answered(clients, GATEWAY, "gx_ccr_i", "3002");
+    // What its static limit would have rejected without DOIC: everything offered that
+    // was not admitted.
+    let excess = (sent + shed).saturating_sub(ok_2001);
+    let share = if excess > 0 {
+        rej as f64 / excess as f64
+    } else {
+        f64::NAN
+    };
+    let olrs = |peer: &str| last.sum("dra_doic_olrs_sent_total", &[("peer", peer)]);
+    let other_shed = class_n(clients, "pgw1", "gx_ccr_i", "doic_shed");
+    let applied = last.sum(
+        "dra_doic_olrs_received_total",
+        &[("peer", REPORTER), ("result", "applied")],
+    );
+    let diverted = last.sum(
+        "dra_doic_requests_abated_total",
+        &[("peer", REPORTER), ("outcome", "diverted")],
+    );
+    let rejected = last.sum(
+        "dra_doic_requests_abated_total",
+        &[("peer", REPORTER), ("outcome", "rejected")],
+    );
+    let out = |p: &str| last.sum("dra_requests_total", &[("peer", p), ("direction", "out")]);
+    let (p1, p2) = (out(REPORTER), out("pcrf2"));
+    vec![
+        Check::new(
+            format!("{GATEWAY} (DOIC) shed its storm at the source"),
+            format!("{GATEWAY} gx_ccr_i shed by the gateway > 0"),
+            format!("{shed} shed, {sent} sent"),
+            shed > 0,
+        ),
+        Check::new(
+            format!("the agent reported its limits to {GATEWAY} only"),
+            format!("OC-OLRs sent to {GATEWAY} > 0, to pgw1 (no DOIC) 0, pgw1 shed nothing"),
+            format!(
+                "{GATEWAY}: {:.0}, pgw1: {:.0}; pgw1 shed {other_shed}",
+                olrs(GATEWAY),
+                olrs("pgw1")
+            ),
+            olrs(GATEWAY) > 0.0 && olrs("pgw1") == 0.0 && other_shed == 0,
+        ),
+        Check::new(
+            format!("{GATEWAY} got far fewer 3002 than its limit would have sent"),
+            format!(
+                "gx_ccr_i 3002 ≤ {:.0} % of (offered − answered 2001)",
+                100.0 * MAX_REJECT_SHARE
+            ),
+            format!(
+                "{rej} 3002 of {excess} over the limit ({:.1} %)",
+                100.0 * share
+            ),
+            share <= MAX_REJECT_SHARE,
+        ),
+        Check::new(
+            format!("{REPORTER} reported overload and the agent diverted new sessions"),
+            format!("{REPORTER} OC-OLRs applied > 0, diverted > 0"),
+            format!("{applied:.0} applied, {diverted:.0} diverted, {rejected:.0} answered 3004"),
+            applied > 0.0 && diverted > 0.0,
+        ),
+        Check::new(
+            format!("{REPORTER} (reporting) got fewer requests than pcrf2"),
+            format!("requests sent to {REPORTER} < to pcrf2"),
+            format!("{p1:.0} vs {p2:.0}"),
+            p1 < p2,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storm::plan::read_toml;
+
+    #[test]
+    fn the_doic_lab_config_is_the_lab_config_plus_doic_on_pgw2_and_the_pcrfs() {
+        let root = crate::workspace_root();
+        let doic = read_toml(&root, CONFIG).unwrap();
+        let lab = read_toml(&root, super::super::LAB_CONFIG).unwrap();
+        let peers = [GATEWAY, REPORTER, "pcrf2"];
+        assert_eq!(crate::doic::plan::without_doic(&doic, &peers), lab);
+        for p in peers {
+            assert_eq!(crate::doic::plan::peer_doic(&doic, p), Some(true), "{p}");
+        }
+        assert_eq!(crate::doic::plan::peer_doic(&doic, "pgw1"), None);
+    }
+
+    #[test]
+    fn the_reject_share_check_fails_when_the_gateway_does_not_shed() {
+        let snap = Snap { series: Vec::new() };
+        let v = |shed: u64, rej: u64| {
+            let mut m = BTreeMap::new();
+            m.insert(
+                GATEWAY.to_owned(),
+                serde_json::json!({"classes": {"gx_ccr_i": {"sent": 1000 - shed,
+                    "doic_shed": shed, "answered": {"2001": 500, "3002": rej}}}}),
+            );
+            checks(&snap, &m)
+        };
+        assert!(v(450, 50)[2].ok && v(450, 50)[0].ok);
+        assert!(!v(0, 500)[2].ok && !v(0, 500)[0].ok);
+    }
+}

@@ -1,0 +1,366 @@
+//! The numbers of `cargo xtask bench doic` from its runs: the client's per-second rows
+//! and summary, the agent's metrics (docs/bench.md, "DOIC").
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::run::{RunOutput, SKIP_FIRST, SKIP_LAST};
+use crate::{
+    metrics::Snap,
+    results::TableRow,
+    storm::rows::{interior_mean, ratio},
+};
+
+/// Part a: `rejected_3002_with` at most this share of `rejected_3002_without`.
+pub const GOAL_REJECT_SHARE: f64 = 0.20;
+/// Part a: the admitted CCR-I rates within this relative difference.
+pub const GOAL_ADMITTED_DIFF: f64 = 0.05;
+/// Part b: `sent_to_reporter_ratio` within this of the reduction asked for.
+pub const GOAL_RATIO_TOLERANCE: f64 = 0.05;
+
+const PHASE: &str = "measure";
+
+/// One second of one class in the client's rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Second {
+    pub sent: u64,
+    pub shed: u64,
+    pub answered: BTreeMap<String, u64>,
+}
+
+impl Second {
+    fn code(&self, c: &str) -> u64 {
+        self.answered.get(c).copied().unwrap_or(0)
+    }
+}
+
+/// Per second of `measure`: `class` in the client's rows (a second without it: zeros).
+pub fn seconds(rows: &str, class: &str) -> Vec<Second> {
+    rows.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r.get("phase").and_then(Value::as_str) == Some(PHASE))
+        .map(|r| {
+            let c = r.get("classes").and_then(|c| c.get(class));
+            let n = |k: &str| {
+                c.and_then(|c| c.get(k))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+            };
+            Second {
+                sent: n("sent"),
+                shed: n("doic_shed"),
+                answered: c
+                    .and_then(|c| c.get("answered"))
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Mean per second over the interior of `measure` of `f`.
+fn interior(secs: &[Second], f: impl Fn(&Second) -> u64) -> Option<f64> {
+    let v: Vec<f64> = secs.iter().map(|s| f(s) as f64).collect();
+    interior_mean(&v, SKIP_FIRST as usize, SKIP_LAST as usize)
+}
+
+/// Every request of the run answered exactly once, from the client's summary: per class
+/// answered = sent, no timeout, no request lost, no late answer. Offered = sent + shed
+/// at the gateway.
+pub fn accounting(summary: &Value) -> (bool, Value) {
+    let mut ok = true;
+    let mut classes = serde_json::Map::new();
+    if let Some(cs) = summary.get("classes").and_then(Value::as_object) {
+        for (name, c) in cs {
+            let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let answered: u64 = c
+                .get("answered")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+            let good = answered == n("sent") && n("timeouts") == 0 && n("unanswered") == 0;
+            ok &= good;
+            classes.insert(
+                name.clone(),
+                json!({
+                    "offered": n("sent") + n("doic_shed"),
+                    "sent": n("sent"),
+                    "shed_at_gateway": n("doic_shed"),
+                    "answered": answered,
+                    "timeouts": n("timeouts"),
+                    "unanswered": n("unanswered"),
+                    "not_sent_no_session": n("not_sent"),
+                    "answered_exactly_once": good,
+                }),
+            );
+        }
+    } else {
+        ok = false;
+    }
+    let late = summary
+        .pointer("/peers/late_answers")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    ok &= late == 0;
+    (
+        ok,
+        json!({ "ok": ok, "late_answers": late, "classes": classes }),
+    )
+}
+
+fn answered_code(summary: &Value, class: &str, code: &str) -> u64 {
+    summary
+        .pointer(&format!("/classes/{class}/answered/{code}"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+fn fmt(v: Option<f64>, d: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.d$}"))
+}
+
+/// Part a's side of one run: CCR-I per second over the interior.
+fn storm_side(r: &RunOutput) -> Value {
+    let s = seconds(&r.rows, "gx_ccr_i");
+    let (ok, acc) = accounting(&r.summary);
+    json!({
+        "run": r.name,
+        "offered_per_s": interior(&s, |x| x.sent + x.shed),
+        "sent_per_s": interior(&s, |x| x.sent),
+        "shed_at_gateway_per_s": interior(&s, |x| x.shed),
+        "admitted_2001_per_s": interior(&s, |x| x.code("2001")),
+        "rejected_3002_per_s": interior(&s, |x| x.code("3002")),
+        "rejected_3002_whole_run": answered_code(&r.summary, "gx_ccr_i", "3002"),
+        "ccr_u_p99_ms": r.summary.pointer("/classes/gx_ccr_u/latency/p99_ms"),
+        "answered_exactly_once": ok,
+        "accounting": acc,
+        "files": r.files,
+    })
+}
+
+/// Part a from its two runs (without, with DOIC gateways): JSON and table row.
+pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, TableRow) {
+    let (a, b) = (storm_side(without), storm_side(with));
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    let (rej_wo, rej_w) = (f(&a, "rejected_3002_per_s"), f(&b, "rejected_3002_per_s"));
+    let (adm_wo, adm_w) = (f(&a, "admitted_2001_per_s"), f(&b, "admitted_2001_per_s"));
+    let share = rej_w.zip(rej_wo).and_then(|(w, wo)| ratio(w, wo));
+    let diff = adm_w
+        .zip(adm_wo)
+        .and_then(|(w, wo)| ratio((w - wo).abs(), wo));
+    let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
+    let met = share
+        .zip(diff)
+        .map(|(s, d)| s <= GOAL_REJECT_SHARE && d <= GOAL_ADMITTED_DIFF && once);
+    let p99 = ratio(
+        f(&b, "ccr_u_p99_ms").unwrap_or(f64::NAN),
+        f(&a, "ccr_u_p99_ms").unwrap_or(f64::NAN),
+    );
+    let v = json!({
+        "limit_per_s": limit,
+        "rejected_3002_without": rej_wo,
+        "rejected_3002_with": rej_w,
+        "rejected_share": share,
+        "admitted_rate_without": adm_wo,
+        "admitted_rate_with": adm_w,
+        "admitted_rate_difference": diff,
+        "ccr_u_p99_ratio": p99,
+        "answered_exactly_once": once,
+        "goal": format!(
+            "rejected_3002_with <= {} % of rejected_3002_without, admitted rates within {} %, \
+             every request answered exactly once (answered + shed at the gateway = offered)",
+            100.0 * GOAL_REJECT_SHARE, 100.0 * GOAL_ADMITTED_DIFF
+        ),
+        "met": met,
+        "unit": format!("CCR-I per second, mean over the interior of {PHASE} (client rows)"),
+        "without": a,
+        "with": b,
+    });
+    let row = TableRow {
+        metric: "DOIC storm at the source: CCR-I 3002/s with DOIC gateways ÷ without \
+                 (10× storm, reject)"
+            .into(),
+        measured: format!(
+            "{} % ({} vs {} /s; admitted {} vs {} /s, Δ {} %; shed at the gateway {} /s; \
+             answered once: {}; CCR-U p99 ratio {})",
+            fmt(share.map(|s| 100.0 * s), 2),
+            fmt(rej_w, 1),
+            fmt(rej_wo, 1),
+            fmt(adm_w, 1),
+            fmt(adm_wo, 1),
+            fmt(diff.map(|d| 100.0 * d), 2),
+            fmt(f(&b, "shed_at_gateway_per_s"), 1),
+            if once { "yes" } else { "no" },
+            fmt(p99, 2)
+        ),
+        goal: format!(
+            "≤ {} % at admitted rates within {} %, every request answered once",
+            100.0 * GOAL_REJECT_SHARE,
+            100.0 * GOAL_ADMITTED_DIFF
+        ),
+        met,
+    };
+    (v, row)
+}
+
+/// Requests the agent sent to `peer` per second over the interior.
+fn sent_to(r: &RunOutput, peer: &str) -> f64 {
+    let get = |s: &Snap| {
+        s.sum(
+            "dra_requests_total",
+            &[("peer", peer), ("direction", "out")],
+        )
+    };
+    (get(&r.interior.1) - get(&r.interior.0)) / r.interior_s
+}
+
+fn abated(s: &Snap, peer: &str, outcome: &str) -> f64 {
+    s.sum(
+        "dra_doic_requests_abated_total",
+        &[("peer", peer), ("outcome", outcome)],
+    )
+}
+
+/// Part b's side of one run.
+fn servers_side(r: &RunOutput, reporter: &str) -> Value {
+    let (ok, acc) = accounting(&r.summary);
+    let (s0, s1) = &r.interior;
+    let per_s = |o: &str| (abated(s1, reporter, o) - abated(s0, reporter, o)) / r.interior_s;
+    json!({
+        "run": r.name,
+        "sent_to_pcrf1_per_s": sent_to(r, "pcrf1"),
+        "sent_to_pcrf2_per_s": sent_to(r, "pcrf2"),
+        "abated_diverted_per_s": per_s("diverted"),
+        "abated_rejected_per_s": per_s("rejected"),
+        "diverted_whole_run": abated(&r.end, reporter, "diverted"),
+        "rejected_3004_whole_run": abated(&r.end, reporter, "rejected"),
+        "reduction_percent_at_interior_end": s1.sum(
+            "dra_doic_server_reduction_percent", &[("peer", reporter)]),
+        "olrs_applied": r.end.sum(
+            "dra_doic_olrs_received_total", &[("peer", reporter), ("result", "applied")]),
+        "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", "3004"),
+        "ccr_t_3004": answered_code(&r.summary, "gx_ccr_t", "3004"),
+        "answered_by_server": r.summary.get("servers"),
+        "answered_exactly_once": ok,
+        "accounting": acc,
+        "files": r.files,
+    })
+}
+
+/// Part b from its runs (baseline, report): JSON and table row. `reporter`: the
+/// reporting PCRF; `reduction`: what it asks for, percent.
+pub fn servers(
+    baseline: &RunOutput,
+    report: &RunOutput,
+    reporter: &str,
+    reduction: u32,
+) -> (Value, TableRow) {
+    let (a, b) = (
+        servers_side(baseline, reporter),
+        servers_side(report, reporter),
+    );
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let q = ratio(f(&b, "sent_to_pcrf1_per_s"), f(&a, "sent_to_pcrf1_per_s"));
+    let sent = f(&b, "sent_to_pcrf1_per_s");
+    let would = sent + f(&b, "abated_diverted_per_s") + f(&b, "abated_rejected_per_s");
+    let share = ratio(sent, would);
+    let ccr_t_shed = b["ccr_t_3004"].as_u64().unwrap_or(0);
+    let ccr_i_diverted = f(&b, "abated_diverted_per_s");
+    let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
+    let target = 1.0 - f64::from(reduction) / 100.0;
+    let met = q.map(|q| {
+        (q - target).abs() <= GOAL_RATIO_TOLERANCE
+            && ccr_t_shed == 0
+            && ccr_i_diverted > 0.0
+            && once
+    });
+    let v = json!({
+        "reporter": reporter,
+        "reduction_asked_percent": reduction,
+        "sent_to_reporter_ratio": q,
+        "sent_to_reporter_ratio_of": "requests the agent sent pcrf1 per second over the \
+            interior of measure, report run ÷ baseline run (agent metrics \
+            dra_requests_total{peer=\"pcrf1\",direction=\"out\"})",
+        "routing_share_cross_check": share,
+        "routing_share_of": "report run: sent to pcrf1 ÷ (sent + abated), same interior",
+        "ccr_t_shed": ccr_t_shed,
+        "ccr_i_diverted_per_s": ccr_i_diverted,
+        "diverted_whole_run": b["diverted_whole_run"],
+        "answered_exactly_once": once,
+        "goal": format!(
+            "sent_to_reporter_ratio {target:.2} ± {GOAL_RATIO_TOLERANCE}, 0 CCR-T shed while \
+             CCR-I are, every request answered exactly once"
+        ),
+        "met": met,
+        "baseline": a,
+        "report": b,
+    });
+    let row = TableRow {
+        metric: format!(
+            "DOIC server overload: requests to {reporter} during its {reduction} % loss \
+             report ÷ without"
+        ),
+        measured: format!(
+            "{} ({:.1} vs {:.1} /s; routing share {}; CCR-I diverted {:.1} /s, CCR-T shed \
+             {ccr_t_shed}; answered once: {})",
+            fmt(q, 3),
+            f(&b, "sent_to_pcrf1_per_s"),
+            f(&a, "sent_to_pcrf1_per_s"),
+            fmt(share, 3),
+            ccr_i_diverted,
+            if once { "yes" } else { "no" }
+        ),
+        goal: format!(
+            "{target:.2} ± {GOAL_RATIO_TOLERANCE}, 0 CCR-T shed while CCR-I are, every \
+             request answered once"
+        ),
+        met,
+    };
+    (v, row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_the_shed_and_the_answers_of_the_measure_phase() {
+        let rows = concat!(
+            r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":9,"answered":{}}}}"#,
+            "\n",
+            r#"{"t":6,"phase":"measure","classes":{"gx_ccr_i":{"sent":500,"doic_shed":4500,"#,
+            r#""answered":{"2001":498,"3002":2}}}}"#,
+            "\n",
+            r#"{"t":7,"phase":"measure","classes":{"gx_ccr_u":{"sent":1}}}"#,
+        );
+        let s = seconds(rows, "gx_ccr_i");
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].sent, s[0].shed, s[0].code("3002")), (500, 4500, 2));
+        assert_eq!(s[1], Second::default());
+    }
+
+    #[test]
+    fn accounting_fails_on_a_timeout_a_lost_request_or_a_missing_answer() {
+        let good = json!({"classes": {"gx_ccr_i": {"sent": 10, "doic_shed": 90,
+            "answered": {"2001": 8, "3002": 2}, "timeouts": 0, "unanswered": 0}},
+            "peers": {"late_answers": 0}});
+        let (ok, v) = accounting(&good);
+        assert!(ok);
+        assert_eq!(v["classes"]["gx_ccr_i"]["offered"], 100);
+        let mut t = good.clone();
+        t["classes"]["gx_ccr_i"]["timeouts"] = json!(1);
+        assert!(!accounting(&t).0);
+        let mut m = good.clone();
+        m["classes"]["gx_ccr_i"]["answered"]["2001"] = json!(7);
+        assert!(!accounting(&m).0);
+        let mut l = good;
+        l["peers"]["late_answers"] = json!(1);
+        assert!(!accounting(&l).0);
+        assert!(!accounting(&json!({})).0);
+    }
+}

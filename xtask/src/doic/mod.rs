@@ -1,0 +1,205 @@
+//! `cargo xtask bench doic`: DOIC (RFC 7683, 8581, 8582) on the lab with the real
+//! binaries (docs/bench.md, "DOIC"; docs/doic.md). One lab (`lab::up`), four runs, each
+//! a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1:
+//!
+//! | part | run | dra config | gateway | servers |
+//! |---|---|---|---|---|
+//! | a | `storm-without-doic` | dra-doic-storm.toml | storm-10x.toml | lab's |
+//! | a | `storm-with-doic` | dra-doic-storm.toml | the same, `--doic` | lab's |
+//! | b | `servers-baseline` | dra-doic-servers-off.toml | doic-servers.toml | pcrf1 reporting |
+//! | b | `servers-report` | dra-doic-servers.toml | doic-servers.toml | pcrf1 reporting |
+//!
+//! Part a: the storm benchmark's 10× CCR-I storm against pgw1's static limit (reject,
+//! XDP), from a gateway without DOIC and from one with DOIC (the agent reports its
+//! limit to it, RFC 8581 peer report, rate algorithm of RFC 8582): the 3002 it still
+//! gets, the CCR-I admitted. Part b: pcrf1 (`dra-loadgen server --doic-capacity 100
+//! --doic-reduction 50`) asks for 50 % loss; the agent is the reacting node only with
+//! `doic = true` on the PCRFs, so the baseline run (doic = false) gives what pcrf1 gets
+//! without a report. Numbers are taken over the interior of each scenario's `measure`
+//! phase (`run::SKIP_FIRST`, `run::SKIP_LAST`). The lab is always removed.
+
+mod measures;
+pub(crate) mod plan;
+mod run;
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::json;
+
+use self::plan::{
+    Plan, REPORTER, REPORTER_CAPACITY, REPORTER_REDUCTION, SERVER_RUNS, STORM_RUNS, plan,
+};
+use crate::{
+    lab::{self, Bins, PIN_DIR, SERVER_LATENCY, UPSTREAMS},
+    procs,
+    results::{self, TableRow},
+};
+
+/// Output of `cargo xtask bench doic`.
+pub const DOIC_LATEST: &str = "bench/results/doic-latest.json";
+
+/// Refuses to start when a lab (namespaces or pins) exists; checks the configs.
+pub fn preflight(root: &Path) -> Result<Plan> {
+    let ns = lab::namespaces();
+    if !ns.is_empty() || Path::new(PIN_DIR).exists() {
+        bail!(
+            "a lab is up (namespaces {ns:?}, pins {PIN_DIR}); the DOIC benchmark builds its \
+             own. Remove it with `cargo xtask lab down` and run again"
+        );
+    }
+    plan(root)
+}
+
+/// The rows of [`DOIC_LATEST`] (for the aggregate report).
+pub fn table_rows(doc: &serde_json::Value) -> Vec<TableRow> {
+    doc.get("table")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(TableRow::from_json).collect())
+        .unwrap_or_default()
+}
+
+/// `cargo xtask bench doic` (after the release build): runs both parts, writes
+/// [`DOIC_LATEST`] and the run files under results/bench-doic-<timestamp>/, prints the
+/// table.
+pub fn run(root: &Path) -> Result<()> {
+    let plan = preflight(root)?;
+    procs::install_signal_handlers();
+    let bins = Bins::release(root);
+    for cfg in [
+        plan::STORM_CONFIG,
+        plan::SERVERS_CONFIG,
+        plan::SERVERS_OFF_CONFIG,
+    ] {
+        let out = std::process::Command::new(&bins.dra)
+            .arg("check-config")
+            .arg(root.join(cfg))
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "dra check-config {cfg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out: PathBuf = root
+        .join("results")
+        .join(format!("bench-doic-{}", results::timestamp()));
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    let started = Instant::now();
+    let result = {
+        let _lab = lab::LabGuard;
+        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
+        lab::up(&bins)?;
+        let mut runs = Vec::new();
+        let mut failed = None;
+        for spec in &STORM_RUNS {
+            match run::run_one(root, &bins, spec, plan.storm_measure, &out) {
+                Ok(r) => runs.push(r),
+                Err(e) => {
+                    failed = Some(e.context(format!("run {}", spec.name)));
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            eprintln!(
+                "xtask: servers restarted: {REPORTER} reports over {REPORTER_CAPACITY} \
+                 requests/s, {REPORTER_REDUCTION} % loss"
+            );
+            let extra = |s: &lab::Server| -> Vec<String> {
+                if s.name == REPORTER {
+                    vec![
+                        "--doic-capacity".into(),
+                        REPORTER_CAPACITY.to_string(),
+                        "--doic-reduction".into(),
+                        REPORTER_REDUCTION.to_string(),
+                    ]
+                } else {
+                    Vec::new()
+                }
+            };
+            if let Err(e) = lab::restart_servers_with(&bins, SERVER_LATENCY, &extra) {
+                failed = Some(e);
+            }
+        }
+        if failed.is_none() {
+            for spec in &SERVER_RUNS {
+                match run::run_one(root, &bins, spec, plan.servers_measure, &out) {
+                    Ok(r) => runs.push(r),
+                    Err(e) => {
+                        failed = Some(e.context(format!("run {}", spec.name)));
+                        break;
+                    }
+                }
+            }
+        }
+        for s in UPSTREAMS {
+            let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(runs),
+        }
+    };
+    let left_ns = lab::namespaces();
+    let left_pins = Path::new(PIN_DIR).exists();
+    let runs = result?;
+    if !left_ns.is_empty() || left_pins {
+        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
+    }
+    let (a, a_row) = measures::storm(&runs[0], &runs[1], plan.limit);
+    let (b, b_row) = measures::servers(&runs[2], &runs[3], REPORTER, REPORTER_REDUCTION);
+    let table = vec![a_row, b_row];
+    let doc = json!({
+        "machine": results::machine(root),
+        "duration_s": started.elapsed().as_secs_f64(),
+        "configs": {
+            "storm": plan::STORM_CONFIG,
+            "storm_scenario": crate::storm::STORM_SCENARIO,
+            "servers": plan::SERVERS_CONFIG,
+            "servers_baseline": plan::SERVERS_OFF_CONFIG,
+            "servers_scenario": plan::SERVERS_SCENARIO,
+            "server_latency": SERVER_LATENCY,
+            "reporter": {
+                "server": REPORTER,
+                "doic_capacity_per_s": REPORTER_CAPACITY,
+                "doic_reduction_percent": REPORTER_REDUCTION,
+            },
+            "interior": format!(
+                "seconds {}..(end − {}) of measure",
+                run::SKIP_FIRST,
+                run::SKIP_LAST
+            ),
+        },
+        "storm_at_the_source": a,
+        "server_overload": b,
+        "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
+        "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
+    });
+    let text = serde_json::to_string_pretty(&doc)? + "\n";
+    let latest = root.join(DOIC_LATEST);
+    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
+    std::fs::write(out.join("doic.json"), &text)?;
+    let mut s = String::new();
+    for r in &table {
+        let _ = writeln!(
+            s,
+            "{}: goal {} — {}",
+            r.metric,
+            r.goal,
+            match r.met {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "not measurable",
+            }
+        );
+    }
+    let _ = writeln!(s, "\n{}", results::render_markdown(&table));
+    print!("{s}");
+    println!("written {} (runs in {})", latest.display(), out.display());
+    Ok(())
+}
