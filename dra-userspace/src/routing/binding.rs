@@ -147,6 +147,14 @@ impl MemoryBindingStore {
     }
 }
 
+impl MemoryBindingStore {
+    /// Removes `session_id`'s binding and returns its peer, if bound and not expired.
+    pub fn take(&mut self, session_id: &str, now: Duration) -> Option<Arc<str>> {
+        let e = self.remove(session_id)?;
+        (e.expires_at > now).then_some(e.peer)
+    }
+}
+
 impl BindingStore for MemoryBindingStore {
     fn get(&mut self, session_id: &str, now: Duration) -> Result<Option<String>, BindingError> {
         let Some(e) = self.map.get(session_id) else {

@@ -13,7 +13,13 @@
 //!   SET with the TTL, awaited before forwarding with `write = "before_forward"`;
 //! - the same binding again (CCR-U): SET in the background (refreshes the TTL; should
 //!   it fail, the binding is written again when the store is back);
-//! - the answer to a CCR-T: DEL in the background.
+//! - the answer to a CCR-T ([`Sessions::end`]): PEXPIRE [`ENDED_GRACE`] in the
+//!   background — the binding outlives the session by the grace, so that a CCR-T resent
+//!   with the T flag through another DRA host (the gateway lost the answer with this
+//!   host) still finds its server. This host keeps it as long (at most twice as long)
+//!   outside the cache: two generations of ended sessions, each entry a 64-bit keyed
+//!   hash of the Session-Id and the index of its peer (no allocation per session), so
+//!   that the cache holds only live sessions however fast sessions end.
 //!
 //! The store is "down" from the first failed call (or failed connect) until a call
 //! succeeds again; each change is logged once. While down, no request waits for it:
@@ -24,8 +30,14 @@
 
 pub mod remote;
 
+/// How long an ended session's binding is still found after its CCR-T's answer: in the
+/// store exactly, on this host between this and twice this.
+pub const ENDED_GRACE: Duration = Duration::from_secs(10);
+
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -85,6 +97,15 @@ pub struct Sessions {
     /// Background SETs under way (session, peer), by token: one that fails is
     /// remembered like a binding made while the store was down.
     writing: HashMap<u64, (String, String)>,
+    /// Ended sessions: keyed hash of the Session-Id → index in `ended_peers`; those ended
+    /// since `ended_at`, and those of the grace before ([`Self::tick`] drops the older
+    /// generation every [`ENDED_GRACE`]).
+    ended: HashMap<u64, u32>,
+    ended_before: HashMap<u64, u32>,
+    ended_at: Duration,
+    ended_hash: RandomState,
+    /// The peers named by ended sessions (a handful: the servers).
+    ended_peers: Vec<Arc<str>>,
     next_token: u64,
     metrics: Metrics,
 }
@@ -103,6 +124,11 @@ impl Sessions {
             waiting: HashMap::new(),
             dirty: HashMap::new(),
             writing: HashMap::new(),
+            ended: HashMap::new(),
+            ended_before: HashMap::new(),
+            ended_at: Duration::ZERO,
+            ended_hash: RandomState::new(),
+            ended_peers: Vec::new(),
             next_token: BACKGROUND + 1,
             metrics,
         }
@@ -159,6 +185,12 @@ impl Sessions {
             self.metrics.inc_session_cache(true);
             return Lookup::Hit(peer);
         }
+        // A session that ended within the grace (a resent CCR-T, a late CCR-U; a new
+        // CCR-I, which does not ask the store, starts a session instead).
+        if let Some(peer) = ask_store.then(|| self.ended_peer(session)).flatten() {
+            self.metrics.inc_session_cache(true);
+            return Lookup::Hit(peer);
+        }
         self.metrics.inc_session_cache(false);
         if !ask_store || self.remote.is_none() {
             return Lookup::Miss;
@@ -204,9 +236,46 @@ impl Sessions {
         }
     }
 
-    /// Housekeeping: expired cache entries; while the store is down, one probe.
+    /// The session ended (its CCR-T was answered): its binding leaves the cache and is
+    /// kept [`ENDED_GRACE`] among the ended sessions here and, with PEXPIRE, in the store.
+    pub fn end(&mut self, session: &str, now: Duration) {
+        self.dirty.remove(session);
+        let Some(peer) = self.cache.take(session, now) else {
+            return;
+        };
+        if self.remote.is_some() && self.up {
+            let key = format!("{}{session}", self.cfg.key_prefix);
+            self.send_with_ttl(BACKGROUND, Op::Expire, key, String::new(), ENDED_GRACE);
+        }
+        let i = match self.ended_peers.iter().position(|p| *p == peer) {
+            Some(i) => i,
+            None => {
+                self.ended_peers.push(peer);
+                self.ended_peers.len() - 1
+            }
+        };
+        let h = self.ended_hash.hash_one(session);
+        self.ended.insert(h, i as u32);
+    }
+
+    /// The peer of `session` if it ended within the grace.
+    fn ended_peer(&self, session: &str) -> Option<String> {
+        if self.ended.is_empty() && self.ended_before.is_empty() {
+            return None;
+        }
+        let h = self.ended_hash.hash_one(session);
+        let i = self.ended.get(&h).or_else(|| self.ended_before.get(&h))?;
+        self.ended_peers.get(*i as usize).map(|p| p.to_string())
+    }
+
+    /// Housekeeping: expired cache entries, the older generation of ended sessions;
+    /// while the store is down, one probe.
     pub fn tick(&mut self, now: Duration) {
         self.cache.purge_expired(now);
+        if now >= self.ended_at + ENDED_GRACE {
+            self.ended_before = std::mem::take(&mut self.ended);
+            self.ended_at = now;
+        }
         if self.remote.is_some() && !self.up {
             let probe = format!("{}probe", self.cfg.key_prefix);
             self.send(BACKGROUND, Op::Get, probe, String::new());
@@ -236,7 +305,7 @@ impl Sessions {
                     Ok(_) => {
                         if op == Op::Set {
                             self.metrics.inc_session_binding("written");
-                        } else if op == Op::Del {
+                        } else if matches!(op, Op::Del | Op::Expire) {
                             self.metrics.inc_session_binding("deleted");
                         }
                         self.set_up();
@@ -331,13 +400,17 @@ impl Sessions {
     }
 
     fn send(&mut self, token: u64, op: Op, key: String, value: String) {
+        self.send_with_ttl(token, op, key, value, self.cfg.ttl);
+    }
+
+    fn send_with_ttl(&mut self, token: u64, op: Op, key: String, value: String, ttl: Duration) {
         let Some(tx) = &self.remote else { return };
         let call = Call {
             token,
             op,
             key,
             value,
-            ttl: self.cfg.ttl,
+            ttl,
         };
         // The client task only ends when this sender is dropped; should it have died
         // anyway, the caller's deadline on the parked request still answers it.
@@ -539,6 +612,46 @@ mod tests {
             text.contains("dra_session_bindings_total{op=\"written\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_ended_session_is_found_for_the_grace_then_forgotten() {
+        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        s.end("s1", secs(1));
+        // In the store: PEXPIRE with the grace, not an immediate DEL.
+        let c = call(&mut rx);
+        assert_eq!(
+            (c.op, c.key.as_str(), c.ttl),
+            (Op::Expire, "dra:sess:s1", ENDED_GRACE)
+        );
+        s.on_event(reply(BACKGROUND, Op::Expire, Ok(None)), secs(1));
+        assert!(
+            metrics
+                .encode()
+                .contains("dra_session_bindings_total{op=\"deleted\"} 1")
+        );
+        // Here: out of the cache, still found (a CCR-T resent with the T flag).
+        assert_eq!(s.cache.len(), 0, "the cache holds live sessions only");
+        assert_eq!(s.lookup("s1", true, secs(2)), Lookup::Hit("pcrf1".into()));
+        assert!(matches!(s.lookup("s2", true, secs(2)), Lookup::Wait(_)));
+        let _ = call(&mut rx); // that GET
+        // Found at least ENDED_GRACE after its end, whatever the tick phase ...
+        for t in 2..=11 {
+            s.tick(secs(t));
+            let hit = s.lookup("s1", true, secs(t));
+            assert_eq!(hit, Lookup::Hit("pcrf1".into()), "{t} s");
+        }
+        no_call(&mut rx);
+        // ... and gone after twice that: the next lookup asks the store.
+        for t in 12..=21 {
+            s.tick(secs(t));
+        }
+        assert!(matches!(s.lookup("s1", true, secs(21)), Lookup::Wait(_)));
+        let _ = call(&mut rx);
+        // An unbound session ends without a store call.
+        s.end("s9", secs(21));
+        no_call(&mut rx);
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub enum Op {
     Set,
     /// DEL the binding.
     Del,
+    /// PEXPIRE the binding: it goes when the call's TTL has passed (an ended session's
+    /// binding, kept [`super::ENDED_GRACE`]).
+    Expire,
 }
 
 impl Op {
@@ -41,6 +44,7 @@ impl Op {
             Op::Get => "get",
             Op::Set => "set",
             Op::Del => "del",
+            Op::Expire => "expire",
         }
     }
 }
@@ -260,13 +264,20 @@ async fn execute(
         Op::Get => "GET",
         Op::Set => "SET",
         Op::Del => "DEL",
+        Op::Expire => "PEXPIRE",
     });
     cmd.arg(&call.key);
-    if call.op == Op::Set {
-        let ms = u64::try_from(call.ttl.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        cmd.arg(&call.value).arg("PX").arg(ms);
+    let ms = u64::try_from(call.ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    match call.op {
+        Op::Set => {
+            cmd.arg(&call.value).arg("PX").arg(ms);
+        }
+        Op::Expire => {
+            cmd.arg(ms);
+        }
+        Op::Get | Op::Del => {}
     }
     let result = match tokio::time::timeout(timeout, conn.query(&cmd)).await {
         Err(_) => Err(StoreError::Timeout(timeout)),
@@ -281,7 +292,7 @@ async fn execute(
             (Op::Get, other) => Err(StoreError::Redis(format!(
                 "unexpected reply to GET: {other:?}"
             ))),
-            (Op::Set | Op::Del, _) => Ok(None),
+            (Op::Set | Op::Del | Op::Expire, _) => Ok(None),
         },
     };
     let _ = events.send(Event::Reply {

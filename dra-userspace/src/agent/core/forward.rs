@@ -406,8 +406,8 @@ impl Core {
     }
 
     /// The answer to a CCR-T ends its session: its binding goes (DESIGN §9), after
-    /// [`super::TERMINATED_GRACE`] so that a CCR-T resent with the T flag through another
-    /// DRA host (the gateway lost this one with the answer) still finds its server.
+    /// [`crate::session::ENDED_GRACE`] so that a CCR-T resent with the T flag through
+    /// another DRA host (the gateway lost this one with the answer) still finds its server.
     fn session_answered(&mut self, now: Duration, ans: &Message) {
         if ans.cc_request_type() != Some(u32::from(dra_common::wire::cc_request_type::TERMINATION))
         {
@@ -418,8 +418,7 @@ impl Core {
             .session_id()
             .filter(|_| router.is_sticky_application(ans.application_id))
         {
-            self.ended
-                .push_back((now + super::TERMINATED_GRACE, sid.to_owned()));
+            self.sessions.end(sid, now);
         }
     }
 

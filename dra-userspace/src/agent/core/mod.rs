@@ -44,10 +44,6 @@ mod report;
 
 /// Housekeeping period: metrics gauges, rates, invariant check, purges.
 const TICK: Duration = Duration::from_secs(1);
-/// How long the binding of a session stays after its CCR-T was answered: a gateway that
-/// lost this host with the answer resends the CCR-T (T flag) through another host,
-/// which must still find the server that holds the session (DESIGN §9).
-pub(super) const TERMINATED_GRACE: Duration = Duration::from_secs(10);
 
 struct Conn {
     pc: PeerConnection,
@@ -108,8 +104,6 @@ pub(super) struct Core {
     parked: HashMap<u64, forward::Parked>,
     /// (deadline, token) of the parked requests, in deadline order.
     parked_deadlines: std::collections::VecDeque<(Duration, u64)>,
-    /// (when to unbind, Session-Id) of the sessions whose CCR-T was answered, in order.
-    ended: std::collections::VecDeque<(Duration, String)>,
     store_tx: mpsc::UnboundedSender<session::Event>,
     store_rx: Option<mpsc::UnboundedReceiver<session::Event>>,
     /// Relay core + egress limiters (the forwarding pipeline, sans-IO).
@@ -221,7 +215,6 @@ impl Core {
             sessions: Sessions::new(&cfg.session_store, metrics.clone()),
             parked: HashMap::new(),
             parked_deadlines: std::collections::VecDeque::new(),
-            ended: std::collections::VecDeque::new(),
             store_tx,
             store_rx: Some(store_rx),
             pipeline,
@@ -424,11 +417,6 @@ impl Core {
                 let n = u64::from(self.pipeline.outstanding(PeerId(i)));
                 self.metrics
                     .set_pending_requests(&self.cfg.peers[i].name, n);
-            }
-        }
-        while self.ended.front().is_some_and(|(at, _)| *at <= now) {
-            if let Some((_, sid)) = self.ended.pop_front() {
-                self.sessions.unbind(&sid, now);
             }
         }
         self.sessions.tick(now);
