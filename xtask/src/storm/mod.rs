@@ -2,8 +2,9 @@
 //! (docs/bench.md, "Storm benchmarks"). P5 is the flood shield (`crate::flood`).
 //!
 //! One lab (`lab::up`: namespaces, Redis, the pcrf1/pcrf2/ocs1 simulators), then two
-//! pairs of runs, each pair repeated `PAIRS` times (alternating), each run a fresh `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in
-//! `dralab-gw`, all with the reject config (XDP attached):
+//! pairs of runs, each pair repeated `PAIRS` times (alternating), each run a fresh
+//! `dra run` in `dralab-dra` and one `dra-loadgen client` as pgw1 in `dralab-gw`, all
+//! with the reject config (XDP attached):
 //!
 //! | run | scenario | servers | for |
 //! |---|---|---|---|

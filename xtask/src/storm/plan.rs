@@ -1,5 +1,5 @@
-//! The runs (two pairs, each repeated) and the bench configs they use, read and cross-checked before anything
-//! starts (`plan`).
+//! The runs (two pairs, each repeated) and the bench configs they use, read and
+//! cross-checked before anything starts (`plan`).
 
 use std::{collections::BTreeMap, path::Path};
 
