@@ -254,7 +254,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(RunError::Signal)?;
         let control = match (&cfg.db_cpu_profile, targets.is_empty()) {
-            (Some(p), false) => Some(spawn_controller(p, shared.clone())?),
+            (Some(p), false) => Some(spawn_controller(p, shared.clone(), 0)?),
             _ => None,
         };
         let (reload_tx, mut reload_rx) = tokio::sync::mpsc::channel(4);
@@ -388,9 +388,12 @@ impl Controller {
     }
 }
 
+/// The DRL controller thread; `throttle`: where it starts (0 at start, the throttle in
+/// force when a live reload changes the profile).
 fn spawn_controller(
     p: &crate::config::DbCpuProfile,
     shared: Arc<Mutex<Shared>>,
+    throttle: u8,
 ) -> Result<Controller, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let targets = shared.lock().expect("lock").targets.len();
@@ -405,7 +408,7 @@ fn spawn_controller(
         "dynamic throttling on"
     );
     let start = Instant::now();
-    let mut lp = SampleLoop::new(profile, settings, Duration::ZERO)
+    let mut lp = SampleLoop::resume(profile, settings, Duration::ZERO, throttle)
         .map_err(|e| RunError::Drl(DrlError::Loop(e)))?;
     let flag = stop.clone();
     let thread = std::thread::spawn(move || {

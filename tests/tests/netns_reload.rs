@@ -649,8 +649,9 @@ fn rate_of(maps: &Maps, slot: u32) -> f64 {
 }
 
 /// A reload while dynamic rate limiting throttles: the new static rate of a DRL target
-/// is written at the throttle in force, at once (never at its static value), and a
-/// reload that does not touch it leaves its effective rate alone.
+/// is written at the throttle in force, at once (never at its static value), a reload
+/// that does not touch it leaves its effective rate alone, and one that changes the DB
+/// CPU profile keeps the throttle until the new profile acts.
 #[test]
 fn a_reload_keeps_the_drl_throttle_in_force() {
     let lab = lab("rt-");
@@ -721,6 +722,26 @@ source = {{ kind = "file", path = "{}" }}
     assert!(ok, "{out}{err}");
     assert!(out.contains("limits+ 1, limits- 1"), "{out}");
     assert_eq!(rate_of(&maps, slot), 150.0);
+    // A changed DB CPU profile: the new controller takes over at the throttle in force
+    // (never a step back to the static rate), then acts by its own rows.
+    let one_row = "thresholds = [{ cpu = 50, throttle = 50 }]";
+    assert!(text(300, "two").contains(one_row));
+    let two_rows = "thresholds = [{ cpu = 50, throttle = 50 }, { cpu = 90, throttle = 80 }]";
+    std::fs::write(&cfg, text(300, "two").replace(one_row, two_rows)).unwrap();
+    let (ok, out, err) = dra(&["reload", "--config", &cfg.display().to_string()]);
+    assert!(ok, "{out}{err}");
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) {
+        // CPU 62 %: the new profile's row is 50 % too, so 150 throughout.
+        assert_eq!(rate_of(&maps, slot), 150.0, "after the profile changed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&cpu, "95\n").unwrap();
+    assert!(
+        agent.wait_until(Duration::from_secs(10), || rate_of(&maps, slot) == 60.0),
+        "the new profile's 80 % row never applied:\n{}",
+        agent.log_text()
+    );
     let st = agent.stop();
     assert!(st.is_some_and(|s| s.success()), "{}", agent.log_text());
 }

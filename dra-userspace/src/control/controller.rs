@@ -394,6 +394,16 @@ impl Controller {
         }
     }
 
+    /// A controller taking over at `throttle_pct` (a profile changed by a live reload):
+    /// no reversal running — the next sample at or above the lowest threshold applies the
+    /// new profile's row, the next one below starts a full hold window from there.
+    pub fn resume(profile: DbCpuProfile, throttle_pct: u8) -> Self {
+        Self {
+            throttle: throttle_pct.min(100),
+            ..Self::new(profile)
+        }
+    }
+
     /// The profile in use.
     pub fn profile(&self) -> &DbCpuProfile {
         &self.profile
@@ -592,6 +602,29 @@ mod tests {
         c.sample(s(2), 50.0).unwrap();
         assert_eq!(c.throttle_pct(), 20);
         assert_eq!(c.poll_timeout(), None);
+    }
+
+    /// A live reload that changes the profile takes over at the throttle in force: no
+    /// step down to 0 and back; the new profile acts from its first sample.
+    #[test]
+    fn a_resumed_controller_keeps_the_throttle_until_its_profile_acts() {
+        let mut c = Controller::resume(seed_profile(), 40);
+        assert_eq!((c.throttle_pct(), c.poll_timeout()), (40, None));
+        // Below the lowest threshold: a full hold window from this sample, throttle kept.
+        for t in 0..30 {
+            assert_eq!(c.sample(s(t), 10.0).unwrap(), None, "t={t}");
+            assert_eq!(c.throttle_pct(), 40);
+        }
+        let ev = c.tick(s(30)).unwrap();
+        assert_eq!(
+            (ev.from, ev.to),
+            (40, 40 - seed_profile().reversal_step_pct())
+        );
+        // At or above a threshold: that row of the new profile at once.
+        let mut c = Controller::resume(seed_profile(), 40);
+        let ev = c.sample(s(0), 70.0).unwrap().unwrap();
+        assert_eq!((ev.from, ev.to), (40, 50));
+        assert_eq!(Controller::resume(seed_profile(), 250).throttle_pct(), 100);
     }
 
     #[test]

@@ -92,6 +92,19 @@ impl SampleLoop {
         })
     }
 
+    /// A loop taking over at `throttle_pct` ([`Controller::resume`]): a live reload
+    /// that changes the profile keeps the throttle in force until the new profile acts.
+    pub fn resume(
+        profile: DbCpuProfile,
+        settings: LoopSettings,
+        now: Duration,
+        throttle_pct: u8,
+    ) -> Result<Self, LoopSettingsError> {
+        let mut lp = Self::new(profile.clone(), settings, now)?;
+        lp.ctl = Controller::resume(profile, throttle_pct);
+        Ok(lp)
+    }
+
     /// Feeds a sample taken at `now`. Due reversal steps and the missing check run too.
     /// An invalid sample is counted, treated as no sample (as if only
     /// [`SampleLoop::tick`] had been called) and returned as an error for logging.

@@ -13,7 +13,9 @@
 //!    full) and written with the DRL throttle in force applied to its targets, so no
 //!    rate is ever written at a value the controller would not have; without XDP the
 //!    userspace limiter is laid out the same way ([`crate::limiter::Limiter::relayout`]).
-//! 6. The DRL targets swapped; a changed DB CPU profile restarts the controller.
+//! 6. The DRL targets swapped; a changed DB CPU profile restarts the controller at the
+//!    throttle in force (no step: the new profile acts from its first sample); turning
+//!    dynamic rate limiting off ends the throttle.
 //! 7. The metrics listener moved; `dra status`'s config hash, time and outcome; one
 //!    log line; `dra_config_reloads_total{outcome}`.
 
@@ -155,8 +157,9 @@ impl Reloader {
             || self.cfg.global.dynamic_rate_limiting != p.cfg.global.dynamic_rate_limiting;
         {
             let mut sh = shared.lock().expect("lock");
-            if drl_restart {
-                // The new controller starts from its first sample: no throttle.
+            let drl_on = p.cfg.global.dynamic_rate_limiting && p.cfg.db_cpu_profile.is_some();
+            if drl_restart && !drl_on {
+                // Dynamic rate limiting off: the static rates.
                 sh.throttle = 0;
             }
             let throttle = sh.throttle;
@@ -187,10 +190,13 @@ impl Reloader {
             if let Some(c) = self.control.take() {
                 c.stop();
             }
-            let empty = shared.lock().expect("lock").targets.is_empty();
+            let (empty, throttle) = {
+                let sh = shared.lock().expect("lock");
+                (sh.targets.is_empty(), sh.throttle)
+            };
             if let (Some(prof), false) = (&p.cfg.db_cpu_profile, empty) {
                 self.control = Some(
-                    spawn_controller(prof, shared.clone())
+                    spawn_controller(prof, shared.clone(), throttle)
                         .map_err(|e| Failure::new("failed", crate::error_chain(&e)))?,
                 );
             }
