@@ -258,7 +258,10 @@ async fn server_loss_reports_divert_or_shed_ccr_i_and_expire() {
     for (k, (sid, _)) in before_b.iter().enumerate().skip(1).take(8) {
         let g = lab.send(sid, REALM_B, cc::TERMINATION).await;
         assert_eq!(g.from, p3, "CCR-T answered by {g:?}");
-        t_busy += usize::from(g.rc == Some(result_code::TOO_BUSY));
+        // A shed CCR-T would be answered 5012 (bound: no other path, RFC 7683 §8).
+        t_busy += usize::from(
+            g.rc == Some(result_code::TOO_BUSY) || g.rc == Some(result_code::UNABLE_TO_COMPLY),
+        );
         let g = lab
             .send(&format!("{GW_HOST};mix;{k}"), REALM_B, cc::INITIAL)
             .await;
@@ -268,12 +271,13 @@ async fn server_loss_reports_divert_or_shed_ccr_i_and_expire() {
     assert!(i_busy >= 4, "CCR-I pay first: {i_busy} of 8 shed");
     eprintln!("8 CCR-T + 8 CCR-I to pcrf3: {t_busy} CCR-T and {i_busy} CCR-I shed");
     // CCR-U of realm A sessions bound to pcrf1 stay there (2001) or are refused by the
-    // agent (3004): never answered by pcrf2.
+    // agent with 5012 (RFC 7683 §8: no other path can serve them): never answered by
+    // pcrf2, never 3004.
     for (sid, g) in before_a.iter().filter(|(_, g)| g.from == p1).take(4) {
         let u = lab.send(sid, REALM_A, cc::UPDATE).await;
         assert!(
             (u.from == p1 && u.rc == Some(result_code::SUCCESS))
-                || (u.from == DRA_HOST && u.rc == Some(result_code::TOO_BUSY)),
+                || (u.from == DRA_HOST && u.rc == Some(result_code::UNABLE_TO_COMPLY)),
             "{sid} ({g:?}) → {u:?}"
         );
     }

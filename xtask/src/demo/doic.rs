@@ -117,7 +117,9 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Value>) -> Vec<Chec
         Check::new(
             format!("{REPORTER} reported overload and the agent diverted new sessions"),
             format!("{REPORTER} OC-OLRs applied > 0, diverted > 0"),
-            format!("{applied:.0} applied, {diverted:.0} diverted, {rejected:.0} answered 3004"),
+            format!(
+                "{applied:.0} applied, {diverted:.0} diverted, {rejected:.0} answered 3004/5012"
+            ),
             applied > 0.0 && diverted > 0.0,
         ),
         Check::new(

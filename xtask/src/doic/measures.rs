@@ -244,7 +244,9 @@ fn servers_side(r: &RunOutput, reporter: &str) -> Value {
         "olrs_applied": r.end.sum(
             "dra_doic_olrs_received_total", &[("peer", reporter), ("result", "applied")]),
         "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", "3004"),
-        "ccr_t_3004": answered_code(&r.summary, "gx_ccr_t", "3004"),
+        // A shed CCR-T of a bound session is answered 5012 (RFC 7683 §8), else 3004.
+        "ccr_t_shed": answered_code(&r.summary, "gx_ccr_t", "3004")
+            + answered_code(&r.summary, "gx_ccr_t", "5012"),
         "answered_by_server": r.summary.get("servers"),
         "answered_exactly_once": ok,
         "accounting": acc,
@@ -269,7 +271,7 @@ pub fn servers(
     let sent = f(&b, "sent_to_pcrf1_per_s");
     let would = sent + f(&b, "abated_diverted_per_s") + f(&b, "abated_rejected_per_s");
     let share = ratio(sent, would);
-    let ccr_t_shed = b["ccr_t_3004"].as_u64().unwrap_or(0);
+    let ccr_t_shed = b["ccr_t_shed"].as_u64().unwrap_or(0);
     let ccr_i_diverted = f(&b, "abated_diverted_per_s");
     let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
     let target = 1.0 - f64::from(reduction) / 100.0;

@@ -197,12 +197,12 @@ impl Core {
                 }
                 alt
             }
-            react::Abatement::Reject => {
-                // RFC 7683 §5.2: an agent that throttles a request answers it
-                // DIAMETER_TOO_BUSY.
+            react::Abatement::Reject(code) => {
+                // RFC 7683 §8: 3004 when the request may succeed on another path, 5012
+                // when it cannot (its session is bound to the reporting server).
                 return self.answer_locally(
                     &p,
-                    crate::diameter::result_code::TOO_BUSY,
+                    code,
                     "request abated by the server's overload report (DOIC)",
                 );
             }

@@ -11,8 +11,10 @@
 //! - a request routed to such a server that a report selects for abatement (RFC 7683
 //!   §5.2.2; §6 loss, RFC 8582 rate) is diverted to another server of its route in good
 //!   state when it is not bound to that server (a new session's CCR-I, or a request
-//!   without a binding), else answered DIAMETER_TOO_BUSY (3004) by the agent (RFC 7683
-//!   §8 would have 5012 for the bound ones: docs/doic.md);
+//!   without a binding), else answered by the agent (RFC 7683 §8): DIAMETER_TOO_BUSY
+//!   (3004) when it may succeed on another path (a new session: through another DRA
+//!   host, or later), DIAMETER_UNABLE_TO_COMPLY (5012) when it cannot (a request of a
+//!   session bound to that server);
 //! - answers relayed to a client that did not announce DOIC lose their DOIC AVPs (RFC
 //!   7683 §5.1: only a node that announced DOIC gets them); a server's peer report and
 //!   peer-report members never pass (they were for the DRA, RFC 8581).
@@ -29,8 +31,9 @@ pub(super) enum Abatement {
     Send(PeerId),
     /// Selected by a report; send it to this other server instead.
     Diverted(PeerId),
-    /// Selected by a report and no other server: answer 3004.
-    Reject,
+    /// Selected by a report and no other server: answer with this Result-Code (RFC 7683
+    /// §8: 3004 when another path could serve it, 5012 when none can).
+    Reject(u32),
 }
 
 impl Core {
@@ -74,7 +77,11 @@ impl Core {
             }
         }
         self.metrics.inc_doic_abated(&server, "rejected");
-        Abatement::Reject
+        Abatement::Reject(if session_bound {
+            crate::diameter::result_code::UNABLE_TO_COMPLY
+        } else {
+            crate::diameter::result_code::TOO_BUSY
+        })
     }
 
     /// The server a diverted request goes to: the one the route's selection would pick
