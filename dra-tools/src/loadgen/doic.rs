@@ -230,6 +230,8 @@ pub struct GatewayDoicStats {
     pub applied: u64,
     /// Reports ignored (stale or duplicate number).
     pub stale: u64,
+    /// Host reports of a server behind an agent (not applied: the agent applies them).
+    pub not_ours: u64,
 }
 
 /// A gateway's DOIC reacting node (see the module docs).
@@ -273,9 +275,21 @@ impl GatewayReactor {
 
     /// The OC-OLRs of an answer (RFC 7683 §5.2): a higher number replaces the kept
     /// report, validity 0 ends it; a peer report must name the answer's sender
-    /// (`from`, RFC 8581).
+    /// (`from`, RFC 8581). A host report applies to requests that name the host in
+    /// Destination-Host (RFC 7683 §4.3): this gateway's CCR-I name none, so a host
+    /// report counts only when the host is its adjacent peer (`from`: it sends there);
+    /// one relayed by an agent is the agent's to apply (the agent chose the host) and is
+    /// counted in `not_ours`.
     pub fn on_answer(&mut self, now: Duration, from: &str, ans: &Message) {
         for o in Olr::all_of(ans).flatten() {
+            if o.report_type == ReportType::Host
+                && !ans
+                    .origin_host()
+                    .is_some_and(|h| h.eq_ignore_ascii_case(from))
+            {
+                self.stats.not_ours += 1;
+                continue;
+            }
             let name = match o.report_type {
                 ReportType::Host => ans.origin_host(),
                 ReportType::Realm => ans.origin_realm(),
@@ -440,6 +454,21 @@ mod tests {
             .count();
         assert!((49..=52).contains(&sent), "{sent}");
         assert_eq!(g.stats().shed_rate, 500 - sent as u64);
+    }
+
+    /// RFC 7683 §4.3: a host report of a server behind an agent applies to requests
+    /// naming that host; this gateway's CCR-I name none, so it leaves it to the agent.
+    #[test]
+    fn gateway_leaves_a_relayed_host_report_to_the_agent_rfc7683_4_3() {
+        let mut g = GatewayReactor::new(GW);
+        g.on_answer(secs(0.0), "dra.example", &answer_with(&[loss(1, 100, 30)]));
+        assert!(g.admit(secs(0.5), true), "not applied when relayed");
+        assert_eq!((g.stats().not_ours, g.stats().applied), (1, 0));
+        g.on_answer(secs(0.0), SRV, &answer_with(&[loss(1, 100, 30)]));
+        assert!(
+            !g.admit(secs(0.5), true),
+            "applied when the server is the peer"
+        );
     }
 
     #[test]

@@ -310,7 +310,10 @@ impl Reactor {
     /// `host_and_realm`: whether host and realm reports apply — not when the request
     /// came from a client that announced DOIC itself: that client is the reacting node
     /// for them (RFC 7683 §5.1, §5.2; the agent relays the reports to it), so the agent
-    /// abating too would shed twice. Peer reports are the agent's alone (RFC 8581).
+    /// abating too would shed twice — except a host report for a request without
+    /// Destination-Host, which the client does not apply (§4.3: host reports are for
+    /// requests naming the host) and the agent does (it chose the host). Peer reports
+    /// are the agent's alone (RFC 8581).
     pub fn admit(
         &mut self,
         now: Duration,
@@ -339,9 +342,17 @@ impl Reactor {
                 application_id: 0,
             },
         ];
+        // A DOIC client applies the realm reports and the host reports of requests that
+        // name the host (RFC 7683 §4.3); a host report for a request routed by realm
+        // alone is ours to apply: we chose the host.
+        let realm_routed = req.destination_host().is_none();
         let applying: Vec<OcsKey> = candidates
             .into_iter()
-            .filter(|k| host_and_realm || k.report_type == ReportType::Peer)
+            .filter(|k| match k.report_type {
+                ReportType::Peer => true,
+                ReportType::Host => host_and_realm || realm_routed,
+                ReportType::Realm => host_and_realm,
+            })
             .filter(|k| self.ocs.contains_key(k))
             .collect();
         if applying.is_empty() {
@@ -616,6 +627,9 @@ mod tests {
         assert_eq!(shed(&mut r, secs(1), &req, 10), 0);
     }
 
+    /// RFC 7683 §4.3, §5.2; RFC 8581: a DOIC client applies realm reports and the host
+    /// reports of requests naming the host; a host report for a request routed by realm
+    /// alone is the agent's (it chose the host); peer reports are the agent's alone.
     #[test]
     fn host_reports_left_to_a_doic_client_peer_reports_kept_rfc7683_5_2_rfc8581() {
         let mut r = Reactor::new();
@@ -624,13 +638,25 @@ mod tests {
             PCRF,
             &answer(app::GX, &[olr(ReportType::Host, 1, Some(100), Some(10))]),
         );
-        let req = ccr(app::GX, crt::INITIAL, None);
-        // The client announced DOIC: it abates by the host report, not the agent.
-        let n = (0..10)
-            .filter(|_| r.admit(secs(1), &req, PCRF, PCRF, false) != Verdict::Send)
-            .count();
-        assert_eq!(n, 0);
+        let shed_of = |r: &mut Reactor, req: &Message| {
+            (0..10)
+                .filter(|_| r.admit(secs(1), req, PCRF, PCRF, false) != Verdict::Send)
+                .count()
+        };
+        // The client announced DOIC and named the host: it abates, not the agent.
+        let req = ccr(app::GX, crt::INITIAL, Some(PCRF));
+        assert_eq!(shed_of(&mut r, &req), 0);
+        // Routed by realm alone: the client does not apply the host report; we do.
+        assert_eq!(shed_of(&mut r, &ccr(app::GX, crt::INITIAL, None)), 10);
         assert_eq!(r.reduction_towards(secs(1), PCRF), 100);
+        // A realm report is the DOIC client's to apply.
+        let mut realm = Reactor::new();
+        realm.on_answer(
+            secs(0),
+            PCRF,
+            &answer(app::GX, &[olr(ReportType::Realm, 1, Some(100), Some(10))]),
+        );
+        assert_eq!(shed_of(&mut realm, &ccr(app::GX, crt::INITIAL, None)), 0);
         r.on_answer(
             secs(1),
             PCRF,
