@@ -3,12 +3,12 @@
 //! stopped with SIGTERM as systemd stops it.
 
 use std::{
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
 mod support;
-use support::TempDir;
+use support::{TempDir, spawn_dra_run};
 
 const CONFIG: &str = r#"
 [global]
@@ -23,17 +23,7 @@ fn run_until(args: &[&str], ready: &str) -> (bool, String) {
     let cfg = dir.0.join("dra.toml");
     std::fs::write(&cfg, CONFIG).unwrap();
     let log = dir.0.join("stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dra"))
-        .arg("run")
-        .args(args)
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("RUST_LOG")
-        .env_remove("NOTIFY_SOCKET")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("run dra");
+    let mut child = spawn_dra_run(env!("CARGO_BIN_EXE_dra"), args, &cfg, &log);
     let end = Instant::now() + Duration::from_secs(20);
     while Instant::now() < end
         && !std::fs::read_to_string(&log).unwrap().contains(ready)

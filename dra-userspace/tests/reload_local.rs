@@ -10,12 +10,12 @@ use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
 mod support;
-use support::{TempDir, free_port};
+use support::{TempDir, free_port, spawn_dra_run};
 
 struct Ports {
     l1: u16,
@@ -141,15 +141,7 @@ fn listeners_metrics_and_refusals_through_sighup_and_dra_reload() {
         config(&sock, &p, origin, listeners, metrics, connect)
     };
     std::fs::write(&cfg, conf("dra.lab.example", &[p.l1], p.m1, c1)).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dra"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env_remove("RUST_LOG")
-        .env_remove("NOTIFY_SOCKET")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("run dra");
+    let child = spawn_dra_run(env!("CARGO_BIN_EXE_dra"), &[], &cfg, &log);
     let run = Run(child);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(wait_for(&log, "diameter agent running", 1), "{}", text());

@@ -22,6 +22,7 @@ pub use temp_dir::TempDir;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 /// A port on 127.0.0.1 that was free a moment ago (the listener is closed again).
 pub fn free_port() -> u16 {
@@ -81,4 +82,22 @@ pub fn is_scenario(path: &Path) -> bool {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .parse::<toml::Table>()
         .is_ok_and(|t| t.contains_key("phase"))
+}
+
+/// Starts `dra run ARGS --config CONFIG` (`dra` is the binary's path, the calling test
+/// crate's `env!("CARGO_BIN_EXE_dra")`) with stdout discarded and stderr written to
+/// `log`; `RUST_LOG` and `NOTIFY_SOCKET` are unset so that the test's environment does
+/// not change what it logs.
+pub fn spawn_dra_run(dra: &str, args: &[&str], config: &Path, log: &Path) -> Child {
+    Command::new(dra)
+        .arg("run")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("run dra")
 }
