@@ -21,6 +21,15 @@ fn good_peers(names: &[&str]) -> (PeerTable, Vec<PeerId>) {
     (t, ids)
 }
 
+/// [`good_peers`] whose first `loads.len()` report those Load-Values at [`T0`].
+fn reporting(names: &[&str], loads: &[u16]) -> (PeerTable, Vec<PeerId>) {
+    let (mut t, ids) = good_peers(names);
+    for (&id, &value) in ids.iter().zip(loads) {
+        t.set_load(id, load(value, T0));
+    }
+    (t, ids)
+}
+
 fn route(realm: &str, app: Option<u32>, peer: PeerId, weight: u32) -> RouteEntry {
     RouteEntry::new(realm, app, peer, weight).expect("valid route")
 }
@@ -380,11 +389,8 @@ fn round_robin_stays_fair_when_a_peer_in_the_middle_is_down() {
 
 #[test]
 fn least_loaded_prefers_the_highest_load_value_because_higher_means_less_loaded() {
-    let (mut peers, ids) = good_peers(&["busy", "idle", "mid"]);
     // RFC 8583 §7.3: 65535 = no load, 0 = fully loaded.
-    peers.set_load(ids[0], load(1_000, T0));
-    peers.set_load(ids[1], load(60_000, T0));
-    peers.set_load(ids[2], load(30_000, T0));
+    let (mut peers, ids) = reporting(&["busy", "idle", "mid"], &[1_000, 60_000, 30_000]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::LeastLoaded, 1);
     assert_eq!(count(&picks(&mut sel, &cands, &peers, 10, T0), "idle"), 10);
@@ -418,9 +424,10 @@ fn least_loaded_ties_and_missing_reports_rotate_round_robin() {
 
 #[test]
 fn least_loaded_ranks_a_peer_without_fresh_load_at_the_tier_mean() {
-    let (mut peers, ids) = good_peers(&["reports-low", "reports-high", "silent"]);
-    peers.set_load(ids[0], load(10_000, T0));
-    peers.set_load(ids[1], load(50_000, T0));
+    let (mut peers, ids) = reporting(
+        &["reports-low", "reports-high", "silent"],
+        &[10_000, 50_000],
+    );
     let cands = wildcard(&ids, 1);
     let mut sel =
         Selector::new(Strategy::LeastLoaded, 1).with_max_load_age(Duration::from_secs(30));
@@ -453,10 +460,7 @@ fn least_loaded_ranks_a_peer_without_fresh_load_at_the_tier_mean() {
 
 #[test]
 fn weighted_load_distribution_is_proportional_to_load_value() {
-    let (mut peers, ids) = good_peers(&["w10k", "w20k", "w30k"]);
-    peers.set_load(ids[0], load(10_000, T0));
-    peers.set_load(ids[1], load(20_000, T0));
-    peers.set_load(ids[2], load(30_000, T0));
+    let (peers, ids) = reporting(&["w10k", "w20k", "w30k"], &[10_000, 20_000, 30_000]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::WeightedLoad, 42);
     let n = 10_000;
@@ -477,9 +481,7 @@ fn weighted_load_distribution_is_proportional_to_load_value() {
 
 #[test]
 fn weighted_load_gives_nothing_to_a_fully_loaded_peer_unless_all_are() {
-    let (mut peers, ids) = good_peers(&["full", "free"]);
-    peers.set_load(ids[0], load(0, T0));
-    peers.set_load(ids[1], load(100, T0));
+    let (mut peers, ids) = reporting(&["full", "free"], &[0, 100]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::WeightedLoad, 9);
     assert_eq!(
@@ -496,10 +498,7 @@ fn weighted_load_gives_nothing_to_a_fully_loaded_peer_unless_all_are() {
 
 #[test]
 fn p2c_never_picks_the_most_loaded_of_three_and_favours_the_least_loaded() {
-    let (mut peers, ids) = good_peers(&["light", "medium", "heavy"]);
-    peers.set_load(ids[0], load(60_000, T0));
-    peers.set_load(ids[1], load(30_000, T0));
-    peers.set_load(ids[2], load(1_000, T0));
+    let (peers, ids) = reporting(&["light", "medium", "heavy"], &[60_000, 30_000, 1_000]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::P2c, 7);
     let n = 3000;
@@ -525,9 +524,7 @@ fn p2c_without_load_reports_avoids_the_peer_with_most_pending_requests() {
 
 #[test]
 fn load_strategies_respect_weight_tiers_and_good_state() {
-    let (mut peers, ids) = good_peers(&["primary-busy", "backup-idle"]);
-    peers.set_load(ids[0], load(500, T0));
-    peers.set_load(ids[1], load(65_000, T0));
+    let (mut peers, ids) = reporting(&["primary-busy", "backup-idle"], &[500, 65_000]);
     let cands = [
         Candidate {
             peer: ids[0],

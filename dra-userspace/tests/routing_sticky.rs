@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use dra::routing::CcRequestType::{Event, Initial, Termination, Update};
 use dra::routing::{
     APP_GX, APP_GY, BindingError, BindingStore, CcRequestType, Decision, MemoryBindingStore,
     PeerId, PeerStates, PeerTable, RouteEntry, RouteRequest, RouteTable, Router, Selector,
@@ -54,7 +55,6 @@ fn fwd(peer: PeerId, via: Via) -> Decision {
 fn ccr_i_binds_ccr_u_and_t_follow_and_ccr_t_unbinds() {
     let (mut router, peers, ids) = setup(secs(3600));
     let mut st = store(100);
-    use CcRequestType::*;
 
     let o = router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
     assert_eq!(o.decision, fwd(ids[0], Via::Selected));
@@ -86,8 +86,8 @@ fn ccr_i_binds_ccr_u_and_t_follow_and_ccr_t_unbinds() {
 fn retransmitted_ccr_i_follows_the_existing_binding() {
     let (mut router, peers, ids) = setup(secs(3600));
     let mut st = store(10);
-    let first = router.route_request(&ccr("s1", CcRequestType::Initial), &peers, &mut st, secs(0));
-    let again = router.route_request(&ccr("s1", CcRequestType::Initial), &peers, &mut st, secs(1));
+    let first = router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let again = router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(1));
     assert_eq!(first.peer(), Some(ids[0]));
     assert_eq!(again.decision, fwd(ids[0], Via::Binding));
 }
@@ -96,7 +96,6 @@ fn retransmitted_ccr_i_follows_the_existing_binding() {
 fn binding_expires_after_its_ttl_and_every_ccr_u_refreshes_it() {
     let (mut router, peers, ids) = setup(secs(10));
     let mut st = store(10);
-    use CcRequestType::*;
     router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
     // Refreshed at 8 s: still bound at 17 s although 17 s > first TTL.
     assert_eq!(
@@ -131,7 +130,6 @@ fn binding_expires_after_its_ttl_and_every_ccr_u_refreshes_it() {
 fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
     let (mut router, mut peers, ids) = setup(secs(3600));
     let mut st = store(10);
-    use CcRequestType::*;
     router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
     peers.set_good(ids[0], false);
     let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(1));
@@ -159,14 +157,9 @@ fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
 fn ccr_t_to_a_bad_bound_peer_fails_over_and_still_unbinds() {
     let (mut router, mut peers, ids) = setup(secs(3600));
     let mut st = store(10);
-    router.route_request(&ccr("s1", CcRequestType::Initial), &peers, &mut st, secs(0));
+    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
     peers.set_good(ids[0], false);
-    let o = router.route_request(
-        &ccr("s1", CcRequestType::Termination),
-        &peers,
-        &mut st,
-        secs(1),
-    );
+    let o = router.route_request(&ccr("s1", Termination), &peers, &mut st, secs(1));
     assert_eq!(
         o.decision,
         fwd(
@@ -183,10 +176,10 @@ fn ccr_t_to_a_bad_bound_peer_fails_over_and_still_unbinds() {
 fn nothing_good_answers_3002_and_keeps_the_binding() {
     let (mut router, mut peers, ids) = setup(secs(3600));
     let mut st = store(10);
-    router.route_request(&ccr("s1", CcRequestType::Initial), &peers, &mut st, secs(0));
+    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
     peers.set_good(ids[0], false);
     peers.set_good(ids[1], false);
-    let o = router.route_request(&ccr("s1", CcRequestType::Update), &peers, &mut st, secs(1));
+    let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(1));
     assert_eq!(o.decision, Decision::Reject(Unroutable::NoGoodPeer));
     assert_eq!(st.get("s1", secs(1)).unwrap().as_deref(), Some("pcrf1"));
 }
@@ -195,12 +188,12 @@ fn nothing_good_answers_3002_and_keeps_the_binding() {
 fn destination_host_overrides_and_moves_the_binding() {
     let (mut router, peers, ids) = setup(secs(3600));
     let mut st = store(10);
-    router.route_request(&ccr("s1", CcRequestType::Initial), &peers, &mut st, secs(0));
-    let mut req = ccr("s1", CcRequestType::Update);
+    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let mut req = ccr("s1", Update);
     req.destination_host = Some("pcrf2");
     let o = router.route_request(&req, &peers, &mut st, secs(1));
     assert_eq!(o.decision, fwd(ids[1], Via::DestinationHost));
-    let o = router.route_request(&ccr("s1", CcRequestType::Update), &peers, &mut st, secs(2));
+    let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(2));
     assert_eq!(o.decision, fwd(ids[1], Via::Binding));
 }
 
@@ -208,13 +201,13 @@ fn destination_host_overrides_and_moves_the_binding() {
 fn non_sticky_applications_event_requests_and_non_ccr_create_no_binding() {
     let (mut router, peers, _) = setup(secs(3600));
     let mut st = store(10);
-    let mut s6a = ccr("s6a-1", CcRequestType::Initial);
+    let mut s6a = ccr("s6a-1", Initial);
     s6a.application_id = S6A;
     router.route_request(&s6a, &peers, &mut st, secs(0));
-    let mut event = ccr("gy-ev", CcRequestType::Event);
+    let mut event = ccr("gy-ev", Event);
     event.application_id = APP_GY;
     router.route_request(&event, &peers, &mut st, secs(0));
-    let mut no_type = ccr("gx-x", CcRequestType::Update);
+    let mut no_type = ccr("gx-x", Update);
     no_type.cc_request_type = None;
     router.route_request(&no_type, &peers, &mut st, secs(0));
     assert!(st.is_empty());
@@ -238,19 +231,9 @@ fn two_dra_hosts_agree_on_a_binding_by_peer_name_even_with_different_peer_order(
     let mut host_b = Router::new(table, Selector::new(Strategy::RoundRobin, 2));
     let mut shared = store(10);
 
-    let a = host_a.route_request(
-        &ccr("s1", CcRequestType::Initial),
-        &peers_a,
-        &mut shared,
-        secs(0),
-    );
+    let a = host_a.route_request(&ccr("s1", Initial), &peers_a, &mut shared, secs(0));
     assert_eq!(peers_a.name(a.peer().unwrap()), Some("pcrf1"));
-    let b = host_b.route_request(
-        &ccr("s1", CcRequestType::Update),
-        &peers_b,
-        &mut shared,
-        secs(1),
-    );
+    let b = host_b.route_request(&ccr("s1", Update), &peers_b, &mut shared, secs(1));
     assert_eq!(b.decision, fwd(b_ids[1], Via::Binding));
     assert_eq!(peers_b.name(b_ids[1]), Some("pcrf1"));
 }
@@ -309,12 +292,7 @@ fn down(command: &'static str) -> BindingError {
 #[test]
 fn a_failing_binding_store_does_not_fail_routing_and_is_reported() {
     let (mut router, peers, ids) = setup(secs(3600));
-    let o = router.route_request(
-        &ccr("s1", CcRequestType::Initial),
-        &peers,
-        &mut DownStore,
-        secs(0),
-    );
+    let o = router.route_request(&ccr("s1", Initial), &peers, &mut DownStore, secs(0));
     assert_eq!(o.decision, fwd(ids[0], Via::Selected));
     assert!(
         matches!(
