@@ -34,6 +34,37 @@ pub fn unmarked_of_all(sink: &ScriptedServer, sent: &Sent) -> usize {
         .count()
 }
 
+/// The verdict on a policed (drop) run at the sink, once `got` of the `sent` requests
+/// have arrived: within the offer window at most `rate` × its seconds + `burst` arrived
+/// (+2 %), every request arrived in the end exactly once (TCP sends the dropped bytes
+/// again), and over the whole run the arrivals never beat the rate either.
+pub fn assert_policed_and_lossless(
+    sent: &Sent,
+    arrivals: &[Arrival],
+    got: usize,
+    rate: u32,
+    burst: u32,
+) {
+    let n = sent.log.len();
+    let in_window = arrivals.iter().filter(|a| a.at <= sent.last).count();
+    let allowed = rate as f64 * (sent.last - sent.first).as_secs_f64() + burst as f64;
+    assert!(
+        in_window as f64 <= allowed * 1.02,
+        "admitted {in_window} > {allowed:.0}"
+    );
+    assert_eq!(got, n, "every message delivered");
+    let mut ids: Vec<u32> = arrivals.iter().map(|a| a.hop_by_hop).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "each exactly once");
+    let last = arrivals.iter().map(|a| a.at).max().expect("arrivals");
+    let total = (last - sent.first).as_secs_f64();
+    assert!(
+        n as f64 <= rate as f64 * total * 1.02 + burst as f64,
+        "{n} in {total:.1} s"
+    );
+}
+
 /// A simulator identity advertising Gx. Its watchdog interval is longer than any test,
 /// so that no DWR/DWA joins the traffic under test (a test counts requests that the
 /// fast path sees; a DWR is one).

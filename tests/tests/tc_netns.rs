@@ -18,7 +18,10 @@ use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins};
 use dra_tests::{
     netns::{Netns, VethPair},
-    sim::{ScriptedPeer, ScriptedServer, Sim, Tap, base_requests_sent, gx_ccrs},
+    sim::{
+        ScriptedPeer, ScriptedServer, Sim, Tap, assert_policed_and_lossless, base_requests_sent,
+        gx_ccrs,
+    },
 };
 
 struct Lab {
@@ -217,21 +220,7 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
          (allowed {allowed:.0}); all {got} after {:.1} s; group slot {g:?}; stats {stats:?}",
         (last - sent.first).as_secs_f64()
     );
-    assert!(
-        in_window as f64 <= allowed * 1.02,
-        "admitted {in_window} > {allowed:.0}"
-    );
-    assert_eq!(got, n, "every message delivered");
-    let mut ids: Vec<u32> = arr.iter().map(|a| a.hop_by_hop).collect();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), n, "each exactly once");
-    // Over the whole run the admissions never beat the rate either.
-    let total = (last - sent.first).as_secs_f64();
-    assert!(
-        n as f64 <= rate as f64 * total * 1.02 + burst as f64,
-        "{n} in {total:.1} s"
-    );
+    assert_policed_and_lossless(&sent, &arr, got, rate, burst);
     // The CER went through the group bucket before the CCRs (it only leaves the CCRs
     // one token less, so the window bound above holds as it is).
     let cers = lab.base_requests();
