@@ -27,7 +27,7 @@ use dra_common::{
 use dra_tests::support::{LAB_REALM, PCRF_REALM, Pins, TempDir, lab_dra};
 use dra_tests::{
     agent::Agent,
-    netns::{Netns, VethPair},
+    netns::{GwDraSrv, Netns},
 };
 use dra_tools::loadgen::{
     closed::{self, ClosedConfig, ClosedReport},
@@ -62,39 +62,25 @@ fn config(action: &str) -> String {
 }
 
 struct Lab {
-    gw: Netns,
-    dra: Netns,
-    srv: Netns,
-    client_veth: VethPair,
-    _server_veth: VethPair,
+    net: GwDraSrv,
     tmp: TempDir,
     pins: Pins,
 }
 
 impl Lab {
     fn new() -> Lab {
-        let gw = Netns::new("cg").unwrap();
-        let dra = Netns::new("cd").unwrap();
-        let srv = Netns::new("cs").unwrap();
-        let client_veth = VethPair::new(&gw, "198.18.1.2/24", &dra, "198.18.1.1/24").unwrap();
-        let server_veth = VethPair::new(&dra, "198.18.2.1/24", &srv, "198.18.2.2/24").unwrap();
+        let net = GwDraSrv::new("c", 1, 2);
         // Full checksums on the wire, verified on receive: a wrong incremental update
         // of a marked segment would stall the connection, not pass unnoticed.
-        gw.exec(&["ethtool", "-K", &client_veth.a_if, "tx", "off"])
+        net.gw
+            .exec(&["ethtool", "-K", &net.client.a_if, "tx", "off"])
             .unwrap();
-        dra.exec(&["ethtool", "-K", &client_veth.b_if, "rx", "off"])
+        net.dra
+            .exec(&["ethtool", "-K", &net.client.b_if, "rx", "off"])
             .unwrap();
         let tmp = TempDir::new("dra-coal-");
         let pins = Pins::new("dra-coal-");
-        Lab {
-            gw,
-            dra,
-            srv,
-            client_veth,
-            _server_veth: server_veth,
-            tmp,
-            pins,
-        }
+        Lab { net, tmp, pins }
     }
 
     /// `dra run` with XDP, the given action; waits until the fast path is attached.
@@ -105,12 +91,12 @@ impl Lab {
             "--config",
             cfg.to_str().unwrap(),
             "--iface",
-            &self.client_veth.b_if,
+            &self.net.client.b_if,
             "--pin-dir",
             self.pins.0.to_str().unwrap(),
         ];
         let mut agent = Agent::start(
-            &self.dra,
+            &self.net.dra,
             &args,
             &self.tmp.0.join(format!("dra-{action}.log")),
         );
@@ -194,7 +180,7 @@ fn gateway(lab: &Lab, window: usize) -> ClosedReport {
     c.warmup = WARMUP;
     c.measure = MEASURE;
     c.drain = Duration::from_secs(10);
-    in_ns(&lab.gw, async move {
+    in_ns(&lab.net.gw, async move {
         closed::run(c).await.expect("closed loop")
     })
 }
@@ -270,7 +256,7 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
 #[test]
 fn back_to_back_requests_get_exactly_the_limit() {
     let lab = Lab::new();
-    let (stop, pcrf_thread) = pcrf(&lab.srv);
+    let (stop, pcrf_thread) = pcrf(&lab.net.srv);
     let limit = 2.0 * LIMIT;
     let mut failures = Vec::new();
     for window in [16, 100] {

@@ -29,7 +29,7 @@ use dra_common::{
 };
 use dra_tests::{
     agent::Agent,
-    netns::{Netns, VethPair},
+    netns::GwDraSrv,
     sim::{PGW1, Sim, gx_ccrs},
     support::{ConfigToml, Pins, TempDir},
 };
@@ -65,11 +65,13 @@ fn config(egress_if: &str) -> String {
 
 #[test]
 fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
-    let gw = Netns::new("eg-g").unwrap();
-    let dra = Netns::new("eg-d").unwrap();
-    let srv = Netns::new("eg-s").unwrap();
-    let client_veth = VethPair::new(&gw, "198.18.40.2/24", &dra, "198.18.40.1/24").unwrap();
-    let server_veth = VethPair::new(&dra, "198.18.41.1/24", &srv, "198.18.41.2/24").unwrap();
+    let GwDraSrv {
+        gw,
+        dra,
+        srv,
+        client: client_veth,
+        server: server_veth,
+    } = GwDraSrv::new("eg-", 40, 41);
     let tmp = TempDir::new("dra-eg-");
     let pins = Pins::new("dra-eg-");
     let egress_if = server_veth.a_if.clone();

@@ -32,7 +32,7 @@ use dra::dataplane::{Maps, Plan};
 use dra_common::wire::MsgClass;
 use dra_tests::{
     agent::{Agent, dra_bin},
-    netns::{Netns, VethPair},
+    netns::{GwDraSrv, Netns},
     support::{Pins, TempDir},
 };
 
@@ -126,29 +126,25 @@ group = "pcrf"
 }
 
 struct Lab {
-    gw: Netns,
-    dra: Netns,
-    srv: Netns,
-    xdp_if: String,
-    _veths: (VethPair, VethPair),
+    net: GwDraSrv,
     tmp: TempDir,
     pins: Pins,
 }
 
 fn lab(prefix: &str) -> Lab {
-    let gw = Netns::new(&format!("{prefix}g")).unwrap();
-    let dra = Netns::new(&format!("{prefix}d")).unwrap();
-    let srv = Netns::new(&format!("{prefix}s")).unwrap();
-    let client = VethPair::new(&gw, "198.18.72.2/24", &dra, "198.18.72.1/24").unwrap();
-    gw.exec(&["ip", "addr", "add", "198.18.72.3/24", "dev", &client.a_if])
+    let net = GwDraSrv::new(prefix, 72, 73);
+    net.gw
+        .exec(&[
+            "ip",
+            "addr",
+            "add",
+            "198.18.72.3/24",
+            "dev",
+            &net.client.a_if,
+        ])
         .unwrap();
-    let server = VethPair::new(&dra, "198.18.73.1/24", &srv, "198.18.73.2/24").unwrap();
     Lab {
-        xdp_if: client.b_if.clone(),
-        gw,
-        dra,
-        srv,
-        _veths: (client, server),
+        net,
         tmp: TempDir::new("dra-rl-"),
         pins: Pins::new("dra-rl-"),
     }
@@ -219,7 +215,7 @@ fn server(lab: &Lab, name: &str, port: u16, realm: &str) -> Loadgen {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    Loadgen::spawn(&lab.srv, &args, &lab.tmp.0.join(format!("{name}.log")))
+    Loadgen::spawn(&lab.net.srv, &args, &lab.tmp.0.join(format!("{name}.log")))
 }
 
 /// A gateway: `rates` is the scenario's `rates = { ... }` table body.
@@ -255,7 +251,7 @@ fn gateway(lab: &Lab, name: &str, bind: &str, rates: &str, seconds: u32) -> (Loa
     .map(|s| s.to_string())
     .collect();
     (
-        Loadgen::spawn(&lab.gw, &args, &lab.tmp.0.join(format!("{name}.log"))),
+        Loadgen::spawn(&lab.net.gw, &args, &lab.tmp.0.join(format!("{name}.log"))),
         summary,
     )
 }
@@ -353,7 +349,7 @@ fn start_agent(lab: &Lab, cfg: &Path) -> Agent {
         &lab.pins.0.display().to_string(),
         "--detach-on-exit",
     ];
-    Agent::start(&lab.dra, &args, &lab.tmp.0.join("dra.json"))
+    Agent::start(&lab.net.dra, &args, &lab.tmp.0.join("dra.json"))
 }
 
 fn wait_open(agent: &mut Agent, sock: &Path, peers: &[&str]) {
@@ -387,7 +383,7 @@ fn reload_under_traffic() {
         ("pcrf1", 3868, "pcrf.lab.example"),
         ("pcrf3", 3870, "ocs.lab.example"),
     ];
-    let text = config(&lab.xdp_if, &sock, 200, &before, false);
+    let text = config(&lab.net.client.b_if, &sock, 200, &before, false);
     std::fs::write(&cfg, &text).unwrap();
     let plan = Plan::new(&dra::config::parse(&text, "dra.toml").unwrap()).unwrap();
     let slot = plan.slot_of("pgw2", MsgClass::gx_ccr(1)).unwrap();
@@ -421,7 +417,7 @@ fn reload_under_traffic() {
     };
     // Traffic at its rates for 4 s, then the reload.
     sample_for(&mut adm, &maps, slot, Duration::from_secs(4));
-    std::fs::write(&cfg, config(&lab.xdp_if, &sock, 100, &after, true)).unwrap();
+    std::fs::write(&cfg, config(&lab.net.client.b_if, &sock, 100, &after, true)).unwrap();
     let t_req = Instant::now();
     let (ok, out, err) = dra(&["reload", "--config", &cfg.display().to_string()]);
     let t_done = Instant::now();
@@ -542,7 +538,7 @@ fn invalid_reload_and_dry_run_change_nothing() {
     let sock = lab.tmp.0.join("dra.sock");
     let cfg = lab.tmp.0.join("dra.toml");
     let servers = [("pcrf1", 3868, "pcrf.lab.example")];
-    let text = config(&lab.xdp_if, &sock, 200, &servers, false);
+    let text = config(&lab.net.client.b_if, &sock, 200, &servers, false);
     std::fs::write(&cfg, &text).unwrap();
     let plan = Plan::new(&dra::config::parse(&text, "dra.toml").unwrap()).unwrap();
     let slot = plan.slot_of("pgw2", MsgClass::gx_ccr(1)).unwrap();
@@ -678,7 +674,7 @@ source = {{ kind = "file", path = "{}" }}
         cpu.display()
     );
     let text = |rate: u32, msg: &str| {
-        config(&lab.xdp_if, &sock, rate, &servers, false)
+        config(&lab.net.client.b_if, &sock, rate, &servers, false)
             .replace(
                 "origin_realm = \"lab.example\"\n",
                 "origin_realm = \"lab.example\"\ndynamic_rate_limiting = true\n",

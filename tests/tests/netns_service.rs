@@ -22,7 +22,7 @@ use std::{
 use dra_common::wire::cc_request_type as rt;
 use dra_tests::{
     agent::dra_bin,
-    netns::{Netns, VethPair},
+    netns::{GwDraSrv, Netns},
     sim::{PGW1, Sim, gx_ccrs},
     support::{ConfigToml, Pins, TempDir},
 };
@@ -162,28 +162,14 @@ fn peer_msg(v: &serde_json::Value, m: &str, peer: &str) -> bool {
 }
 
 struct Lab {
-    gw: Netns,
-    dra: Netns,
-    srv: Netns,
-    xdp_if: String,
-    _veths: (VethPair, VethPair),
+    net: GwDraSrv,
     tmp: TempDir,
 }
 
 fn lab() -> Lab {
-    let gw = Netns::new("sv-g").unwrap();
-    let dra = Netns::new("sv-d").unwrap();
-    let srv = Netns::new("sv-s").unwrap();
-    let client = VethPair::new(&gw, "198.18.62.2/24", &dra, "198.18.62.1/24").unwrap();
-    let server = VethPair::new(&dra, "198.18.63.1/24", &srv, "198.18.63.2/24").unwrap();
-    let tmp = TempDir::new("dra-sv-");
     Lab {
-        xdp_if: client.b_if.clone(),
-        gw,
-        dra,
-        srv,
-        _veths: (client, server),
-        tmp,
+        net: GwDraSrv::new("sv-", 62, 63),
+        tmp: TempDir::new("dra-sv-"),
     }
 }
 
@@ -193,12 +179,17 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
     let lab = lab();
     let pins = Pins::new("dra-sv-");
     let cfg = lab.tmp.0.join("dra.toml");
-    std::fs::write(&cfg, config(&lab.xdp_if)).unwrap();
+    std::fs::write(&cfg, config(&lab.net.client.b_if)).unwrap();
     let log = lab.tmp.0.join("dra.json");
 
     let sim = Sim::new();
-    let _sink = sim.sink(&lab.srv, "198.18.63.2:3868".parse().unwrap(), PCRF1, DRA.0);
-    let mut run = Run::start(&lab.dra, &caps, &cfg, &pins.0, &log);
+    let _sink = sim.sink(
+        &lab.net.srv,
+        "198.18.63.2:3868".parse().unwrap(),
+        PCRF1,
+        DRA.0,
+    );
+    let mut run = Run::start(&lab.net.dra, &caps, &cfg, &pins.0, &log);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         run.wait_for(&log, |v| peer_msg(v, "peer up", "pcrf1")),
@@ -208,7 +199,7 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
     assert!(
         lines(&log)
             .iter()
-            .any(|v| msg(v, "fast path attached") && v["iface"] == lab.xdp_if.as_str()),
+            .any(|v| msg(v, "fast path attached") && v["iface"] == lab.net.client.b_if.as_str()),
         "{}",
         text()
     );
@@ -220,7 +211,7 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
 
     let from: IpAddr = "198.18.62.2".parse().unwrap();
     let to: SocketAddr = "198.18.62.1:3868".parse().unwrap();
-    let peer = sim.connect(&lab.gw, from, to, PGW1, DRA.0, None);
+    let peer = sim.connect(&lab.net.gw, from, to, PGW1, DRA.0, None);
     assert!(
         run.wait_for(&log, |v| peer_msg(v, "peer up", "pgw1")),
         "{}",
@@ -279,12 +270,12 @@ fn without_any_one_of_the_units_capabilities_it_does_not_start() {
     assert!(!caps.is_empty());
     let lab = lab();
     let cfg = lab.tmp.0.join("dra.toml");
-    std::fs::write(&cfg, config(&lab.xdp_if)).unwrap();
+    std::fs::write(&cfg, config(&lab.net.client.b_if)).unwrap();
     for missing in &caps {
         let pins = Pins::new("dra-sv-");
         let fewer: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
         let log = lab.tmp.0.join(format!("dra-no-{missing}.json"));
-        let mut run = Run::start(&lab.dra, &fewer, &cfg, &pins.0, &log);
+        let mut run = Run::start(&lab.net.dra, &fewer, &cfg, &pins.0, &log);
         let started = run.wait_for(&log, |v| msg(v, "diameter agent running"));
         let st = run.stop();
         let text = std::fs::read_to_string(&log).unwrap_or_default();
