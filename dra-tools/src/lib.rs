@@ -9,7 +9,9 @@
 //! - [`pcap`]: classic pcap files of one TCP connection, and tshark's verdict on them.
 //! - [`netns`]: network namespaces joined by veth pairs (the relay benchmark, the
 //!   freeDiameter interop test).
+//! - [`freediameter`]: what freeDiameter needs to run beside the agent (its certificate).
 
+pub mod freediameter;
 pub mod loadgen;
 pub mod netns;
 pub mod pcap;

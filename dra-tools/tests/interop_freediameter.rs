@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dra_tools::freediameter::self_signed_cert;
 use dra_tools::netns::{self, Netns};
 use support::TempDir;
-use support::agent::{agent_config, peer_state};
+use support::agent::{GX, SimServer, agent_config, peer_state, sim_config};
 
 const AGENT_IP: &str = "198.18.0.1";
 const FD_IP: &str = "198.18.0.2";
@@ -42,28 +43,17 @@ const DRA_HOST: &str = "dra.test.example";
 const FDC_HOST: &str = "fdc.test.example";
 const FDS_HOST: &str = "fds.pcrf.test.example";
 
-/// A self-signed certificate whose CN is `host`: freeDiameter loads TLS credentials
-/// even when every peer is plain TCP, and checks that the CN matches its Identity.
-fn cert(dir: &Path, host: &str) -> (PathBuf, PathBuf) {
-    let crt = dir.join(format!("{host}.crt"));
-    let key = dir.join(format!("{host}.key"));
-    let out = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-        ])
-        .arg(format!("/CN={host}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt)
-        .output()
-        .expect("spawn openssl");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (crt, key)
+/// A Gx simulator server `host` of `realm` on the agent's address at `port`, expecting
+/// `peer` to connect.
+async fn gx_server(port: u16, host: &str, realm: &str, peer: &str) -> SimServer {
+    SimServer::start(
+        format!("{AGENT_IP}:{port}").parse().unwrap(),
+        sim_config(host, realm, &[GX]),
+        peer,
+        None,
+    )
+    .await
+    .expect(host)
 }
 
 /// A freeDiameterd process in a namespace, killed on drop; its output goes to `log`.
@@ -115,7 +105,7 @@ fn fd_conf(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str)
 /// freeDiameter's config without message dumps: plain TCP on [`FD_IP`], watchdog
 /// interval `tw` seconds, `extra` appended.
 fn fd_conf_plain(dir: &Path, host: &str, realm: &str, port: u16, tw: u32, extra: &str) -> PathBuf {
-    let (crt, key) = cert(dir, host);
+    let (crt, key) = self_signed_cert(dir, host, host).expect("openssl");
     let text = format!(
         "Identity = \"{host}\";\nRealm = \"{realm}\";\nPort = {port};\nSecPort = 0;\n\
          No_SCTP;\nNo_IPv6;\nListenOn = \"{FD_IP}\";\nTwTimer = {tw};\nTcTimer = 1;\n\
@@ -559,7 +549,7 @@ fn pdu_summary(decoded: &str) -> Vec<(u32, bool, String)> {
 /// shuts down (its DPR to fdr1, fdr1's DPA).
 #[test]
 fn gx_ccrs_relay_through_freediameter_both_ways() {
-    use support::agent::{GX, SimPeer, SimServer, Tap, sim_config};
+    use support::agent::{SimPeer, Tap};
     support::require_tshark();
     let (agent_ns, fd_ns) = namespaces("hra", "hrf");
     let dir = TempDir::new("dra-interop-relay-");
@@ -606,22 +596,8 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
     let m = metrics.clone();
     let thread_logs = logs.clone();
     let outcome = support::run_in_netns(&agent_ns, move || async move {
-        let srv1 = SimServer::start(
-            format!("{AGENT_IP}:{SRV1_PORT}").parse().unwrap(),
-            sim_config(SRV1_HOST, "pcrf.test.example", &[GX]),
-            DRA_HOST,
-            None,
-        )
-        .await
-        .expect("srv1");
-        let srv2 = SimServer::start(
-            format!("{AGENT_IP}:{SRV2_PORT}").parse().unwrap(),
-            sim_config(SRV2_HOST, "far.test.example", &[GX]),
-            FDR2_HOST,
-            None,
-        )
-        .await
-        .expect("srv2");
+        let srv1 = gx_server(SRV1_PORT, SRV1_HOST, "pcrf.test.example", DRA_HOST).await;
+        let srv2 = gx_server(SRV2_PORT, SRV2_HOST, "far.test.example", FDR2_HOST).await;
         let opts = dra::agent::AgentOptions {
             tc: Some(Duration::from_millis(500)),
             ..Default::default()
@@ -786,26 +762,18 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
     // CCRs keep their Origin-Host through relays; each crosses two captured hops
     // (gateway → fdr1 → agent, and agent → fdr2 → srv2) plus one more: gwa's at the
     // agent → srv1 hop, pgw1's at the pgw1 → agent hop.
-    assert_eq!(
-        count(272, true, GWA_HOST),
-        3 * RELAY_CCRS,
-        "gwa's CCRs on the wire"
-    );
-    assert_eq!(
-        count(272, true, PGW_HOST),
-        3 * RELAY_CCRS,
-        "pgw1's CCRs on the wire"
-    );
-    assert_eq!(
-        count(272, false, SRV1_HOST),
-        3 * RELAY_CCRS,
-        "srv1's CCAs on the wire"
-    );
-    assert_eq!(
-        count(272, false, SRV2_HOST),
-        3 * RELAY_CCRS,
-        "srv2's CCAs on the wire"
-    );
+    for (request, host, what) in [
+        (true, GWA_HOST, "gwa's CCRs"),
+        (true, PGW_HOST, "pgw1's CCRs"),
+        (false, SRV1_HOST, "srv1's CCAs"),
+        (false, SRV2_HOST, "srv2's CCAs"),
+    ] {
+        assert_eq!(
+            count(272, request, host),
+            3 * RELAY_CCRS,
+            "{what} on the wire"
+        );
+    }
     // DPR/DPA both ways.
     assert!(
         count(282, true, FDR2_HOST) >= 1,

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use dra::diameter::result_code;
+use dra_tools::freediameter::self_signed_cert;
 use dra_tools::loadgen::closed::{self, ClosedConfig};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
 use dra_tools::netns::{self, Netns};
@@ -403,22 +404,8 @@ fn start_otp(ns: &Netns, dir: &Path, servers: &[ServerHandle]) -> Result<RelayPr
 /// the DCCA dictionaries, no accounting or debug extensions; clients admitted without
 /// TLS by `acl_wl` (ALLOW_IPSEC).
 fn fd_conf(dir: &Path, args: &Args, servers: &[ServerHandle]) -> Result<PathBuf> {
-    let crt = dir.join("fd.crt");
-    let key = dir.join("fd.key");
-    let out = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-        ])
-        .arg(format!("/CN={FD_HOST}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt)
-        .output()
-        .context("spawn openssl")?;
-    if !out.status.success() {
-        bail!("openssl: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let (crt, key) =
+        self_signed_cert(dir, "fd", FD_HOST).context("openssl (freeDiameter certificate)")?;
     let acl = dir.join("acl_wl.conf");
     let mut a = String::new();
     for i in 1..=args.clients {
