@@ -809,19 +809,28 @@ mod tests {
         answer_for(req, rc, "pcrf1.lab.example", "pcrf.lab.example", None, None).encode()
     }
 
-    fn window_at(t0: Instant, from_ms: u64, to_ms: u64) -> Window {
-        Window {
+    /// pgw1 with `slots` slots, measuring from `from_ms` to `to_ms` after `t0`.
+    fn pgw1(t0: Instant, slots: usize, from_ms: u64, to_ms: u64) -> ClosedPeer {
+        let window = Window {
             from: t0 + Duration::from_millis(from_ms),
             to: t0 + Duration::from_millis(to_ms),
-        }
+        };
+        ClosedPeer::new("pgw1.lab.example", &template(), slots, window)
+    }
+
+    /// pgw1 with `slots` slots and a 1 s window, started at `t0`: the peer, its
+    /// identifiers ([`counter`]) and the bytes it sent.
+    fn started(t0: Instant, slots: usize) -> (ClosedPeer, impl FnMut() -> (u32, u32), Vec<u8>) {
+        let mut p = pgw1(t0, slots, 0, 1000);
+        let (mut ids, mut out) = (counter(), Vec::new());
+        p.start(t0, &mut ids, &mut out);
+        (p, ids, out)
     }
 
     #[test]
     fn start_fills_every_slot_with_a_ccr_i_of_a_session_of_its_own() {
         let t0 = Instant::now();
-        let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 3, window_at(t0, 0, 1000));
-        let (mut ids, mut out) = (counter(), Vec::new());
-        p.start(t0, &mut ids, &mut out);
+        let (mut p, mut ids, out) = started(t0, 3);
         let ms = messages(&out);
         assert_eq!(ms.len(), 3);
         assert_eq!(p.in_flight(), 3);
@@ -857,9 +866,7 @@ mod tests {
     #[test]
     fn a_slot_alternates_ccr_i_and_ccr_t_and_opens_a_new_session_each_time() {
         let t0 = Instant::now();
-        let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 1, window_at(t0, 0, 1000));
-        let (mut ids, mut out) = (counter(), Vec::new());
-        p.start(t0, &mut ids, &mut out);
+        let (mut p, mut ids, mut out) = started(t0, 1);
         let mut kinds = Vec::new();
         for _ in 0..4 {
             let (_, req) = messages(&out).pop().expect("one request");
@@ -890,7 +897,7 @@ mod tests {
     fn only_answers_inside_the_window_count_and_nothing_leaves_after_it() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 1, window_at(t0, 100, 200));
+        let mut p = pgw1(t0, 1, 100, 200);
         let (mut ids, mut out) = (counter(), Vec::new());
         // Warm-up: sent before the window, answered inside it: not measured.
         p.start(t0, &mut ids, &mut out);
@@ -927,9 +934,7 @@ mod tests {
     #[test]
     fn requests_unknown_answers_and_nothing_at_all_are_left_to_the_peer_connection() {
         let t0 = Instant::now();
-        let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 1, window_at(t0, 0, 1000));
-        let (mut ids, mut out) = (counter(), Vec::new());
-        p.start(t0, &mut ids, &mut out);
+        let (mut p, mut ids, out) = started(t0, 1);
         let (frame, req) = messages(&out).pop().expect("request");
         let mut more = Vec::new();
         // Our own request echoed (R bit set), an answer with another Hop-by-Hop (e.g. a
@@ -969,9 +974,7 @@ mod tests {
     fn reports_merge_counts_and_latencies() {
         let t0 = Instant::now();
         let one = |rc: u32| {
-            let mut p = ClosedPeer::new("pgw1.lab.example", &template(), 2, window_at(t0, 0, 1000));
-            let (mut ids, mut out) = (counter(), Vec::new());
-            p.start(t0, &mut ids, &mut out);
+            let (mut p, mut ids, out) = started(t0, 2);
             let (_, req) = messages(&out).remove(0);
             p.on_frame(
                 &answer(&req, rc),
