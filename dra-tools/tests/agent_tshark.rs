@@ -6,7 +6,7 @@ mod support;
 
 use dra_common::wire::flags;
 use support::agent::*;
-use support::{assert_clean, require_tshark, tshark_decode};
+use support::{assert_clean, assert_decoded, require_tshark, tshark_decode};
 
 /// tshark's decode of what the simulator (on the client side when `sim_is_client`)
 /// wrote and read, as one TCP connection.
@@ -50,35 +50,33 @@ async fn tshark_decodes_what_the_agent_sends() {
     // Client side: the agent sent CEA, DWA, the relayed CCA and the 3002 CCA.
     let d = decode("client", &client_tap, true);
     assert_clean(&d);
-    for needle in [
-        "Command Code: Capabilities-Exchange (257)",
-        "Command Code: Device-Watchdog (280)",
-        "Command Code: Credit-Control (272)",
-        "Origin-Host: dra.test.example",
-        "Result-Code: DIAMETER_SUCCESS (2001)",
-        "Result-Code: DIAMETER_UNABLE_TO_DELIVER (3002)",
-        "Origin-Host: pcrf1.pcrf.test.example",
-        "Session-Id: wire;2",
-    ] {
-        assert!(
-            d.contains(needle),
-            "missing {needle:?} in client-side decode:\n{d}"
-        );
-    }
+    assert_decoded(
+        &d,
+        "the client side",
+        &[
+            "Command Code: Capabilities-Exchange (257)",
+            "Command Code: Device-Watchdog (280)",
+            "Command Code: Credit-Control (272)",
+            "Origin-Host: dra.test.example",
+            "Result-Code: DIAMETER_SUCCESS (2001)",
+            "Result-Code: DIAMETER_UNABLE_TO_DELIVER (3002)",
+            "Origin-Host: pcrf1.pcrf.test.example",
+            "Session-Id: wire;2",
+        ],
+    );
     // Server side: the agent sent CER and the relayed CCR with Route-Record pgw1.
     let d = decode("server", &server_tap, false);
     assert_clean(&d);
-    for needle in [
-        "Command Code: Capabilities-Exchange (257)",
-        "Origin-Host: dra.test.example",
-        "Route-Record: pgw1.test.example",
-        "Session-Id: wire;1",
-    ] {
-        assert!(
-            d.contains(needle),
-            "missing {needle:?} in server-side decode:\n{d}"
-        );
-    }
+    assert_decoded(
+        &d,
+        "the server side",
+        &[
+            "Command Code: Capabilities-Exchange (257)",
+            "Origin-Host: dra.test.example",
+            "Route-Record: pgw1.test.example",
+            "Session-Id: wire;1",
+        ],
+    );
     assert!(
         !d.contains("Session-Id: wire;2"),
         "the marked request never went upstream"

@@ -6,7 +6,9 @@ mod support;
 use dra::diameter::{Dictionary, Message, answer_for, avp_code, result_code, validate_request};
 use dra_common::wire::app;
 use support::diameter_fixtures as fx;
-use support::{assert_clean, diameter_pdus, pdu_field, require_tshark, tshark_decode};
+use support::{
+    assert_clean, assert_decoded, diameter_pdus, pdu_field, require_tshark, tshark_decode,
+};
 
 #[test]
 fn tshark_decodes_every_message_cleanly() {
@@ -87,19 +89,21 @@ fn tshark_decodes_every_message_cleanly() {
         assert!(summary.ends_with(kind));
     }
     // Specific fields came through as we meant them.
-    for needle in [
-        "Result-Code: DIAMETER_UNABLE_TO_DELIVER (3002)",
-        "Error-Message: rate limit Gx CCR-I 200/s exceeded",
-        "Result-Code: DIAMETER_MISSING_AVP (5005)",
-        "Failed-AVP",
-        "Load-Value: 19088743",
-        "Host-IP-Address Address: 2001:db8::1",
-        "Host-IP-Address Address: 198.18.0.1",
-        "Subscription-Id-Data: 001010123456789",
-        "CC-Total-Octets: 12345678901",
-    ] {
-        assert!(decoded.contains(needle), "tshark output lacks {needle:?}");
-    }
+    assert_decoded(
+        &decoded,
+        "the messages",
+        &[
+            "Result-Code: DIAMETER_UNABLE_TO_DELIVER (3002)",
+            "Error-Message: rate limit Gx CCR-I 200/s exceeded",
+            "Result-Code: DIAMETER_MISSING_AVP (5005)",
+            "Failed-AVP",
+            "Load-Value: 19088743",
+            "Host-IP-Address Address: 2001:db8::1",
+            "Host-IP-Address Address: 198.18.0.1",
+            "Subscription-Id-Data: 001010123456789",
+            "CC-Total-Octets: 12345678901",
+        ],
+    );
     // The E bit is set on the 3002 answer only.
     assert_eq!(decoded.matches("..1. .... = Error: Set").count(), 1);
     assert_eq!(headers[5].0, "0x60, Proxyable, Error");

@@ -10,7 +10,7 @@ use dra::diameter::peer::{ConnectionOptions, DisconnectCause};
 use dra::diameter::{Dictionary, result_code};
 use dra_common::wire::cmd;
 use support::peer::*;
-use support::{assert_clean, diameter_pdus, pdu_field, require_tshark};
+use support::{assert_clean, assert_decoded, diameter_pdus, pdu_field, require_tshark};
 
 /// Every kind of message the state machine sends, from real exchanges.
 fn exchanges() -> Vec<Wire> {
@@ -110,22 +110,24 @@ fn tshark_decodes_every_peer_message_cleanly() {
         );
         assert!(field("    Flags: ").starts_with(&format!("0x{:02x}", w.msg.flags)));
     }
-    for needle in [
-        "Result-Code: DIAMETER_SUCCESS (2001)",
-        "Result-Code: DIAMETER_UNKNOWN_PEER (3010)",
-        "Result-Code: DIAMETER_NO_COMMON_APPLICATION (5010)",
-        "Host-IP-Address Address: 198.18.0.1",
-        "Host-IP-Address Address: 2001:db8::1",
-        "Host-IP-Address Address: 198.18.0.2",
-        "Product-Name: pgw-sim",
-        "Load-Type: PEER (1)",
-        "Load-Value: 40000",
-        "SourceID: dra1.epc.example.net",
-        "Disconnect-Cause: DO_NOT_WANT_TO_TALK_TO_YOU (2)",
-        "Auth-Application-Id: Relay (4294967295)",
-    ] {
-        assert!(decoded.contains(needle), "tshark output lacks {needle:?}");
-    }
+    assert_decoded(
+        &decoded,
+        "the peer exchanges",
+        &[
+            "Result-Code: DIAMETER_SUCCESS (2001)",
+            "Result-Code: DIAMETER_UNKNOWN_PEER (3010)",
+            "Result-Code: DIAMETER_NO_COMMON_APPLICATION (5010)",
+            "Host-IP-Address Address: 198.18.0.1",
+            "Host-IP-Address Address: 2001:db8::1",
+            "Host-IP-Address Address: 198.18.0.2",
+            "Product-Name: pgw-sim",
+            "Load-Type: PEER (1)",
+            "Load-Value: 40000",
+            "SourceID: dra1.epc.example.net",
+            "Disconnect-Cause: DO_NOT_WANT_TO_TALK_TO_YOU (2)",
+            "Auth-Application-Id: Relay (4294967295)",
+        ],
+    );
     // Only the 3010 answer has the E bit.
     assert_eq!(decoded.matches("..1. .... = Error: Set").count(), 1);
 }

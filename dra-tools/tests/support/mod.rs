@@ -121,6 +121,17 @@ pub fn assert_clean(decoded: &str) {
     }
 }
 
+/// Fails unless each of `needles` stands in `decoded`, tshark's verbose decode of
+/// `what`.
+pub fn assert_decoded(decoded: &str, what: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(
+            decoded.contains(needle),
+            "tshark's decode of {what} lacks {needle:?}:\n{decoded}"
+        );
+    }
+}
+
 /// The Diameter PDUs of a verbose decode, in order.
 pub fn diameter_pdus(decoded: &str) -> Vec<&str> {
     decoded.split("\nDiameter Protocol\n").skip(1).collect()
