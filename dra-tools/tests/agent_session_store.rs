@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dra::diameter::{Message, answer_for};
-use dra_tools::loadgen::script::Handler;
+use dra_tools::loadgen::script::{ArrivalLog, Handler};
 use support::agent::*;
 use support::{LogBuf, RedisCluster, RedisServer, free_port, redis_text};
 use tokio::task::JoinSet;
@@ -42,14 +42,17 @@ const LOG_UP: &str = "session store reachable again";
 struct Log(LogBuf);
 
 impl Log {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let w = self.0.clone();
+    /// A log that captures everything logged on this thread at INFO and above until the
+    /// guard drops.
+    fn installed() -> (Log, tracing::subscriber::DefaultGuard) {
+        let log = Log::default();
+        let w = log.0.clone();
         let sub = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
             .with_writer(move || w.clone())
             .finish();
-        tracing::subscriber::set_default(sub)
+        (log, tracing::subscriber::set_default(sub))
     }
 
     fn count(&self, needle: &str) -> usize {
@@ -123,6 +126,7 @@ impl Pcrfs {
                     None,
                     handler,
                     Arc::default(),
+                    ArrivalLog::default(),
                 )
                 .await
                 .expect("pcrf simulator"),
@@ -203,10 +207,13 @@ impl Agent {
             .unwrap_or(0.0)
     }
 
-    async fn invariant_ok(&self) {
+    /// The end of a test: the invariant holds and nothing is pending; then the agent
+    /// stops.
+    async fn check_and_shut_down(self) {
         let s = self.handle.stats().await.expect("stats");
         assert!(s.invariant_ok(), "{s:?}");
         assert_eq!(s.relay.pending, 0, "{s:?}");
+        self.handle.shutdown().await;
     }
 }
 
@@ -305,8 +312,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test]
 async fn redis_unreachable_at_start_routes_locally_and_reconciles_when_it_comes_up() {
-    let log = Log::default();
-    let _g = log.install();
+    let (log, _g) = Log::installed();
     let port = free_port();
     let pcrfs = Pcrfs::start(2).await;
     let a = Agent::start(&pcrfs, &redis_store(port, "on_error = \"local\"")).await;
@@ -341,14 +347,12 @@ async fn redis_unreachable_at_start_routes_locally_and_reconciles_when_it_comes_
     assert_eq!(log.count(LOG_DOWN), 1);
     assert_eq!(a.metric("dra_session_store_up "), 1.0);
     pgw.exactly_one_answer_each().await;
-    a.invariant_ok().await;
-    a.handle.shutdown().await;
+    a.check_and_shut_down().await;
 }
 
 #[tokio::test]
 async fn redis_unreachable_at_start_with_on_error_reject_answers_the_configured_code() {
-    let log = Log::default();
-    let _g = log.install();
+    let (log, _g) = Log::installed();
     let pcrfs = Pcrfs::start(2).await;
     let store = redis_store(
         free_port(),
@@ -380,14 +384,12 @@ async fn redis_unreachable_at_start_with_on_error_reject_answers_the_configured_
     );
     assert_eq!(log.count(LOG_DOWN), 1, "{}", log.text());
     pgw.exactly_one_answer_each().await;
-    a.invariant_ok().await;
-    a.handle.shutdown().await;
+    a.check_and_shut_down().await;
 }
 
 #[tokio::test]
 async fn redis_lost_mid_run_then_back_reconnects_and_reconciles() {
-    let log = Log::default();
-    let _g = log.install();
+    let (log, _g) = Log::installed();
     let mut redis = blocking(RedisServer::start).await;
     let port = redis.port;
     let pcrfs = Pcrfs::start(2).await;
@@ -438,14 +440,12 @@ async fn redis_lost_mid_run_then_back_reconnects_and_reconciles() {
     gone(port, &everyone).await;
     assert_eq!(log.count(LOG_DOWN), 1);
     pgw.exactly_one_answer_each().await;
-    a.invariant_ok().await;
-    a.handle.shutdown().await;
+    a.check_and_shut_down().await;
 }
 
 #[tokio::test]
 async fn redis_slower_than_the_timeout_counts_timeouts_and_holds_nothing() {
-    let log = Log::default();
-    let _g = log.install();
+    let (log, _g) = Log::installed();
     let redis = blocking(RedisServer::start).await;
     let port = redis.port;
     let pcrfs = Pcrfs::start(2).await;
@@ -476,8 +476,7 @@ async fn redis_slower_than_the_timeout_counts_timeouts_and_holds_nothing() {
     assert_eq!(pcrfs.misrouted(), 0);
     assert_eq!((log.count(LOG_DOWN), log.count(LOG_UP)), (1, 1));
     pgw.exactly_one_answer_each().await;
-    a.invariant_ok().await;
-    a.handle.shutdown().await;
+    a.check_and_shut_down().await;
     drop(redis);
 }
 
@@ -521,15 +520,13 @@ async fn a_session_bound_via_dra_a_is_routed_by_dra_b_to_the_same_server() {
         p.exactly_one_answer_each().await;
     }
     for ag in [a, b, memory_only] {
-        ag.invariant_ok().await;
-        ag.handle.shutdown().await;
+        ag.check_and_shut_down().await;
     }
 }
 
 #[tokio::test]
 async fn cluster_master_killed_replica_promoted_bindings_still_found() {
-    let log = Log::default();
-    let _g = log.install();
+    let (log, _g) = Log::installed();
     let mut cluster = blocking(RedisCluster::start).await;
     let seeds = cluster.addresses()[..3]
         .iter()
@@ -614,8 +611,7 @@ async fn cluster_master_killed_replica_promoted_bindings_still_found() {
         p.exactly_one_answer_each().await;
     }
     for ag in [a, b] {
-        ag.invariant_ok().await;
-        ag.handle.shutdown().await;
+        ag.check_and_shut_down().await;
     }
     drop(cluster);
 }

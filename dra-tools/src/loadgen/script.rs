@@ -458,7 +458,16 @@ impl ScriptedServer {
                 None,
             ))
         });
-        Self::with_handler(listen, cfg, dra_host, tap, handler, stats).await
+        Self::with_handler(
+            listen,
+            cfg,
+            dra_host,
+            tap,
+            handler,
+            stats,
+            ArrivalLog::default(),
+        )
+        .await
     }
 
     /// As [`ScriptedServer::start`], but application requests are never answered (only
@@ -470,7 +479,8 @@ impl ScriptedServer {
         tap: Option<Tap>,
     ) -> std::io::Result<ScriptedServer> {
         let silent: Handler = Arc::new(|_: &Message| None);
-        Self::with_handler(listen, cfg, dra_host, tap, silent, Arc::default()).await
+        let (stats, arrivals) = (Arc::default(), ArrivalLog::default());
+        Self::with_handler(listen, cfg, dra_host, tap, silent, stats, arrivals).await
     }
 
     /// As [`ScriptedServer::sink`], logging into `arrivals` (e.g. an
@@ -483,31 +493,12 @@ impl ScriptedServer {
         arrivals: ArrivalLog,
     ) -> std::io::Result<ScriptedServer> {
         let silent: Handler = Arc::new(|_: &Message| None);
-        Self::serve(listen, cfg, dra_host, tap, silent, Arc::default(), arrivals).await
+        Self::with_handler(listen, cfg, dra_host, tap, silent, Arc::default(), arrivals).await
     }
 
-    /// As [`ScriptedServer::start`] with a custom handler (which does its own counting).
+    /// As [`ScriptedServer::start`] with a custom handler (which does its own counting),
+    /// logging application requests into `arrivals`.
     pub async fn with_handler(
-        listen: SocketAddr,
-        cfg: PeerConfig,
-        dra_host: &str,
-        tap: Option<Tap>,
-        handler: Handler,
-        stats: Arc<ScriptStats>,
-    ) -> std::io::Result<ScriptedServer> {
-        Self::serve(
-            listen,
-            cfg,
-            dra_host,
-            tap,
-            handler,
-            stats,
-            ArrivalLog::default(),
-        )
-        .await
-    }
-
-    async fn serve(
         listen: SocketAddr,
         cfg: PeerConfig,
         dra_host: &str,
