@@ -149,6 +149,12 @@ impl Gateway {
         assert!(self.peer.send_bytes(bytes).await, "connection gone");
     }
 
+    /// Sends `n` Gx CCR-I ([`Gateway::send_ccr_i`]) and waits for every answer.
+    async fn exchange_ccr_i(&self, n: usize) {
+        self.send_ccr_i(n).await;
+        self.wait_answers(n).await;
+    }
+
     /// The CCAs received so far.
     fn answers(&self) -> Vec<Message> {
         support::agent::received(&self.tap)
@@ -175,8 +181,7 @@ impl Gateway {
 async fn reject_answers_the_excess_3002_from_the_agent() {
     let lab = Lab::start("reject").await;
     let gw = Gateway::connect(lab.agent.listen_addrs()[0], PGW_HOST).await;
-    gw.send_ccr_i(SENT).await;
-    gw.wait_answers(SENT).await;
+    gw.exchange_ccr_i(SENT).await;
     assert_eq!(
         gw.count(result_code::SUCCESS, PCRF_HOST),
         BURST,
@@ -267,8 +272,7 @@ async fn an_unknown_source_passes_uncharged_as_in_xdp() {
         .find(|a| a.is_ipv6())
         .expect("[::1] listener");
     let gw = Gateway::connect(v6, PGW2_HOST).await;
-    gw.send_ccr_i(SENT).await;
-    gw.wait_answers(SENT).await;
+    gw.exchange_ccr_i(SENT).await;
     assert_eq!(
         gw.count(result_code::SUCCESS, PCRF_HOST),
         SENT,

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dra_tools::loadgen::closed::{self, ClosedConfig};
-use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig};
+use dra_tools::loadgen::closed::{self, ClosedConfig, ClosedReport};
+use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerStats};
 
 fn server_cfg(latency: LatencyDist) -> ServerConfig {
     let mut cfg = ServerConfig::new(
@@ -25,18 +25,26 @@ fn closed_cfg(srv: &server::ServerHandle, peers: usize, window: usize) -> Closed
     cfg
 }
 
+/// `peers` closed-loop peers with `window` slots each against a server answering with
+/// `latency`: their report and the server's counts.
+async fn run_closed(
+    latency: LatencyDist,
+    peers: usize,
+    window: usize,
+) -> (ClosedReport, ServerStats) {
+    let srv = server::run(server_cfg(latency)).await.expect("server");
+    let r = closed::run(closed_cfg(&srv, peers, window))
+        .await
+        .expect("closed-loop run");
+    (r, srv.shutdown().await)
+}
+
 #[tokio::test]
 async fn every_closed_loop_request_is_answered_2001_by_an_inline_server() {
     // Zero latency: the server answers in the connection task. Strict sessions: a CCR-T
     // for a session whose CCR-I was not answered first would get 5002.
-    let srv = server::run(server_cfg(LatencyDist::Fixed(Duration::ZERO)))
-        .await
-        .expect("server");
     let (peers, window) = (3, 8);
-    let r = closed::run(closed_cfg(&srv, peers, window))
-        .await
-        .expect("closed-loop run");
-    let stats = srv.shutdown().await;
+    let (r, stats) = run_closed(LatencyDist::Fixed(Duration::ZERO), peers, window).await;
 
     assert!(r.total_sent > 0);
     assert_eq!(r.total_answered, BTreeMap::from([(2001, r.total_sent)]));
@@ -67,14 +75,8 @@ async fn every_closed_loop_request_is_answered_2001_by_an_inline_server() {
 async fn the_window_bounds_what_the_server_has_in_service() {
     // 20 ms service time: the server sees every request in flight at once, so its
     // high-water mark of CCRs in service is the clients' total window.
-    let srv = server::run(server_cfg(LatencyDist::Fixed(Duration::from_millis(20))))
-        .await
-        .expect("server");
     let (peers, window) = (2, 5);
-    let r = closed::run(closed_cfg(&srv, peers, window))
-        .await
-        .expect("closed-loop run");
-    let stats = srv.shutdown().await;
+    let (r, stats) = run_closed(LatencyDist::Fixed(Duration::from_millis(20)), peers, window).await;
 
     assert_eq!(r.total_answered, BTreeMap::from([(2001, r.total_sent)]));
     assert_eq!(r.unanswered, 0);

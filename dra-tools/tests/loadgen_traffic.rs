@@ -9,10 +9,21 @@ use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::loadgen_peer_config;
 use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::script::ScriptedPeer;
-use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig};
+use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig, ServerStats};
+use dra_tools::loadgen::stats::Report;
 
 fn server_cfg(host: &str) -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap(), host, "pcrf.lab.example")
+}
+
+/// Runs `scenario` with `peers` gateways straight against a server configured as
+/// `cfg`: the client's report and the server's counts.
+async fn run_against(cfg: ServerConfig, peers: usize, scenario: Scenario) -> (Report, ServerStats) {
+    let srv = server::run(cfg).await.unwrap();
+    let report = client::run(ClientConfig::new(srv.local_addr(), peers), scenario)
+        .await
+        .unwrap();
+    (report, srv.shutdown().await)
 }
 
 fn within(actual: u64, expected: f64, tol: f64) -> bool {
@@ -49,7 +60,6 @@ async fn cer_cea_and_dwa_carries_the_servers_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_scenario_is_answered_at_the_scenarios_rates_with_consistent_sessions() {
-    let srv = server::run(server_cfg("pcrf1.lab.example")).await.unwrap();
     let scenario = Scenario::from_toml(
         r#"
 name = "steady"
@@ -67,10 +77,7 @@ gy_ccr_t = 50
 "#,
     )
     .unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 4), scenario)
-        .await
-        .unwrap();
-    let stats = srv.shutdown().await;
+    let (report, stats) = run_against(server_cfg("pcrf1.lab.example"), 4, scenario).await;
     let expect = [
         (Class::GxCcrI, 1000.0),
         (Class::GxCcrU, 500.0),
@@ -107,7 +114,6 @@ gy_ccr_t = 50
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_flush_sends_one_ccr_t_per_open_session() {
-    let srv = server::run(server_cfg("pcrf1.lab.example")).await.unwrap();
     let scenario = Scenario::from_toml(
         r#"
 destination_realm = "pcrf.lab.example"
@@ -125,10 +131,7 @@ flush = "gx"
 "#,
     )
     .unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 3), scenario)
-        .await
-        .unwrap();
-    let stats = srv.shutdown().await;
+    let (report, stats) = run_against(server_cfg("pcrf1.lab.example"), 3, scenario).await;
     let gx_opened = report.class(Class::GxCcrI).answered_with(2001);
     assert_eq!(gx_opened, 300, "{report:#?}");
     assert_eq!(report.class(Class::GxCcrT).sent, gx_opened);
@@ -158,11 +161,7 @@ rates = { gx_ccr_i = 400 }
     cfg.max_concurrent = 10;
     cfg.latency = LatencyDist::Fixed(Duration::from_millis(50));
     cfg.overload = Overload::Reject;
-    let srv = server::run(cfg.clone()).await.unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario.clone())
-        .await
-        .unwrap();
-    let stats = srv.shutdown().await;
+    let (report, stats) = run_against(cfg.clone(), 2, scenario.clone()).await;
     let c = report.class(Class::GxCcrI);
     assert_eq!(c.sent, 800);
     assert_eq!(c.answered_total(), 800);
@@ -177,11 +176,7 @@ rates = { gx_ccr_i = 400 }
     assert!(c.latency.max_ms >= 50.0);
 
     cfg.overload = Overload::Queue;
-    let srv = server::run(cfg).await.unwrap();
-    let report = client::run(ClientConfig::new(srv.local_addr(), 2), scenario)
-        .await
-        .unwrap();
-    let stats = srv.shutdown().await;
+    let (report, stats) = run_against(cfg, 2, scenario).await;
     let c = report.class(Class::GxCcrI);
     assert_eq!(c.answered_with(2001), 800);
     // Queueing: 800 requests through 200/s take ~4 s, so the tail waits ~2 s.
@@ -207,11 +202,7 @@ rates = { gy_ccr_i = 200 }
     ] {
         let mut cfg = server_cfg("ocs1.lab.example");
         cfg.latency = dist.parse().unwrap();
-        let srv = server::run(cfg).await.unwrap();
-        let report = client::run(ClientConfig::new(srv.local_addr(), 1), scenario.clone())
-            .await
-            .unwrap();
-        srv.shutdown().await;
+        let (report, _) = run_against(cfg, 1, scenario.clone()).await;
         let l = report.class(Class::GyCcrI).latency;
         assert!(l.p50_ms >= lo && l.p50_ms <= hi, "{dist}: {l:?}");
         if dist.starts_with("fixed") || dist.starts_with("uniform") {
