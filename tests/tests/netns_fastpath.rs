@@ -22,6 +22,8 @@ use dra_tests::{
 };
 
 struct Lab {
+    /// First, so that its connections go before the namespaces do.
+    sim: Sim,
     client: Netns,
     dra: Netns,
     veth: VethPair,
@@ -44,7 +46,9 @@ fn config(action: &str, rate: u32, burst: u32) -> String {
 }
 
 impl Lab {
-    fn new() -> Lab {
+    /// The client and DRA namespaces with the fast path attached and `cfg`'s plan
+    /// written, and the sink.
+    fn new(cfg: &str) -> (Lab, ScriptedServer, Maps, Plan) {
         let client = Netns::new("dc").unwrap();
         let dra = Netns::new("dd").unwrap();
         let veth = VethPair::new(&client, "198.18.1.2/24", &dra, "198.18.1.1/24").unwrap();
@@ -56,14 +60,18 @@ impl Lab {
             .unwrap();
         dra.exec(&["ethtool", "-K", &veth.b_if, "rx", "off"])
             .unwrap();
-        Lab {
+        let lab = Lab {
+            sim: Sim::new(),
             client,
             dra,
             veth,
             pins: Pins::new("dra-test-"),
             sink_addr: "198.18.1.1:3868".parse().unwrap(),
             client_ip: "198.18.1.2".parse().unwrap(),
-        }
+        };
+        let (maps, plan) = lab.attach(cfg);
+        let sink = lab.sink();
+        (lab, sink, maps, plan)
     }
 
     fn attach(&self, cfg: &str) -> (Maps, Plan) {
@@ -81,13 +89,19 @@ impl Lab {
 
     /// The sink in the DRA namespace: accepts pgw1, never answers a CCR; it applies
     /// the fast path's out-of-band marks as the agent does.
-    fn sink(&self, sim: &Sim) -> ScriptedServer {
-        sim.fast_path_sink(&self.dra, self.sink_addr, DRA, PGW1.0, &self.pins.0)
+    fn sink(&self) -> ScriptedServer {
+        self.sim
+            .fast_path_sink(&self.dra, self.sink_addr, DRA, PGW1.0, &self.pins.0)
+    }
+
+    /// `streams` paced over a new connection ([`Lab::connect`]), `batch` requests a write.
+    fn paced(&self, streams: Vec<Stream>, duration: Duration, batch: usize) -> Sent {
+        self.sim.paced(&self.connect(), streams, duration, batch)
     }
 
     /// A new pgw1 connection from the client namespace to the sink (CER/CEA done).
-    fn connect(&self, sim: &Sim) -> ScriptedPeer {
-        sim.connect(
+    fn connect(&self) -> ScriptedPeer {
+        self.sim.connect(
             &self.client,
             self.client_ip,
             self.sink_addr,
@@ -134,14 +148,11 @@ fn latencies(sent: &Sent, arrivals: &[Arrival], class: MsgClass) -> Vec<Duration
 /// latency as without the storm.
 #[test]
 fn reject_mode_marks_exactly_the_excess() {
-    let lab = Lab::new();
     let (rate, burst) = (200u32, 20u32);
-    let (maps, plan) = lab.attach(&config("reject", rate, burst));
-    let sim = Sim::new();
-    let sink = lab.sink(&sim);
+    let (lab, sink, maps, plan) = Lab::new(&config("reject", rate, burst));
 
     // Baseline: CCR-U alone.
-    let base = sim.paced(&lab.connect(&sim), vec![ccr_u()], Duration::from_secs(2), 1);
+    let base = lab.paced(vec![ccr_u()], Duration::from_secs(2), 1);
     assert_eq!(
         sink.arrivals
             .wait_for_blocking(base.log.len(), Duration::from_secs(5)),
@@ -150,12 +161,7 @@ fn reject_mode_marks_exactly_the_excess() {
     let base_lat = latencies(&base, &sink.arrivals.snapshot(), CCR_U);
     let before = sink.arrivals.len();
 
-    let sent = sim.paced(
-        &lab.connect(&sim),
-        vec![ccr_i(), ccr_u()],
-        Duration::from_secs(10),
-        1,
-    );
+    let sent = lab.paced(vec![ccr_i(), ccr_u()], Duration::from_secs(10), 1);
     let total = before + sent.log.len();
     assert_eq!(
         sink.arrivals
@@ -209,17 +215,14 @@ fn reject_mode_marks_exactly_the_excess() {
 /// Several connections of one peer share its bucket.
 #[test]
 fn several_connections_share_the_peer_bucket() {
-    let lab = Lab::new();
     let (rate, burst) = (200u32, 20u32);
-    let (_maps, _plan) = lab.attach(&config("reject", rate, burst));
-    let sim = Sim::new();
-    let sink = lab.sink(&sim);
+    let (lab, sink, _maps, _plan) = Lab::new(&config("reject", rate, burst));
     // Three connections (CER/CEA done), then the three paced runs at once.
-    let peers: Vec<_> = (0..3).map(|_| lab.connect(&sim)).collect();
+    let peers: Vec<_> = (0..3).map(|_| lab.connect()).collect();
     let runs: Vec<_> = peers
         .into_iter()
         .map(|p| {
-            sim.spawn_paced(
+            lab.sim.spawn_paced(
                 p,
                 vec![gx_ccrs(Duration::from_micros(2000), rt::INITIAL)],
                 Duration::from_secs(5),
@@ -227,7 +230,7 @@ fn several_connections_share_the_peer_bucket() {
             )
         })
         .collect();
-    let sent: Vec<_> = runs.into_iter().map(|r| sim.join(r)).collect();
+    let sent: Vec<_> = runs.into_iter().map(|r| lab.sim.join(r)).collect();
     let n: usize = sent.iter().map(|s| s.log.len()).sum();
     assert_eq!(
         sink.arrivals.wait_for_blocking(n, Duration::from_secs(10)),
@@ -248,17 +251,9 @@ fn several_connections_share_the_peer_bucket() {
 /// than the limit allows.
 #[test]
 fn coalesced_writes_get_no_more_than_the_limit() {
-    let lab = Lab::new();
     let (rate, burst) = (100u32, 10u32);
-    let (_maps, _plan) = lab.attach(&config("reject", rate, burst));
-    let sim = Sim::new();
-    let sink = lab.sink(&sim);
-    let sent = sim.paced(
-        &lab.connect(&sim),
-        vec![ccr_i()],
-        Duration::from_secs(5),
-        10,
-    );
+    let (lab, sink, _maps, _plan) = Lab::new(&config("reject", rate, burst));
+    let sent = lab.paced(vec![ccr_i()], Duration::from_secs(5), 10);
     let unmarked = unmarked_of_all(&sink, &sent);
     let allowed = rate as f64 * (sent.last - sent.first).as_secs_f64() + burst as f64;
     println!(
@@ -281,13 +276,10 @@ fn coalesced_writes_get_no_more_than_the_limit() {
 /// is resent after the sender's retransmission timeout, ≥ 200 ms).
 #[test]
 fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
-    let lab = Lab::new();
     let (rate, burst) = (200u32, 40u32);
-    let (maps, plan) = lab.attach(&config("drop", rate, burst));
-    let sim = Sim::new();
-    let sink = lab.sink(&sim);
+    let (lab, sink, maps, plan) = Lab::new(&config("drop", rate, burst));
     let window = Duration::from_secs(10);
-    let sent = sim.paced(&lab.connect(&sim), vec![ccr_i()], window, 1);
+    let sent = lab.paced(vec![ccr_i()], window, 1);
     let end_of_offer = sent.last;
     let n = sent.log.len();
     let got = sink.arrivals.wait_for_blocking(n, Duration::from_secs(120));
