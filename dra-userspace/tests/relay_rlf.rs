@@ -283,13 +283,18 @@ impl Outstanding {
     }
 }
 
+/// An RLF of `rate`/s and `burst` that keeps at most `max` requests outstanding per peer.
+fn with_max_outstanding<T>(max: u32, rate: f64, burst: u32) -> Rlf<T> {
+    Rlf::new(RlfConfig {
+        max_outstanding_per_peer: Some(max),
+        ..RlfConfig::new(rate, burst)
+    })
+    .expect("valid")
+}
+
 #[test]
 fn max_outstanding_blocks_until_answers_arrive() {
-    let mut rlf = Rlf::new(RlfConfig {
-        max_outstanding_per_peer: Some(2),
-        ..RlfConfig::new(1e6, 100)
-    })
-    .expect("valid");
+    let mut rlf = with_max_outstanding(2, 1e6, 100);
     let out = Outstanding::default();
     let now = ms(0);
     let offer = |rlf: &mut Rlf<u32>, i: u32, p: PeerId| {
@@ -365,11 +370,7 @@ fn resumes_after_draining() {
 
 #[test]
 fn peer_failure_returns_its_queued_items() {
-    let mut rlf = Rlf::new(RlfConfig {
-        max_outstanding_per_peer: Some(1),
-        ..RlfConfig::new(1000.0, 10)
-    })
-    .expect("valid");
+    let mut rlf = with_max_outstanding(1, 1000.0, 10);
     let out = Outstanding::default();
     let offer = |rlf: &mut Rlf<&'static str>, at, item, p: PeerId| {
         let o = rlf.offer(at, item, p, out.of());
