@@ -233,45 +233,22 @@ async fn unframable_is_answered_then_closed(bad: Vec<u8>, code: u32, in_flight: 
     lab.agent.shutdown().await;
 }
 
+/// Each unframable header with nothing in flight, on a fresh agent: a bad version is
+/// answered 5011, a length not a multiple of 4 or below 20 5015, a length over the size
+/// limit 5012; then the connection closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_version_is_answered_5011_then_closed() {
-    unframable_is_answered_then_closed(
-        ccr_header(2, 20, 0xbad1),
-        result_code::UNSUPPORTED_VERSION,
-        0,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn length_not_a_multiple_of_4_is_answered_5015_then_closed() {
-    unframable_is_answered_then_closed(
-        ccr_header(1, 102, 0xbad2),
-        result_code::INVALID_MESSAGE_LENGTH,
-        0,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn length_below_20_is_answered_5015_then_closed() {
-    unframable_is_answered_then_closed(
-        ccr_header(1, 16, 0xbad3),
-        result_code::INVALID_MESSAGE_LENGTH,
-        0,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_the_size_limit_is_answered_5012_then_closed() {
+async fn unframable_headers_are_answered_then_closed() {
     let over = dra::diameter::DEFAULT_MAX_MESSAGE_SIZE as u32 + 4;
-    unframable_is_answered_then_closed(
-        ccr_header(1, over, 0xbad4),
-        result_code::UNABLE_TO_COMPLY,
-        0,
-    )
-    .await;
+    // (version, length, Hop-by-Hop, Result-Code)
+    for (version, length, hop_by_hop, code) in [
+        (2, 20, 0xbad1, result_code::UNSUPPORTED_VERSION),
+        (1, 102, 0xbad2, result_code::INVALID_MESSAGE_LENGTH),
+        (1, 16, 0xbad3, result_code::INVALID_MESSAGE_LENGTH),
+        (1, over, 0xbad4, result_code::UNABLE_TO_COMPLY),
+    ] {
+        let header = ccr_header(version, length, hop_by_hop);
+        unframable_is_answered_then_closed(header, code, 0).await;
+    }
 }
 
 /// Requests relayed before the bad frame each get their (PCRF's) answer before the
