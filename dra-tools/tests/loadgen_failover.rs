@@ -51,6 +51,14 @@ async fn agent(servers: &[ServerHandle], redis: SocketAddr) -> dra::agent::Agent
     a
 }
 
+/// DRAs A and B ([`agent`]) sharing the Redis store at `redis`, in front of `servers`.
+async fn dras(
+    servers: &[ServerHandle],
+    redis: SocketAddr,
+) -> (dra::agent::AgentHandle, dra::agent::AgentHandle) {
+    (agent(servers, redis).await, agent(servers, redis).await)
+}
+
 fn scenario(seconds: f64) -> Scenario {
     Scenario::from_toml(&format!(
         r#"
@@ -105,8 +113,7 @@ async fn killing_the_primary_dra_resends_pending_requests_with_t_and_misroutes_n
     let redis = RedisServer::start();
     // 50 ms of service time: requests are in flight when the agent dies.
     let servers = pcrfs(Duration::from_millis(50)).await;
-    let a = agent(&servers, redis.addr).await;
-    let b = agent(&servers, redis.addr).await;
+    let (a, b) = dras(&servers, redis.addr).await;
     let (tx, mut rows) = tokio::sync::mpsc::unbounded_channel();
     let mut cfg = client_cfg(a.listen_addrs()[0], b.listen_addrs()[0], DraMode::Primary);
     cfg.rows_tx = Some(tx);
@@ -151,8 +158,7 @@ async fn killing_the_primary_dra_resends_pending_requests_with_t_and_misroutes_n
 async fn split_gateways_use_both_dras_and_each_routes_the_others_sessions() {
     let redis = RedisServer::start();
     let servers = pcrfs(Duration::from_millis(2)).await;
-    let a = agent(&servers, redis.addr).await;
-    let b = agent(&servers, redis.addr).await;
+    let (a, b) = dras(&servers, redis.addr).await;
     let cfg = client_cfg(a.listen_addrs()[0], b.listen_addrs()[0], DraMode::Split);
     let r = client::run(cfg, scenario(3.0)).await.expect("client");
     let st = stats(servers).await;

@@ -143,6 +143,24 @@ fn parse_value(v: &str) -> f64 {
     }
 }
 
+/// One sample line: `name{labels} value` (labels optional).
+fn parse_sample(line: &str) -> Sample {
+    let (name, labels, rest) = match line.find(['{', ' ']) {
+        Some(i) if line.as_bytes()[i] == b'{' => {
+            let (labels, rest) = parse_labels(&line[i + 1..]);
+            (&line[..i], labels, rest)
+        }
+        Some(i) => (&line[..i], BTreeMap::new(), &line[i..]),
+        None => panic!("sample without value: {line:?}"),
+    };
+    let value_text = rest.trim_start().split(' ').next().expect("value");
+    Sample {
+        name: name.to_string(),
+        labels,
+        value: parse_value(value_text),
+    }
+}
+
 impl Exposition {
     fn parse(body: &str) -> Exposition {
         let mut types = HashMap::new();
@@ -169,20 +187,7 @@ impl Exposition {
                 }
                 continue;
             }
-            let (name, labels, rest) = match line.find(['{', ' ']) {
-                Some(i) if line.as_bytes()[i] == b'{' => {
-                    let (labels, rest) = parse_labels(&line[i + 1..]);
-                    (&line[..i], labels, rest)
-                }
-                Some(i) => (&line[..i], BTreeMap::new(), &line[i..]),
-                None => panic!("sample without value: {line:?}"),
-            };
-            let value_text = rest.trim_start().split(' ').next().expect("value");
-            samples.push(Sample {
-                name: name.to_string(),
-                labels,
-                value: parse_value(value_text),
-            });
+            samples.push(parse_sample(line));
         }
         let exp = Exposition {
             types,
@@ -234,6 +239,21 @@ impl Exposition {
             .collect();
         assert_eq!(found.len(), 1, "{name}{want:?}: {found:?}");
         found[0].value
+    }
+
+    /// Each of `expected`, sample lines as exposed (`name{labels} value`), matches
+    /// exactly one sample here, with that value.
+    fn assert_samples(&self, expected: &[&str]) {
+        for line in expected {
+            let want = parse_sample(line);
+            let found: Vec<_> = self
+                .samples
+                .iter()
+                .filter(|s| s.name == want.name && s.labels == want.labels)
+                .collect();
+            assert_eq!(found.len(), 1, "{line}: {found:?}");
+            assert_eq!(found[0].value, want.value, "{line}");
+        }
     }
 
     fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
@@ -351,29 +371,16 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
     }
     assert_eq!(e.units["dra_answer_latency_seconds"], "seconds");
 
-    assert_eq!(e.value("dra_db_cpu_percent", &[]), 62.5);
-    assert_eq!(e.value("dra_db_cpu_source_up", &[]), 1.0);
-    assert_eq!(e.value("dra_db_cpu_missing_total", &[]), 1.0);
-    assert_eq!(e.value("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
+    e.assert_samples(&[
+        "dra_db_cpu_percent 62.5",
+        "dra_db_cpu_source_up 1",
+        "dra_db_cpu_missing_total 1",
+        r#"dra_throttle_percent{peer="pgw1"} 40"#,
+        r#"dra_effective_rate{peer="pgw1",class="gx_ccr_i"} 600"#,
+        r#"dra_throttle_events_total{peer="pgw1",reason="threshold"} 1"#,
+        r#"dra_throttle_events_total{reason="source_missing"} 1"#,
+    ]);
     assert_eq!(e.series("dra_throttle_percent").len(), 1);
-    assert_eq!(
-        e.value(
-            "dra_effective_rate",
-            &[("peer", "pgw1"), ("class", "gx_ccr_i")]
-        ),
-        600.0
-    );
-    assert_eq!(
-        e.value(
-            "dra_throttle_events_total",
-            &[("peer", "pgw1"), ("reason", "threshold")]
-        ),
-        1.0
-    );
-    assert_eq!(
-        e.value("dra_throttle_events_total", &[("reason", "source_missing")]),
-        1.0
-    );
     assert_eq!(e.series("dra_throttle_events_total").len(), 2);
 
     // Fast path per peer × class.
@@ -394,28 +401,12 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
             "{outcome}"
         );
     }
-    assert_eq!(
-        e.value(
-            "dra_fastpath_requests_total",
-            &[("peer", "pgw1"), ("class", "all"), ("outcome", "admitted")]
-        ),
-        1100.0
-    );
+    e.assert_samples(&[
+        r#"dra_fastpath_requests_total{peer="pgw1",class="all",outcome="admitted"} 1100"#,
+        r#"dra_fastpath_bytes_total{peer="pgw1",class="gx_ccr_i"} 250000"#,
+        r#"dra_fastpath_bytes_total{peer="pgw1",class="all"} 390000"#,
+    ]);
     assert_eq!(e.series("dra_fastpath_requests_total").len(), 8);
-    assert_eq!(
-        e.value(
-            "dra_fastpath_bytes_total",
-            &[("peer", "pgw1"), ("class", "gx_ccr_i")]
-        ),
-        250_000.0
-    );
-    assert_eq!(
-        e.value(
-            "dra_fastpath_bytes_total",
-            &[("peer", "pgw1"), ("class", "all")]
-        ),
-        390_000.0
-    );
 
     // Fast path global: one series per counter, unset ones at 0.
     assert_eq!(
@@ -438,41 +429,16 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
     }
 
     // Agent.
-    assert_eq!(
-        e.value(
-            "dra_requests_total",
-            &[("peer", "pgw1"), ("direction", "in")]
-        ),
-        5.0
-    );
-    assert_eq!(
-        e.value(
-            "dra_requests_total",
-            &[("peer", "pcrf1"), ("direction", "out")]
-        ),
-        3.0
-    );
+    e.assert_samples(&[
+        r#"dra_requests_total{peer="pgw1",direction="in"} 5"#,
+        r#"dra_requests_total{peer="pcrf1",direction="out"} 3"#,
+        r#"dra_answers_total{peer="pgw1",result_code="2001"} 3"#,
+        r#"dra_answers_total{peer="pgw1",result_code="3002"} 2"#,
+        r#"dra_pending_requests{peer="pcrf1"} 7"#,
+        r#"dra_queue_depth{group="pcrf_group"} 3"#,
+        "dra_unanswered_invariant_violations_total 0",
+    ]);
     assert_eq!(e.series("dra_requests_total").len(), 2);
-    assert_eq!(
-        e.value(
-            "dra_answers_total",
-            &[("peer", "pgw1"), ("result_code", "2001")]
-        ),
-        3.0
-    );
-    assert_eq!(
-        e.value(
-            "dra_answers_total",
-            &[("peer", "pgw1"), ("result_code", "3002")]
-        ),
-        2.0
-    );
-    assert_eq!(e.value("dra_pending_requests", &[("peer", "pcrf1")]), 7.0);
-    assert_eq!(e.value("dra_queue_depth", &[("group", "pcrf_group")]), 3.0);
-    assert_eq!(
-        e.value("dra_unanswered_invariant_violations_total", &[]),
-        0.0
-    );
 
     // Histogram: 3 ms lands in every bucket from 5 ms up.
     let le = |b: &str| {
@@ -525,19 +491,12 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
     m.inc_unanswered_invariant_violation();
     m.set_throttle_percent("pgw1", 20);
     let e = scrape(server.local_addr());
-    assert_eq!(
-        e.value("dra_peer_state", &[("peer", "pcrf1"), ("state", "open")]),
-        1.0
-    );
-    assert_eq!(
-        e.value("dra_peer_state", &[("peer", "pcrf1"), ("state", "suspect")]),
-        0.0
-    );
-    assert_eq!(
-        e.value("dra_unanswered_invariant_violations_total", &[]),
-        1.0
-    );
-    assert_eq!(e.value("dra_throttle_percent", &[("peer", "pgw1")]), 20.0);
+    e.assert_samples(&[
+        r#"dra_peer_state{peer="pcrf1",state="open"} 1"#,
+        r#"dra_peer_state{peer="pcrf1",state="suspect"} 0"#,
+        "dra_unanswered_invariant_violations_total 1",
+        r#"dra_throttle_percent{peer="pgw1"} 20"#,
+    ]);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use dra_tests::support::{Pins, TempDir};
 use dra_tests::{
     agent::Agent,
     netns::{Netns, VethPair},
-    sim::{PGW1, ScriptedPeer, ScriptedServer, Sim, gx_ccrs, unmarked_of_all},
+    sim::{PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, gx_ccrs, unmarked_of_all},
 };
 
 /// The seed config (config/dra.toml) with a `file` CPU source, a short hold and a
@@ -169,6 +169,12 @@ impl DrlLab {
             None,
         )
     }
+
+    /// pgw1 offering Gx CCR-I at 1000/s for `seconds`, in the background.
+    fn flood_ccr_i(&self, sim: &Sim, seconds: u64) -> tokio::task::JoinHandle<Sent> {
+        let ccr_i = gx_ccrs(Duration::from_micros(1000), rt::INITIAL);
+        sim.spawn_paced(self.pgw1(sim), vec![ccr_i], Duration::from_secs(seconds), 1)
+    }
 }
 
 fn set_cpu(file: &std::path::Path, v: f64) {
@@ -259,12 +265,7 @@ fn admitted_rate_follows_the_db_cpu() {
     let cpu = &lab.cpu;
     let sim = Sim::new();
     let sink = lab.sink(&sim);
-    let flood = sim.spawn_paced(
-        lab.pgw1(&sim),
-        vec![gx_ccrs(Duration::from_micros(1000), rt::INITIAL)],
-        Duration::from_secs(16),
-        1,
-    );
+    let flood = lab.flood_ccr_i(&sim, 16);
     std::thread::sleep(Duration::from_millis(1500));
     let mut changes = Vec::new();
     let mut wait_for = |want: f64| {
@@ -331,12 +332,7 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     let args: Vec<&str> = lab.args.iter().map(String::as_str).collect();
     let sim = Sim::new();
     let sink = lab.sink(&sim);
-    let flood = sim.spawn_paced(
-        lab.pgw1(&sim),
-        vec![gx_ccrs(Duration::from_micros(1000), rt::INITIAL)],
-        Duration::from_secs(8),
-        1,
-    );
+    let flood = lab.flood_ccr_i(&sim, 8);
     std::thread::sleep(Duration::from_secs(3));
     // The bucket is empty (its theoretical arrival time ahead of now by about the
     // burst's worth) when the agent dies.

@@ -464,6 +464,10 @@ mod tests {
         Message::decode(&w.bytes).expect("decodes")
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     fn both_up(mode: DraMode) -> Failover {
         let mut f = Failover::new(mode, 2, T, 100, 5000);
         f.link_up(0);
@@ -506,7 +510,6 @@ mod tests {
     #[test]
     fn transport_loss_resends_pending_requests_to_the_other_dra_with_the_t_flag() {
         let t0 = Instant::now();
-        let ms = Duration::from_millis;
         let mut f = both_up(DraMode::Primary);
         let a = f.send(t0, 1, Class::GxCcrI, ccr).expect("a");
         let b = f.send(t0, 2, Class::GxCcrT, ccr).expect("b");
@@ -597,7 +600,6 @@ mod tests {
     #[test]
     fn a_resent_request_times_out_on_its_new_deadline_only() {
         let t0 = Instant::now();
-        let ms = Duration::from_millis;
         let mut f = both_up(DraMode::Primary);
         let _ = f.send(t0, 1, Class::GxCcrU, ccr).expect("sent");
         let _ = f.link_down(0, t0 + ms(1500));
