@@ -141,16 +141,18 @@ fn assert_outcome(conn1: &Pair, conn2: &Pair, a_won: bool) {
     );
 }
 
+/// The Origin-Host `end`'s peer announced in its CER or CEA.
+fn peer_host(end: &End) -> &str {
+    &end.conn.peer_identity().unwrap().origin_host
+}
+
 #[test]
 fn higher_origin_host_wins_and_keeps_the_connection_the_peer_initiated() {
     let (conn1, conn2, a_won) = simultaneous_open("dra2.epc.example.net", "dra1.epc.example.net");
     assert!(a_won);
     assert_outcome(&conn1, &conn2, a_won);
     // A is the responder on the surviving connection.
-    assert_eq!(
-        conn2.server.conn.peer_identity().unwrap().origin_host,
-        "dra1.epc.example.net"
-    );
+    assert_eq!(peer_host(&conn2.server), "dra1.epc.example.net");
 }
 
 #[test]
@@ -160,10 +162,7 @@ fn lower_origin_host_loses_and_keeps_its_own_connection() {
     assert!(!a_won);
     assert_outcome(&conn1, &conn2, a_won);
     // A is the initiator on the surviving connection.
-    assert_eq!(
-        conn1.client.conn.peer_identity().unwrap().origin_host,
-        "dra2.epc.example.net"
-    );
+    assert_eq!(peer_host(&conn1.client), "dra2.epc.example.net");
 }
 
 #[test]

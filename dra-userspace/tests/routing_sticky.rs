@@ -51,6 +51,25 @@ fn fwd(peer: PeerId, via: Via) -> Decision {
     Decision::Forward { peer, via }
 }
 
+/// [`setup`] with a 1 h TTL and a store of 10 in which s1 is bound to pcrf1 (its CCR-I
+/// at 0 s).
+fn s1_bound_to_pcrf1() -> (Router, PeerTable, Vec<PeerId>, MemoryBindingStore) {
+    let (mut router, peers, ids) = setup(secs(3600));
+    let mut st = store(10);
+    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    (router, peers, ids, st)
+}
+
+/// Forwarded to `peer` because the peer s1 was bound to, pcrf1, is not good.
+fn failover_from_pcrf1(peer: PeerId) -> Decision {
+    fwd(
+        peer,
+        Via::Failover {
+            previous: "pcrf1".into(),
+        },
+    )
+}
+
 #[test]
 fn ccr_i_binds_ccr_u_and_t_follow_and_ccr_t_unbinds() {
     let (mut router, peers, ids) = setup(secs(3600));
@@ -128,20 +147,10 @@ fn binding_expires_after_its_ttl_and_every_ccr_u_refreshes_it() {
 
 #[test]
 fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
-    let (mut router, mut peers, ids) = setup(secs(3600));
-    let mut st = store(10);
-    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
     peers.set_good(ids[0], false);
     let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(1));
-    assert_eq!(
-        o.decision,
-        fwd(
-            ids[1],
-            Via::Failover {
-                previous: "pcrf1".into()
-            }
-        )
-    );
+    assert_eq!(o.decision, failover_from_pcrf1(ids[1]));
     assert_eq!(st.get("s1", secs(1)).unwrap().as_deref(), Some("pcrf2"));
 
     peers.set_good(ids[0], true);
@@ -155,28 +164,16 @@ fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
 
 #[test]
 fn ccr_t_to_a_bad_bound_peer_fails_over_and_still_unbinds() {
-    let (mut router, mut peers, ids) = setup(secs(3600));
-    let mut st = store(10);
-    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
     peers.set_good(ids[0], false);
     let o = router.route_request(&ccr("s1", Termination), &peers, &mut st, secs(1));
-    assert_eq!(
-        o.decision,
-        fwd(
-            ids[1],
-            Via::Failover {
-                previous: "pcrf1".into()
-            }
-        )
-    );
+    assert_eq!(o.decision, failover_from_pcrf1(ids[1]));
     assert!(st.is_empty());
 }
 
 #[test]
 fn nothing_good_answers_3002_and_keeps_the_binding() {
-    let (mut router, mut peers, ids) = setup(secs(3600));
-    let mut st = store(10);
-    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
     peers.set_good(ids[0], false);
     peers.set_good(ids[1], false);
     let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(1));
@@ -186,9 +183,7 @@ fn nothing_good_answers_3002_and_keeps_the_binding() {
 
 #[test]
 fn destination_host_overrides_and_moves_the_binding() {
-    let (mut router, peers, ids) = setup(secs(3600));
-    let mut st = store(10);
-    router.route_request(&ccr("s1", Initial), &peers, &mut st, secs(0));
+    let (mut router, peers, ids, mut st) = s1_bound_to_pcrf1();
     let mut req = ccr("s1", Update);
     req.destination_host = Some("pcrf2");
     let o = router.route_request(&req, &peers, &mut st, secs(1));

@@ -133,15 +133,9 @@ struct Lab {
 
 fn lab(prefix: &str) -> Lab {
     let net = GwDraSrv::new(prefix, 72, 73);
+    let gw_if = &net.client.a_if;
     net.gw
-        .exec(&[
-            "ip",
-            "addr",
-            "add",
-            "198.18.72.3/24",
-            "dev",
-            &net.client.a_if,
-        ])
+        .exec(&["ip", "addr", "add", "198.18.72.3/24", "dev", gw_if])
         .unwrap();
     Lab {
         net,
