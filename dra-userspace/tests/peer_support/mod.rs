@@ -148,24 +148,15 @@ impl Pair {
         server_opts: ConnectionOptions,
         server_addr: &str,
     ) -> Pair {
-        let client = PeerConnection::initiator(
-            Arc::new(client_cfg),
-            client_dir,
-            ip(server_addr),
-            client_opts,
-        )
-        .expect("client config");
-        let server = PeerConnection::responder(
-            Arc::new(server_cfg),
-            server_dir,
-            ip(client_addr),
-            server_opts,
-        )
-        .expect("server config");
+        let (client_cfg, server_cfg) = (Arc::new(client_cfg), Arc::new(server_cfg));
+        let client =
+            PeerConnection::initiator(client_cfg, client_dir, ip(server_addr), client_opts);
+        let server =
+            PeerConnection::responder(server_cfg, server_dir, ip(client_addr), server_opts);
         Pair {
             now: Duration::from_secs(1_000),
-            client: End::new(client),
-            server: End::new(server),
+            client: End::new(client.expect("client config")),
+            server: End::new(server.expect("server config")),
             wire: Vec::new(),
             drop_to_client: false,
             drop_to_server: false,
