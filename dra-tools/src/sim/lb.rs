@@ -71,15 +71,25 @@ impl fmt::Display for Variant {
 impl FromStr for Variant {
     type Err = SimError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|v| v.name() == s)
-            .ok_or_else(|| SimError::InvalidParameter {
-                name: "variant",
-                value: s.to_owned(),
-                expected: "seed002 or queue",
-            })
+        by_name(Self::ALL, Self::name, s, "variant", "seed002 or queue")
     }
+}
+
+/// The one of `all` whose `name` is `s`; else the parameter `param` is invalid.
+fn by_name<T: Copy>(
+    all: impl IntoIterator<Item = T>,
+    name: fn(T) -> &'static str,
+    s: &str,
+    param: &'static str,
+    expected: &'static str,
+) -> Result<T, SimError> {
+    all.into_iter()
+        .find(|&v| name(v) == s)
+        .ok_or_else(|| SimError::InvalidParameter {
+            name: param,
+            value: s.to_owned(),
+            expected,
+        })
 }
 
 /// How heartbeat instants of different clients relate.
@@ -93,6 +103,9 @@ pub enum HeartbeatPhase {
 }
 
 impl HeartbeatPhase {
+    /// Both phases.
+    pub const ALL: [HeartbeatPhase; 2] = [Self::Random, Self::Aligned];
+
     /// The command-line name (`random`, `aligned`).
     pub fn name(self) -> &'static str {
         match self {
@@ -105,15 +118,7 @@ impl HeartbeatPhase {
 impl FromStr for HeartbeatPhase {
     type Err = SimError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "random" => Ok(Self::Random),
-            "aligned" => Ok(Self::Aligned),
-            _ => Err(SimError::InvalidParameter {
-                name: "phases",
-                value: s.to_owned(),
-                expected: "random or aligned",
-            }),
-        }
+        by_name(Self::ALL, Self::name, s, "phases", "random or aligned")
     }
 }
 
