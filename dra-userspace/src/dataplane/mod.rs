@@ -158,12 +158,19 @@ pub fn open() -> Result<Ebpf, DataplaneError> {
     Ebpf::load(EBPF_OBJECT).map_err(DataplaneError::Load)
 }
 
-fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
-    let prog: &mut Xdp = ebpf
-        .program_mut(name)
+/// Program `name` of `ebpf`, as its type `P`.
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, DataplaneError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
         .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
-        .map_err(DataplaneError::program(name))?;
+        .map_err(DataplaneError::program(name))
+}
+
+fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
+    let prog: &mut Xdp = program_mut(ebpf, name)?;
     prog.load().map_err(DataplaneError::program(name))
 }
 
@@ -201,13 +208,8 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
 
 /// Loads (verifies) the TC egress classifier.
 pub fn load_tc(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let name = TC_PROGRAM;
-    let prog: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .ok_or(DataplaneError::MissingProgram { name })?
-        .try_into()
-        .map_err(DataplaneError::program(name))?;
-    prog.load().map_err(DataplaneError::program(name))
+    let prog: &mut SchedClassifier = program_mut(ebpf, TC_PROGRAM)?;
+    prog.load().map_err(DataplaneError::program(TC_PROGRAM))
 }
 
 /// Pins `link`, of a program attached to `iface`, at `path`: it then outlives this process.
@@ -277,9 +279,8 @@ fn egress_link_pin(dir: &Path, iface: &str) -> PathBuf {
 
 /// The fast path's maps, from a fresh load or from the pins of an earlier run.
 pub struct Maps {
-    peers_v4: LpmTrie<MapData, Ipv4Key, PeerInfo>,
-    peers_v6: LpmTrie<MapData, Ipv6Key, PeerInfo>,
-    class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The peers the XDP program knows by source address, and their class slots.
+    ingress: PeerMaps<PeerInfo>,
     bucket_config: Array<MapData, BucketConfig>,
     bucket_state: Array<MapData, BucketState>,
     slot_counters: PerCpuArray<MapData, ClassCounters>,
@@ -287,10 +288,46 @@ pub struct Maps {
     global: Array<MapData, GlobalConfig>,
     tcp_flows: HashMap<MapData, FlowKey, TcpFlow>,
     sctp_assocs: HashMap<MapData, FlowKey, SctpAssoc>,
-    egress_v4: LpmTrie<MapData, Ipv4Key, EgressPeer>,
-    egress_v6: LpmTrie<MapData, Ipv6Key, EgressPeer>,
-    egress_class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The destinations the TC program knows, and their class slots.
+    egress: PeerMaps<EgressPeer>,
     egress_flows: HashMap<MapData, FlowKey, EgressFlow>,
+}
+
+/// One direction's peers: their prefixes by family and their class slots.
+struct PeerMaps<V> {
+    v4: LpmTrie<MapData, Ipv4Key, V>,
+    v6: LpmTrie<MapData, Ipv6Key, V>,
+    class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The maps' names: v4, v6, class slots.
+    names: [&'static str; 3],
+}
+
+impl<V: aya::Pod> PeerMaps<V> {
+    fn open(
+        get: &mut impl FnMut(&'static str) -> Result<Map, DataplaneError>,
+        names: [&'static str; 3],
+    ) -> Result<Self, DataplaneError> {
+        Ok(PeerMaps {
+            v4: typed(get, names[0])?,
+            v6: typed(get, names[1])?,
+            class_slots: typed(get, names[2])?,
+            names,
+        })
+    }
+
+    /// Writes `prefixes` and `classes`: the new entries first, then the stale ones
+    /// removed, so a restart never leaves a window in which a configured peer looks
+    /// unknown.
+    fn sync(
+        &mut self,
+        (v4, v6): Prefixes<V>,
+        classes: impl Iterator<Item = (BucketKey, u32)>,
+    ) -> Result<(), DataplaneError> {
+        let [v4_name, v6_name, classes_name] = self.names;
+        sync_trie(&mut self.v4, &v4, v4_name)?;
+        sync_trie(&mut self.v6, &v6, v6_name)?;
+        sync_hash(&mut self.class_slots, classes, classes_name)
+    }
 }
 
 /// Map `name` from `get`, as the map type `T`.
@@ -306,9 +343,10 @@ impl Maps {
         mut get: impl FnMut(&'static str) -> Result<Map, DataplaneError>,
     ) -> Result<Maps, DataplaneError> {
         Ok(Maps {
-            peers_v4: typed(&mut get, names::PEERS_V4)?,
-            peers_v6: typed(&mut get, names::PEERS_V6)?,
-            class_slots: typed(&mut get, names::CLASS_SLOTS)?,
+            ingress: PeerMaps::open(
+                &mut get,
+                [names::PEERS_V4, names::PEERS_V6, names::CLASS_SLOTS],
+            )?,
             bucket_config: typed(&mut get, names::BUCKET_CONFIG)?,
             bucket_state: typed(&mut get, names::BUCKET_STATE)?,
             slot_counters: typed(&mut get, names::SLOT_COUNTERS)?,
@@ -316,9 +354,14 @@ impl Maps {
             global: typed(&mut get, names::GLOBAL_CONFIG)?,
             tcp_flows: typed(&mut get, names::TCP_FLOWS)?,
             sctp_assocs: typed(&mut get, names::SCTP_ASSOCS)?,
-            egress_v4: typed(&mut get, names::EGRESS_PEERS_V4)?,
-            egress_v6: typed(&mut get, names::EGRESS_PEERS_V6)?,
-            egress_class_slots: typed(&mut get, names::EGRESS_CLASS_SLOTS)?,
+            egress: PeerMaps::open(
+                &mut get,
+                [
+                    names::EGRESS_PEERS_V4,
+                    names::EGRESS_PEERS_V6,
+                    names::EGRESS_CLASS_SLOTS,
+                ],
+            )?,
             egress_flows: typed(&mut get, names::EGRESS_FLOWS)?,
         })
     }
@@ -351,16 +394,8 @@ impl Maps {
                 .set(s.index, s.bucket_at(None), 0)
                 .map_err(DataplaneError::map(names::BUCKET_CONFIG))?;
         }
-        // Peers: write the new entries first, then remove stale ones, so a restart
-        // never leaves a window in which a configured peer looks unknown.
-        let (v4, v6) = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
-        sync_trie(&mut self.peers_v4, &v4, names::PEERS_V4)?;
-        sync_trie(&mut self.peers_v6, &v6, names::PEERS_V6)?;
-        sync_hash(
-            &mut self.class_slots,
-            plan.class_entries(),
-            names::CLASS_SLOTS,
-        )?;
+        let peers = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        self.ingress.sync(peers, plan.class_entries())?;
         self.write_egress(plan)?;
         self.global
             .set(0, plan.global, 0)
@@ -371,15 +406,8 @@ impl Maps {
     /// Writes the egress destinations and class slots of the plan (new entries
     /// first, then stale ones removed). Part of [`Maps::write_plan`].
     pub fn write_egress(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
-        let (v4, v6) = by_family(plan.egress_peers.iter().map(|p| (&p.prefixes[..], p.info)));
-        sync_trie(&mut self.egress_v4, &v4, names::EGRESS_PEERS_V4)?;
-        sync_trie(&mut self.egress_v6, &v6, names::EGRESS_PEERS_V6)?;
-        sync_hash(
-            &mut self.egress_class_slots,
-            plan.egress_class_entries(),
-            names::EGRESS_CLASS_SLOTS,
-        )?;
-        Ok(())
+        let peers = by_family(plan.egress_peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        self.egress.sync(peers, plan.egress_class_entries())
     }
 
     /// The egress flows the TC program tracks and their framing state.
@@ -559,11 +587,7 @@ impl Dataplane {
             map.pin(&path)
                 .map_err(|source| DataplaneError::Pin { path, source })?;
         }
-        let prog: &mut Xdp = ebpf
-            .program_mut(XDP_PROGRAM)
-            .ok_or(DataplaneError::MissingProgram { name: XDP_PROGRAM })?
-            .try_into()
-            .map_err(DataplaneError::program(XDP_PROGRAM))?;
+        let prog: &mut Xdp = program_mut(&mut ebpf, XDP_PROGRAM)?;
         let try_attach = |prog: &mut Xdp, m: XdpMode, label: &'static str| {
             prog.attach(iface, m)
                 .map_err(|source| DataplaneError::Attach {
@@ -652,11 +676,7 @@ impl Dataplane {
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(DataplaneError::Load)?;
         load_tc(&mut ebpf)?;
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(TC_PROGRAM)
-            .ok_or(DataplaneError::MissingProgram { name: TC_PROGRAM })?
-            .try_into()
-            .map_err(DataplaneError::program(TC_PROGRAM))?;
+        let prog: &mut SchedClassifier = program_mut(&mut ebpf, TC_PROGRAM)?;
         let id = prog
             .attach_with_options(
                 iface,
