@@ -78,73 +78,25 @@ pub fn reporter(cfg: &Config, sequence_base: u64) -> Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::testing::{client, global, gx_ccr_limit, peer_limit};
     use dra_common::wire::{MsgClass, cc_request_type as rt};
 
-    const TEXT: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-dynamic_rate_limiting = true
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-group = "gws"
-doic = true
-doic_algorithms = ["loss"]
-doic_validity = "10s"
-
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.3"]
-role = "client"
-group = "gws"
-
-[[peer_group]]
-name = "gws"
-
-[[peer_rate_limit_profile]]
-group = "gws"
-direction = "ingress"
-rate = 500
-
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 300
-
-[[message_rate_limit_profile]]
-group = "gws"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 100
-
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 50
-
-[[message_rate_limit_profile]]
-group = "gws"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "termination"
-rate = 80
-
+    /// pgw1 (DOIC, loss only, 10 s) and pgw2 in group gws; limits of the group and of pgw1.
+    fn text() -> String {
+        const GWS: &str = "group = \"gws\"";
+        const PGW1: &str = "peer = \"pgw1\"";
+        let doic = "doic = true\ndoic_algorithms = [\"loss\"]\ndoic_validity = \"10s\"\n";
+        [
+            global("dynamic_rate_limiting = true\n"),
+            client("pgw1", &["198.18.1.2"], &format!("{GWS}\n{doic}")),
+            client("pgw2", &["198.18.1.3"], &format!("{GWS}\n")),
+            "\n[[peer_group]]\nname = \"gws\"\n".into(),
+            peer_limit(GWS, "ingress", 500, ""),
+            peer_limit(PGW1, "ingress", 300, ""),
+            gx_ccr_limit(GWS, "initial", 100, ""),
+            gx_ccr_limit(PGW1, "initial", 50, ""),
+            gx_ccr_limit(GWS, "termination", 80, ""),
+            r#"
 [[dynamic_peer_rate_limit_profile]]
 peer = "pgw1"
 classes = [{ application = "gx", command = "ccr", request_type = "initial" }]
@@ -152,11 +104,15 @@ classes = [{ application = "gx", command = "ccr", request_type = "initial" }]
 [dynamic_throttling_db_cpu_profile]
 thresholds = [{ cpu = 50, throttle = 20 }]
 source = { kind = "procfs", process = "redis-server" }
-"#;
+"#
+            .into(),
+        ]
+        .concat()
+    }
 
     #[test]
     fn gateways_take_the_limits_the_fast_path_enforces() {
-        let cfg = crate::config::parse(TEXT, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let cfg = crate::config::parse(&text(), "t.toml").unwrap_or_else(|e| panic!("{e}"));
         let g = gateways(&cfg);
         assert_eq!(g.len(), 2);
         assert!(g[1].is_none(), "pgw2 has no doic");

@@ -50,17 +50,21 @@ pub fn strategy(s: Selection) -> Strategy {
 pub fn directory(cfg: &Config) -> StaticPeerDirectory {
     let mut dir = StaticPeerDirectory::new();
     for (i, p) in cfg.peers.iter().enumerate() {
-        let nets: Vec<IpNet> = if p.addresses.is_empty() {
-            vec![
-                "0.0.0.0/0".parse().expect("net"),
-                "::/0".parse().expect("net"),
-            ]
-        } else {
-            p.addresses.clone()
-        };
-        dir.add(PeerId(i), &p.origin_host, nets);
+        dir.add(PeerId(i), &p.origin_host, accepted_from(p));
     }
     dir
+}
+
+/// The networks the directory accepts peer `p` from: its addresses, or any address.
+pub fn accepted_from(p: &config::Peer) -> Vec<IpNet> {
+    if p.addresses.is_empty() {
+        vec![
+            "0.0.0.0/0".parse().expect("net"),
+            "::/0".parse().expect("net"),
+        ]
+    } else {
+        p.addresses.clone()
+    }
 }
 
 /// A peer table in config order, every peer not yet good.
@@ -189,33 +193,26 @@ fn scope(cfg: &Config, t: &Target) -> Option<Scope> {
 /// The ingress profiles (peer and message rate limit profiles with direction
 /// ingress) as the marked-request policy.
 pub fn marked_policy(cfg: &Config) -> MarkedPolicyConfig {
-    let mut rules = Vec::new();
-    for p in cfg
+    let ingress = Direction::Ingress;
+    let peer = cfg
         .peer_rate_limits
         .iter()
-        .filter(|p| p.direction == Direction::Ingress)
-    {
-        if let Some(scope) = scope(cfg, &p.target) {
-            rules.push(IngressRule {
-                scope,
-                class: None,
-                action: limit_action(&p.limit),
-            });
-        }
-    }
-    for m in cfg
+        .filter(|p| p.direction == ingress);
+    let message = cfg
         .message_rate_limits
         .iter()
-        .filter(|p| p.direction == Direction::Ingress)
-    {
-        if let Some(scope) = scope(cfg, &m.target) {
-            rules.push(IngressRule {
-                scope,
-                class: Some(m.class.msg_class()),
-                action: limit_action(&m.limit),
-            });
-        }
-    }
+        .filter(|m| m.direction == ingress);
+    let rules = peer
+        .map(|p| (&p.target, None, &p.limit))
+        .chain(message.map(|m| (&m.target, Some(m.class.msg_class()), &m.limit)))
+        .filter_map(|(target, class, limit)| {
+            Some(IngressRule {
+                scope: scope(cfg, target)?,
+                class,
+                action: limit_action(limit),
+            })
+        })
+        .collect();
     let memberships = memberships(cfg)
         .into_iter()
         .enumerate()

@@ -133,38 +133,24 @@ impl fmt::Display for ConfigDiff {
         if self.is_empty() {
             return writeln!(f, "no change");
         }
-        for r in &self.refused {
-            writeln!(f, "refused: {r}")?;
-        }
-        for p in &self.peers_added {
-            writeln!(f, "+ peer {p}")?;
-        }
+        lines(f, "refused:", &self.refused)?;
+        lines(f, "+ peer", &self.peers_added)?;
         for p in &self.peers_removed {
             writeln!(f, "- peer {p} (disconnected with DPR)")?;
         }
         for c in &self.peers_changed {
             writeln!(f, "~ peer {}: {}", c.name, c.keys.join(", "))?;
         }
-        for g in &self.groups_added {
-            writeln!(f, "+ peer_group {g}")?;
-        }
-        for g in &self.groups_removed {
-            writeln!(f, "- peer_group {g}")?;
-        }
-        for g in &self.groups_changed {
-            writeln!(f, "~ peer_group {g}")?;
-        }
-        for r in &self.routes_added {
-            writeln!(f, "+ route {r}")?;
-        }
-        for r in &self.routes_removed {
-            writeln!(f, "- route {r}")?;
-        }
-        for l in &self.limits_added {
-            writeln!(f, "+ limit {l}")?;
-        }
-        for l in &self.limits_removed {
-            writeln!(f, "- limit {l}")?;
+        for (what, items) in [
+            ("+ peer_group", &self.groups_added),
+            ("- peer_group", &self.groups_removed),
+            ("~ peer_group", &self.groups_changed),
+            ("+ route", &self.routes_added),
+            ("- route", &self.routes_removed),
+            ("+ limit", &self.limits_added),
+            ("- limit", &self.limits_removed),
+        ] {
+            lines(f, what, items)?;
         }
         if self.drl_changed {
             writeln!(f, "~ dynamic rate limiting (DRL profiles, DB CPU profile)")?;
@@ -172,18 +158,19 @@ impl fmt::Display for ConfigDiff {
         if self.fast_path_global_changed {
             writeln!(f, "~ [global] unknown_peer / diameter_ports")?;
         }
-        for l in &self.listeners_added {
-            writeln!(f, "+ listener {l}")?;
-        }
-        for l in &self.listeners_removed {
-            writeln!(f, "- listener {l}")?;
-        }
+        lines(f, "+ listener", &self.listeners_added)?;
+        lines(f, "- listener", &self.listeners_removed)?;
         if let Some((old, new)) = &self.metrics {
             let s = |a: &Option<SocketAddr>| a.map_or("none".to_owned(), |a| a.to_string());
             writeln!(f, "~ metrics address {} -> {}", s(old), s(new))?;
         }
         Ok(())
     }
+}
+
+/// One line `what item` per item.
+fn lines<T: fmt::Display>(f: &mut fmt::Formatter<'_>, what: &str, items: &[T]) -> fmt::Result {
+    items.iter().try_for_each(|i| writeln!(f, "{what} {i}"))
 }
 
 fn target(t: &Target) -> String {
@@ -272,29 +259,18 @@ fn minus<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
 }
 
 fn peer_keys(o: &Peer, n: &Peer) -> Vec<&'static str> {
-    let mut k = Vec::new();
-    if o.realm != n.realm {
-        k.push("realm");
-    }
-    if o.addresses != n.addresses {
-        k.push("addresses");
-    }
-    if o.group != n.group {
-        k.push("group");
-    }
-    if o.connect != n.connect {
-        k.push("connect");
-    }
-    if o.connection_guard != n.connection_guard {
-        k.push("connection_rate");
-    }
-    if o.weight != n.weight {
-        k.push("weight");
-    }
-    if o.doic != n.doic {
-        k.push("doic");
-    }
-    k
+    [
+        ("realm", o.realm != n.realm),
+        ("addresses", o.addresses != n.addresses),
+        ("group", o.group != n.group),
+        ("connect", o.connect != n.connect),
+        ("connection_rate", o.connection_guard != n.connection_guard),
+        ("weight", o.weight != n.weight),
+        ("doic", o.doic != n.doic),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
 }
 
 /// The difference from `old` (running) to `new` (validated).
@@ -304,24 +280,28 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let ng = &new.global;
     let mut refuse = |what: &str, why: &str| d.refused.push(format!("{what}: {why}"));
     let identity = "the agent's identity in every open connection's capabilities exchange";
-    if og.origin_host != ng.origin_host {
-        refuse("[global] origin_host", identity);
-    }
-    if og.origin_realm != ng.origin_realm {
-        refuse("[global] origin_realm", identity);
-    }
-    if og.product_name != ng.product_name {
-        refuse("[global] product_name", identity);
+    for (key, changed) in [
+        ("origin_host", og.origin_host != ng.origin_host),
+        ("origin_realm", og.origin_realm != ng.origin_realm),
+        ("product_name", og.product_name != ng.product_name),
+    ] {
+        if changed {
+            refuse(&format!("[global] {key}"), identity);
+        }
     }
     let attach = "the fast path's programs are attached to it at start";
-    if old.fast_path.interface != new.fast_path.interface {
-        refuse("[fast_path] interface", attach);
-    }
-    if old.fast_path.xdp_mode != new.fast_path.xdp_mode {
-        refuse("[fast_path] xdp_mode", attach);
-    }
-    if old.fast_path.egress_interface != new.fast_path.egress_interface {
-        refuse("[fast_path] egress_interface", attach);
+    let (of, nf) = (&old.fast_path, &new.fast_path);
+    for (key, changed) in [
+        ("interface", of.interface != nf.interface),
+        ("xdp_mode", of.xdp_mode != nf.xdp_mode),
+        (
+            "egress_interface",
+            of.egress_interface != nf.egress_interface,
+        ),
+    ] {
+        if changed {
+            refuse(&format!("[fast_path] {key}"), attach);
+        }
     }
     if old.control.socket != new.control.socket {
         refuse(
@@ -441,44 +421,30 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::testing::{client, global, gx_ccr_limit, server};
 
-    const BASE: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.2.2:3868"
-
-[[peer_group]]
-name = "pcrf"
-
-[[route]]
-realm = "pcrf.lab.example"
-group = "pcrf"
-"#;
+    /// The agent, the client pgw1, the server pcrf1 in group pcrf and a route to it.
+    fn base() -> String {
+        [
+            global(""),
+            client("pgw1", &["198.18.1.2"], ""),
+            server(
+                "pcrf1",
+                &[],
+                "group = \"pcrf\"\nconnect = \"198.18.2.2:3868\"\n",
+            ),
+            "\n[[peer_group]]\nname = \"pcrf\"\n".into(),
+            "\n[[route]]\nrealm = \"pcrf.lab.example\"\ngroup = \"pcrf\"\n".into(),
+        ]
+        .concat()
+    }
 
     fn cfg(text: &str) -> Config {
         super::super::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn with(extra: &str) -> Config {
-        cfg(&format!("{BASE}{extra}"))
+        cfg(&(base() + extra))
     }
 
     #[test]
@@ -492,12 +458,11 @@ group = "pcrf"
     #[test]
     fn identity_and_attachments_are_refused_with_the_reason() {
         let old = with("");
-        let new = cfg(
-            &BASE.replace("dra.lab.example", "dra2.lab.example").replace(
-                "origin_realm = \"lab.example\"",
-                "origin_realm = \"lab2.example\"",
-            ),
-        );
+        let text = base().replace("dra.lab.example", "dra2.lab.example");
+        let new = cfg(&text.replace(
+            "origin_realm = \"lab.example\"",
+            "origin_realm = \"lab2.example\"",
+        ));
         let d = diff(&old, &new);
         assert!(!d.applicable());
         assert_eq!(d.refused.len(), 2, "{:?}", d.refused);
@@ -520,12 +485,13 @@ group = "pcrf"
     #[test]
     fn peers_added_removed_and_changed() {
         let old = with("");
-        let new = cfg(&BASE.replace("198.18.2.2:3868", "198.18.2.9:3868").replace(
-            "[[peer_group]]",
-            "[[peer]]\nname = \"pcrf2\"\norigin_host = \"pcrf2.lab.example\"\n\
-             realm = \"pcrf.lab.example\"\nrole = \"server\"\ngroup = \"pcrf\"\n\
-             connect = \"198.18.2.3:3868\"\n\n[[peer_group]]",
-        ));
+        let pcrf2 = server(
+            "pcrf2",
+            &[],
+            "group = \"pcrf\"\nconnect = \"198.18.2.3:3868\"\n",
+        );
+        let text = base().replace("198.18.2.2:3868", "198.18.2.9:3868");
+        let new = cfg(&text.replace("\n[[peer_group]]", &format!("{pcrf2}\n[[peer_group]]")));
         let d = diff(&old, &new);
         assert!(d.applicable(), "{:?}", d.refused);
         assert_eq!(d.peers_added, ["pcrf2"]);
@@ -544,13 +510,7 @@ group = "pcrf"
 
     #[test]
     fn a_changed_rate_is_one_limit_removed_and_one_added() {
-        let lim = |rate: u32| {
-            format!(
-                "[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
-                 application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"initial\"\n\
-                 rate = {rate}\n"
-            )
-        };
+        let lim = |rate: u32| gx_ccr_limit("peer = \"pgw1\"", "initial", rate, "");
         let d = diff(&with(&lim(200)), &with(&lim(100)));
         assert!(d.applicable(), "{:?}", d.refused);
         assert_eq!(d.limits_added.len(), 1, "{d:?}");
@@ -589,7 +549,7 @@ group = "pcrf"
     #[test]
     fn a_groups_egress_limiter_cannot_change_live() {
         let old = with("");
-        let new = cfg(&BASE.replace("name = \"pcrf\"\n", "name = \"pcrf\"\nqueue_limit = 7\n"));
+        let new = cfg(&base().replace("name = \"pcrf\"\n", "name = \"pcrf\"\nqueue_limit = 7\n"));
         let d = diff(&old, &new);
         assert_eq!(d.refused.len(), 1, "{d:?}");
         assert!(d.refused[0].starts_with("peer_group pcrf egress limiter: "));

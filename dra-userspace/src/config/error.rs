@@ -108,25 +108,25 @@ impl<'a> Errors<'a> {
 
     /// Records an error at the start of `span`.
     pub(super) fn at(&mut self, span: &Range<usize>, message: impl Into<String>) {
-        let (line, column) = self.position(span.start);
-        self.errors.push(ConfigError {
-            file: self.file.to_string(),
-            line,
-            column,
-            // One line per error, whatever the message holds.
-            message: message.into().replace('\n', " "),
-        });
+        let e = self.entry(span, message.into());
+        self.errors.push(e);
     }
 
     /// Records a warning at the start of `span` (same form as an error).
     pub(super) fn warn(&mut self, span: &Range<usize>, message: impl Into<String>) {
+        let w = self.entry(span, message.into());
+        self.warnings.push(w);
+    }
+
+    fn entry(&self, span: &Range<usize>, message: String) -> ConfigError {
         let (line, column) = self.position(span.start);
-        self.warnings.push(ConfigError {
+        ConfigError {
             file: self.file.to_string(),
             line,
             column,
-            message: message.into().replace('\n', " "),
-        });
+            // One line per error, whatever the message holds.
+            message: message.replace('\n', " "),
+        }
     }
 
     /// The warnings recorded so far, sorted by position.

@@ -740,4 +740,6 @@ fn parse_with(text: &str, file_name: &str, setup: Option<&Setup>) -> Result<Chec
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -1,33 +1,27 @@
 //! Defaults, resolution and error collection of `parse`, on small inline configs.
 
+use super::testing::{client, global, gx_ccr_limit, peer_limit, server};
 use super::*;
 
-const HEAD: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
+/// The agent, the client pgw1 (role on line 14) and the server pcrf1 in group pcrf (its
+/// `group` on line 23).
+fn head() -> String {
+    [
+        global(""),
+        client("pgw1", &["198.18.1.2", "2001:db8:1::2"], ""),
+        server(
+            "pcrf1",
+            &[],
+            "group = \"pcrf\"\nconnect = \"198.18.2.2:3868\"\n",
+        ),
+        "\n[[peer_group]]\nname = \"pcrf\"\n".into(),
+    ]
+    .concat()
+}
 
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2", "2001:db8:1::2"]
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.2.2:3868"
-
-[[peer_group]]
-name = "pcrf"
-"#;
+/// The `target` lines of the limits.
+const PGW1: &str = "peer = \"pgw1\"";
+const PCRF: &str = "group = \"pcrf\"";
 
 const DB: &str = r#"
 [dynamic_throttling_db_cpu_profile]
@@ -36,12 +30,12 @@ source = { kind = "procfs", process = "redis-server" }
 "#;
 
 fn ok(extra: &str) -> Config {
-    let text = format!("{HEAD}{extra}");
+    let text = format!("{}{extra}", head());
     parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn errs(extra: &str) -> Vec<String> {
-    let text = format!("{HEAD}{extra}");
+    let text = format!("{}{extra}", head());
     match parse(&text, "t.toml") {
         Ok(_) => panic!("accepted:\n{extra}"),
         Err(e) => e.errors.into_iter().map(|e| e.message).collect(),
@@ -82,25 +76,12 @@ fn bare_addresses_become_host_prefixes() {
 
 #[test]
 fn limit_defaults_name_the_limit_and_scale_the_burst() {
-    let c = ok(r#"
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 200
-
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 5
-
-[[peer_rate_limit_profile]]
-group = "pcrf"
-direction = "egress"
-rate = 0.5
-"#);
+    let c = ok(&[
+        gx_ccr_limit(PGW1, "initial", 200, ""),
+        peer_limit(PGW1, "ingress", 5, ""),
+        peer_limit(PCRF, "egress", 0.5, ""),
+    ]
+    .concat());
     let m = &c.message_rate_limits[0];
     assert_eq!(m.limit.burst, 20, "100 ms of traffic");
     assert_eq!(m.limit.action, Action::Reject);
@@ -163,28 +144,12 @@ rate = 10
 
 #[test]
 fn dynamic_profile_defaults_to_gx_ccr_i_and_t_and_covers_group_members() {
-    let c = ok(&format!(
-        r#"
-[[message_rate_limit_profile]]
-group = "pcrf"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 1000
-
-[[message_rate_limit_profile]]
-group = "pcrf"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "termination"
-rate = 1000
-
-[[dynamic_peer_rate_limit_profile]]
-group = "pcrf"
-{DB}"#
-    ));
+    let c = ok(&[
+        gx_ccr_limit(PCRF, "initial", 1000, ""),
+        gx_ccr_limit(PCRF, "termination", 1000, ""),
+        format!("\n[[dynamic_peer_rate_limit_profile]]\n{PCRF}\n{DB}"),
+    ]
+    .concat());
     let d = c.dynamic_profile_for_peer("pcrf1").expect("via its group");
     assert_eq!(d.classes, [MessageClass::GX_CCR_I, MessageClass::GX_CCR_T]);
     assert!(c.dynamic_profile_for_peer("pgw1").is_none());
@@ -205,19 +170,11 @@ group = "pcrf"
 fn a_broken_entry_does_not_cause_follow_on_reference_errors() {
     // pgw2 fails to deserialize (weight is a string), but references to it resolve.
     let e = errs(
-        r#"
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-role = "client"
-weight = "heavy"
-
-[[peer_rate_limit_profile]]
-peer = "pgw2"
-direction = "ingress"
-rate = 100
-"#,
+        &[
+            client("pgw2", &[], "weight = \"heavy\"\n"),
+            peer_limit("peer = \"pgw2\"", "ingress", 100, ""),
+        ]
+        .concat(),
     );
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
@@ -242,18 +199,8 @@ xdp_mod = "skb"
 
 #[test]
 fn duplicate_profiles_and_routes_are_rejected() {
-    let e = errs(
-        r#"
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 100
-
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 200
-
+    let e = errs(&format!(
+        r#"{}{}
 [[route]]
 realm = "PCRF.lab.example"
 group = "pcrf"
@@ -262,7 +209,9 @@ group = "pcrf"
 realm = "pcrf.lab.example"
 group = "pcrf"
 "#,
-    );
+        peer_limit(PGW1, "ingress", 100, ""),
+        peer_limit(PGW1, "ingress", 200, ""),
+    ));
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(
         e[0].starts_with("second ingress peer profile for peer \"pgw1\""),
@@ -294,7 +243,7 @@ weight = 10
 
 #[test]
 fn listener_port_must_be_a_diameter_port() {
-    let text = HEAD.replace("198.18.1.1:3868", "198.18.1.1:3870");
+    let text = head().replace("198.18.1.1:3868", "198.18.1.1:3870");
     let e = parse(&text, "t.toml").unwrap_err();
     assert_eq!(e.errors.len(), 1);
     assert!(
@@ -306,7 +255,7 @@ fn listener_port_must_be_a_diameter_port() {
 
 #[test]
 fn agent_origin_host_cannot_be_a_peer() {
-    let text = HEAD.replace("pgw1.lab.example", "DRA.lab.example");
+    let text = head().replace("pgw1.lab.example", "DRA.lab.example");
     let e = parse(&text, "t.toml").unwrap_err();
     assert!(
         e.errors[0]
@@ -412,21 +361,14 @@ fn every_source_kind_opens_and_is_summarised() {
 
 #[test]
 fn dynamic_profiles_need_a_db_cpu_profile() {
-    let e = errs(
-        r#"
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 1000
-
+    let e = errs(&format!(
+        r#"{}
 [[dynamic_peer_rate_limit_profile]]
 peer = "pgw1"
-classes = [{ application = "gx", command = "ccr", request_type = "initial" }]
+classes = [{{ application = "gx", command = "ccr", request_type = "initial" }}]
 "#,
-    );
+        gx_ccr_limit(PGW1, "initial", 1000, ""),
+    ));
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
         e[0].contains("needs a [dynamic_throttling_db_cpu_profile]"),
@@ -443,14 +385,7 @@ fn syntax_errors_come_alone_with_a_position() {
 
 #[test]
 fn summary_names_peers_limits_and_thresholds() {
-    let c = ok(&format!(
-        r#"
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 1000
-{DB}"#
-    ));
+    let c = ok(&format!("{}{DB}", peer_limit(PGW1, "ingress", 1000, "")));
     let s = c.summary();
     for needle in [
         "dra.lab.example",
@@ -479,16 +414,7 @@ fn hold_time_shorter_than_the_sample_period_is_rejected() {
 
 #[test]
 fn drop_limits_default_to_a_burst_that_outlasts_a_tcp_retransmission_timeout() {
-    let c = ok(r#"
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 500
-action = "drop"
-"#);
+    let c = ok(&gx_ccr_limit(PGW1, "initial", 500, "action = \"drop\"\n"));
     let l = &c.message_rate_limits[0].limit;
     assert_eq!(l.burst, 100, "200 ms of traffic for drop");
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
@@ -496,23 +422,11 @@ action = "drop"
 
 #[test]
 fn a_drop_limit_with_a_small_burst_is_warned_about_and_reject_is_not() {
-    let c = ok(r#"
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 500
-burst = 10
-action = "drop"
-
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 1000
-burst = 10
-"#);
+    let c = ok(&[
+        gx_ccr_limit(PGW1, "initial", 500, "burst = 10\naction = \"drop\"\n"),
+        peer_limit(PGW1, "ingress", 1000, "burst = 10\n"),
+    ]
+    .concat());
     let w = c.warnings();
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(
@@ -525,30 +439,12 @@ burst = 10
 
 #[test]
 fn host_share_scales_rate_and_burst_of_its_limit_on_this_host() {
-    let c = ok(r#"
-[[peer_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-rate = 1000
-burst = 150
-host_share = 50
-
-[[message_rate_limit_profile]]
-peer = "pgw1"
-direction = "ingress"
-application = "gx"
-command = "ccr"
-request_type = "initial"
-rate = 200
-host_share = 33
-
-[[peer_rate_limit_profile]]
-group = "pcrf"
-direction = "egress"
-rate = 10
-burst = 1
-host_share = 1
-"#);
+    let c = ok(&[
+        peer_limit(PGW1, "ingress", 1000, "burst = 150\nhost_share = 50\n"),
+        gx_ccr_limit(PGW1, "initial", 200, "host_share = 33\n"),
+        peer_limit(PCRF, "egress", 10, "burst = 1\nhost_share = 1\n"),
+    ]
+    .concat());
     let p = &c.peer_rate_limits[0].limit;
     assert_eq!((p.rate, p.burst), (500.0, 75));
     assert_eq!(
@@ -563,19 +459,12 @@ host_share = 1
     let g = &c.peer_rate_limits[1].limit;
     assert_eq!((g.rate, g.burst), (0.1, 1), "burst rounds up, at least 1");
     // Default: the whole limit on every host.
-    let c = ok("
-[[peer_rate_limit_profile]]
-peer = \"pgw1\"
-direction = \"ingress\"
-rate = 100
-");
+    let c = ok(&peer_limit(PGW1, "ingress", 100, ""));
     assert_eq!(c.peer_rate_limits[0].limit.rate, 100.0);
 
     for bad in ["0", "101", "-5"] {
-        let text = format!(
-            "{HEAD}\n[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
-             rate = 100\nhost_share = {bad}\n"
-        );
+        let share = format!("host_share = {bad}\n");
+        let text = head() + &peer_limit(PGW1, "ingress", 100, &share);
         let e = parse(&text, "t.toml").expect_err(bad);
         let line = text
             .lines()
@@ -591,10 +480,7 @@ rate = 100
             "{e}"
         );
     }
-    let text = format!(
-        "{HEAD}\n[[peer_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
-         rate = 1\nhost_share = \"half\"\n"
-    );
+    let text = head() + &peer_limit(PGW1, "ingress", 1, "host_share = \"half\"\n");
     let e = parse(&text, "t.toml").expect_err("a string share");
     let line = text
         .lines()
@@ -658,20 +544,24 @@ cache_capacity = 0
     );
     assert!(has("cache_capacity must be between 1 and"), "{e:?}");
 
-    let e = errs("\n[session_store]\nkind = \"memory\"\naddresses = [\"198.18.0.10:6379\"]\n");
-    assert!(e[0].contains("addresses are for kind"), "{e:?}");
-    let e = errs("\n[session_store]\nkind = \"redis_cluster\"\n");
-    assert!(
-        e[0].contains("needs the addresses of one or more cluster nodes"),
-        "{e:?}"
-    );
-    let e = errs("\n[session_store]\nkind = \"sql\"\n");
-    assert!(e[0].contains("kind = \"sql\" is not valid"), "{e:?}");
-    let e = errs("\n[session_store]\non_error = \"reject\"\nresult_code = 2001\n");
-    assert!(
-        e[0].contains("result_code must be between 3000 and 5999"),
-        "{e:?}"
-    );
+    for (store, error) in [
+        (
+            "kind = \"memory\"\naddresses = [\"198.18.0.10:6379\"]",
+            "addresses are for kind",
+        ),
+        (
+            "kind = \"redis_cluster\"",
+            "needs the addresses of one or more cluster nodes",
+        ),
+        ("kind = \"sql\"", "kind = \"sql\" is not valid"),
+        (
+            "on_error = \"reject\"\nresult_code = 2001",
+            "result_code must be between 3000 and 5999",
+        ),
+    ] {
+        let e = errs(&format!("\n[session_store]\n{store}\n"));
+        assert!(e[0].contains(error), "{e:?}");
+    }
 }
 
 #[test]
@@ -700,9 +590,9 @@ fn redis_cluster_cpu_source_takes_seeds_and_an_aggregate() {
     );
 }
 
-/// HEAD with `keys` added to the `pgw1` client (line 14 is its `role`).
+/// [`head`] with `keys` added to the `pgw1` client (line 14 is its `role`).
 fn doic_text(keys: &str) -> String {
-    HEAD.replacen(
+    head().replacen(
         "role = \"client\"\n",
         &format!("role = \"client\"\n{keys}\n"),
         1,
@@ -763,7 +653,7 @@ fn doic_errors_name_file_line_column() {
         "t.toml:15:17: doic_algorithms and doic_validity need doic = true\n"
     );
     // On a server.
-    let text = HEAD.replacen(
+    let text = head().replacen(
         "group = \"pcrf\"\nconnect",
         "group = \"pcrf\"\ndoic = true\nconnect",
         1,
@@ -772,7 +662,7 @@ fn doic_errors_name_file_line_column() {
     let d = c.peers.iter().find_map(|p| p.doic.clone()).unwrap();
     assert_eq!(d.algorithms, vec![crate::doic::Algorithm::Loss]);
     // A server: loss only, no validity of ours.
-    let text = HEAD.replacen(
+    let text = head().replacen(
         "group = \"pcrf\"\nconnect",
         "group = \"pcrf\"\ndoic = true\ndoic_algorithms = [\"rate\"]\n\
          doic_validity = \"5s\"\nconnect",

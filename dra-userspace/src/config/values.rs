@@ -296,22 +296,13 @@ mod tests {
             parse_duration("30 sec"),
             Err(DurationError::UnknownUnit { unit: "sec".into() })
         );
-        assert!(matches!(
-            parse_duration("s"),
-            Err(DurationError::ExpectedNumber { .. })
-        ));
-        assert!(matches!(
-            parse_duration("-1s"),
-            Err(DurationError::ExpectedNumber { .. })
-        ));
-        assert!(matches!(
-            parse_duration("1..5s"),
-            Err(DurationError::ExpectedNumber { .. })
-        ));
-        assert!(matches!(
-            parse_duration(".5s"),
-            Err(DurationError::ExpectedNumber { .. })
-        ));
+        for text in ["s", "-1s", "1..5s", ".5s"] {
+            let e = parse_duration(text);
+            assert!(
+                matches!(e, Err(DurationError::ExpectedNumber { .. })),
+                "{text:?}"
+            );
+        }
         assert_eq!(
             parse_duration("99999999999999999999999999h"),
             Err(DurationError::Overflow)
@@ -328,26 +319,19 @@ mod tests {
 
     #[test]
     fn bare_addresses_are_host_prefixes() {
-        assert_eq!(
-            parse_prefix("198.18.1.2").unwrap().to_string(),
-            "198.18.1.2/32"
-        );
-        assert_eq!(
-            parse_prefix("2001:db8:1::2").unwrap().to_string(),
-            "2001:db8:1::2/128"
-        );
+        for (text, shown) in [
+            ("198.18.1.2", "198.18.1.2/32"),
+            ("2001:db8:1::2", "2001:db8:1::2/128"),
+        ] {
+            assert_eq!(parse_prefix(text).unwrap().to_string(), shown);
+        }
     }
 
     #[test]
     fn cidr_prefixes_parse_for_both_families() {
-        assert_eq!(
-            parse_prefix("198.18.1.0/24").unwrap().to_string(),
-            "198.18.1.0/24"
-        );
-        assert_eq!(
-            parse_prefix("2001:db8:1::/48").unwrap().to_string(),
-            "2001:db8:1::/48"
-        );
+        for text in ["198.18.1.0/24", "2001:db8:1::/48"] {
+            assert_eq!(parse_prefix(text).unwrap().to_string(), text);
+        }
         assert_eq!(parse_prefix("198.18.1.2/32").unwrap().prefix_len(), 32);
     }
 

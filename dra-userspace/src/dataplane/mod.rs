@@ -129,6 +129,18 @@ pub enum DataplaneError {
     },
 }
 
+impl DataplaneError {
+    /// `map_err` of a call on map `name`.
+    fn map(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Self {
+        move |source| DataplaneError::Map { name, source }
+    }
+
+    /// `map_err` of a call on program `name`.
+    fn program(name: &'static str) -> impl FnOnce(aya::programs::ProgramError) -> Self {
+        move |source| DataplaneError::Program { name, source }
+    }
+}
+
 /// XDP attach mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachMode {
@@ -146,14 +158,20 @@ pub fn open() -> Result<Ebpf, DataplaneError> {
     Ebpf::load(EBPF_OBJECT).map_err(DataplaneError::Load)
 }
 
-fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
-    let prog: &mut Xdp = ebpf
-        .program_mut(name)
+/// Program `name` of `ebpf`, as its type `P`.
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, DataplaneError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
         .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
-        .map_err(|source| DataplaneError::Program { name, source })?;
-    prog.load()
-        .map_err(|source| DataplaneError::Program { name, source })
+        .map_err(DataplaneError::program(name))
+}
+
+fn load_one(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
+    let prog: &mut Xdp = program_mut(ebpf, name)?;
+    prog.load().map_err(DataplaneError::program(name))
 }
 
 /// Loads (verifies) the XDP programs into the kernel and fills the jump table the
@@ -169,41 +187,45 @@ pub fn load_xdp(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
             .program(name)
             .ok_or(DataplaneError::MissingProgram { name })?
             .try_into()
-            .map_err(|source| DataplaneError::Program { name, source })?;
+            .map_err(DataplaneError::program(name))?;
         let fd = prog
             .fd()
             .and_then(|fd| fd.try_clone().map_err(aya::programs::ProgramError::from))
-            .map_err(|source| DataplaneError::Program { name, source })?;
+            .map_err(DataplaneError::program(name))?;
         fds.push((idx, fd));
     }
     let mut jump: aya::maps::ProgramArray<_> = ebpf
         .map_mut(JUMP_MAP)
         .ok_or(DataplaneError::MissingMap { name: JUMP_MAP })?
         .try_into()
-        .map_err(|source| DataplaneError::Map {
-            name: JUMP_MAP,
-            source,
-        })?;
+        .map_err(DataplaneError::map(JUMP_MAP))?;
     for (idx, fd) in &fds {
         jump.set(*idx, fd, 0)
-            .map_err(|source| DataplaneError::Map {
-                name: JUMP_MAP,
-                source,
-            })?;
+            .map_err(DataplaneError::map(JUMP_MAP))?;
     }
     Ok(())
 }
 
 /// Loads (verifies) the TC egress classifier.
 pub fn load_tc(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let name = TC_PROGRAM;
-    let prog: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .ok_or(DataplaneError::MissingProgram { name })?
-        .try_into()
-        .map_err(|source| DataplaneError::Program { name, source })?;
-    prog.load()
-        .map_err(|source| DataplaneError::Program { name, source })
+    let prog: &mut SchedClassifier = program_mut(ebpf, TC_PROGRAM)?;
+    prog.load().map_err(DataplaneError::program(TC_PROGRAM))
+}
+
+/// Pins `link`, of a program attached to `iface`, at `path`: it then outlives this process.
+fn pin_link<L>(link: L, iface: &str, path: &Path) -> Result<(), DataplaneError>
+where
+    FdLink: TryFrom<L, Error = aya::programs::links::LinkError>,
+{
+    let fd_link = FdLink::try_from(link).map_err(|source| DataplaneError::Link {
+        iface: iface.into(),
+        source,
+    })?;
+    fd_link.pin(path).map_err(|source| DataplaneError::Pin {
+        path: path.into(),
+        source,
+    })?;
+    Ok(())
 }
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -257,9 +279,8 @@ fn egress_link_pin(dir: &Path, iface: &str) -> PathBuf {
 
 /// The fast path's maps, from a fresh load or from the pins of an earlier run.
 pub struct Maps {
-    peers_v4: LpmTrie<MapData, Ipv4Key, PeerInfo>,
-    peers_v6: LpmTrie<MapData, Ipv6Key, PeerInfo>,
-    class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The peers the XDP program knows by source address, and their class slots.
+    ingress: PeerMaps<PeerInfo>,
     bucket_config: Array<MapData, BucketConfig>,
     bucket_state: Array<MapData, BucketState>,
     slot_counters: PerCpuArray<MapData, ClassCounters>,
@@ -267,20 +288,54 @@ pub struct Maps {
     global: Array<MapData, GlobalConfig>,
     tcp_flows: HashMap<MapData, FlowKey, TcpFlow>,
     sctp_assocs: HashMap<MapData, FlowKey, SctpAssoc>,
-    egress_v4: LpmTrie<MapData, Ipv4Key, EgressPeer>,
-    egress_v6: LpmTrie<MapData, Ipv6Key, EgressPeer>,
-    egress_class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The destinations the TC program knows, and their class slots.
+    egress: PeerMaps<EgressPeer>,
     egress_flows: HashMap<MapData, FlowKey, EgressFlow>,
 }
 
-macro_rules! typed {
-    ($map:expr, $name:expr, $variant:ident) => {{
-        let m: Map = $map;
-        m.try_into().map_err(|source| DataplaneError::Map {
-            name: $name,
-            source,
-        })?
-    }};
+/// One direction's peers: their prefixes by family and their class slots.
+struct PeerMaps<V> {
+    v4: LpmTrie<MapData, Ipv4Key, V>,
+    v6: LpmTrie<MapData, Ipv6Key, V>,
+    class_slots: HashMap<MapData, BucketKey, u32>,
+    /// The maps' names: v4, v6, class slots.
+    names: [&'static str; 3],
+}
+
+impl<V: aya::Pod> PeerMaps<V> {
+    fn open(
+        get: &mut impl FnMut(&'static str) -> Result<Map, DataplaneError>,
+        names: [&'static str; 3],
+    ) -> Result<Self, DataplaneError> {
+        Ok(PeerMaps {
+            v4: typed(get, names[0])?,
+            v6: typed(get, names[1])?,
+            class_slots: typed(get, names[2])?,
+            names,
+        })
+    }
+
+    /// Writes `prefixes` and `classes`: the new entries first, then the stale ones
+    /// removed, so a restart never leaves a window in which a configured peer looks
+    /// unknown.
+    fn sync(
+        &mut self,
+        (v4, v6): Prefixes<V>,
+        classes: impl Iterator<Item = (BucketKey, u32)>,
+    ) -> Result<(), DataplaneError> {
+        let [v4_name, v6_name, classes_name] = self.names;
+        sync_trie(&mut self.v4, &v4, v4_name)?;
+        sync_trie(&mut self.v6, &v6, v6_name)?;
+        sync_hash(&mut self.class_slots, classes, classes_name)
+    }
+}
+
+/// Map `name` from `get`, as the map type `T`.
+fn typed<T: TryFrom<Map, Error = aya::maps::MapError>>(
+    get: &mut impl FnMut(&'static str) -> Result<Map, DataplaneError>,
+    name: &'static str,
+) -> Result<T, DataplaneError> {
+    get(name)?.try_into().map_err(DataplaneError::map(name))
 }
 
 impl Maps {
@@ -288,36 +343,26 @@ impl Maps {
         mut get: impl FnMut(&'static str) -> Result<Map, DataplaneError>,
     ) -> Result<Maps, DataplaneError> {
         Ok(Maps {
-            peers_v4: typed!(get(names::PEERS_V4)?, names::PEERS_V4, LpmTrie),
-            peers_v6: typed!(get(names::PEERS_V6)?, names::PEERS_V6, LpmTrie),
-            class_slots: typed!(get(names::CLASS_SLOTS)?, names::CLASS_SLOTS, HashMap),
-            bucket_config: typed!(get(names::BUCKET_CONFIG)?, names::BUCKET_CONFIG, Array),
-            bucket_state: typed!(get(names::BUCKET_STATE)?, names::BUCKET_STATE, Array),
-            slot_counters: typed!(
-                get(names::SLOT_COUNTERS)?,
-                names::SLOT_COUNTERS,
-                PerCpuArray
-            ),
-            stats: typed!(get(names::STATS)?, names::STATS, PerCpuArray),
-            global: typed!(get(names::GLOBAL_CONFIG)?, names::GLOBAL_CONFIG, Array),
-            tcp_flows: typed!(get(names::TCP_FLOWS)?, names::TCP_FLOWS, HashMap),
-            sctp_assocs: typed!(get(names::SCTP_ASSOCS)?, names::SCTP_ASSOCS, HashMap),
-            egress_v4: typed!(
-                get(names::EGRESS_PEERS_V4)?,
-                names::EGRESS_PEERS_V4,
-                LpmTrie
-            ),
-            egress_v6: typed!(
-                get(names::EGRESS_PEERS_V6)?,
-                names::EGRESS_PEERS_V6,
-                LpmTrie
-            ),
-            egress_class_slots: typed!(
-                get(names::EGRESS_CLASS_SLOTS)?,
-                names::EGRESS_CLASS_SLOTS,
-                HashMap
-            ),
-            egress_flows: typed!(get(names::EGRESS_FLOWS)?, names::EGRESS_FLOWS, HashMap),
+            ingress: PeerMaps::open(
+                &mut get,
+                [names::PEERS_V4, names::PEERS_V6, names::CLASS_SLOTS],
+            )?,
+            bucket_config: typed(&mut get, names::BUCKET_CONFIG)?,
+            bucket_state: typed(&mut get, names::BUCKET_STATE)?,
+            slot_counters: typed(&mut get, names::SLOT_COUNTERS)?,
+            stats: typed(&mut get, names::STATS)?,
+            global: typed(&mut get, names::GLOBAL_CONFIG)?,
+            tcp_flows: typed(&mut get, names::TCP_FLOWS)?,
+            sctp_assocs: typed(&mut get, names::SCTP_ASSOCS)?,
+            egress: PeerMaps::open(
+                &mut get,
+                [
+                    names::EGRESS_PEERS_V4,
+                    names::EGRESS_PEERS_V6,
+                    names::EGRESS_CLASS_SLOTS,
+                ],
+            )?,
+            egress_flows: typed(&mut get, names::EGRESS_FLOWS)?,
         })
     }
 
@@ -344,41 +389,25 @@ impl Maps {
     /// Writes the whole plan. Bucket *state* is not touched: rates change without
     /// resetting tokens. Entries of peers or classes no longer in the plan are removed.
     pub fn write_plan(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
-        let e = |name| move |source| DataplaneError::Map { name, source };
         for s in &plan.slots {
             self.bucket_config
                 .set(s.index, s.bucket_at(None), 0)
-                .map_err(e(names::BUCKET_CONFIG))?;
+                .map_err(DataplaneError::map(names::BUCKET_CONFIG))?;
         }
-        // Peers: write the new entries first, then remove stale ones, so a restart
-        // never leaves a window in which a configured peer looks unknown.
-        let (v4, v6) = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
-        sync_trie(&mut self.peers_v4, &v4, names::PEERS_V4)?;
-        sync_trie(&mut self.peers_v6, &v6, names::PEERS_V6)?;
-        sync_hash(
-            &mut self.class_slots,
-            plan.class_entries(),
-            names::CLASS_SLOTS,
-        )?;
+        let peers = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        self.ingress.sync(peers, plan.class_entries())?;
         self.write_egress(plan)?;
         self.global
             .set(0, plan.global, 0)
-            .map_err(e(names::GLOBAL_CONFIG))?;
+            .map_err(DataplaneError::map(names::GLOBAL_CONFIG))?;
         Ok(())
     }
 
     /// Writes the egress destinations and class slots of the plan (new entries
     /// first, then stale ones removed). Part of [`Maps::write_plan`].
     pub fn write_egress(&mut self, plan: &Plan) -> Result<(), DataplaneError> {
-        let (v4, v6) = by_family(plan.egress_peers.iter().map(|p| (&p.prefixes[..], p.info)));
-        sync_trie(&mut self.egress_v4, &v4, names::EGRESS_PEERS_V4)?;
-        sync_trie(&mut self.egress_v6, &v6, names::EGRESS_PEERS_V6)?;
-        sync_hash(
-            &mut self.egress_class_slots,
-            plan.egress_class_entries(),
-            names::EGRESS_CLASS_SLOTS,
-        )?;
-        Ok(())
+        let peers = by_family(plan.egress_peers.iter().map(|p| (&p.prefixes[..], p.info)));
+        self.egress.sync(peers, plan.egress_class_entries())
     }
 
     /// The egress flows the TC program tracks and their framing state.
@@ -398,30 +427,21 @@ impl Maps {
     pub fn set_rate(&mut self, slot: &Slot, rate: f64) -> Result<(), DataplaneError> {
         self.bucket_config
             .set(slot.index, slot.bucket_at(Some(rate)), 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::BUCKET_CONFIG,
-                source,
-            })
+            .map_err(DataplaneError::map(names::BUCKET_CONFIG))
     }
 
     /// The bucket config currently in the map for a slot.
     pub fn bucket_config(&self, slot: u32) -> Result<BucketConfig, DataplaneError> {
         self.bucket_config
             .get(&slot, 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::BUCKET_CONFIG,
-                source,
-            })
+            .map_err(DataplaneError::map(names::BUCKET_CONFIG))
     }
 
     /// The kernel's GCRA state of a slot.
     pub fn bucket_state(&self, slot: u32) -> Result<BucketState, DataplaneError> {
         self.bucket_state
             .get(&slot, 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::BUCKET_STATE,
-                source,
-            })
+            .map_err(DataplaneError::map(names::BUCKET_STATE))
     }
 
     /// A slot's counters, summed over CPUs.
@@ -429,10 +449,7 @@ impl Maps {
         let v = self
             .slot_counters
             .get(&slot, 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::SLOT_COUNTERS,
-                source,
-            })?;
+            .map_err(DataplaneError::map(names::SLOT_COUNTERS))?;
         let mut sum = ClassCounters::default();
         for c in v.iter() {
             sum.accumulate(c);
@@ -447,10 +464,7 @@ impl Maps {
             let v = self
                 .stats
                 .get(&(c as u32), 0)
-                .map_err(|source| DataplaneError::Map {
-                    name: names::STATS,
-                    source,
-                })?;
+                .map_err(DataplaneError::map(names::STATS))?;
             out.push((c, v.iter().sum()));
         }
         Ok(out)
@@ -460,10 +474,7 @@ impl Maps {
     pub fn reset_bucket(&mut self, slot: u32) -> Result<(), DataplaneError> {
         self.bucket_state
             .set(slot, BucketState::default(), 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::BUCKET_STATE,
-                source,
-            })
+            .map_err(DataplaneError::map(names::BUCKET_STATE))
     }
 
     /// Fills every bucket (forgets its history): the state an agent starts from.
@@ -471,10 +482,7 @@ impl Maps {
         for slot in 0..dra_common::maps::MAX_SLOTS {
             self.bucket_state
                 .set(slot, BucketState::default(), 0)
-                .map_err(|source| DataplaneError::Map {
-                    name: names::BUCKET_STATE,
-                    source,
-                })?;
+                .map_err(DataplaneError::map(names::BUCKET_STATE))?;
         }
         Ok(())
     }
@@ -505,10 +513,7 @@ impl Maps {
     pub fn write_global(&mut self, g: GlobalConfig) -> Result<(), DataplaneError> {
         self.global
             .set(0, g, 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::GLOBAL_CONFIG,
-                source,
-            })
+            .map_err(DataplaneError::map(names::GLOBAL_CONFIG))
     }
 
     /// One global counter.
@@ -516,10 +521,7 @@ impl Maps {
         let v = self
             .stats
             .get(&(c as u32), 0)
-            .map_err(|source| DataplaneError::Map {
-                name: names::STATS,
-                source,
-            })?;
+            .map_err(DataplaneError::map(names::STATS))?;
         Ok(v.iter().sum())
     }
 }
@@ -585,14 +587,7 @@ impl Dataplane {
             map.pin(&path)
                 .map_err(|source| DataplaneError::Pin { path, source })?;
         }
-        let prog: &mut Xdp = ebpf
-            .program_mut(XDP_PROGRAM)
-            .ok_or(DataplaneError::MissingProgram { name: XDP_PROGRAM })?
-            .try_into()
-            .map_err(|source| DataplaneError::Program {
-                name: XDP_PROGRAM,
-                source,
-            })?;
+        let prog: &mut Xdp = program_mut(&mut ebpf, XDP_PROGRAM)?;
         let try_attach = |prog: &mut Xdp, m: XdpMode, label: &'static str| {
             prog.attach(iface, m)
                 .map_err(|source| DataplaneError::Attach {
@@ -611,18 +606,8 @@ impl Dataplane {
         };
         let xdp_link = prog
             .take_link(id)
-            .map_err(|source| DataplaneError::Program {
-                name: XDP_PROGRAM,
-                source,
-            })?;
-        let fd_link: FdLink = xdp_link.try_into().map_err(|source| DataplaneError::Link {
-            iface: iface.into(),
-            source,
-        })?;
-        fd_link.pin(&link).map_err(|source| DataplaneError::Pin {
-            path: link.clone(),
-            source,
-        })?;
+            .map_err(DataplaneError::program(XDP_PROGRAM))?;
+        pin_link(xdp_link, iface, &link)?;
         let maps = Maps::take(&mut ebpf)?;
         Ok(Dataplane {
             maps,
@@ -691,14 +676,7 @@ impl Dataplane {
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(DataplaneError::Load)?;
         load_tc(&mut ebpf)?;
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(TC_PROGRAM)
-            .ok_or(DataplaneError::MissingProgram { name: TC_PROGRAM })?
-            .try_into()
-            .map_err(|source| DataplaneError::Program {
-                name: TC_PROGRAM,
-                source,
-            })?;
+        let prog: &mut SchedClassifier = program_mut(&mut ebpf, TC_PROGRAM)?;
         let id = prog
             .attach_with_options(
                 iface,
@@ -711,18 +689,8 @@ impl Dataplane {
             })?;
         let tc_link = prog
             .take_link(id)
-            .map_err(|source| DataplaneError::Program {
-                name: TC_PROGRAM,
-                source,
-            })?;
-        let fd_link: FdLink = tc_link.try_into().map_err(|source| DataplaneError::Link {
-            iface: iface.into(),
-            source,
-        })?;
-        fd_link.pin(&link).map_err(|source| DataplaneError::Pin {
-            path: link.clone(),
-            source,
-        })?;
+            .map_err(DataplaneError::program(TC_PROGRAM))?;
+        pin_link(tc_link, iface, &link)?;
         Ok(false)
     }
 
@@ -790,7 +758,7 @@ where
 {
     for (len, data, value) in entries {
         trie.insert(&Key::new(*len, *data), *value, 0)
-            .map_err(|source| DataplaneError::Map { name, source })?;
+            .map_err(DataplaneError::map(name))?;
     }
     let wanted: std::collections::HashSet<(u32, K)> =
         entries.iter().map(|(len, data, _)| (*len, *data)).collect();
@@ -817,8 +785,7 @@ where
 {
     let mut wanted = std::collections::HashSet::new();
     for (k, v) in entries {
-        map.insert(k, v, 0)
-            .map_err(|source| DataplaneError::Map { name, source })?;
+        map.insert(k, v, 0).map_err(DataplaneError::map(name))?;
         wanted.insert(k);
     }
     let stale: Vec<K> = map

@@ -106,6 +106,43 @@ fn expand_any(classes: &mut BTreeMap<ClassKey, u32>) {
     }
 }
 
+/// The slots of the group profiles in `direction`, in config order: the overall limits
+/// by group, then the class limits by (group, class). Their labels start with `prefix`.
+#[allow(clippy::type_complexity)]
+fn group_slots(
+    cfg: &Config,
+    direction: Direction,
+    prefix: &str,
+    push: &mut impl FnMut(&str, String, Option<Limit>) -> u32,
+) -> (BTreeMap<String, u32>, BTreeMap<(String, ClassKey), u32>) {
+    let mut overall = BTreeMap::new();
+    for p in &cfg.peer_rate_limits {
+        if p.direction == direction
+            && let Target::Group(g) = &p.target
+        {
+            overall.insert(
+                g.clone(),
+                push(g, format!("{prefix}all"), Some(p.limit.clone())),
+            );
+        }
+    }
+    let mut class = BTreeMap::new();
+    for m in &cfg.message_rate_limits {
+        if m.direction == direction
+            && let Target::Group(g) = &m.target
+        {
+            let c = m.msg_class();
+            let slot = push(
+                g,
+                format!("{prefix}{}", class_label(c)),
+                Some(m.limit.clone()),
+            );
+            class.insert((g.clone(), key(c)), slot);
+        }
+    }
+    (overall, class)
+}
+
 /// Orderable form of [`MsgClass`].
 pub type ClassKey = (u32, u32, u8);
 
@@ -140,26 +177,7 @@ impl Plan {
         };
 
         // Shared group slots first (overall, then per class).
-        let mut group_overall: BTreeMap<String, u32> = BTreeMap::new();
-        for p in &cfg.peer_rate_limits {
-            if p.direction != Direction::Ingress {
-                continue;
-            }
-            if let Target::Group(g) = &p.target {
-                group_overall.insert(g.clone(), push(g, "all".into(), Some(p.limit.clone())));
-            }
-        }
-        let mut group_class: BTreeMap<(String, ClassKey), u32> = BTreeMap::new();
-        for m in &cfg.message_rate_limits {
-            if m.direction != Direction::Ingress {
-                continue;
-            }
-            if let Target::Group(g) = &m.target {
-                let c = m.msg_class();
-                let s = push(g, class_label(c), Some(m.limit.clone()));
-                group_class.insert((g.clone(), key(c)), s);
-            }
-        }
+        let (group_overall, group_class) = group_slots(cfg, Direction::Ingress, "", &mut push);
 
         let mut peers = Vec::new();
         let mut class_slots = BTreeMap::new();
@@ -210,17 +228,7 @@ impl Plan {
                         .or_insert_with(|| push(&peer.name, class_label(mc), None));
                 }
             }
-            // "Any request type" covers the specific types without their own slot.
-            let any: Vec<(ClassKey, u32)> = classes
-                .iter()
-                .filter(|((_, _, rt), _)| *rt == RequestType::Any.wire())
-                .map(|(k, s)| (*k, *s))
-                .collect();
-            for ((a, c, _), s) in any {
-                for rt in 1..=4u8 {
-                    classes.entry((a, c, rt)).or_insert(s);
-                }
-            }
+            expand_any(&mut classes);
             for (c, s) in classes {
                 class_slots.insert((id, c), s);
             }
@@ -236,33 +244,8 @@ impl Plan {
             });
         }
         // ---- egress ----
-        let mut group_egress: BTreeMap<String, u32> = BTreeMap::new();
-        for p in &cfg.peer_rate_limits {
-            if p.direction != Direction::Egress {
-                continue;
-            }
-            if let Target::Group(g) = &p.target {
-                group_egress.insert(
-                    g.clone(),
-                    push(g, "egress:all".into(), Some(p.limit.clone())),
-                );
-            }
-        }
-        let mut group_egress_class: BTreeMap<(String, ClassKey), u32> = BTreeMap::new();
-        for m in &cfg.message_rate_limits {
-            if m.direction != Direction::Egress {
-                continue;
-            }
-            if let Target::Group(g) = &m.target {
-                let c = m.msg_class();
-                let s = push(
-                    g,
-                    format!("egress:{}", class_label(c)),
-                    Some(m.limit.clone()),
-                );
-                group_egress_class.insert((g.clone(), key(c)), s);
-            }
-        }
+        let (group_egress, group_egress_class) =
+            group_slots(cfg, Direction::Egress, "egress:", &mut push);
         let names_egress = |peer: &crate::config::Peer| {
             let t = Target::Peer(peer.name.clone());
             let by_group = |x: &Target| {

@@ -72,27 +72,12 @@ impl Plan {
             freed: freed.into_iter().filter(|i| !taken.contains(i)).collect(),
         };
         // Peer ids: kept by name; new peers get ids the running plan does not use.
-        let old_ids: HashMap<&str, u32> = old
-            .peers
-            .iter()
-            .map(|p| (p.name.as_str(), p.info.peer_id))
-            .chain(
-                old.egress_peers
-                    .iter()
-                    .map(|p| (p.name.as_str(), p.info.peer_id)),
-            )
-            .collect();
+        let old_ids: HashMap<&str, u32> = old.peer_ids().collect();
         let mut next = old_ids.values().copied().max().unwrap_or(0) + 1;
         let mut ids: HashMap<u32, u32> = HashMap::new();
         let names: Vec<(String, u32)> = self
-            .peers
-            .iter()
-            .map(|p| (p.name.clone(), p.info.peer_id))
-            .chain(
-                self.egress_peers
-                    .iter()
-                    .map(|p| (p.name.clone(), p.info.peer_id)),
-            )
+            .peer_ids()
+            .map(|(name, id)| (name.to_owned(), id))
             .collect();
         for (name, id) in names {
             if ids.contains_key(&id) {
@@ -133,6 +118,16 @@ impl Plan {
         Ok(r)
     }
 
+    /// The name and id of every peer: the ingress peers, then the egress destinations.
+    fn peer_ids(&self) -> impl Iterator<Item = (&str, u32)> {
+        let ingress = self.peers.iter().map(|p| (p.name.as_str(), p.info.peer_id));
+        let egress = self
+            .egress_peers
+            .iter()
+            .map(|p| (p.name.as_str(), p.info.peer_id));
+        ingress.chain(egress)
+    }
+
     /// The slot with this index (a remapped plan's slots are not in index order).
     pub fn slot_at(&self, index: u32) -> Option<&super::Slot> {
         self.slots.iter().find(|s| s.index == index)
@@ -145,40 +140,24 @@ mod tests {
 
     use super::*;
     use crate::config::parse;
+    use crate::config::testing::{client, global, gx_ccr_limit};
 
-    const BASE: &str = r#"
-[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.3"]
-role = "client"
-"#;
+    /// The agent and the clients pgw1 and pgw2.
+    fn base() -> String {
+        [
+            global(""),
+            client("pgw1", &["198.18.1.2"], ""),
+            client("pgw2", &["198.18.1.3"], ""),
+        ]
+        .concat()
+    }
 
     fn lim(peer: &str, rt: &str, rate: u32) -> String {
-        format!(
-            "[[message_rate_limit_profile]]\npeer = \"{peer}\"\ndirection = \"ingress\"\n\
-             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"{rt}\"\n\
-             rate = {rate}\n"
-        )
+        gx_ccr_limit(&format!("peer = \"{peer}\""), rt, rate, "")
     }
 
     fn plan(extra: &str) -> Plan {
-        let c = parse(&format!("{BASE}{extra}"), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let c = parse(&(base() + extra), "t.toml").unwrap_or_else(|e| panic!("{e}"));
         Plan::new(&c).expect("plan")
     }
 
@@ -235,7 +214,7 @@ role = "client"
             lim("pgw1", "initial", 10),
             lim("pgw2", "initial", 20)
         ));
-        let text = BASE.replace(
+        let text = base().replace(
             "name = \"pgw1\"\norigin_host = \"pgw1.lab.example\"",
             "name = \"pgw3\"\norigin_host = \"pgw3.lab.example\"",
         );

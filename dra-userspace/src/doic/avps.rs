@@ -101,17 +101,15 @@ impl SupportedFeatures {
 
     /// The AVP (members in ABNF order, no M bit).
     pub fn to_avp(&self) -> Avp {
-        let mut members = Vec::new();
-        if let Some(v) = self.feature_vector {
-            members.push(Avp::u64(c::OC_FEATURE_VECTOR, v));
-        }
-        if let Some(s) = &self.source_id {
-            members.push(Avp::utf8(c::SOURCE_ID, s));
-        }
-        if let Some(v) = self.peer_algo {
-            members.push(Avp::u64(c::OC_PEER_ALGO, v));
-        }
-        Avp::grouped(c::OC_SUPPORTED_FEATURES, members)
+        let members = [
+            self.feature_vector
+                .map(|v| Avp::u64(c::OC_FEATURE_VECTOR, v)),
+            self.source_id
+                .as_deref()
+                .map(|s| Avp::utf8(c::SOURCE_ID, s)),
+            self.peer_algo.map(|v| Avp::u64(c::OC_PEER_ALGO, v)),
+        ];
+        Avp::grouped(c::OC_SUPPORTED_FEATURES, members.into_iter().flatten())
     }
 
     /// Reads an OC-Supported-Features AVP.
@@ -171,23 +169,18 @@ impl Olr {
 
     /// The AVP (members in ABNF order, no M bit).
     pub fn to_avp(&self) -> Avp {
-        let mut members = vec![
-            Avp::u64(c::OC_SEQUENCE_NUMBER, self.sequence),
-            Avp::enumerated(c::OC_REPORT_TYPE, self.report_type.value()),
+        let members = [
+            Some(Avp::u64(c::OC_SEQUENCE_NUMBER, self.sequence)),
+            Some(Avp::enumerated(c::OC_REPORT_TYPE, self.report_type.value())),
+            self.reduction
+                .map(|r| Avp::u32(c::OC_REDUCTION_PERCENTAGE, r)),
+            self.validity.map(|v| Avp::u32(c::OC_VALIDITY_DURATION, v)),
+            self.source_id
+                .as_deref()
+                .map(|s| Avp::utf8(c::SOURCE_ID, s)),
+            self.max_rate.map(|r| Avp::u32(c::OC_MAXIMUM_RATE, r)),
         ];
-        if let Some(r) = self.reduction {
-            members.push(Avp::u32(c::OC_REDUCTION_PERCENTAGE, r));
-        }
-        if let Some(v) = self.validity {
-            members.push(Avp::u32(c::OC_VALIDITY_DURATION, v));
-        }
-        if let Some(s) = &self.source_id {
-            members.push(Avp::utf8(c::SOURCE_ID, s));
-        }
-        if let Some(r) = self.max_rate {
-            members.push(Avp::u32(c::OC_MAXIMUM_RATE, r));
-        }
-        Avp::grouped(c::OC_OLR, members)
+        Avp::grouped(c::OC_OLR, members.into_iter().flatten())
     }
 
     /// Reads an OC-OLR AVP; the first of each member counts.

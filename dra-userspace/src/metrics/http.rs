@@ -284,7 +284,7 @@ fn read_head(stream: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>, HeadE
 }
 
 /// What a request asks for.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
     /// `GET /metrics` (`head_only` for HEAD).
     Metrics { head_only: bool },
@@ -456,38 +456,27 @@ mod tests {
 
     #[test]
     fn routes_by_path_then_method() {
-        let r = |s: &str| route(s.as_bytes());
-        assert_eq!(
-            r("GET /metrics HTTP/1.1\r\n\r\n"),
-            Route::Metrics { head_only: false }
+        let (get, head) = (
+            Route::Metrics { head_only: false },
+            Route::Metrics { head_only: true },
         );
-        assert_eq!(
-            r("HEAD /metrics HTTP/1.0\r\n\r\n"),
-            Route::Metrics { head_only: true }
-        );
-        assert_eq!(
-            r("GET /metrics?x=1 HTTP/1.1\r\n\r\n"),
-            Route::Metrics { head_only: false }
-        );
-        assert_eq!(
-            r("\r\nGET /metrics HTTP/1.1\r\n\r\n"),
-            Route::Metrics { head_only: false }
-        );
-        assert_eq!(
-            r("GET http://h:9/metrics HTTP/1.1\r\n\r\n"),
-            Route::Metrics { head_only: false }
-        );
-        assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
-        assert_eq!(r("GET /metrics/ HTTP/1.1\r\n\r\n"), Route::NotFound);
-        assert_eq!(r("POST /metrics HTTP/1.1\r\n\r\n"), Route::MethodNotAllowed);
-        assert_eq!(r("get /metrics HTTP/1.1\r\n\r\n"), Route::MethodNotAllowed);
-        assert_eq!(
-            r("GET /metrics HTTP/2.0\r\n\r\n"),
-            Route::VersionNotSupported
-        );
-        assert_eq!(r("GET /metrics\r\n\r\n"), Route::BadRequest);
-        assert_eq!(r("GET  /metrics HTTP/1.1\r\n\r\n"), Route::BadRequest);
-        assert_eq!(r("\u{1}\u{2}garbage\r\n\r\n"), Route::BadRequest);
+        for (request, expected) in [
+            ("GET /metrics HTTP/1.1\r\n\r\n", get),
+            ("HEAD /metrics HTTP/1.0\r\n\r\n", head),
+            ("GET /metrics?x=1 HTTP/1.1\r\n\r\n", get),
+            ("\r\nGET /metrics HTTP/1.1\r\n\r\n", get),
+            ("GET http://h:9/metrics HTTP/1.1\r\n\r\n", get),
+            ("GET / HTTP/1.1\r\n\r\n", Route::NotFound),
+            ("GET /metrics/ HTTP/1.1\r\n\r\n", Route::NotFound),
+            ("POST /metrics HTTP/1.1\r\n\r\n", Route::MethodNotAllowed),
+            ("get /metrics HTTP/1.1\r\n\r\n", Route::MethodNotAllowed),
+            ("GET /metrics HTTP/2.0\r\n\r\n", Route::VersionNotSupported),
+            ("GET /metrics\r\n\r\n", Route::BadRequest),
+            ("GET  /metrics HTTP/1.1\r\n\r\n", Route::BadRequest),
+            ("\u{1}\u{2}garbage\r\n\r\n", Route::BadRequest),
+        ] {
+            assert_eq!(route(request.as_bytes()), expected, "{request:?}");
+        }
         assert_eq!(route(b"GET /\xff HTTP/1.1\r\n\r\n"), Route::BadRequest);
     }
 

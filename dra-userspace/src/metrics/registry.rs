@@ -219,6 +219,13 @@ fn gauge_value(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `$registry.register(name, help, metric.clone())` for each `metric => name, help;`.
+macro_rules! register {
+    ($registry:ident; $($metric:expr => $name:literal, $help:literal;)+) => {
+        $($registry.register($name, $help, $metric.clone());)+
+    };
+}
+
 impl Metrics {
     /// A registry with every family registered and no series yet (except the
     /// fast-path global counters and the DB CPU gauges, which start at 0).
@@ -252,90 +259,43 @@ impl Metrics {
             waiting: Gauge::default(),
         };
         let doic = DoicFamilies::default();
-        registry.register(
-            "dra_doic_olrs_sent",
-            "Answers to a gateway that carried our OC-OLR, by report type, algorithm and \
-             kind (report, or end: the end of overload)",
-            doic.olrs_sent.clone(),
-        );
-        registry.register(
-            "dra_doic_reduction_percent",
-            "OC-Reduction-Percentage currently reported to a gateway (loss; 0 = none)",
-            doic.reduction.clone(),
-        );
-        registry.register(
-            "dra_doic_max_rate",
-            "OC-Maximum-Rate (requests/s) currently reported to a gateway (rate; 0 = none)",
-            doic.max_rate.clone(),
-        );
-        registry.register(
-            "dra_doic_olrs_received",
-            "OC-OLRs received from a server with doic = true, by report type and result \
-             (applied, ended, stale, duplicate, source_mismatch, unusable)",
-            doic.olrs_received.clone(),
-        );
-        registry.register(
-            "dra_doic_server_reduction_percent",
-            "Largest loss reduction in force towards a server (its host and peer reports; \
-             0 = none)",
-            doic.server_reduction.clone(),
-        );
-        registry.register(
-            "dra_doic_requests_abated",
-            "Requests to a server abated by its DOIC reports, by outcome (diverted to \
-             another server, or rejected: answered 3004 by the agent)",
-            doic.abated.clone(),
-        );
-
-        registry.register(
-            "dra_db_cpu_percent",
-            "Last valid session-DB CPU sample (percent) used by dynamic throttling",
-            db_cpu_percent.clone(),
-        );
-        registry.register(
-            "dra_db_cpu_source_up",
-            "1 while the DB CPU source delivers valid samples, 0 while it is missing",
-            db_cpu_source_up.clone(),
-        );
-        registry.register(
-            "dra_db_cpu_missing",
-            "Times the DB CPU source was declared missing",
-            db_cpu_missing.clone(),
-        );
-        registry.register(
-            "dra_throttle_percent",
-            "Current dynamic throttle (percent) of a DRL peer",
-            throttle_percent.clone(),
-        );
-        registry.register(
-            "dra_effective_rate",
-            "Rate limit (messages/s) written into the fast path for a peer and class",
-            effective_rate.clone(),
-        );
-        registry.register(
-            "dra_throttle_events",
-            "Dynamic throttling controller events by reason",
-            throttle_events.clone(),
-        );
-        registry.register(
-            "dra_requests",
-            "Diameter requests received from (in) or sent to (out) a peer",
-            requests.clone(),
-        );
-        registry.register(
-            "dra_answers",
-            "Diameter answers sent to a peer, by Result-Code",
-            answers.clone(),
-        );
-        registry.register(
-            "dra_pending_requests",
-            "Requests sent to a peer and not yet answered",
-            pending_requests.clone(),
-        );
-        registry.register(
-            "dra_queue_depth",
-            "Requests queued for a peer group (rate-limit back-pressure)",
-            queue_depth.clone(),
+        register!(registry;
+            doic.olrs_sent => "dra_doic_olrs_sent",
+                "Answers to a gateway that carried our OC-OLR, by report type, algorithm and \
+                 kind (report, or end: the end of overload)";
+            doic.reduction => "dra_doic_reduction_percent",
+                "OC-Reduction-Percentage currently reported to a gateway (loss; 0 = none)";
+            doic.max_rate => "dra_doic_max_rate",
+                "OC-Maximum-Rate (requests/s) currently reported to a gateway (rate; 0 = none)";
+            doic.olrs_received => "dra_doic_olrs_received",
+                "OC-OLRs received from a server with doic = true, by report type and result \
+                 (applied, ended, stale, duplicate, source_mismatch, unusable)";
+            doic.server_reduction => "dra_doic_server_reduction_percent",
+                "Largest loss reduction in force towards a server (its host and peer reports; \
+                 0 = none)";
+            doic.abated => "dra_doic_requests_abated",
+                "Requests to a server abated by its DOIC reports, by outcome (diverted to \
+                 another server, or rejected: answered 3004 by the agent)";
+            db_cpu_percent => "dra_db_cpu_percent",
+                "Last valid session-DB CPU sample (percent) used by dynamic throttling";
+            db_cpu_source_up => "dra_db_cpu_source_up",
+                "1 while the DB CPU source delivers valid samples, 0 while it is missing";
+            db_cpu_missing => "dra_db_cpu_missing",
+                "Times the DB CPU source was declared missing";
+            throttle_percent => "dra_throttle_percent",
+                "Current dynamic throttle (percent) of a DRL peer";
+            effective_rate => "dra_effective_rate",
+                "Rate limit (messages/s) written into the fast path for a peer and class";
+            throttle_events => "dra_throttle_events",
+                "Dynamic throttling controller events by reason";
+            requests => "dra_requests",
+                "Diameter requests received from (in) or sent to (out) a peer";
+            answers => "dra_answers",
+                "Diameter answers sent to a peer, by Result-Code";
+            pending_requests => "dra_pending_requests",
+                "Requests sent to a peer and not yet answered";
+            queue_depth => "dra_queue_depth",
+                "Requests queued for a peer group (rate-limit back-pressure)";
         );
         registry.register_with_unit(
             "dra_answer_latency",
@@ -343,27 +303,17 @@ impl Metrics {
             Unit::Seconds,
             answer_latency.clone(),
         );
-        registry.register(
-            "dra_unanswered_invariant_violations",
-            "Requests that ended without any answer (must stay 0: every request gets one)",
-            unanswered_violations.clone(),
-        );
-        registry.register(
-            "dra_connections_refused",
-            "Connections closed at accept, by reason (cer_backlog: too many connections \
-             waiting for their CER; cer_backlog_per_source: too many from one address)",
-            connections_refused.clone(),
-        );
-        registry.register(
-            "dra_config_reloads",
-            "Config reloads (dra reload, SIGHUP) by outcome: applied, unchanged, dry_run, \
-             invalid (validation errors), refused (a change that needs a restart), failed",
-            config_reloads.clone(),
-        );
-        registry.register(
-            "dra_connections_awaiting_cer",
-            "Accepted connections waiting for their CER",
-            connections_awaiting_cer.clone(),
+        register!(registry;
+            unanswered_violations => "dra_unanswered_invariant_violations",
+                "Requests that ended without any answer (must stay 0: every request gets one)";
+            connections_refused => "dra_connections_refused",
+                "Connections closed at accept, by reason (cer_backlog: too many connections \
+                 waiting for their CER; cer_backlog_per_source: too many from one address)";
+            config_reloads => "dra_config_reloads",
+                "Config reloads (dra reload, SIGHUP) by outcome: applied, unchanged, dry_run, \
+                 invalid (validation errors), refused (a change that needs a restart), failed";
+            connections_awaiting_cer => "dra_connections_awaiting_cer",
+                "Accepted connections waiting for their CER";
         );
         registry.register_with_unit(
             "dra_session_store_latency",
@@ -371,38 +321,23 @@ impl Metrics {
             Unit::Seconds,
             store.latency.clone(),
         );
-        registry.register(
-            "dra_session_store_errors",
-            "Session store calls that failed, by operation and kind (timeout, unavailable, \
-             error)",
-            store.errors.clone(),
+        register!(registry;
+            store.errors => "dra_session_store_errors",
+                "Session store calls that failed, by operation and kind (timeout, unavailable, \
+                 error)";
+            store.cache => "dra_session_cache_lookups",
+                "Session binding lookups in the local cache (hit, miss)";
+            store.bindings => "dra_session_bindings",
+                "Session bindings written to or deleted from the store (op: written, deleted)";
+            store.fallbacks => "dra_session_store_fallbacks",
+                "Requests that needed the store while it failed, by on_error action (local, \
+                 reject)";
+            store.up => "dra_session_store_up",
+                "1 while the session store answers (always 1 for the in-memory store)";
+            store.waiting => "dra_session_store_waiting_requests",
+                "Requests waiting for a session store call before they are routed or forwarded";
         );
-        registry.register(
-            "dra_session_cache_lookups",
-            "Session binding lookups in the local cache (hit, miss)",
-            store.cache.clone(),
-        );
-        registry.register(
-            "dra_session_bindings",
-            "Session bindings written to or deleted from the store (op: written, deleted)",
-            store.bindings.clone(),
-        );
-        registry.register(
-            "dra_session_store_fallbacks",
-            "Requests that needed the store while it failed, by on_error action (local, \
-             reject)",
-            store.fallbacks.clone(),
-        );
-        registry.register(
-            "dra_session_store_up",
-            "1 while the session store answers (always 1 for the in-memory store)",
-            store.up.clone(),
-        );
-        registry.register(
-            "dra_session_store_waiting_requests",
-            "Requests waiting for a session store call before they are routed or forwarded",
-            store.waiting.clone(),
-        );
+
         registry.register_collector(Box::new(Arc::clone(&peer_state)));
         registry.register_collector(Box::new(Arc::clone(&fastpath)));
 

@@ -679,14 +679,24 @@ mod tests {
         assert!(metrics.encode().contains("dra_session_store_up 1"));
     }
 
+    /// Binds `sid` to pcrf1 before forwarding (the store call is made): the token of the
+    /// write and the timeout it is to end with.
+    fn timed_out_bind(
+        s: &mut Sessions,
+        rx: &mut mpsc::UnboundedReceiver<Call>,
+        sid: &str,
+    ) -> (u64, StoreError) {
+        let Write::Wait(t) = s.bind(sid, "pcrf1", secs(0)) else {
+            panic!("written before forwarding")
+        };
+        call(rx);
+        (t, StoreError::Timeout(Duration::from_millis(200)))
+    }
+
     #[test]
     fn a_timed_out_write_fails_its_request_and_is_written_later() {
         let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        let Write::Wait(t) = s.bind("s1", "pcrf1", secs(0)) else {
-            panic!("written before forwarding")
-        };
-        call(&mut rx);
-        let e = StoreError::Timeout(Duration::from_millis(200));
+        let (t, e) = timed_out_bind(&mut s, &mut rx, "s1");
         assert_eq!(
             s.on_event(reply(t, Op::Set, Err(e.clone())), secs(0)),
             Some((t, Err(e)))
@@ -731,11 +741,7 @@ mod tests {
     fn with_on_error_reject_nothing_is_remembered() {
         let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Reject);
         // A write that times out: its request is answered, the session never started.
-        let Write::Wait(t) = s.bind("s0", "pcrf1", secs(0)) else {
-            panic!("written before forwarding")
-        };
-        call(&mut rx);
-        let e = StoreError::Timeout(Duration::from_millis(200));
+        let (t, e) = timed_out_bind(&mut s, &mut rx, "s0");
         s.on_event(reply(t, Op::Set, Err(e)), secs(0));
         assert_eq!(s.lookup("s0", false, secs(0)), Lookup::Miss);
         // While down: nothing cached either.

@@ -106,15 +106,7 @@ impl Core {
             if retired[i] {
                 continue;
             }
-            let nets: Vec<ipnet::IpNet> = if p.addresses.is_empty() {
-                vec![
-                    "0.0.0.0/0".parse().expect("net"),
-                    "::/0".parse().expect("net"),
-                ]
-            } else {
-                p.addresses.clone()
-            };
-            dir.add(PeerId(i), &p.origin_host, nets);
+            dir.add(PeerId(i), &p.origin_host, setup::accepted_from(p));
         }
         self.dir = Arc::new(dir);
         self.peers = peers;

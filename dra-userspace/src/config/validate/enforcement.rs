@@ -306,64 +306,31 @@ fn connection_guards(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, xdp: Xdp
 
 #[cfg(test)]
 mod tests {
+    use crate::config::testing::{client, global, server};
     use crate::config::{ConfigError, Setup, parse, parse_for};
 
     /// pgw1 (addresses), pgw2 (none), pcrf1 (connect), pcrf2 (addresses, connects to
     /// the agent), pcrf3 (neither); pcrf1..3 in group pcrf, pcrf1 in group "dial" too
     /// (alone), pcrf2 alone in group "inbound".
     fn head(fast_path: &str) -> String {
-        format!(
-            r#"[global]
-origin_host = "dra.lab.example"
-origin_realm = "lab.example"
-{fast_path}
-[[listener]]
-address = "198.18.1.1:3868"
-
-[[peer]]
-name = "pgw1"
-origin_host = "pgw1.lab.example"
-realm = "lab.example"
-addresses = ["198.18.1.2"]
-role = "client"
-
-[[peer]]
-name = "pgw2"
-origin_host = "pgw2.lab.example"
-realm = "lab.example"
-role = "client"
-
-[[peer]]
-name = "pcrf1"
-origin_host = "pcrf1.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "dial"
-connect = "198.18.2.2:3868"
-
-[[peer]]
-name = "pcrf2"
-origin_host = "pcrf2.pcrf.lab.example"
-realm = "pcrf.lab.example"
-addresses = ["198.18.2.3"]
-role = "server"
-group = "inbound"
-
-[[peer]]
-name = "pcrf3"
-origin_host = "pcrf3.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-
-[[peer]]
-name = "pcrf4"
-origin_host = "pcrf4.pcrf.lab.example"
-realm = "pcrf.lab.example"
-role = "server"
-group = "pcrf"
-connect = "198.18.2.4:3868"
-
+        let group = |name: &str| format!("group = \"{name}\"\n");
+        [
+            global(fast_path),
+            client("pgw1", &["198.18.1.2"], ""),
+            client("pgw2", &[], ""),
+            server(
+                "pcrf1",
+                &[],
+                &(group("dial") + "connect = \"198.18.2.2:3868\"\n"),
+            ),
+            server("pcrf2", &["198.18.2.3"], &group("inbound")),
+            server("pcrf3", &[], &group("pcrf")),
+            server(
+                "pcrf4",
+                &[],
+                &(group("pcrf") + "connect = \"198.18.2.4:3868\"\n"),
+            ),
+            r#"
 [[peer_group]]
 name = "pcrf"
 
@@ -377,7 +344,9 @@ name = "inbound"
 realm = "pcrf.lab.example"
 group = "dial"
 "#
-        )
+            .into(),
+        ]
+        .concat()
     }
 
     const TC: &str = "[fast_path]\negress_interface = \"eth1\"\n";

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use dra_common::maps::Action;
 
-use super::syntax::{choice, choice_or, class, int_in, u32_in};
+use super::syntax::{choice, choice_or, class, int_in, text_or, u32_in};
 use super::{Refs, Span, refuse_keys, target_label, unique};
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawClass, RawConfig, RawRateLimit};
@@ -86,23 +86,15 @@ fn limit(
         )
         .map(|n| n as u32),
     };
-    let error_message = match &r.error_message {
-        Some(v) if v.get_ref().trim().is_empty() => {
-            e.at(
-                &v.span(),
-                "error_message must not be empty (omit it for the default)",
-            );
-            None
-        }
-        Some(v) => Some(v.get_ref().clone()),
-        None => target.zip(direction).map(|(t, d)| {
+    let error_message = text_or(e, "error_message", &r.error_message, || {
+        target.zip(direction).map(|(t, d)| {
             let who = match d {
                 Direction::Ingress => t.name().to_string(),
                 Direction::Egress => format!("egress to {}", t.name()),
             };
             format!("rate limit exceeded: {who} {scope} {rate}/s")
-        }),
-    };
+        })
+    });
     if !rate_ok {
         return None;
     }

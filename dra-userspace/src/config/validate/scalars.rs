@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::syntax::{absolute_path, choice_or, identity, int_in, socket_addr};
+use super::syntax::{absolute_path, choice_or, identity, int_in, socket_addr, text_or};
 use super::unique;
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawConfig, S};
@@ -22,17 +22,9 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
         Some(Item { v: g, .. }) => {
             let origin_host = identity(e, "origin_host", &g.origin_host);
             let origin_realm = identity(e, "origin_realm", &g.origin_realm);
-            let product_name = match &g.product_name {
-                Some(v) if v.get_ref().trim().is_empty() => {
-                    e.at(
-                        &v.span(),
-                        "product_name must not be empty (omit it for the default)",
-                    );
-                    None
-                }
-                Some(v) => Some(v.get_ref().clone()),
-                None => Some(DEFAULT_PRODUCT_NAME.to_string()),
-            };
+            let product_name = text_or(e, "product_name", &g.product_name, || {
+                Some(DEFAULT_PRODUCT_NAME.to_string())
+            });
             let mut diameter_ports = Vec::new();
             match &g.diameter_ports {
                 None => diameter_ports.push(DEFAULT_DIAMETER_PORT),

@@ -191,6 +191,27 @@ pub(super) fn name(e: &mut Errors<'_>, what: &str, v: &S<String>) -> Option<Stri
     Some(n.clone())
 }
 
+/// An optional text `key` that must not be blank when given (`None`, an error, if it is);
+/// `default()` when it is absent.
+pub(super) fn text_or(
+    e: &mut Errors<'_>,
+    key: &str,
+    v: &Option<S<String>>,
+    default: impl FnOnce() -> Option<String>,
+) -> Option<String> {
+    match v {
+        Some(v) if v.get_ref().trim().is_empty() => {
+            e.at(
+                &v.span(),
+                format!("{key} must not be empty (omit it for the default)"),
+            );
+            None
+        }
+        Some(v) => Some(v.get_ref().clone()),
+        None => default(),
+    }
+}
+
 /// A DiameterIdentity (host or realm, RFC 6733 §4.3.1): a non-empty FQDN.
 pub(super) fn identity(e: &mut Errors<'_>, key: &str, v: &S<String>) -> Option<String> {
     let n = v.get_ref();

@@ -56,29 +56,21 @@ mod tests {
 
     #[test]
     fn garbage_and_empty_are_errors() {
-        assert!(matches!(
-            FileCpu::parse("t", ""),
-            Err(SourceError::Malformed { .. })
-        ));
-        assert!(matches!(
-            FileCpu::parse("t", " \n\t"),
-            Err(SourceError::Malformed { .. })
-        ));
-        assert!(matches!(
-            FileCpu::parse("t", "12 high"),
-            Err(SourceError::Number { .. })
-        ));
-        assert!(matches!(
-            FileCpu::parse("t", "%"),
-            Err(SourceError::Number { .. })
-        ));
-        assert!(matches!(
-            FileCpu::parse("t", "NaN"),
-            Err(SourceError::NotFinite { .. })
-        ));
-        assert!(matches!(
-            FileCpu::parse("t", "inf%"),
-            Err(SourceError::NotFinite { .. })
-        ));
+        let err = |text| FileCpu::parse("t", text).unwrap_err();
+        for text in ["", " \n\t"] {
+            assert!(
+                matches!(err(text), SourceError::Malformed { .. }),
+                "{text:?}"
+            );
+        }
+        for text in ["12 high", "%"] {
+            assert!(matches!(err(text), SourceError::Number { .. }), "{text:?}");
+        }
+        for text in ["NaN", "inf%"] {
+            assert!(
+                matches!(err(text), SourceError::NotFinite { .. }),
+                "{text:?}"
+            );
+        }
     }
 }

@@ -9,7 +9,8 @@ use super::config::{ApplicationId, PeerConfig, VendorSpecificApplicationId, adve
 use crate::diameter::error::AvpDataError;
 use crate::diameter::{Avp, Dictionary, Message, avp_code as c, result_code};
 
-/// What a peer said about itself in its CER or CEA (RFC 6733 §5.3.1, §5.3.2).
+/// What a node says about itself in its CER or CEA (RFC 6733 §5.3.1, §5.3.2): a peer's,
+/// read with [`PeerIdentity::from_message`], or ours ([`PeerConfig::identity`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerIdentity {
     /// Origin-Host.
@@ -184,7 +185,8 @@ impl PeerIdentity {
         })
     }
 
-    /// Every advertised Auth-Application-Id, plain and vendor-specific, without 0.
+    /// Every advertised Auth-Application-Id, plain and vendor-specific, without the
+    /// common application 0 (RFC 6733 §5.3: the base protocol is not advertised).
     pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
         advertised(
             &self.auth_application_ids,
@@ -280,7 +282,7 @@ fn m(avp: Avp) -> Avp {
 }
 
 /// Origin-Host … Origin-State-Id: the part of CER/CEA before Error-Message.
-fn identity_head(cfg: &PeerConfig) -> Vec<Avp> {
+fn identity_head(cfg: &PeerIdentity) -> Vec<Avp> {
     let mut v = vec![
         m(Avp::utf8(c::ORIGIN_HOST, &cfg.origin_host)),
         m(Avp::utf8(c::ORIGIN_REALM, &cfg.origin_realm)),
@@ -300,7 +302,7 @@ fn identity_head(cfg: &PeerConfig) -> Vec<Avp> {
 }
 
 /// Supported-Vendor-Id … Firmware-Revision: the applications and the tail.
-fn identity_tail(cfg: &PeerConfig) -> Vec<Avp> {
+fn identity_tail(cfg: &PeerIdentity) -> Vec<Avp> {
     let mut v: Vec<Avp> = cfg
         .supported_vendor_ids
         .iter()
@@ -341,8 +343,8 @@ pub(crate) fn build_cer(cfg: &PeerConfig, hop_by_hop: u32, end_to_end: u32) -> M
         hop_by_hop,
         end_to_end,
     );
-    cer.avps.extend(identity_head(cfg));
-    cer.avps.extend(identity_tail(cfg));
+    cer.avps.extend(identity_head(&cfg.identity));
+    cer.avps.extend(identity_tail(&cfg.identity));
     cer
 }
 
@@ -364,7 +366,7 @@ pub(crate) fn build_cea(
         cea.flags |= flags::E;
     }
     cea.push(m(Avp::u32(c::RESULT_CODE, result_code)));
-    cea.avps.extend(identity_head(cfg));
+    cea.avps.extend(identity_head(&cfg.identity));
     if let Some(text) = error_message {
         // RFC 6733 §7.3: Error-Message has no M bit.
         cea.push(Avp::utf8(c::ERROR_MESSAGE, text));
@@ -372,7 +374,7 @@ pub(crate) fn build_cea(
     if let Some(f) = failed_avp {
         cea.push(m(Avp::grouped(c::FAILED_AVP, [f])));
     }
-    cea.avps.extend(identity_tail(cfg));
+    cea.avps.extend(identity_tail(&cfg.identity));
     cea
 }
 

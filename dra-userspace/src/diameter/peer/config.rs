@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use dra_common::wire::app;
 
+use super::capabilities::PeerIdentity;
+
 /// Default watchdog interval Tw: 30 s (RFC 3539 §3.4.1).
 pub const DEFAULT_TW: Duration = Duration::from_secs(30);
 /// Lowest allowed Tw: 6 s (RFC 3539 §3.4.1).
@@ -46,33 +48,16 @@ pub struct VendorSpecificApplicationId {
 
 /// This node's identity, advertised applications and peer timers. Shared by every
 /// connection (`Arc<PeerConfig>`); checked by [`PeerConfig::validate`] when a connection
-/// is created.
+/// is created. Derefs to its [`PeerIdentity`]: `cfg.origin_host` is
+/// `cfg.identity.origin_host`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerConfig {
-    /// Our Origin-Host (DiameterIdentity, RFC 6733 §6.3).
-    pub origin_host: String,
-    /// Our Origin-Realm (RFC 6733 §6.4).
-    pub origin_realm: String,
-    /// Our addresses, one Host-IP-Address each in CER/CEA (RFC 6733 §5.3.5).
-    pub host_ip_addresses: Vec<IpAddr>,
-    /// Vendor-Id (RFC 6733 §5.3.3); 0 = none.
-    pub vendor_id: u32,
-    /// Product-Name (RFC 6733 §5.3.7).
-    pub product_name: String,
-    /// Firmware-Revision (RFC 6733 §5.3.4), when set.
-    pub firmware_revision: Option<u32>,
-    /// Origin-State-Id (RFC 6733 §8.16): increases on every restart; sent in CER/CEA and
-    /// DWR/DWA when set.
-    pub origin_state_id: Option<u32>,
-    /// Supported-Vendor-Id values (RFC 6733 §5.3.6).
-    pub supported_vendor_ids: Vec<u32>,
-    /// Auth-Application-Id values. A relay agent advertises only the Relay application
-    /// `0xffffffff`, which matches every application (RFC 6733 §2.4, §5.3).
-    pub auth_application_ids: Vec<u32>,
-    /// Acct-Application-Id values.
-    pub acct_application_ids: Vec<u32>,
-    /// Vendor-Specific-Application-Id values.
-    pub vendor_specific_application_ids: Vec<VendorSpecificApplicationId>,
+    /// What our CER and CEA say about this node: Origin-Host, Origin-Realm, one
+    /// Host-IP-Address per address, Vendor-Id (0 = none), Product-Name, Firmware-Revision
+    /// and Origin-State-Id (increases on every restart; also sent in DWR/DWA) when set,
+    /// and the advertised applications. A relay agent advertises only the Relay
+    /// application `0xffffffff`, which matches every application (RFC 6733 §2.4, §5.3).
+    pub identity: PeerIdentity,
     /// Watchdog interval Tw (RFC 3539 §3.4.1); at least [`MIN_TW`].
     pub tw: Duration,
     /// Each watchdog timer is Tw plus a uniform random offset in `-tw_jitter..=tw_jitter`
@@ -101,17 +86,19 @@ impl PeerConfig {
     /// DO_NOT_WANT_TO_TALK_TO_YOU).
     pub fn new(origin_host: &str, origin_realm: &str, host_ip_addresses: Vec<IpAddr>) -> Self {
         PeerConfig {
-            origin_host: origin_host.to_owned(),
-            origin_realm: origin_realm.to_owned(),
-            host_ip_addresses,
-            vendor_id: 0,
-            product_name: "dra".to_owned(),
-            firmware_revision: None,
-            origin_state_id: None,
-            supported_vendor_ids: Vec::new(),
-            auth_application_ids: vec![app::RELAY],
-            acct_application_ids: Vec::new(),
-            vendor_specific_application_ids: Vec::new(),
+            identity: PeerIdentity {
+                origin_host: origin_host.to_owned(),
+                origin_realm: origin_realm.to_owned(),
+                host_ip_addresses,
+                vendor_id: 0,
+                product_name: "dra".to_owned(),
+                firmware_revision: None,
+                origin_state_id: None,
+                supported_vendor_ids: Vec::new(),
+                auth_application_ids: vec![app::RELAY],
+                acct_application_ids: Vec::new(),
+                vendor_specific_application_ids: Vec::new(),
+            },
             tw: DEFAULT_TW,
             tw_jitter: DEFAULT_TW_JITTER,
             tc: DEFAULT_TC,
@@ -157,24 +144,19 @@ impl PeerConfig {
         }
         Ok(())
     }
+}
 
-    /// Every advertised Auth-Application-Id, plain and vendor-specific, without the
-    /// common application 0 (RFC 6733 §5.3: the base protocol is not advertised).
-    pub fn auth_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(
-            &self.auth_application_ids,
-            &self.vendor_specific_application_ids,
-            true,
-        )
+impl std::ops::Deref for PeerConfig {
+    type Target = PeerIdentity;
+
+    fn deref(&self) -> &PeerIdentity {
+        &self.identity
     }
+}
 
-    /// Every advertised Acct-Application-Id, plain and vendor-specific, without 0.
-    pub fn acct_applications(&self) -> impl Iterator<Item = u32> + '_ {
-        advertised(
-            &self.acct_application_ids,
-            &self.vendor_specific_application_ids,
-            false,
-        )
+impl std::ops::DerefMut for PeerConfig {
+    fn deref_mut(&mut self) -> &mut PeerIdentity {
+        &mut self.identity
     }
 }
 
