@@ -22,19 +22,16 @@ mod measures;
 pub(crate) mod plan;
 mod run;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::Path, time::Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use self::plan::{
     Plan, REPORTER, REPORTER_CAPACITY, REPORTER_REDUCTION, SERVER_RUNS, STORM_RUNS, plan,
 };
 use crate::{
+    agent_run,
     lab::{self, Bins, PIN_DIR, SERVER_LATENCY, UPSTREAMS},
     procs,
     results::{self, TableRow},
@@ -70,25 +67,16 @@ pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;
     procs::install_signal_handlers();
     let bins = Bins::release(root);
-    for cfg in [
-        plan::STORM_CONFIG,
-        plan::SERVERS_CONFIG,
-        plan::SERVERS_OFF_CONFIG,
-    ] {
-        let out = std::process::Command::new(&bins.dra)
-            .arg("check-config")
-            .arg(root.join(cfg))
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "dra check-config {cfg}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-doic-{}", results::timestamp()));
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    agent_run::check_configs(
+        root,
+        &bins,
+        &[
+            plan::STORM_CONFIG,
+            plan::SERVERS_CONFIG,
+            plan::SERVERS_OFF_CONFIG,
+        ],
+    )?;
+    let out = agent_run::run_dir(root, "doic")?;
     let started = Instant::now();
     let result = {
         let _lab = lab::LabGuard;

@@ -30,11 +30,7 @@ pub(crate) mod plan;
 pub(crate) mod rows;
 mod run;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::Path, time::Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
@@ -45,6 +41,7 @@ use self::{
     run::run_one,
 };
 use crate::{
+    agent_run,
     lab::{self, Bins, PIN_DIR, UPSTREAMS},
     procs,
     results::{self, STORM_LATEST, TableRow},
@@ -102,19 +99,8 @@ pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
         ensure!(d.is_file(), "--dra {}: no such file", d.display());
         bins.dra = d.to_path_buf();
     }
-    let out = std::process::Command::new(&bins.dra)
-        .arg("check-config")
-        .arg(root.join(REJECT_CONFIG))
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "dra check-config {REJECT_CONFIG}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-storm-{}", results::timestamp()));
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    agent_run::check_configs(root, &bins, &[REJECT_CONFIG])?;
+    let out = agent_run::run_dir(root, "storm")?;
     let started = Instant::now();
     let result = {
         let _lab = lab::LabGuard;
