@@ -139,12 +139,16 @@ impl Site {
         &self,
         cmd: Command,
         config: &Path,
-        log: &Path,
-    ) -> Result<Proc> {
+        log: PathBuf,
+    ) -> Result<Agent<'_>> {
         let mut cmd = self.agent_command(cmd, config, "warn");
-        let mut dra = self.spawn(log, "dra run", "dra", &mut cmd)?;
-        self.wait_ready(&mut dra, log, "upstreams open", |s| self.upstreams_open(s))?;
-        Ok(dra)
+        let mut dra = self.spawn(&log, "dra run", "dra", &mut cmd)?;
+        self.wait_ready(&mut dra, &log, "upstreams open", |s| self.upstreams_open(s))?;
+        Ok(Agent {
+            site: self,
+            dra,
+            log,
+        })
     }
 
     /// After a run: when the agent left its fast path attached, `dra detach`.
@@ -210,15 +214,42 @@ pub(crate) fn gateway_client<'c>(
         .arg(&files.summary)
 }
 
-/// A run under way: the agent and one gateway client, each with its log.
+/// A `dra run` that is ready, with its log.
+pub(crate) struct Agent<'s> {
+    site: &'s Site,
+    dra: Proc,
+    log: PathBuf,
+}
+
+impl<'s> Agent<'s> {
+    pub(crate) fn pid(&self) -> Result<u32> {
+        self.dra.pid().context("dra run has no pid")
+    }
+
+    /// Starts the gateway `cmd` (`name`; `tag`, its peer, names its pid file) with its
+    /// output in `log`: the run is under way.
+    pub(crate) fn start_client(
+        self,
+        cmd: &mut Command,
+        name: &str,
+        tag: &str,
+        log: &Path,
+    ) -> Result<Run<'s>> {
+        Ok(Run {
+            client: self.site.spawn(log, name, tag, cmd)?,
+            client_tag: tag.to_owned(),
+            client_log: log.to_owned(),
+            agent: self,
+        })
+    }
+}
+
+/// A run under way: the agent and one gateway client.
 pub(crate) struct Run<'s> {
-    pub(crate) site: &'s Site,
-    pub(crate) dra: Proc,
-    pub(crate) dra_log: PathBuf,
-    pub(crate) client: Proc,
-    /// The client's pid-file tag (its peer name).
-    pub(crate) client_tag: String,
-    pub(crate) client_log: PathBuf,
+    agent: Agent<'s>,
+    client: Proc,
+    client_tag: String,
+    client_log: PathBuf,
 }
 
 impl Run<'_> {
@@ -226,10 +257,10 @@ impl Run<'_> {
     pub(crate) fn wait_until(&mut self, t: Instant) -> Result<()> {
         loop {
             procs::interrupted()?;
-            if let Some(st) = self.dra.exited() {
+            if let Some(st) = self.agent.dra.exited() {
                 bail!(
                     "dra run exited during the run ({st}); log {}",
-                    self.dra_log.display()
+                    self.agent.log.display()
                 );
             }
             if let Some(st) = self.client.exited() {
@@ -257,7 +288,7 @@ impl Run<'_> {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        if self.site.pid_files {
+        if self.agent.site.pid_files {
             procs::remove_pid_file(&self.client_tag);
         }
         Ok(())
@@ -265,14 +296,14 @@ impl Run<'_> {
 
     /// Stops the agent (SIGINT, up to 10 s), failing unless it exits cleanly.
     pub(crate) fn stop_agent(&mut self) -> Result<()> {
-        let st = self.dra.stop(Duration::from_secs(10));
-        if self.site.pid_files {
+        let st = self.agent.dra.stop(Duration::from_secs(10));
+        if self.agent.site.pid_files {
             procs::remove_pid_file("dra");
         }
         ensure!(
             st.is_some_and(|s| s.success()),
             "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
-            self.dra_log.display()
+            self.agent.log.display()
         );
         Ok(())
     }

@@ -24,7 +24,7 @@ use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    agent_run::{LAB, Run},
+    agent_run::LAB,
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap, outcome_deltas},
     procs,
@@ -105,8 +105,11 @@ fn one(
     let text =
         std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;
     std::fs::write(&cfg, config_for(&text, fast_path, action)?)?;
-    let dra_log = dir.join("dra.log");
-    let dra = LAB.start_agent_ready(lab::command_in(NS_DRA, &bins.dra)?, &cfg, &dra_log)?;
+    let dra = LAB.start_agent_ready(
+        lab::command_in(NS_DRA, &bins.dra)?,
+        &cfg,
+        dir.join("dra.log"),
+    )?;
     let report = dir.join("pgw1.json");
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
     c.args([
@@ -129,15 +132,7 @@ fn one(
     .args(["--drain", "15", "--summary-json"])
     .arg(&report);
     let client_log = dir.join("pgw1.log");
-    let client = LAB.spawn(&client_log, "dra-loadgen closed", "pgw1", &mut c)?;
-    let mut run = Run {
-        site: &LAB,
-        dra,
-        dra_log,
-        client,
-        client_tag: "pgw1".into(),
-        client_log,
-    };
+    let mut run = dra.start_client(&mut c, "dra-loadgen closed", "pgw1", &client_log)?;
     let t0 = Instant::now();
     run.wait_until(t0 + Duration::from_secs(WARMUP_S + FROM_S))?;
     let a = metrics::scrape()?;
@@ -275,12 +270,7 @@ pub fn run(root: &Path) -> Result<()> {
     procs::install_signal_handlers();
     let bins = Bins::release(root);
     let out = crate::agent_run::run_dir(root, "coalesced")?;
-    let result = {
-        let _lab = lab::LabGuard;
-        lab::up(&bins)?;
-        runs(root, &bins, &out)
-    };
-    let (entries, rows) = result?;
+    let (entries, rows) = lab::run_on_lab(&bins, &out, || runs(root, &bins, &out))?;
     merge_into_latest(root, &entries, &rows)?;
     print!("\n{}", results::render_markdown(&rows));
     Ok(())

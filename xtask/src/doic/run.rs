@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::plan::RunSpec;
 use crate::{
-    agent_run::{ClientFiles, LAB, Run, gateway_client},
+    agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap},
     storm::plan::{read_toml, scenario_secs},
@@ -50,9 +50,8 @@ pub fn run_one(
     let dir = out.join(spec.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     LAB.ensure_detached(spec.name)?;
-    let dra_log = dir.join("dra.log");
     let cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), &dra_log)?;
+    let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;
     let scn = read_toml(root, spec.scenario)?;
     let total_s = scenario_secs(&scn);
     let files = ClientFiles::new(&dir, "pgw1");
@@ -67,15 +66,7 @@ pub fn run_one(
     if spec.gateway_doic {
         c.arg("--doic");
     }
-    let client = LAB.spawn(&files.log, "dra-loadgen client", "pgw1", &mut c)?;
-    let mut run = Run {
-        site: &LAB,
-        dra,
-        dra_log,
-        client,
-        client_tag: "pgw1".into(),
-        client_log: files.log.clone(),
-    };
+    let mut run = dra.start_client(&mut c, "dra-loadgen client", "pgw1", &files.log)?;
     let t0 = Instant::now();
     eprintln!("xtask: run {} ({}): {total_s} s", spec.name, spec.purpose);
     let m_start = t0 + Duration::from_secs_f64(measure.0);

@@ -18,7 +18,7 @@ use super::{
     sender::{GenReport, Generator, Kind, Target},
 };
 use crate::{
-    agent_run::{ClientFiles, Run, gateway_client},
+    agent_run::{ClientFiles, gateway_client},
     lab::{self, Bins},
     metrics::{self, Snap},
     procs::Proc,
@@ -347,9 +347,8 @@ pub(super) fn run_one(
     };
     let cpus = net::cpus();
     let cmd = net::command_pinned(NS_DRA, &bins.dra, cpus.map(|c| 1u64 << c.1))?;
-    let dra_log = dir.join("dra.log");
-    let dra = SITE.start_agent_ready(cmd, &root.join(config), &dra_log)?;
-    let dra_pid = dra.pid().context("dra run has no pid")?;
+    let dra = SITE.start_agent_ready(cmd, &root.join(config), dir.join("dra.log"))?;
+    let dra_pid = dra.pid()?;
     let attached = SITE.xdp_attached();
     ensure!(
         attached == spec.xdp,
@@ -373,15 +372,7 @@ pub(super) fn run_one(
         &root.join(super::SCENARIO),
         &files,
     );
-    let client = SITE.spawn(&files.log, "dra-loadgen client", "pgw1", &mut c)?;
-    let mut run = Run {
-        site: &SITE,
-        dra,
-        dra_log,
-        client,
-        client_tag: "pgw1".into(),
-        client_log: files.log.clone(),
-    };
+    let mut run = dra.start_client(&mut c, "dra-loadgen client", "pgw1", &files.log)?;
     let t0 = Instant::now();
     eprintln!(
         "xtask: flood run {} (rep {}): {} s",

@@ -17,7 +17,7 @@ use super::{
     rows::{interior_mean, median, rows_p99, rows_per_second},
 };
 use crate::{
-    agent_run::{ClientFiles, LAB, Run, gateway_client},
+    agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW},
     metrics::{self, Snap, counter_deltas, outcome_deltas},
 };
@@ -67,10 +67,9 @@ pub(super) fn run_one(
     let dir = out.join(format!("{}-{round}", spec.name));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     LAB.ensure_detached(spec.name)?;
-    let dra_log = dir.join("dra.log");
     let cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), &dra_log)?;
-    let dra_pid = dra.pid().context("dra run has no pid")?;
+    let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;
+    let dra_pid = dra.pid()?;
     let attached = LAB.xdp_attached();
     ensure!(
         attached == spec.fast_path,
@@ -88,15 +87,7 @@ pub(super) fn run_one(
     let files = ClientFiles::new(&dir, PEER);
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
     gateway_client(&mut c, PEER, PEER_SRC, &root.join(spec.scenario), &files);
-    let client = LAB.spawn(&files.log, "dra-loadgen client", PEER, &mut c)?;
-    let mut run = Run {
-        site: &LAB,
-        dra,
-        dra_log,
-        client,
-        client_tag: PEER.into(),
-        client_log: files.log.clone(),
-    };
+    let mut run = dra.start_client(&mut c, "dra-loadgen client", PEER, &files.log)?;
     let t0 = Instant::now();
     eprintln!(
         "xtask: run {} #{round} ({}): {} s",
