@@ -325,6 +325,13 @@ pub(crate) fn check_configs(root: &Path, bins: &Bins, configs: &[&str]) -> Resul
     Ok(())
 }
 
+/// Creates `<out>/<name>/` for the files of one run.
+pub(crate) fn run_files(out: &Path, name: &str) -> Result<PathBuf> {
+    let dir = out.join(name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(dir)
+}
+
 /// Creates `results/bench-<bench>-<timestamp>/` for a bench's run files.
 pub(crate) fn run_dir(root: &Path, bench: &str) -> Result<PathBuf> {
     let out = root

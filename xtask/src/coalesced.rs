@@ -99,8 +99,7 @@ fn one(
     action: &str,
     depth: usize,
 ) -> Result<Value> {
-    let dir = out.join(format!("{mode}-{depth}"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = crate::agent_run::run_files(out, &format!("{mode}-{depth}"))?;
     let cfg = dir.join("dra.toml");
     let text =
         std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;

@@ -140,10 +140,7 @@ pub fn run(root: &Path) -> Result<()> {
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(DOIC_LATEST);
-    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
-    std::fs::write(out.join("doic.json"), &text)?;
+    let latest = results::write_doc(root, &out, "doic.json", Some(DOIC_LATEST), &doc)?;
     let mut s = String::new();
     for r in &table {
         let _ = writeln!(

@@ -7,12 +7,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::Value;
 
 use super::plan::RunSpec;
 use crate::{
-    agent_run::{ClientFiles, LAB, gateway_client},
+    agent_run::{ClientFiles, LAB, gateway_client, run_files},
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap},
     storm::plan::{read_toml, scenario_secs},
@@ -47,8 +47,7 @@ pub fn run_one(
     measure: (f64, f64),
     out: &Path,
 ) -> Result<RunOutput> {
-    let dir = out.join(spec.name);
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let dir = run_files(out, spec.name)?;
     LAB.ensure_detached(spec.name)?;
     let cmd = lab::command_in(NS_DRA, &bins.dra)?;
     let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;

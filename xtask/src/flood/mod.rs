@@ -287,10 +287,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         "runs": runs.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(FLOOD_LATEST);
-    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
-    std::fs::write(out.join("flood.json"), &text)?;
+    let latest = results::write_doc(root, &out, "flood.json", Some(FLOOD_LATEST), &doc)?;
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", results::render_markdown(&rows));
     if let Some(n) = doc.pointer("/p5/note").and_then(serde_json::Value::as_str) {

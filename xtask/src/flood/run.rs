@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 
 use super::{
@@ -18,7 +18,7 @@ use super::{
     sender::{GenReport, Generator, Kind, Target},
 };
 use crate::{
-    agent_run::{ClientFiles, gateway_client},
+    agent_run::{ClientFiles, gateway_client, run_files},
     lab::{self, Bins},
     metrics::{self, Snap},
     procs::Proc,
@@ -337,8 +337,7 @@ pub(super) fn run_one(
     opts: &Opts,
     out: &Path,
 ) -> Result<RunResult> {
-    let dir = out.join(format!("{}-{rep}", spec.name));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let dir = run_files(out, &format!("{}-{rep}", spec.name))?;
     SITE.ensure_detached(spec.name)?;
     let config = if spec.xdp {
         super::XDP_CONFIG

@@ -166,17 +166,13 @@ pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
         "coalesced_table": coalesced_rows.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    std::fs::write(out.join("storm.json"), &text)?;
-    let latest = match dra {
-        None => {
-            let latest = root.join(STORM_LATEST);
-            std::fs::write(&latest, &text)
-                .with_context(|| format!("write {}", latest.display()))?;
-            latest
-        }
-        Some(_) => out.join("storm.json"),
-    };
+    let latest = results::write_doc(
+        root,
+        &out,
+        "storm.json",
+        dra.is_none().then_some(STORM_LATEST),
+        &doc,
+    )?;
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", results::render_markdown(&printed));
     print!("{s}");

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 
 use super::{
@@ -17,7 +17,7 @@ use super::{
     rows::{interior_mean, median, rows_p99, rows_per_second},
 };
 use crate::{
-    agent_run::{ClientFiles, LAB, gateway_client},
+    agent_run::{ClientFiles, LAB, gateway_client, run_files},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW},
     metrics::{self, Snap, counter_deltas, outcome_deltas},
 };
@@ -64,8 +64,7 @@ pub(super) fn run_one(
     plan: &Plan,
     out: &Path,
 ) -> Result<RunResult> {
-    let dir = out.join(format!("{}-{round}", spec.name));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let dir = run_files(out, &format!("{}-{round}", spec.name))?;
     LAB.ensure_detached(spec.name)?;
     let cmd = lab::command_in(NS_DRA, &bins.dra)?;
     let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;
