@@ -64,6 +64,23 @@ impl Site {
         Ok(())
     }
 
+    /// Whether XDP is attached now, failing unless that is what run `run`'s config says.
+    pub(crate) fn ensure_attached(&self, run: &str, config_attaches: bool) -> Result<bool> {
+        let attached = self.xdp_attached();
+        ensure!(
+            attached == config_attaches,
+            "run {run}: XDP on {} is {} but the config says {}",
+            self.iface,
+            if attached { "attached" } else { "not attached" },
+            if config_attaches {
+                "attach"
+            } else {
+                "no fast path"
+            }
+        );
+        Ok(attached)
+    }
+
     /// The agent's metrics, fetched inside its namespace.
     pub(crate) fn scrape(&self) -> Result<Snap> {
         metrics::scrape_in(self.ns)

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, ensure};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
@@ -348,13 +348,7 @@ pub(super) fn run_one(
     let cmd = net::command_pinned(NS_DRA, &bins.dra, cpus.map(|c| 1u64 << c.1))?;
     let dra = SITE.start_agent_ready(cmd, &root.join(config), dir.join("dra.log"))?;
     let dra_pid = dra.pid()?;
-    let attached = SITE.xdp_attached();
-    ensure!(
-        attached == spec.xdp,
-        "run {}: XDP attached: {attached}, expected {}",
-        spec.name,
-        spec.xdp
-    );
+    let attached = SITE.ensure_attached(spec.name, spec.xdp)?;
     let napi: Vec<u32> = match (spec.xdp, cpus) {
         (true, Some((_, host))) => net::threaded_napi(host)?
             .into_iter()

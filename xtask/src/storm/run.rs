@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, ensure};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
-    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW},
+    lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap, counter_deltas, outcome_deltas},
 };
 
@@ -69,18 +69,7 @@ pub(super) fn run_one(
     let cmd = lab::command_in(NS_DRA, &bins.dra)?;
     let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;
     let dra_pid = dra.pid()?;
-    let attached = LAB.xdp_attached();
-    ensure!(
-        attached == spec.fast_path,
-        "run {}: XDP on {DRA_CLIENT_IF} is {} but the config says {}",
-        spec.name,
-        if attached { "attached" } else { "not attached" },
-        if spec.fast_path {
-            "attach"
-        } else {
-            "no fast path"
-        }
-    );
+    let attached = LAB.ensure_attached(spec.name, spec.fast_path)?;
     let scn = read_toml(root, spec.scenario)?;
     let total_s = scenario_secs(&scn);
     let files = ClientFiles::new(&dir, PEER);
