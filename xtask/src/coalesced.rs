@@ -16,17 +16,18 @@
 //! `drop` (TCP back-pressure may admit less: the utilization is reported).
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::{
-    lab::{self, Bins, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    agent_run::LAB,
+    lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap, outcome_deltas},
-    procs::{self, Proc, remove_pid_file},
+    procs,
     results::{self, STORM_LATEST, TableRow},
 };
 
@@ -98,39 +99,16 @@ fn one(
     action: &str,
     depth: usize,
 ) -> Result<Value> {
-    let dir = out.join(format!("{mode}-{depth}"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = crate::agent_run::run_files(out, &format!("{mode}-{depth}"))?;
     let cfg = dir.join("dra.toml");
     let text =
         std::fs::read_to_string(root.join(CONFIG)).with_context(|| format!("read {CONFIG}"))?;
     std::fs::write(&cfg, config_for(&text, fast_path, action)?)?;
-    let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    cmd.args(["run", "--config"])
-        .arg(&cfg)
-        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"])
-        .env("RUST_LOG", "warn");
-    let dra_log = dir.join("dra.log");
-    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
-    let end = Instant::now() + Duration::from_secs(40);
-    loop {
-        procs::interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!("dra run exited ({st}); log {}", dra_log.display());
-        }
-        if let Ok(s) = metrics::scrape()
-            && UPSTREAMS
-                .iter()
-                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
-        {
-            break;
-        }
-        ensure!(
-            Instant::now() < end,
-            "the agent did not become ready in 40 s; log {}",
-            dra_log.display()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let dra = LAB.start_agent_ready(
+        lab::command_in(NS_DRA, &bins.dra)?,
+        &cfg,
+        dir.join("dra.log"),
+    )?;
     let report = dir.join("pgw1.json");
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
     c.args([
@@ -153,46 +131,14 @@ fn one(
     .args(["--drain", "15", "--summary-json"])
     .arg(&report);
     let client_log = dir.join("pgw1.log");
-    let mut client = Proc::new(
-        "dra-loadgen closed",
-        procs::spawn_to(&client_log, "pgw1", &mut c)?,
-    );
+    let mut run = dra.start_client(&mut c, "dra-loadgen closed", "pgw1", &client_log)?;
     let t0 = Instant::now();
-    let wait = |t: Duration, client: &mut Proc| -> Result<()> {
-        while t0.elapsed() < t {
-            procs::interrupted()?;
-            if let Some(st) = client.exited() {
-                bail!(
-                    "the gateway exited early ({st}); log {}",
-                    client_log.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(())
-    };
-    wait(Duration::from_secs(WARMUP_S + FROM_S), &mut client)?;
+    run.wait_until(t0 + Duration::from_secs(WARMUP_S + FROM_S))?;
     let a = metrics::scrape()?;
-    wait(Duration::from_secs(WARMUP_S + TO_S), &mut client)?;
+    run.wait_until(t0 + Duration::from_secs(WARMUP_S + TO_S))?;
     let b = metrics::scrape()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while client.exited().is_none() {
-        procs::interrupted()?;
-        ensure!(
-            Instant::now() < deadline,
-            "the gateway did not finish; log {}",
-            client_log.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    remove_pid_file("pgw1");
-    let st = dra.stop(Duration::from_secs(10));
-    remove_pid_file("dra");
-    ensure!(
-        st.is_some_and(|s| s.success()),
-        "dra run did not exit cleanly ({st:?}); log {}",
-        dra_log.display()
-    );
+    run.client_finished(Instant::now() + Duration::from_secs(60))?;
+    run.stop_agent()?;
     let client: Value =
         serde_json::from_str(&std::fs::read_to_string(&report).context("gateway report")?)?;
     let limit = 2.0 * CLASS_RATE;
@@ -322,16 +268,8 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
 pub fn run(root: &Path) -> Result<()> {
     procs::install_signal_handlers();
     let bins = Bins::release(root);
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-coalesced-{}", results::timestamp()));
-    std::fs::create_dir_all(&out)?;
-    let result = {
-        let _lab = lab::LabGuard;
-        lab::up(&bins)?;
-        runs(root, &bins, &out)
-    };
-    let (entries, rows) = result?;
+    let out = crate::agent_run::run_dir(root, "coalesced")?;
+    let (entries, rows) = lab::run_on_lab(&bins, &out, || runs(root, &bins, &out))?;
     merge_into_latest(root, &entries, &rows)?;
     print!("\n{}", results::render_markdown(&rows));
     Ok(())

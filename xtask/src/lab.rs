@@ -675,6 +675,28 @@ impl Drop for LabGuard {
     }
 }
 
+/// Brings the lab up, runs `f` on it, copies the servers' logs into `out` and removes
+/// the lab (also on error, panic or Ctrl-C); fails when anything of it is left.
+pub fn run_on_lab<T>(bins: &Bins, out: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let result = {
+        let _lab = LabGuard;
+        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
+        up(bins)?;
+        let result = f();
+        for s in UPSTREAMS {
+            let _ = std::fs::copy(log_file(s), out.join(format!("{s}.log")));
+        }
+        result
+    };
+    let left_ns = namespaces();
+    let left_pins = Path::new(PIN_DIR).exists();
+    let result = result?;
+    if !left_ns.is_empty() || left_pins {
+        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
+    }
+    Ok(result)
+}
+
 /// `cargo xtask lab up|down|status`.
 pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
     match args.first().map(String::as_str) {

@@ -1,5 +1,6 @@
 //! `cargo xtask <setup|build|test|run|package|demo|bench|lab>`: orchestration only.
 
+mod agent_run;
 mod coalesced;
 mod demo;
 mod doic;
@@ -20,7 +21,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [args]
@@ -85,6 +86,13 @@ fn cargo() -> Command {
     c
 }
 
+/// `cargo run --release -p dra-tools --bin BIN --`: its arguments follow.
+fn dra_tool(bin: &str) -> Command {
+    let mut c = cargo();
+    c.args(["run", "--release", "-p", "dra-tools", "--bin", bin, "--"]);
+    c
+}
+
 /// A cargo command on the nightly toolchain (eBPF clippy, fuzz).
 fn cargo_nightly() -> Command {
     let mut c = Command::new("rustup");
@@ -106,13 +114,7 @@ fn cargo_nightly() -> Command {
 
 fn step(what: &str, cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {what}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("{what}: could not start {cmd:?}"))?;
-    if !status.success() {
-        bail!("{what} failed ({status})");
-    }
-    Ok(())
+    toolchain::run(what, cmd)
 }
 
 fn is_root() -> bool {
@@ -305,20 +307,7 @@ fn real_main() -> Result<()> {
         }
         "sim" => {
             toolchain::ensure()?;
-            step(
-                "dra-sim",
-                cargo()
-                    .args([
-                        "run",
-                        "--release",
-                        "-p",
-                        "dra-tools",
-                        "--bin",
-                        "dra-sim",
-                        "--",
-                    ])
-                    .args(rest),
-            )
+            step("dra-sim", dra_tool("dra-sim").args(rest))
         }
         "bench" => {
             toolchain::ensure()?;
@@ -399,20 +388,7 @@ fn real_main() -> Result<()> {
                 let relay_args = if which == "relay" { rest } else { &[] };
                 // dra-bench runs the release `dra` binary beside it.
                 build(true)?;
-                step(
-                    "bench relay (P2)",
-                    cargo()
-                        .args([
-                            "run",
-                            "--release",
-                            "-p",
-                            "dra-tools",
-                            "--bin",
-                            "dra-bench",
-                            "--",
-                        ])
-                        .args(relay_args),
-                )?;
+                step("bench relay (P2)", dra_tool("dra-bench").args(relay_args))?;
             }
             if which == "all" || which == "storm" {
                 build(true)?;

@@ -3,8 +3,12 @@
 //! Used by `report` (the aggregate of one `cargo xtask bench`), `storm`, `coalesced` and
 //! `flood`; `timestamp` also names the demo's run directory.
 
-use std::{fmt::Write as _, path::Path};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
 
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::lab;
@@ -131,6 +135,25 @@ pub fn machine(root: &Path) -> Value {
         "git_commit": commit,
         "git_dirty": dirty,
     })
+}
+
+/// Writes a bench's result document (pretty JSON) as `name` into its run dir `out` and,
+/// given `latest` (relative to `root`), there too; returns the path written last.
+pub(crate) fn write_doc(
+    root: &Path,
+    out: &Path,
+    name: &str,
+    latest: Option<&str>,
+    doc: &Value,
+) -> Result<PathBuf> {
+    let text = serde_json::to_string_pretty(doc)? + "\n";
+    let mut path = out.join(name);
+    std::fs::write(&path, &text).with_context(|| format!("write {}", path.display()))?;
+    if let Some(latest) = latest {
+        path = root.join(latest);
+        std::fs::write(&path, &text).with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(path)
 }
 
 /// UTC date and time for the name of a run directory (`results/<what>-<timestamp>/`).

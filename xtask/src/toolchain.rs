@@ -109,7 +109,7 @@ fn bpf_linker_ok() -> bool {
     quiet(Command::new(cmd).arg("--version")).is_some_and(|v| v.contains(BPF_LINKER_VERSION))
 }
 
-fn run(what: &str, cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(what: &str, cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("{what}: could not start {cmd:?}"))?;

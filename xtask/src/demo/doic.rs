@@ -48,11 +48,7 @@ fn class_n(clients: &BTreeMap<String, Value>, peer: &str, class: &str, key: &str
 }
 
 fn answered(clients: &BTreeMap<String, Value>, peer: &str, class: &str, code: &str) -> u64 {
-    clients
-        .get(peer)
-        .and_then(|v| v.pointer(&format!("/classes/{class}/answered/{code}")))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+    class_n(clients, peer, class, &format!("answered/{code}"))
 }
 
 /// The DOIC checks, from the agent's last scrape and the gateways' summaries.

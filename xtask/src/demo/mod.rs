@@ -27,6 +27,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
+    agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
     metrics::{Snap, scrape},
     procs::{Proc, install_signal_handlers, interrupted, spawn_to},
@@ -134,52 +135,25 @@ fn story(
     with_doic: bool,
 ) -> Result<Outcome> {
     // The agent, in the dra namespace (network namespace only: its pins must be global).
-    let mut dra_cmd = lab::command_in(NS_DRA, &bins.dra)?;
     let config = if with_doic { doic::CONFIG } else { LAB_CONFIG };
-    dra_cmd
-        .args(["run", "--config"])
-        .arg(root.join(config))
-        .args([
-            "--iface",
-            DRA_CLIENT_IF,
-            "--pin-dir",
-            PIN_DIR,
-            "--detach-on-exit",
-        ])
-        .env("RUST_LOG", "info");
+    let mut dra_cmd = LAB.agent_command(
+        lab::command_in(NS_DRA, &bins.dra)?,
+        &root.join(config),
+        "info",
+    );
+    dra_cmd.args(["--iface", DRA_CLIENT_IF]);
     let dra_log = out.join("dra.log");
-    let mut dra = Proc::new("dra run", spawn_to(&dra_log, "dra", &mut dra_cmd)?);
+    let mut dra = LAB.spawn(&dra_log, "dra run", "dra", &mut dra_cmd)?;
     eprintln!(
         "xtask: dra run in {NS_DRA}: XDP on {DRA_CLIENT_IF}, pins in {PIN_DIR}, log {}",
         dra_log.display()
     );
-    // Ready: metrics up, upstreams open, CPU source delivering.
-    let end = Instant::now() + Duration::from_secs(40);
-    loop {
-        interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!(
-                "dra run exited ({st}); log:\n{}",
-                std::fs::read_to_string(&dra_log).unwrap_or_default()
-            );
-        }
-        if let Ok(s) = scrape() {
-            let open = UPSTREAMS
-                .iter()
-                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0);
-            if open && s.sum("dra_db_cpu_source_up", &[]) == 1.0 {
-                break;
-            }
-        }
-        if Instant::now() > end {
-            bail!(
-                "the agent did not become ready in 40 s (upstreams open, Redis CPU source up); \
-                 log {}",
-                dra_log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    LAB.wait_ready(
+        &mut dra,
+        &dra_log,
+        "upstreams open, Redis CPU source up",
+        |s| LAB.upstreams_open(s) && s.sum("dra_db_cpu_source_up", &[]) == 1.0,
+    )?;
     eprintln!(
         "xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2"
     );
@@ -188,28 +162,13 @@ fn story(
     for (peer, src, scenario) in GATEWAYS {
         total_s = total_s.max(scenario_secs(&root.join(scenario))?);
         let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
-        c.args([
-            "client",
-            "--connect",
-            "198.18.1.1:3868",
-            "--bind",
+        gateway_client(
+            &mut c,
+            peer,
             src,
-            "--peers",
-            "1",
-        ])
-        .args([
-            "--origin-host",
-            &format!("{peer}.lab.example"),
-            "--tw",
-            "6",
-            "--quiet",
-            "--scenario",
-        ])
-        .arg(root.join(scenario))
-        .arg("--rows")
-        .arg(out.join(format!("{peer}-rows.jsonl")))
-        .arg("--summary-json")
-        .arg(out.join(format!("{peer}-summary.json")));
+            &root.join(scenario),
+            &ClientFiles::new(out, peer),
+        );
         if with_doic && peer == doic::GATEWAY {
             c.arg("--doic");
         }

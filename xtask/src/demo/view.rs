@@ -143,6 +143,51 @@ pub(crate) fn write_samples_csv(samples: &[Sample], path: &Path) -> Result<()> {
     std::fs::write(path, s).with_context(|| format!("write {}", path.display()))
 }
 
+/// The y axis of one panel of the plot (from 0).
+struct YAxis {
+    max: f64,
+    desc: &'static str,
+    decimals: usize,
+}
+
+type Panel<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::BitMapBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// One panel of the plot: `caption` (text, font size) over a chart of 0..`t_max` seconds
+/// by `y`, with its mesh drawn.
+fn panel<'a, 'b>(
+    area: &'a plotters::drawing::DrawingArea<
+        plotters::backend::BitMapBackend<'b>,
+        plotters::coord::Shift,
+    >,
+    caption: (&str, u32),
+    t_max: f64,
+    y: YAxis,
+) -> Result<Panel<'a, 'b>, String> {
+    use plotters::prelude::*;
+    let mut c = ChartBuilder::on(area)
+        .caption(caption.0, ("sans-serif", caption.1))
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..t_max, 0.0..y.max)
+        .map_err(|x| x.to_string())?;
+    c.configure_mesh()
+        .x_desc("t (s)")
+        .y_desc(y.desc)
+        .y_label_formatter(&|v| format!("{v:.*}", y.decimals))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| x.to_string())?;
+    Ok(c)
+}
+
 pub(crate) fn plot(rows: &[Row], samples: &[Sample], profile: &Profile, path: &Path) -> Result<()> {
     use plotters::prelude::*;
     plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
@@ -158,23 +203,17 @@ pub(crate) fn plot(rows: &[Row], samples: &[Sample], profile: &Profile, path: &P
         .flat_map(|r| [r.rate("pgw1", "all", 0), r.rate("pgw2", "all", 0)])
         .fold(10.0, f64::max)
         * 1.1;
-    let mut c = ChartBuilder::on(&panels[0])
-        .caption(
-            "requests/s at the fast path (Gx, all classes)",
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..r_max)
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("msgs/s")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
+    let mut c = panel(
+        &panels[0],
+        ("requests/s at the fast path (Gx, all classes)", 18),
+        t_max,
+        YAxis {
+            max: r_max,
+            desc: "msgs/s",
+            decimals: 0,
+        },
+    )
+    .map_err(|x| e(&x))?;
     let lines: [(&str, &str, usize, RGBColor); 6] = [
         ("pgw1 offered", "pgw1", 0, RGBColor(31, 119, 180)),
         ("pgw1 admitted", "pgw1", 1, RGBColor(44, 160, 44)),
@@ -203,26 +242,21 @@ pub(crate) fn plot(rows: &[Row], samples: &[Sample], profile: &Profile, path: &P
         .draw()
         .map_err(|x| e(&x))?;
     // 2. Throttle, every scrape.
-    let mut c = ChartBuilder::on(&panels[1])
-        .caption(
-            format!(
-                "pgw1 dynamic throttle % (reversal hold {}, step {} %)",
-                profile.hold, profile.step
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..100.0)
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("throttle %")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
+    let caption = format!(
+        "pgw1 dynamic throttle % (reversal hold {}, step {} %)",
+        profile.hold, profile.step
+    );
+    let mut c = panel(
+        &panels[1],
+        (&caption, 18),
+        t_max,
+        YAxis {
+            max: 100.0,
+            desc: "throttle %",
+            decimals: 0,
+        },
+    )
+    .map_err(|x| e(&x))?;
     c.draw_series(LineSeries::new(
         samples
             .iter()
@@ -235,26 +269,21 @@ pub(crate) fn plot(rows: &[Row], samples: &[Sample], profile: &Profile, path: &P
         profile.thresholds.iter().map(|t| t.0).fold(0.0, f64::max),
         f64::max,
     ) * 1.2;
-    let mut c = ChartBuilder::on(&panels[2])
-        .caption(
-            format!(
-                "Redis CPU % of one core (demo thresholds {})",
-                profile.describe()
-            ),
-            ("sans-serif", 16),
-        )
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..cpu_max.max(1.0))
-        .map_err(|x| e(&x))?;
-    c.configure_mesh()
-        .x_desc("t (s)")
-        .y_desc("CPU %")
-        .y_label_formatter(&|v| format!("{v:.1}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .draw()
-        .map_err(|x| e(&x))?;
+    let caption = format!(
+        "Redis CPU % of one core (demo thresholds {})",
+        profile.describe()
+    );
+    let mut c = panel(
+        &panels[2],
+        (&caption, 16),
+        t_max,
+        YAxis {
+            max: cpu_max.max(1.0),
+            desc: "CPU %",
+            decimals: 1,
+        },
+    )
+    .map_err(|x| e(&x))?;
     for (cpu, _) in &profile.thresholds {
         c.draw_series(LineSeries::new(
             [(0.0, *cpu), (t_max, *cpu)],
@@ -269,4 +298,31 @@ pub(crate) fn plot(rows: &[Row], samples: &[Sample], profile: &Profile, path: &P
     .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{LAB_CONFIG, profile::read_profile};
+
+    #[test]
+    fn the_plot_draws_its_three_panels_into_a_png() {
+        let profile = read_profile(&crate::workspace_root().join(LAB_CONFIG)).unwrap();
+        let rows: Vec<Row> = (1..=3)
+            .map(|t| Row {
+                t: f64::from(t),
+                ..Row::default()
+            })
+            .collect();
+        let samples = [Sample {
+            t: 1.0,
+            cpu: 3.5,
+            ..Sample::default()
+        }];
+        let path = std::env::temp_dir().join(format!("xtask-plot-{}.png", std::process::id()));
+        plot(&rows, &samples, &profile, &path).unwrap();
+        let png = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    }
 }

@@ -22,20 +22,17 @@ mod measures;
 pub(crate) mod plan;
 mod run;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::Path, time::Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use self::plan::{
     Plan, REPORTER, REPORTER_CAPACITY, REPORTER_REDUCTION, SERVER_RUNS, STORM_RUNS, plan,
 };
 use crate::{
-    lab::{self, Bins, PIN_DIR, SERVER_LATENCY, UPSTREAMS},
+    agent_run,
+    lab::{self, Bins, PIN_DIR, SERVER_LATENCY},
     procs,
     results::{self, TableRow},
 };
@@ -70,87 +67,50 @@ pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;
     procs::install_signal_handlers();
     let bins = Bins::release(root);
-    for cfg in [
-        plan::STORM_CONFIG,
-        plan::SERVERS_CONFIG,
-        plan::SERVERS_OFF_CONFIG,
-    ] {
-        let out = std::process::Command::new(&bins.dra)
-            .arg("check-config")
-            .arg(root.join(cfg))
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "dra check-config {cfg}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-doic-{}", results::timestamp()));
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    agent_run::check_configs(
+        root,
+        &bins,
+        &[
+            plan::STORM_CONFIG,
+            plan::SERVERS_CONFIG,
+            plan::SERVERS_OFF_CONFIG,
+        ],
+    )?;
+    let out = agent_run::run_dir(root, "doic")?;
     let started = Instant::now();
-    let result = {
-        let _lab = lab::LabGuard;
-        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
-        lab::up(&bins)?;
+    let runs = lab::run_on_lab(&bins, &out, || {
         let mut runs = Vec::new();
-        let mut failed = None;
         for spec in &STORM_RUNS {
-            match run::run_one(root, &bins, spec, plan.storm_measure, &out) {
-                Ok(r) => runs.push(r),
-                Err(e) => {
-                    failed = Some(e.context(format!("run {}", spec.name)));
-                    break;
-                }
-            }
-        }
-        if failed.is_none() {
-            eprintln!(
-                "xtask: servers restarted: {REPORTER} reports over {REPORTER_CAPACITY} \
-                 requests/s, {REPORTER_REDUCTION} % loss"
+            runs.push(
+                run::run_one(root, &bins, spec, plan.storm_measure, &out)
+                    .with_context(|| format!("run {}", spec.name))?,
             );
-            let extra = |s: &lab::Server| -> Vec<String> {
-                if s.name == REPORTER {
-                    vec![
-                        "--doic-capacity".into(),
-                        REPORTER_CAPACITY.to_string(),
-                        "--doic-reduction".into(),
-                        REPORTER_REDUCTION.to_string(),
-                    ]
-                } else {
-                    Vec::new()
-                }
-            };
-            if let Err(e) = lab::restart_servers_with(&bins, SERVER_LATENCY, &extra) {
-                failed = Some(e);
+        }
+        eprintln!(
+            "xtask: servers restarted: {REPORTER} reports over {REPORTER_CAPACITY} \
+             requests/s, {REPORTER_REDUCTION} % loss"
+        );
+        let extra = |s: &lab::Server| -> Vec<String> {
+            if s.name == REPORTER {
+                vec![
+                    "--doic-capacity".into(),
+                    REPORTER_CAPACITY.to_string(),
+                    "--doic-reduction".into(),
+                    REPORTER_REDUCTION.to_string(),
+                ]
+            } else {
+                Vec::new()
             }
+        };
+        lab::restart_servers_with(&bins, SERVER_LATENCY, &extra)?;
+        for spec in &SERVER_RUNS {
+            runs.push(
+                run::run_one(root, &bins, spec, plan.servers_measure, &out)
+                    .with_context(|| format!("run {}", spec.name))?,
+            );
         }
-        if failed.is_none() {
-            for spec in &SERVER_RUNS {
-                match run::run_one(root, &bins, spec, plan.servers_measure, &out) {
-                    Ok(r) => runs.push(r),
-                    Err(e) => {
-                        failed = Some(e.context(format!("run {}", spec.name)));
-                        break;
-                    }
-                }
-            }
-        }
-        for s in UPSTREAMS {
-            let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(runs),
-        }
-    };
-    let left_ns = lab::namespaces();
-    let left_pins = Path::new(PIN_DIR).exists();
-    let runs = result?;
-    if !left_ns.is_empty() || left_pins {
-        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
-    }
+        Ok(runs)
+    })?;
     let (a, a_row) = measures::storm(&runs[0], &runs[1], plan.limit);
     let (b, b_row) = measures::servers(&runs[2], &runs[3], REPORTER, REPORTER_REDUCTION);
     let table = vec![a_row, b_row];
@@ -180,10 +140,7 @@ pub fn run(root: &Path) -> Result<()> {
         "table": table.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(DOIC_LATEST);
-    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
-    std::fs::write(out.join("doic.json"), &text)?;
+    let latest = results::write_doc(root, &out, "doic.json", Some(DOIC_LATEST), &doc)?;
     let mut s = String::new();
     for r in &table {
         let _ = writeln!(

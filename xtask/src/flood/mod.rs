@@ -25,17 +25,14 @@ mod run;
 mod sender;
 mod shield;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::Path, time::Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
 
 use self::run::{RUNS, RunResult, run_one, start_server};
 use crate::{
+    agent_run,
     lab::Bins,
     procs,
     results::{self, FLOOD_LATEST, TableRow},
@@ -225,21 +222,8 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
     let plan = plan(root)?;
     procs::install_signal_handlers();
     let bins = Bins::release(root);
-    for cfg in [XDP_CONFIG, NOXDP_CONFIG] {
-        let out = std::process::Command::new(&bins.dra)
-            .arg("check-config")
-            .arg(root.join(cfg))
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "dra check-config {cfg}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-flood-{}", results::timestamp()));
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    agent_run::check_configs(root, &bins, &[XDP_CONFIG, NOXDP_CONFIG])?;
+    let out = agent_run::run_dir(root, "flood")?;
     let started = Instant::now();
     let runs: Result<Vec<RunResult>> = (|| {
         let _net = net::NetGuard;
@@ -303,10 +287,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         "runs": runs.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    let latest = root.join(FLOOD_LATEST);
-    std::fs::write(&latest, &text).with_context(|| format!("write {}", latest.display()))?;
-    std::fs::write(out.join("flood.json"), &text)?;
+    let latest = results::write_doc(root, &out, "flood.json", Some(FLOOD_LATEST), &doc)?;
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", results::render_markdown(&rows));
     if let Some(n) = doc.pointer("/p5/note").and_then(serde_json::Value::as_str) {

@@ -23,7 +23,10 @@ use std::{net::Ipv4Addr, path::Path, time::Duration};
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, ipn, sh};
+use crate::{
+    agent_run::Site,
+    lab::{self, ipn, sh},
+};
 
 /// Prefix of every namespace and interface of this bench.
 pub const PREFIX: &str = "fl-";
@@ -284,10 +287,14 @@ impl Drop for NetGuard {
     }
 }
 
-/// Whether an XDP program is attached to [`DRA_IF`].
-pub fn xdp_attached() -> bool {
-    ipn(NS_DRA, &["link", "show", DRA_IF]).is_ok_and(|o| o.contains("xdp"))
-}
+/// Where the agent runs in this topology: its one upstream is the PCRF in [`NS_SRV`].
+pub const SITE: Site = Site {
+    ns: NS_DRA,
+    iface: DRA_IF,
+    pin_dir: PIN_DIR,
+    upstreams: &["pcrf1"],
+    pid_files: false,
+};
 
 /// Packet counters of an interface in a namespace: (rx_packets, tx_packets, tx_dropped).
 pub fn link_counters(ns: &str, ifname: &str) -> Result<(u64, u64, u64)> {

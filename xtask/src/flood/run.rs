@@ -9,18 +9,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
     FLOOD_LEAD_S, MEASURE, Opts, Plan, SKIP_FIRST, SKIP_LAST,
-    net::{self, DRA_IF, GW_IF, NS_DRA, NS_GW, PIN_DIR},
+    net::{self, DRA_IF, GW_IF, NS_DRA, NS_GW, SITE},
     sender::{GenReport, Generator, Kind, Target},
 };
 use crate::{
+    agent_run::{ClientFiles, gateway_client, run_files},
     lab::{self, Bins},
     metrics::{self, Snap},
-    procs::{self, Proc},
+    procs::Proc,
     storm::cpu::{CpuFields, cpu_seconds, loadavg},
 };
 
@@ -275,30 +276,6 @@ pub(super) fn parse_snmp(text: &str) -> BTreeMap<String, f64> {
     out
 }
 
-fn wait_until(t: Instant, dra: &mut Proc, client: &mut Proc, log: &Path) -> Result<()> {
-    loop {
-        procs::interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!(
-                "dra run exited during the run ({st}); log {}",
-                log.display()
-            );
-        }
-        if let Some(st) = client.exited() {
-            bail!("the load generator exited before the end of {MEASURE} ({st})");
-        }
-        let now = Instant::now();
-        if now >= t {
-            return Ok(());
-        }
-        std::thread::sleep((t - now).min(Duration::from_millis(20)));
-    }
-}
-
-fn spawn(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Proc> {
-    Ok(Proc::new(name, procs::spawn_logging(log, name, cmd)?))
-}
-
 /// Starts the simulated PCRF in `fl-srv` (answers after `latency`), on the network's
 /// CPUs.
 pub(super) fn start_server(bins: &Bins, latency: &str, log: &Path) -> Result<Proc> {
@@ -316,7 +293,7 @@ pub(super) fn start_server(bins: &Bins, latency: &str, log: &Path) -> Result<Pro
         "--tw",
         "6",
     ]);
-    spawn(log, "pcrf1", &mut c)
+    SITE.spawn(log, "pcrf1", "pcrf1", &mut c)
 }
 
 fn deltas(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
@@ -360,56 +337,18 @@ pub(super) fn run_one(
     opts: &Opts,
     out: &Path,
 ) -> Result<RunResult> {
-    let dir = out.join(format!("{}-{rep}", spec.name));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    ensure!(
-        !net::xdp_attached() && !Path::new(PIN_DIR).exists(),
-        "XDP still attached on {DRA_IF} or {PIN_DIR} present before run {}",
-        spec.name
-    );
+    let dir = run_files(out, &format!("{}-{rep}", spec.name))?;
+    SITE.ensure_detached(spec.name)?;
     let config = if spec.xdp {
         super::XDP_CONFIG
     } else {
         super::NOXDP_CONFIG
     };
     let cpus = net::cpus();
-    let mut cmd = net::command_pinned(NS_DRA, &bins.dra, cpus.map(|c| 1u64 << c.1))?;
-    cmd.args(["run", "--config"])
-        .arg(root.join(config))
-        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"])
-        .env("RUST_LOG", "warn");
-    let dra_log = dir.join("dra.log");
-    let mut dra = spawn(&dra_log, "dra run", &mut cmd)?;
-    let dra_pid = dra.pid().context("dra run has no pid")?;
-    let ready_by = Instant::now() + Duration::from_secs(40);
-    loop {
-        procs::interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!(
-                "dra run exited ({st}); log:\n{}",
-                std::fs::read_to_string(&dra_log).unwrap_or_default()
-            );
-        }
-        if metrics::scrape_in(NS_DRA)
-            .is_ok_and(|s| s.sum("dra_peer_state", &[("peer", "pcrf1"), ("state", "open")]) == 1.0)
-        {
-            break;
-        }
-        if Instant::now() > ready_by {
-            bail!(
-                "the agent did not become ready in 40 s; log {}",
-                dra_log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let attached = net::xdp_attached();
-    ensure!(
-        attached == spec.xdp,
-        "run {}: XDP attached: {attached}, expected {}",
-        spec.name,
-        spec.xdp
-    );
+    let cmd = net::command_pinned(NS_DRA, &bins.dra, cpus.map(|c| 1u64 << c.1))?;
+    let dra = SITE.start_agent_ready(cmd, &root.join(config), dir.join("dra.log"))?;
+    let dra_pid = dra.pid()?;
+    let attached = SITE.ensure_attached(spec.name, spec.xdp)?;
     let napi: Vec<u32> = match (spec.xdp, cpus) {
         (true, Some((_, host))) => net::threaded_napi(host)?
             .into_iter()
@@ -417,31 +356,16 @@ pub(super) fn run_one(
             .collect(),
         _ => Vec::new(),
     };
-    let rows_path = dir.join("pgw1-rows.jsonl");
-    let summary_path = dir.join("pgw1-summary.json");
+    let files = ClientFiles::new(&dir, "pgw1");
     let mut c = net::command_pinned(NS_GW, &bins.loadgen, cpus.map(|c| c.0))?;
-    c.args([
-        "client",
-        "--connect",
-        "198.18.1.1:3868",
-        "--bind",
+    gateway_client(
+        &mut c,
+        "pgw1",
         net::PGW1_IP,
-    ])
-    .args([
-        "--peers",
-        "1",
-        "--origin-host",
-        "pgw1.lab.example",
-        "--tw",
-        "6",
-    ])
-    .args(["--quiet", "--scenario"])
-    .arg(root.join(super::SCENARIO))
-    .arg("--rows")
-    .arg(&rows_path)
-    .arg("--summary-json")
-    .arg(&summary_path);
-    let mut client = spawn(&dir.join("pgw1.log"), "dra-loadgen client", &mut c)?;
+        &root.join(super::SCENARIO),
+        &files,
+    );
+    let mut run = dra.start_client(&mut c, "dra-loadgen client", "pgw1", &files.log)?;
     let t0 = Instant::now();
     eprintln!(
         "xtask: flood run {} (rep {}): {} s",
@@ -455,12 +379,7 @@ pub(super) fn run_one(
     let i_end = m_end - Duration::from_secs(SKIP_LAST);
     let mut gen_ = None;
     if spec.flood != Flood::Off {
-        wait_until(
-            m_start - Duration::from_secs_f64(FLOOD_LEAD_S),
-            &mut dra,
-            &mut client,
-            &dra_log,
-        )?;
+        run.wait_until(m_start - Duration::from_secs_f64(FLOOD_LEAD_S))?;
         let g = Generator::start(
             NS_GW,
             GW_IF,
@@ -473,7 +392,7 @@ pub(super) fn run_one(
         g.pause(spec.flood == Flood::Toggle);
         gen_ = Some(g);
     }
-    wait_until(i_start, &mut dra, &mut client, &dra_log)?;
+    run.wait_until(i_start)?;
     let a = mark(dra_pid, &napi, gen_.as_ref())?;
     let load0 = loadavg();
     let mut slots = Vec::new();
@@ -484,59 +403,23 @@ pub(super) fn run_one(
             let on = k % 2 == 0;
             g.pause(!on);
             let start = t + Duration::from_secs_f64(SLOT_S * f64::from(k));
-            wait_until(
-                start + Duration::from_secs_f64(SETTLE_S),
-                &mut dra,
-                &mut client,
-                &dra_log,
-            )?;
+            run.wait_until(start + Duration::from_secs_f64(SETTLE_S))?;
             let sa = slot_mark(dra_pid, &napi, g)?;
-            wait_until(
-                start + Duration::from_secs_f64(SLOT_S),
-                &mut dra,
-                &mut client,
-                &dra_log,
-            )?;
+            run.wait_until(start + Duration::from_secs_f64(SLOT_S))?;
             let sb = slot_mark(dra_pid, &napi, g)?;
             slots.push(slot(on, &sa, &sb));
         }
         g.pause(true);
     }
-    wait_until(i_end, &mut dra, &mut client, &dra_log)?;
+    run.wait_until(i_end)?;
     let b = mark(dra_pid, &napi, gen_.as_ref())?;
     let load1 = loadavg();
-    wait_until(m_end, &mut dra, &mut client, &dra_log)?;
+    run.wait_until(m_end)?;
     let gen_report: Option<GenReport> = gen_.take().map(Generator::stop).transpose()?;
-    let deadline = t0 + Duration::from_secs_f64(plan.total_s + 40.0);
-    while client.exited().is_none() {
-        procs::interrupted()?;
-        if Instant::now() > deadline {
-            bail!(
-                "the load generator did not finish in time ({})",
-                dir.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let summary: Value = std::fs::read_to_string(&summary_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .with_context(|| format!("no client summary in {}", dir.display()))?;
-    let st = dra.stop(Duration::from_secs(10));
-    ensure!(
-        st.is_some_and(|s| s.success()),
-        "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
-        dra_log.display()
-    );
-    if net::xdp_attached() || Path::new(PIN_DIR).exists() {
-        eprintln!(
-            "xtask: the fast path was left attached after {}: dra detach",
-            spec.name
-        );
-        let mut d = lab::command_in(NS_DRA, &bins.dra)?;
-        d.args(["detach", "--iface", DRA_IF, "--pin-dir", PIN_DIR]);
-        crate::step("dra detach", &mut d)?;
-    }
+    run.client_finished(t0 + Duration::from_secs_f64(plan.total_s + 40.0))?;
+    let summary = files.summary()?;
+    run.stop_agent()?;
+    SITE.detach_left(bins, spec.name)?;
 
     let window_s = (b.at - a.at).as_secs_f64();
     let cpu = b.cpu.since(&a.cpu);
@@ -562,7 +445,7 @@ pub(super) fn run_one(
         .cloned()
         .unwrap_or(Value::Null);
     let ccr_u_p99_ms = ccr_u.pointer("/latency/p99_ms").and_then(Value::as_f64);
-    let rows = std::fs::read_to_string(&rows_path).unwrap_or_default();
+    let rows = std::fs::read_to_string(&files.rows).unwrap_or_default();
     let u_p99 = crate::storm::rows::rows_p99(&rows, MEASURE, "gx_ccr_u");
     let per_s = |v: f64| v / window_s;
     let json = json!({

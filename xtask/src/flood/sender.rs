@@ -401,25 +401,20 @@ fn open_socket(netns: &std::fs::File, ifname: &str) -> Result<OwnedFd> {
     if ifindex == 0 {
         return Err(errno_ctx(&format!("if_nametoindex({ifname})")));
     }
-    let one: libc::c_int = 1;
-    let sndbuf: libc::c_int = 8 << 20;
-    // SAFETY: setsockopt with pointers to live ints of the size given.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_QDISC_BYPASS,
-            (&raw const one).cast(),
-            size_of::<libc::c_int>() as u32,
-        );
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            (&raw const sndbuf).cast(),
-            size_of::<libc::c_int>() as u32,
-        );
-    }
+    let set_int = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
+        // SAFETY: setsockopt with a pointer to a live int of the size given.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&raw const value).cast(),
+                size_of::<libc::c_int>() as u32,
+            )
+        };
+    };
+    set_int(libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1);
+    set_int(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20);
     // SAFETY: zeroed sockaddr_ll is valid; the fields set below are the ones bind reads.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;

@@ -27,9 +27,8 @@ pub fn proc_stat_cpu_ticks(stat: &str) -> Result<u64> {
     Ok(utime + stime)
 }
 
-/// Busy and total jiffies of the first (`cpu`) line of `/proc/stat`: busy = total −
-/// idle − iowait (proc(5): user nice system idle iowait irq softirq steal …).
-pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
+/// The fields of the first (`cpu`) line of a `/proc/stat` text, at least `min` of them.
+fn cpu_line(stat: &str, min: usize) -> Result<Vec<u64>> {
     let line = stat
         .lines()
         .find(|l| l.starts_with("cpu "))
@@ -40,7 +39,14 @@ pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
         .map(str::parse)
         .collect::<Result<_, _>>()
         .context("cpu line")?;
-    ensure!(v.len() >= 5, "cpu line too short");
+    ensure!(v.len() >= min, "cpu line too short");
+    Ok(v)
+}
+
+/// Busy and total jiffies of the first (`cpu`) line of `/proc/stat`: busy = total −
+/// idle − iowait (proc(5): user nice system idle iowait irq softirq steal …).
+pub fn proc_stat_busy_total(stat: &str) -> Result<(u64, u64)> {
+    let v = cpu_line(stat, 5)?;
     // guest/guest_nice (fields 9, 10) are already counted in user/nice.
     let total: u64 = v.iter().take(8).sum();
     Ok((total - v[3] - v[4], total))
@@ -62,17 +68,10 @@ pub struct CpuFields {
 impl CpuFields {
     /// Parses the first (`cpu`) line of a `/proc/stat` text, clock ticks ÷ `ticks_per_s`.
     pub fn parse(stat: &str, ticks_per_s: f64) -> Result<CpuFields> {
-        let line = stat
-            .lines()
-            .find(|l| l.starts_with("cpu "))
-            .context("no aggregate cpu line")?;
-        let v: Vec<f64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|t| t.parse::<u64>().map(|x| x as f64 / ticks_per_s))
-            .collect::<Result<_, _>>()
-            .context("cpu line")?;
-        ensure!(v.len() >= 8, "cpu line too short");
+        let v: Vec<f64> = cpu_line(stat, 8)?
+            .into_iter()
+            .map(|x| x as f64 / ticks_per_s)
+            .collect();
         Ok(CpuFields {
             user: v[0],
             nice: v[1],

@@ -30,11 +30,7 @@ pub(crate) mod plan;
 pub(crate) mod rows;
 mod run;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{fmt::Write as _, path::Path, time::Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
@@ -45,7 +41,8 @@ use self::{
     run::run_one,
 };
 use crate::{
-    lab::{self, Bins, PIN_DIR, UPSTREAMS},
+    agent_run,
+    lab::{self, Bins, PIN_DIR},
     procs,
     results::{self, STORM_LATEST, TableRow},
 };
@@ -102,30 +99,15 @@ pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
         ensure!(d.is_file(), "--dra {}: no such file", d.display());
         bins.dra = d.to_path_buf();
     }
-    let out = std::process::Command::new(&bins.dra)
-        .arg("check-config")
-        .arg(root.join(REJECT_CONFIG))
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "dra check-config {REJECT_CONFIG}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out: PathBuf = root
-        .join("results")
-        .join(format!("bench-storm-{}", results::timestamp()));
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    agent_run::check_configs(root, &bins, &[REJECT_CONFIG])?;
+    let out = agent_run::run_dir(root, "storm")?;
     let started = Instant::now();
-    let result = {
-        let _lab = lab::LabGuard;
-        eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
-        lab::up(&bins)?;
+    let (runs, (coalesced, coalesced_rows)) = lab::run_on_lab(&bins, &out, || {
         let mut runs = Vec::new();
-        let mut failed = None;
         let mut latency = lab::SERVER_LATENCY;
         // Each pair (no storm, storm) with the same servers is run PAIRS times, alternating,
         // so that a stall of the machine during one run shows as one outlying ratio.
-        'pairs: for pair in RUNS.chunks(2) {
+        for pair in RUNS.chunks(2) {
             for round in 1..=PAIRS {
                 for spec in pair {
                     if spec.server_latency != latency {
@@ -133,44 +115,23 @@ pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
                             "xtask: servers restarted with latency {}",
                             spec.server_latency
                         );
-                        if let Err(e) = lab::restart_servers(&bins, spec.server_latency) {
-                            failed = Some(e);
-                            break 'pairs;
-                        }
+                        lab::restart_servers(&bins, spec.server_latency)?;
                         latency = spec.server_latency;
                     }
-                    match run_one(root, &bins, spec, round, &plan, &out) {
-                        Ok(r) => runs.push(r),
-                        Err(e) => {
-                            failed = Some(e.context(format!("run {} #{round}", spec.name)));
-                            break 'pairs;
-                        }
-                    }
+                    runs.push(
+                        run_one(root, &bins, spec, round, &plan, &out)
+                            .with_context(|| format!("run {} #{round}", spec.name))?,
+                    );
                 }
             }
         }
         // P3's coalesced case, on the same lab (not in an A/B run).
-        let mut coalesced = (Vec::new(), Vec::new());
-        if failed.is_none() && dra.is_none() {
-            match crate::coalesced::runs(root, &bins, &out) {
-                Ok(c) => coalesced = c,
-                Err(e) => failed = Some(e),
-            }
-        }
-        for s in UPSTREAMS {
-            let _ = std::fs::copy(lab::log_file(s), out.join(format!("{s}.log")));
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok((runs, coalesced)),
-        }
-    };
-    let left_ns = lab::namespaces();
-    let left_pins = Path::new(PIN_DIR).exists();
-    let (runs, (coalesced, coalesced_rows)) = result?;
-    if !left_ns.is_empty() || left_pins {
-        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
-    }
+        let coalesced = match dra {
+            None => crate::coalesced::runs(root, &bins, &out)?,
+            Some(_) => (Vec::new(), Vec::new()),
+        };
+        Ok((runs, coalesced))
+    })?;
     let (p3v, p3r) = p3(&plan, &find(&runs, "storm-reject-xdp")?);
     let (p4v, p4r) = p4(
         &pairs(&runs, "no-storm-low-latency", "storm-reject-low-latency")?,
@@ -205,17 +166,13 @@ pub fn run(root: &Path, dra: Option<&Path>) -> Result<()> {
         "coalesced_table": coalesced_rows.iter().map(TableRow::to_json).collect::<Vec<_>>(),
         "run_files": out.strip_prefix(root).unwrap_or(&out).display().to_string(),
     });
-    let text = serde_json::to_string_pretty(&doc)? + "\n";
-    std::fs::write(out.join("storm.json"), &text)?;
-    let latest = match dra {
-        None => {
-            let latest = root.join(STORM_LATEST);
-            std::fs::write(&latest, &text)
-                .with_context(|| format!("write {}", latest.display()))?;
-            latest
-        }
-        Some(_) => out.join("storm.json"),
-    };
+    let latest = results::write_doc(
+        root,
+        &out,
+        "storm.json",
+        dra.is_none().then_some(STORM_LATEST),
+        &doc,
+    )?;
     let mut s = String::new();
     let _ = writeln!(s, "\n{}", results::render_markdown(&printed));
     print!("{s}");

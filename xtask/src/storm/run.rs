@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
@@ -17,9 +17,9 @@ use super::{
     rows::{interior_mean, median, rows_p99, rows_per_second},
 };
 use crate::{
-    lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
+    agent_run::{ClientFiles, LAB, gateway_client, run_files},
+    lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{self, Snap, counter_deltas, outcome_deltas},
-    procs::{self, Proc, remove_pid_file},
 };
 
 /// What one run measured.
@@ -54,40 +54,6 @@ impl RunResult {
     }
 }
 
-fn xdp_attached() -> bool {
-    lab::sh(&["ip", "-n", NS_DRA, "link", "show", DRA_CLIENT_IF]).is_ok_and(|o| o.contains("xdp"))
-}
-
-/// Sleeps until `t`, failing on Ctrl-C or when the agent or client exits early.
-fn wait_until(
-    t: Instant,
-    dra: &mut Proc,
-    client: &mut Proc,
-    dra_log: &Path,
-    client_log: &Path,
-) -> Result<()> {
-    loop {
-        procs::interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!(
-                "dra run exited during the run ({st}); log {}",
-                dra_log.display()
-            );
-        }
-        if let Some(st) = client.exited() {
-            bail!(
-                "the load generator exited before the end of {MEASURE} ({st}); log {}",
-                client_log.display()
-            );
-        }
-        let now = Instant::now();
-        if now >= t {
-            return Ok(());
-        }
-        std::thread::sleep((t - now).min(Duration::from_millis(20)));
-    }
-}
-
 /// Runs `spec` (repetition `round`) on the lab that is up; its files go to
 /// `out/<run name>-<round>/`.
 pub(super) fn run_one(
@@ -98,91 +64,18 @@ pub(super) fn run_one(
     plan: &Plan,
     out: &Path,
 ) -> Result<RunResult> {
-    let dir = out.join(format!("{}-{round}", spec.name));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    if xdp_attached() || Path::new(PIN_DIR).exists() {
-        bail!(
-            "XDP still attached on {DRA_CLIENT_IF} or {PIN_DIR} present before run {}",
-            spec.name
-        );
-    }
-    let mut cmd = lab::command_in(NS_DRA, &bins.dra)?;
-    cmd.args(["run", "--config"])
-        .arg(root.join(spec.config))
-        .args(["--pin-dir", PIN_DIR, "--detach-on-exit"]);
-    // warn: the same (quiet) logging in every run, so logging is no part of the CPU compared.
-    cmd.env("RUST_LOG", "warn");
-    let dra_log = dir.join("dra.log");
-    let mut dra = Proc::new("dra run", procs::spawn_to(&dra_log, "dra", &mut cmd)?);
-    let dra_pid = dra_pid(&dra)?;
-    let end = Instant::now() + Duration::from_secs(40);
-    loop {
-        procs::interrupted()?;
-        if let Some(st) = dra.exited() {
-            bail!(
-                "dra run exited ({st}); log:\n{}",
-                std::fs::read_to_string(&dra_log).unwrap_or_default()
-            );
-        }
-        if let Ok(s) = metrics::scrape()
-            && UPSTREAMS
-                .iter()
-                .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
-        {
-            break;
-        }
-        if Instant::now() > end {
-            bail!(
-                "the agent did not become ready in 40 s (upstreams open); log {}",
-                dra_log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let attached = xdp_attached();
-    ensure!(
-        attached == spec.fast_path,
-        "run {}: XDP on {DRA_CLIENT_IF} is {} but the config says {}",
-        spec.name,
-        if attached { "attached" } else { "not attached" },
-        if spec.fast_path {
-            "attach"
-        } else {
-            "no fast path"
-        }
-    );
+    let dir = run_files(out, &format!("{}-{round}", spec.name))?;
+    LAB.ensure_detached(spec.name)?;
+    let cmd = lab::command_in(NS_DRA, &bins.dra)?;
+    let dra = LAB.start_agent_ready(cmd, &root.join(spec.config), dir.join("dra.log"))?;
+    let dra_pid = dra.pid()?;
+    let attached = LAB.ensure_attached(spec.name, spec.fast_path)?;
     let scn = read_toml(root, spec.scenario)?;
     let total_s = scenario_secs(&scn);
-    let rows_path = dir.join("pgw1-rows.jsonl");
-    let summary_path = dir.join("pgw1-summary.json");
-    let client_log = dir.join("pgw1.log");
+    let files = ClientFiles::new(&dir, PEER);
     let mut c = lab::command_in(NS_GW, &bins.loadgen)?;
-    c.args([
-        "client",
-        "--connect",
-        "198.18.1.1:3868",
-        "--bind",
-        PEER_SRC,
-        "--peers",
-        "1",
-    ])
-    .args([
-        "--origin-host",
-        "pgw1.lab.example",
-        "--tw",
-        "6",
-        "--quiet",
-        "--scenario",
-    ])
-    .arg(root.join(spec.scenario))
-    .arg("--rows")
-    .arg(&rows_path)
-    .arg("--summary-json")
-    .arg(&summary_path);
-    let mut client = Proc::new(
-        "dra-loadgen client",
-        procs::spawn_to(&client_log, "pgw1", &mut c)?,
-    );
+    gateway_client(&mut c, PEER, PEER_SRC, &root.join(spec.scenario), &files);
+    let mut run = dra.start_client(&mut c, "dra-loadgen client", PEER, &files.log)?;
     let t0 = Instant::now();
     eprintln!(
         "xtask: run {} #{round} ({}): {} s",
@@ -192,62 +85,26 @@ pub(super) fn run_one(
     let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
     let i_start = m_start + Duration::from_secs(SKIP_FIRST as u64);
     let i_end = m_end - Duration::from_secs(SKIP_LAST as u64);
-    wait_until(m_start, &mut dra, &mut client, &dra_log, &client_log)?;
+    run.wait_until(m_start)?;
     let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
     let snap_m0 = metrics::scrape()?;
-    wait_until(i_start, &mut dra, &mut client, &dra_log, &client_log)?;
+    run.wait_until(i_start)?;
     let snap_i0 = metrics::scrape()?;
-    wait_until(i_end, &mut dra, &mut client, &dra_log, &client_log)?;
+    run.wait_until(i_end)?;
     let snap_i1 = metrics::scrape()?;
-    wait_until(m_end, &mut dra, &mut client, &dra_log, &client_log)?;
+    run.wait_until(m_end)?;
     let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
     let snap_m1 = metrics::scrape()?;
     // The client stops after its last phase plus a drain of one request timeout.
-    let deadline = t0 + Duration::from_secs_f64(total_s + 40.0);
-    while client.exited().is_none() {
-        procs::interrupted()?;
-        if Instant::now() > deadline {
-            bail!(
-                "the load generator did not finish in time; log {}",
-                client_log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    remove_pid_file("pgw1");
-    let summary: Value = match std::fs::read_to_string(&summary_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-    {
-        Some(v) => v,
-        None => bail!(
-            "no client summary ({:?}); log {}",
-            client.exited(),
-            client_log.display()
-        ),
-    };
+    run.client_finished(t0 + Duration::from_secs_f64(total_s + 40.0))?;
+    let summary = files.summary()?;
     let snap_end = metrics::scrape()?;
-    let st = dra.stop(Duration::from_secs(10));
-    remove_pid_file("dra");
-    if !st.is_some_and(|s| s.success()) {
-        bail!(
-            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
-            dra_log.display()
-        );
-    }
-    if xdp_attached() || Path::new(PIN_DIR).exists() {
-        eprintln!(
-            "xtask: the fast path was left attached after run {}: dra detach",
-            spec.name
-        );
-        let mut d = lab::command_in(NS_DRA, &bins.dra)?;
-        d.args(["detach", "--iface", DRA_CLIENT_IF, "--pin-dir", PIN_DIR]);
-        crate::step("dra detach", &mut d)?;
-    }
+    run.stop_agent()?;
+    LAB.detach_left(bins, spec.name)?;
 
-    let rows = std::fs::read_to_string(&rows_path).unwrap_or_default();
+    let rows = std::fs::read_to_string(&files.rows).unwrap_or_default();
     let per_second = rows_per_second(&rows, MEASURE, CLASS, "2001");
     let ok: Vec<f64> = per_second.iter().map(|r| r.2 as f64).collect();
     let sent: Vec<f64> = per_second.iter().map(|r| r.1 as f64).collect();
@@ -354,8 +211,4 @@ pub(super) fn run_one(
         summary,
         json,
     })
-}
-
-fn dra_pid(p: &Proc) -> Result<u32> {
-    p.pid().context("dra run has no pid")
 }
