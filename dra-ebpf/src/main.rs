@@ -1,4 +1,5 @@
-//! Entry points only; the programs live in one file per hook.
+//! Entry points only. The programs: `ingress` (XDP: the dispatcher, then its tail calls
+//! `ingress::tcp` and `ingress::sctp`), `egress` (TC); `parse` is the L2–L4 parse both use.
 #![no_std]
 #![no_main]
 // 64-bit compare-and-swap for the shared buckets (see bucket.rs).
@@ -10,11 +11,10 @@
 mod admit;
 mod bucket;
 mod bytes;
+mod egress;
+mod ingress;
 mod maps;
-mod sctp;
-mod tc;
-mod tcp;
-mod xdp;
+mod parse;
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -25,7 +25,7 @@ use aya_ebpf::{
 /// XDP ingress on the DRA's client-facing interface: parse, peer lookup, dispatch.
 #[xdp]
 pub fn dra_xdp(ctx: XdpContext) -> u32 {
-    match xdp::try_ingress(&ctx) {
+    match ingress::try_ingress(&ctx) {
         Ok(v) => v,
         Err(()) => xdp_action::XDP_PASS,
     }
@@ -34,20 +34,20 @@ pub fn dra_xdp(ctx: XdpContext) -> u32 {
 /// TCP framing and limiting (tail call from `dra_xdp`).
 #[xdp]
 pub fn dra_xdp_tcp(ctx: XdpContext) -> u32 {
-    xdp::tcp_entry(&ctx)
+    ingress::tcp_entry(&ctx)
 }
 
 /// SCTP chunk walking and limiting (tail call from `dra_xdp`).
 #[xdp]
 pub fn dra_xdp_sctp(ctx: XdpContext) -> u32 {
-    xdp::sctp_entry(&ctx)
+    ingress::sctp_entry(&ctx)
 }
 
 /// TC egress (TCX) on the interface facing the servers: per-destination counting and
 /// policing of the requests the agent sends.
 #[classifier]
 pub fn dra_tc_egress(ctx: TcContext) -> i32 {
-    tc::egress(&ctx)
+    egress::egress(&ctx)
 }
 
 /// The benchmarks' baseline: a program that only passes (`cargo xtask bench xdp`).

@@ -64,15 +64,15 @@ pub static JUMP: ProgramArray = ProgramArray::with_max_entries(2, 0);
 pub const JUMP_TCP: u32 = 0;
 pub const JUMP_SCTP: u32 = 1;
 
-/// The TCP program's walk over one segment (see tcp.rs `Walk`).
+/// The TCP program's walk over one segment (see ingress/tcp.rs `Walk`).
 #[map(name = "TCP_WALK")]
-pub static TCP_WALK: PerCpuArray<crate::tcp::Walk> = PerCpuArray::with_max_entries(1, 0);
+pub static TCP_WALK: PerCpuArray<crate::ingress::tcp::Walk> = PerCpuArray::with_max_entries(1, 0);
 
-/// The SCTP program's walk over one packet (see sctp.rs `Walk`).
+/// The SCTP program's walk over one packet (see ingress/sctp.rs `Walk`).
 #[map(name = "SCTP_WALK")]
-pub static SCTP_WALK: PerCpuArray<crate::sctp::Walk> = PerCpuArray::with_max_entries(1, 0);
+pub static SCTP_WALK: PerCpuArray<crate::ingress::sctp::Walk> = PerCpuArray::with_max_entries(1, 0);
 
-/// Requests marked out of band, for the agent (see tcp.rs).
+/// Requests marked out of band, for the agent (see ingress/tcp.rs).
 #[map(name = "OOB_MARKS")]
 pub static OOB_MARKS: RingBuf = RingBuf::with_byte_size(OOB_RING_BYTES, 0);
 
@@ -94,7 +94,7 @@ pub fn count_n(c: Counter, n: u64) {
     }
 }
 
-// ---- TC egress (see tc.rs) ----
+// ---- TC egress (see egress.rs) ----
 
 /// Destination prefix → what the egress program counts and charges for it.
 #[map(name = "EGRESS_PEERS_V4")]
@@ -120,6 +120,6 @@ pub static EGRESS_FLOWS: LruHashMap<FlowKey, dra_common::maps::EgressFlow> =
 pub static EGRESS_SCRATCH: PerCpuArray<dra_common::maps::EgressFlow> =
     PerCpuArray::with_max_entries(1, 0);
 
-/// The TC program's walk over one skb (see tc.rs `Walk`).
+/// The TC program's walk over one skb (see egress.rs `Walk`).
 #[map(name = "TC_WALK")]
-pub static TC_WALK: PerCpuArray<crate::tc::Walk> = PerCpuArray::with_max_entries(1, 0);
+pub static TC_WALK: PerCpuArray<crate::egress::Walk> = PerCpuArray::with_max_entries(1, 0);

@@ -1,4 +1,4 @@
-//! Requests the fast path marked out of band (DESIGN.md §3, `dra-ebpf/src/tcp.rs`).
+//! Requests the fast path marked out of band (DESIGN.md §3, `dra-ebpf/src/ingress/tcp.rs`).
 //!
 //! A request over a `reject` limit is marked in its header (reserved bit 0x01) when the
 //! XDP program sees the header's flags byte in the segment that completes the
@@ -38,7 +38,7 @@ pub const MAX_AGE: Duration = Duration::from_secs(60);
 pub const MAX_PENDING: usize = 65_536;
 
 /// The flow key XDP computes for packets from `remote` to our `local` address
-/// (`dra-ebpf/src/xdp.rs`: addresses in network byte order, IPv6 flagged 0x80 in
+/// (`dra-ebpf/src/parse.rs`: addresses in network byte order, IPv6 flagged 0x80 in
 /// `proto`). IPv4-mapped IPv6 socket addresses are the IPv4 packets they are.
 pub fn flow_key(remote: SocketAddr, local: SocketAddr) -> FlowKey {
     fn words(ip: IpAddr) -> ([u32; 4], bool) {

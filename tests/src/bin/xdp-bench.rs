@@ -14,11 +14,16 @@
 //!
 //! Goal (P1, the fast-path cost issue): CCR-I through two buckets at most
 //! [`GOAL_NET_NS`] ns per packet net of the bare XDP_PASS of the same run.
+//!
+//! A/B: `xdp-bench [RUNS [ROUNDS]] --object LABEL=PATH --object LABEL=PATH ...` runs the
+//! same cases on each given eBPF object (built by another commit; its maps must have
+//! this build's layout), interleaved run for run, and prints each case's median per
+//! object and the ratio to the first. Nothing is written then (P1 is this build's).
 
 use std::time::Duration;
 
-use aya::programs::Xdp;
-use dra::dataplane;
+use aya::{Ebpf, programs::Xdp};
+use dra::dataplane::{self, Maps, Plan};
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH};
 use dra_tests::support::{Hook, LAB_REALM, lab_config, load_object, test_run_xdp};
 
@@ -77,24 +82,88 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// One eBPF object under test: the one built into this binary, or one from a file.
+struct Object {
+    label: String,
+    ebpf: Ebpf,
+    maps: Maps,
+}
+
+/// Loads the eBPF object at `path` as the agent does, with the plan of `config`.
+fn load_file(path: &str, config: &str) -> (Ebpf, Maps) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // The ELF parser wants the object 8-byte aligned (as include_bytes_aligned gives it).
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    // SAFETY: a u64 buffer viewed as the bytes it holds (at least bytes.len() of them).
+    let aligned =
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+    aligned.copy_from_slice(&bytes);
+    let mut ebpf = Ebpf::load(aligned).unwrap_or_else(|e| panic!("{path}: {e}"));
+    dataplane::load_xdp(&mut ebpf).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let cfg = dra::config::parse(config, "bench.toml").expect("config");
+    let mut maps = Maps::take(&mut ebpf).unwrap_or_else(|e| panic!("{path}: {e}"));
+    maps.write_plan(&Plan::new(&cfg).expect("plan"))
+        .expect("write plan");
+    (ebpf, maps)
+}
+
 fn main() {
-    let runs: u32 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let rounds: u32 = std::env::args()
-        .nth(2)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(20);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut numbers = Vec::new();
+    let mut files: Vec<(String, String)> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--object" {
+            let v = it.next().expect("--object LABEL=PATH");
+            let (label, path) = v.split_once('=').expect("--object LABEL=PATH");
+            files.push((label.to_string(), path.to_string()));
+        } else {
+            numbers.push(
+                a.parse::<u32>()
+                    .unwrap_or_else(|_| panic!("not a number: {a}")),
+            );
+        }
+    }
+    let runs = numbers.first().copied().unwrap_or(1_000_000);
+    let rounds = numbers.get(1).copied().unwrap_or(20);
     let per_round = (runs / rounds).max(1);
-    let (mut ebpf, mut maps, _plan) = load_object(&config(), "bench.toml", Hook::Xdp);
-    {
-        let p: &mut Xdp = ebpf
+    let mut objects: Vec<Object> = if files.is_empty() {
+        let (ebpf, maps, _plan) = load_object(&config(), "bench.toml", Hook::Xdp);
+        vec![Object {
+            label: String::new(),
+            ebpf,
+            maps,
+        }]
+    } else {
+        files
+            .iter()
+            .map(|(label, path)| {
+                let (ebpf, maps) = load_file(path, &config());
+                Object {
+                    label: label.clone(),
+                    ebpf,
+                    maps,
+                }
+            })
+            .collect()
+    };
+    for o in &mut objects {
+        let p: &mut Xdp = o
+            .ebpf
             .program_mut("dra_xdp_pass")
             .unwrap()
             .try_into()
             .unwrap();
         p.load().expect("load dra_xdp_pass");
+        // Loaded (verified) only to report its verifier cost beside the XDP programs'.
+        dataplane::load_tc(&mut o.ebpf).expect("the verifier accepts TC");
+    }
+    let verified: Vec<String> = objects.iter().map(verifier_cost).collect();
+    for (o, v) in objects.iter().zip(&verified) {
+        println!(
+            "verifier, instructions processed{}: {v}",
+            label_suffix(&o.label)
+        );
     }
 
     let gx = dra_common::wire::app::GX;
@@ -171,62 +240,71 @@ fn main() {
     ];
     // pgw2's CCR-I limit (0.001/s, burst 1): spend the burst, so every timed run is over.
     let mut out = Vec::new();
-    test_run_xdp(&ebpf, xdp, &cases[6].syn, &mut out);
-    test_run_xdp(&ebpf, xdp, &cases[6].pkt, &mut out);
+    for o in &objects {
+        test_run_xdp(&o.ebpf, xdp, &cases[6].syn, &mut out);
+        test_run_xdp(&o.ebpf, xdp, &cases[6].pkt, &mut out);
+    }
 
-    let mut per_case: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    // per_case[object][case]: one mean per round.
+    let mut per_case: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); cases.len()]; objects.len()];
     let mut wrong: Vec<String> = Vec::new();
     for round in 0..rounds {
         for k in 0..cases.len() {
             // Interleaved, and a different case first in every round.
             let i = (k + round as usize) % cases.len();
             let c = &cases[i];
-            let mut total = Duration::ZERO;
+            let mut total = vec![Duration::ZERO; objects.len()];
             for r in 0..per_round {
-                // Fresh flow state (untimed), for every case alike: as after its SYN.
-                maps.clear_flows();
-                test_run_xdp(&ebpf, xdp, &c.syn, &mut out);
-                let (v, d) = test_run_xdp(&ebpf, c.prog, &c.pkt, &mut out);
-                total += d;
-                if r == 0 {
-                    let ok = v == PASS
-                        && match c.expect {
-                            Expect::Unchanged => out == c.pkt,
-                            Expect::Marked(at) => {
-                                out.len() == c.pkt.len()
-                                    && out[at]
-                                        == c.pkt[at] | dra_common::wire::flags::RATE_LIMIT_MARK
-                                    && out[at] != c.pkt[at]
-                                    && pkt::tcp_checksum_ok(
-                                        &out,
-                                        &Frame::v4("198.18.1.3", "198.18.1.1"),
-                                    )
-                            }
-                        };
-                    if !ok && !wrong.iter().any(|w| w.starts_with(c.name)) {
-                        wrong.push(format!("{}: verdict {v}, output not as expected", c.name));
+                // The objects run for run, so they share the machine's moods.
+                for (n, o) in objects.iter_mut().enumerate() {
+                    // Fresh flow state (untimed), for every case alike: as after its SYN.
+                    o.maps.clear_flows();
+                    test_run_xdp(&o.ebpf, xdp, &c.syn, &mut out);
+                    let (v, d) = test_run_xdp(&o.ebpf, c.prog, &c.pkt, &mut out);
+                    total[n] += d;
+                    if r == 0 && !output_ok(c, v, &out) {
+                        let w =
+                            format!("{}{}: verdict {v}, output not as expected", o.label, c.name);
+                        if !wrong.contains(&w) {
+                            wrong.push(w);
+                        }
                     }
                 }
             }
-            per_case[i].push(total.as_nanos() as f64 / per_round as f64);
+            for (n, t) in total.iter().enumerate() {
+                per_case[n][i].push(t.as_nanos() as f64 / per_round as f64);
+            }
         }
     }
-    let stats: Vec<(f64, f64, f64)> = per_case
+    let stats: Vec<Vec<(f64, f64, f64)>> = per_case
         .iter_mut()
-        .map(|v| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
-            (median(v), lo, hi)
+        .map(|o| {
+            o.iter_mut()
+                .map(|v| {
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(0.0, f64::max);
+                    (median(v), lo, hi)
+                })
+                .collect()
         })
         .collect();
-    let base = stats[0].0;
     println!(
         "XDP ns/packet: {per_round} runs per case in each of {rounds} interleaved rounds \
          (BPF_PROG_TEST_RUN, kernel-timed, one run per syscall); median of the rounds (min–max)"
     );
+    if objects.len() > 1 {
+        ab_table(&objects, &cases, &stats);
+        if !wrong.is_empty() {
+            eprintln!("wrong verdicts or output:\n{}", wrong.join("\n"));
+            std::process::exit(1);
+        }
+        return;
+    }
+    let stats = &stats[0];
+    let base = stats[0].0;
     println!("| case | ns/packet | min–max | net of bare | × bare XDP_PASS |");
     println!("|---|---:|---:|---:|---:|");
-    for (c, (m, lo, hi)) in cases.iter().zip(&stats) {
+    for (c, (m, lo, hi)) in cases.iter().zip(stats) {
         println!(
             "| {} | {m:.1} | {lo:.1}–{hi:.1} | {:.1} | {:.2} |",
             c.name,
@@ -250,7 +328,7 @@ fn main() {
     }
     let json: Vec<String> = cases
         .iter()
-        .zip(&stats)
+        .zip(stats)
         .map(|(c, (m, lo, hi))| {
             format!(
                 "{{\"case\":\"{}\",\"ns_per_packet\":{m:.2},\"ns_min\":{lo:.2},\
@@ -269,9 +347,10 @@ fn main() {
         format!(
             "{{\"runs\":{},\"rounds\":{rounds},\"goal\":{{\"case\":\"{GOAL_CASE}\",\
              \"max_net_ns\":{GOAL_NET_NS},\"net_ns\":{net:.2},\"met\":{met}}},\
-             \"verdicts_ok\":{},\"cases\":[{}]}}\n",
+             \"verdicts_ok\":{},\"verifier_insns\":\"{}\",\"cases\":[{}]}}\n",
             per_round * rounds,
             wrong.is_empty(),
+            verified[0],
             json.join(",")
         ),
     )
@@ -279,5 +358,93 @@ fn main() {
     println!("written: {}", file.display());
     if !wrong.is_empty() {
         std::process::exit(1);
+    }
+}
+
+/// " (LABEL)" for an A/B object, nothing for this build's.
+fn label_suffix(label: &str) -> String {
+    if label.is_empty() {
+        String::new()
+    } else {
+        format!(" ({label})")
+    }
+}
+
+/// The verifier's instruction count (instructions processed) of each program.
+fn verifier_cost(o: &Object) -> String {
+    let mut names: Vec<&str> = vec![dataplane::XDP_PROGRAM];
+    names.extend(dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n));
+    names.push(dataplane::TC_PROGRAM);
+    names
+        .iter()
+        .map(|n| {
+            let count = o
+                .ebpf
+                .program(n)
+                .and_then(|p| p.info().ok())
+                .and_then(|i| i.verified_instruction_count());
+            match count {
+                Some(c) => format!("{n} {c}"),
+                None => format!("{n} ?"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether a case's run came out as it must: XDP_PASS, and the bytes unchanged or
+/// marked (flags byte, valid checksum) as the case expects.
+fn output_ok(c: &Case, v: u32, out: &[u8]) -> bool {
+    v == PASS
+        && match c.expect {
+            Expect::Unchanged => out == c.pkt.as_slice(),
+            Expect::Marked(at) => {
+                out.len() == c.pkt.len()
+                    && out[at] == c.pkt[at] | dra_common::wire::flags::RATE_LIMIT_MARK
+                    && out[at] != c.pkt[at]
+                    && pkt::tcp_checksum_ok(out, &Frame::v4("198.18.1.3", "198.18.1.1"))
+            }
+        }
+}
+
+/// A/B: each case's median per object, net of that object's bare XDP_PASS, and the
+/// ratio of each net to the first object's.
+fn ab_table(objects: &[Object], cases: &[Case], stats: &[Vec<(f64, f64, f64)>]) {
+    let labels: Vec<&str> = objects.iter().map(|o| o.label.as_str()).collect();
+    let ratios: Vec<String> = labels
+        .iter()
+        .map(|l| format!("{l} ÷ {}", labels[0]))
+        .collect();
+    println!(
+        "| case | {} | net {} | net {} |",
+        labels.join(" | "),
+        labels.join(" | net "),
+        ratios.join(" | net ")
+    );
+    println!("|---|{}", "---:|".repeat(3 * objects.len()));
+    for (i, c) in cases.iter().enumerate() {
+        let cells: Vec<String> = stats
+            .iter()
+            .map(|s| format!("{:.1} ({:.0}–{:.0})", s[i].0, s[i].1, s[i].2))
+            .collect();
+        let nets: Vec<f64> = stats.iter().map(|s| s[i].0 - s[0].0).collect();
+        let ratios: Vec<String> = nets
+            .iter()
+            .map(|n| {
+                if nets[0] > 0.0 {
+                    format!("{:.2}", n / nets[0])
+                } else {
+                    "—".into()
+                }
+            })
+            .collect();
+        let nets: Vec<String> = nets.iter().map(|n| format!("{n:.1}")).collect();
+        println!(
+            "| {} | {} | {} | {} |",
+            c.name,
+            cells.join(" | "),
+            nets.join(" | "),
+            ratios.join(" | ")
+        );
     }
 }

@@ -4,9 +4,8 @@
 //! front of a DRA that is not ours).
 //!
 //! Design:
-//! * Parse Ethernet (up to two VLAN tags in the data; a tag the driver holds out of
-//!   band is not in the data and needs no skipping), IPv4 (IHL honoured, fragments
-//!   passed) or IPv6 (up to four extension headers), TCP with a Diameter port
+//! * Parse L2–L4 as XDP does (`parse.rs`: Ethernet with up to two VLAN tags in the
+//!   data, IPv4 or IPv6, fragments passed), TCP with a Diameter port
 //!   (`GlobalConfig.ports`) on either side: the agent's connections to servers and
 //!   servers' connections to the agent. SCTP is passed uncounted (no SCTP sockets
 //!   here).
@@ -51,9 +50,7 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use dra_common::{
-    maps::{
-        Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, GlobalConfig, NO_SLOT,
-    },
+    maps::{Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, NO_SLOT},
     stats::Counter,
     wire::{self, MAX_ITEM_LEN, PART_BUF, Progress, ScanCursor, Source},
 };
@@ -64,6 +61,7 @@ use crate::{
         EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
         GLOBAL_CONFIG, SLOT_COUNTERS, TC_WALK, count,
     },
+    parse::{self, IPPROTO_TCP, Packet, TCP_RST, TCP_SYN, Tcp, is_diameter_port, seq_le, seq_lt},
 };
 
 /// Verdict that lets the packet go on (TCX: next program, then the stack).
@@ -75,40 +73,22 @@ pub const SHOT: i32 = TC_ACT_SHOT;
 /// GSO super-packet of small messages may need several thousand).
 pub const MAX_STEPS_PER_SKB: u32 = 16384;
 
-const ETH_HLEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
-const ETH_P_8021AD: u16 = 0x88a8;
-const IPPROTO_TCP: u8 = 6;
-const MAX_VLAN_TAGS: usize = 2;
-const MAX_IPV6_EXT: usize = 4;
 /// Largest packet offset ever read (a GSO packet is at most 64 KiB + headers).
 const MAX_SKB_OFF: usize = 0x1_ffff;
 
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
-
-#[inline(always)]
-fn seq_lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
-
-#[inline(always)]
-fn seq_le(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) <= 0
-}
-
-#[inline(always)]
-fn load<T: Copy>(ctx: &TcContext, off: usize) -> Option<T> {
-    if off > MAX_SKB_OFF {
-        return None;
+impl Packet for TcContext {
+    /// Through `bpf_skb_load_bytes`, which reads page frags too.
+    #[inline(always)]
+    fn load<T: Copy>(&self, off: usize) -> Option<T> {
+        if off > MAX_SKB_OFF {
+            return None;
+        }
+        TcContext::load::<T>(self, off).ok()
     }
-    ctx.load::<T>(off).ok()
 }
 
 /// What the walk over one skb shares with its `bpf_loop` callback: in a per-CPU map
-/// value ([`TC_WALK`]), not on the stack (verifier workaround, as tcp.rs `Walk`); the
+/// value ([`TC_WALK`]), not on the stack (verifier workaround, as ingress/tcp.rs `Walk`); the
 /// skb pointer goes on the stack.
 #[repr(C)]
 pub struct Walk {
@@ -151,122 +131,50 @@ pub fn egress(ctx: &TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn is_diameter_port(cfg: &GlobalConfig, port: u16) -> bool {
-    port != 0
-        && (cfg.ports[0] == port
-            || cfg.ports[1] == port
-            || cfg.ports[2] == port
-            || cfg.ports[3] == port)
-}
-
-/// Either port is a Diameter port: the agent's connection to a server (destination
-/// port), or a server's connection to the agent (source port).
-#[inline(always)]
-fn on_diameter_port(ctx: &TcContext, cfg: &GlobalConfig, tcp_off: usize) -> Option<bool> {
-    let p = load::<[u8; 4]>(ctx, tcp_off)?;
-    let sport = u16::from_be_bytes([p[0], p[1]]);
-    let dport = u16::from_be_bytes([p[2], p[3]]);
-    Some(is_diameter_port(cfg, dport) || is_diameter_port(cfg, sport))
-}
-
-#[inline(always)]
 fn try_egress(ctx: &TcContext) -> Option<i32> {
     let cfg = GLOBAL_CONFIG.get(0)?;
     if cfg.enabled == 0 {
         return Some(PASS);
     }
-    // L2: Ethernet and up to two VLAN tags.
-    let mut off = ETH_HLEN;
-    let mut proto = u16::from_be(load::<u16>(ctx, 12)?);
-    let mut i = 0;
-    while i < MAX_VLAN_TAGS {
-        i += 1;
-        if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
-            proto = u16::from_be(load::<u16>(ctx, off + 2)?);
-            off += 4;
-        }
+    let Ok(l4) = parse::parse(ctx) else {
+        return Some(PASS);
+    };
+    if l4.proto != IPPROTO_TCP {
+        return Some(PASS);
     }
-    let mut key = FlowKey::default();
-    let peer: EgressPeer;
-    if proto == ETH_P_IP {
-        let h = load::<[u8; 20]>(ctx, off)?;
-        let ihl = ((h[0] & 0x0f) as usize) * 4;
-        if h[0] >> 4 != 4 || ihl < 20 || h[9] != IPPROTO_TCP {
-            return Some(PASS);
-        }
-        // A fragment: nothing to frame.
-        if (h[6] & 0x3f) != 0 || h[7] != 0 {
-            return Some(PASS);
-        }
-        let da = [h[16], h[17], h[18], h[19]];
-        key.saddr[0] = u32::from_ne_bytes([h[12], h[13], h[14], h[15]]);
-        key.daddr[0] = u32::from_ne_bytes(da);
-        off += ihl;
-        if !on_diameter_port(ctx, cfg, off)? {
-            return Some(PASS);
-        }
-        peer = *EGRESS_PEERS_V4.get(Key::new(32, da))?;
-    } else if proto == ETH_P_IPV6 {
-        let mut nh = load::<u8>(ctx, off + 6)?;
-        let sa = load::<[u32; 4]>(ctx, off + 8)?;
-        let da = load::<[u8; 16]>(ctx, off + 24)?;
-        key.saddr = sa;
-        off += 40;
-        let mut k = 0;
-        while k < MAX_IPV6_EXT {
-            k += 1;
-            match nh {
-                // Hop-by-Hop, Routing, Destination Options.
-                0 | 43 | 60 => {
-                    let e = load::<[u8; 2]>(ctx, off)?;
-                    nh = e[0];
-                    off += (e[1] as usize + 1) * 8;
-                }
-                _ => break,
-            }
-        }
-        if nh != IPPROTO_TCP {
-            return Some(PASS);
-        }
-        if !on_diameter_port(ctx, cfg, off)? {
-            return Some(PASS);
-        }
-        key.proto = 0x80;
-        peer = *EGRESS_PEERS_V6.get(Key::new(128, da))?;
-        key.daddr = [
-            u32::from_ne_bytes([da[0], da[1], da[2], da[3]]),
-            u32::from_ne_bytes([da[4], da[5], da[6], da[7]]),
-            u32::from_ne_bytes([da[8], da[9], da[10], da[11]]),
-            u32::from_ne_bytes([da[12], da[13], da[14], da[15]]),
-        ];
+    let tcp = Tcp::read(ctx, l4.off)?;
+    // Either port is a Diameter port: the agent's connection to a server (destination
+    // port), or a server's connection to the agent (source port).
+    if !is_diameter_port(cfg, tcp.dport) && !is_diameter_port(cfg, tcp.sport) {
+        return Some(PASS);
+    }
+    // The destination address is read again from the packet, as the LPM key (as XDP
+    // does with the source: see ingress/mod.rs `lookup_peer`).
+    let peer = if l4.v6 {
+        let da = Packet::load::<[u8; 16]>(ctx, l4.ip_off + 24)?;
+        *EGRESS_PEERS_V6.get(Key::new(128, da))?
     } else {
-        return Some(PASS);
-    }
-    key.proto |= IPPROTO_TCP;
-    let h = load::<[u8; 14]>(ctx, off)?;
-    key.sport = u16::from_be_bytes([h[0], h[1]]);
-    key.dport = u16::from_be_bytes([h[2], h[3]]);
-    let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-    let doff = ((h[12] >> 4) as usize) * 4;
-    let tflags = h[13];
-    if doff < 20 {
-        return Some(PASS);
-    }
-    if tflags & TCP_RST != 0 {
+        let da = Packet::load::<[u8; 4]>(ctx, l4.ip_off + 16)?;
+        *EGRESS_PEERS_V4.get(Key::new(32, da))?
+    };
+    let mut key = l4.key;
+    key.sport = tcp.sport;
+    key.dport = tcp.dport;
+    if tcp.flags & TCP_RST != 0 {
         let _ = EGRESS_FLOWS.remove(key);
         return Some(PASS);
     }
-    if tflags & TCP_SYN != 0 {
-        new_flow(&key, seq.wrapping_add(1));
+    if tcp.flags & TCP_SYN != 0 {
+        new_flow(&key, tcp.seq.wrapping_add(1));
         return Some(PASS);
     }
-    let payload = off + doff;
+    let payload = l4.off + tcp.doff;
     let total = ctx.len() as usize;
     if payload >= total || payload > MAX_SKB_OFF {
         return Some(PASS);
     }
     let len = (total - payload) as u32;
-    Some(segment(ctx, &key, &peer, payload as u32, seq, len))
+    Some(segment(ctx, &key, &peer, payload as u32, tcp.seq, len))
 }
 
 /// A data segment (or GSO super-packet) of a flow to a known destination.

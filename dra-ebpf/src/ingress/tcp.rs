@@ -53,8 +53,9 @@ use crate::{
     admit::{Verdict, class_slot, decide, publish},
     bucket::{self, Charge},
     bytes::{PacketBytes, XdpSource, bounded, opaque},
+    ingress::xdp::{DROP, PASS},
     maps::{FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
-    xdp::{DROP, PASS, load},
+    parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
 };
 
 /// `bpf_loop` iterations per segment: one per scan item read (header, ids, AVP
@@ -63,20 +64,6 @@ use crate::{
 pub const MAX_STEPS_PER_SEGMENT: u32 = 4096;
 /// A hole larger than this is not a lost segment but lost state: resynchronise.
 const MAX_HOLE: u32 = 1 << 20;
-
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
-const TCP_ACK: u8 = 0x10;
-
-#[inline(always)]
-fn seq_lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
-
-#[inline(always)]
-fn seq_le(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) <= 0
-}
 
 /// RFC 1624 eqn. 3: the checksum `hc` after one 16-bit word of the covered data
 /// changes from `m` to `m1`: HC' = ~(~HC + ~m + m'), in one's complement arithmetic.
@@ -216,17 +203,16 @@ struct WalkRef {
 /// Processes one TCP segment from a known peer.
 #[inline(always)]
 pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo) -> u32 {
-    let Some(h) = load::<[u8; 14]>(ctx, tcp_off) else {
+    let Some(Tcp {
+        seq,
+        doff,
+        flags: tflags,
+        ..
+    }) = Tcp::read(ctx, tcp_off)
+    else {
         count(Counter::MalformedL3);
         return PASS;
     };
-    let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-    let doff = ((h[12] >> 4) as usize) * 4;
-    let tflags = h[13];
-    if doff < 20 {
-        count(Counter::MalformedL3);
-        return PASS;
-    }
     if tflags & TCP_RST != 0 {
         let _ = TCP_FLOWS.remove(key);
         count(Counter::NoPayload);

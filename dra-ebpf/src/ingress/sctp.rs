@@ -38,8 +38,8 @@ use crate::{
     admit::{Verdict, class_slot, decide, publish},
     bucket::{self, Charge},
     bytes::XdpSource,
+    ingress::xdp::{DROP, PASS},
     maps::{SCTP_ASSOCS, SCTP_WALK, count},
-    xdp::{DROP, PASS},
 };
 
 /// `bpf_loop` iterations per packet: one per chunk looked at or scan item read.
@@ -63,7 +63,7 @@ const STOP_PASS: u32 = 1;
 const STOP_DROP: u32 = 2;
 
 /// The walk over one packet: in a per-CPU map value ([`SCTP_WALK`]), not on the stack
-/// (verifier workaround, as tcp.rs `Walk`); pointers go on the stack ([`WalkRef`]).
+/// (verifier workaround, as ingress/tcp.rs `Walk`); pointers go on the stack ([`WalkRef`]).
 #[repr(C)]
 pub struct Walk {
     peer: PeerInfo,
