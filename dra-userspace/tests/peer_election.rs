@@ -18,8 +18,8 @@ fn node(host: &str, addr: &str) -> PeerConfig {
 }
 
 /// A connection from node `from` to node `to` (each a host and address; each knows the
-/// other's /32), the seeds for the client and server side: the responder's shell decides
-/// on the CER (`auto_accept` off).
+/// other's /32) with `seeds` for its client and server side. The responder's shell
+/// decides on the CER (`auto_accept` off).
 fn crossing(from: (&str, &str), to: (&str, &str), seeds: (u64, u64)) -> Pair {
     let ((from, from_addr), (to, to_addr)) = (from, to);
     let mut p = Pair::new(
