@@ -5,13 +5,16 @@
 //! sessions themselves; without `doic` on the gateways nothing is shed (the server
 //! reports only to requests that announce DOIC).
 
+mod support;
+
 use std::sync::Arc;
 
 use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::doic::ServerReporter;
-use dra_tools::loadgen::scenario::{Class, Scenario};
+use dra_tools::loadgen::scenario::Class;
 use dra_tools::loadgen::server::{self, ServerConfig};
 use dra_tools::loadgen::stats::Report;
+use support::pcrf_scenario;
 
 const HOST: &str = "pcrf1.lab.example";
 
@@ -20,16 +23,8 @@ async fn run(doic_gateways: bool) -> (Report, u64) {
     let reporter = Arc::new(ServerReporter::new(HOST, Some(100.0), Some(50), 30));
     cfg.doic = Some(reporter.clone());
     let srv = server::run(cfg).await.unwrap();
-    let scenario = Scenario::from_toml(
-        r#"
-destination_realm = "pcrf.lab.example"
-[[phase]]
-name = "storm"
-duration_s = 4
-rates = { gx_ccr_i = 300 }
-"#,
-    )
-    .unwrap();
+    let scenario =
+        pcrf_scenario(&[r#"name = "storm", duration_s = 4, rates = { gx_ccr_i = 300 }"#]);
     let mut ccfg = ClientConfig::new(srv.local_addr(), 2);
     ccfg.doic = doic_gateways;
     let report = client::run(ccfg, scenario).await.unwrap();

@@ -4,9 +4,9 @@ mod support;
 
 use dra_tools::loadgen::client::{self, ClientConfig};
 use dra_tools::loadgen::resp::RespClient;
-use dra_tools::loadgen::scenario::{Class, Scenario};
+use dra_tools::loadgen::scenario::Class;
 use dra_tools::loadgen::server::{self, ServerConfig};
-use support::RedisServer;
+use support::{RedisServer, pcrf_scenario};
 
 async fn keys(r: &RespClient) -> Vec<String> {
     match r.command(&[b"KEYS", b"loadgen:session:*"]).await.unwrap() {
@@ -32,23 +32,11 @@ async fn session_keys_appear_on_ccr_i_and_vanish_on_ccr_t() {
     cfg.redis = Some(redis.addr);
     let srv = server::run(cfg).await.unwrap();
     let db = RespClient::connect(redis.addr).await.unwrap();
-    let scenario = Scenario::from_toml(
-        r#"
-destination_realm = "pcrf.lab.example"
-[[phase]]
-name = "open"
-duration_s = 1
-rates = { gx_ccr_i = 100 }
-[[phase]]
-name = "hold"
-duration_s = 2
-[[phase]]
-name = "flush"
-duration_s = 0.5
-flush = "all"
-"#,
-    )
-    .unwrap();
+    let scenario = pcrf_scenario(&[
+        r#"name = "open", duration_s = 1, rates = { gx_ccr_i = 100 }"#,
+        r#"name = "hold", duration_s = 2"#,
+        r#"name = "flush", duration_s = 0.5, flush = "all""#,
+    ]);
     let (tx, mut rows) = tokio::sync::mpsc::unbounded_channel();
     let mut ccfg = ClientConfig::new(srv.local_addr(), 2);
     ccfg.rows_tx = Some(tx);

@@ -1,5 +1,7 @@
 //! dra-loadgen client ↔ server over real TCP on 127.0.0.1.
 
+mod support;
+
 use std::time::Duration;
 
 use dra::diameter::peer::peer_load_value;
@@ -11,6 +13,7 @@ use dra_tools::loadgen::scenario::{Class, Scenario};
 use dra_tools::loadgen::script::ScriptedPeer;
 use dra_tools::loadgen::server::{self, LatencyDist, Overload, ServerConfig, ServerStats};
 use dra_tools::loadgen::stats::Report;
+use support::pcrf_scenario;
 
 fn server_cfg(host: &str) -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap(), host, "pcrf.lab.example")
@@ -114,23 +117,11 @@ gy_ccr_t = 50
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_flush_sends_one_ccr_t_per_open_session() {
-    let scenario = Scenario::from_toml(
-        r#"
-destination_realm = "pcrf.lab.example"
-[[phase]]
-name = "open"
-duration_s = 1.5
-rates = { gx_ccr_i = 200, gy_ccr_i = 50 }
-[[phase]]
-name = "quiet"
-duration_s = 0.5
-[[phase]]
-name = "flush"
-duration_s = 1
-flush = "gx"
-"#,
-    )
-    .unwrap();
+    let scenario = pcrf_scenario(&[
+        r#"name = "open", duration_s = 1.5, rates = { gx_ccr_i = 200, gy_ccr_i = 50 }"#,
+        r#"name = "quiet", duration_s = 0.5"#,
+        r#"name = "flush", duration_s = 1, flush = "gx""#,
+    ]);
     let (report, stats) = run_against(server_cfg("pcrf1.lab.example"), 3, scenario).await;
     let gx_opened = report.class(Class::GxCcrI).answered_with(2001);
     assert_eq!(gx_opened, 300, "{report:#?}");
@@ -147,16 +138,10 @@ flush = "gx"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_capacity_the_server_answers_3004_or_queues() {
     // 10 slots × 50 ms = 200/s capacity; offered 400/s for 2 s.
-    let scenario = Scenario::from_toml(
-        r#"
-destination_realm = "pcrf.lab.example"
-request_timeout_ms = 5000
-[[phase]]
-duration_s = 2
-rates = { gx_ccr_i = 400 }
-"#,
-    )
-    .unwrap();
+    let scenario = Scenario {
+        request_timeout_ms: 5000,
+        ..pcrf_scenario(&["duration_s = 2, rates = { gx_ccr_i = 400 }"])
+    };
     let mut cfg = server_cfg("pcrf1.lab.example");
     cfg.max_concurrent = 10;
     cfg.latency = LatencyDist::Fixed(Duration::from_millis(50));
@@ -186,15 +171,7 @@ rates = { gx_ccr_i = 400 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_follows_the_configured_distribution() {
-    let scenario = Scenario::from_toml(
-        r#"
-destination_realm = "pcrf.lab.example"
-[[phase]]
-duration_s = 2
-rates = { gy_ccr_i = 200 }
-"#,
-    )
-    .unwrap();
+    let scenario = pcrf_scenario(&["duration_s = 2, rates = { gy_ccr_i = 200 }"]);
     for (dist, lo, hi) in [
         ("fixed:20ms", 20.0, 40.0),
         ("uniform:10ms:30ms", 17.0, 35.0),

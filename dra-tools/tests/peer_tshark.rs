@@ -20,15 +20,12 @@ fn exchanges() -> Vec<Wire> {
     let mut dra = dra_config();
     dra.tw = Duration::from_secs(600);
     dra.origin_state_id = Some(5);
-    let mut p = Pair::new(
+    let mut p = Pair::pgw_to_dra_full(
         pgw_config(),
-        directory(0, DRA_HOST, &["198.18.0.2/32"]),
         ConnectionOptions::new(11, START_TIME),
-        PGW_ADDR,
         dra,
         directory(7, PGW_HOST, &["198.18.0.0/24"]),
         ConnectionOptions::new(12, START_TIME).own_load(40_000),
-        DRA_ADDR,
     );
     p.connect();
     let t = p.client.conn.poll_timeout().expect("watchdog");
@@ -40,15 +37,12 @@ fn exchanges() -> Vec<Wire> {
     wire.extend(p.wire);
 
     // Unknown Origin-Host: CEA 3010 (E bit).
-    let mut p = Pair::new(
+    let mut p = Pair::pgw_to_dra_full(
         pgw_config(),
-        directory(0, DRA_HOST, &["198.18.0.2/32"]),
         ConnectionOptions::new(21, START_TIME),
-        PGW_ADDR,
         dra_config(),
         directory(7, "pgw9.epc.example.net", &["198.18.0.0/24"]),
         ConnectionOptions::new(22, START_TIME),
-        DRA_ADDR,
     );
     p.connect();
     wire.extend(p.wire);

@@ -217,43 +217,24 @@ fn load_value_mappings_follow_rfc8583_direction() {
 
 #[test]
 fn invalid_parameters_are_rejected_by_name() {
-    let bad = |cfg: LbConfig| match run(&cfg) {
-        Err(SimError::InvalidParameter { name, .. }) => name,
-        other => panic!("expected InvalidParameter, got {other:?}"),
+    // A default configuration of `variant` with one parameter set out of range by `set`.
+    let bad = |variant: Variant, set: fn(&mut LbConfig)| {
+        let mut cfg = LbConfig::new(variant);
+        set(&mut cfg);
+        match run(&cfg) {
+            Err(SimError::InvalidParameter { name, .. }) => name,
+            other => panic!("expected InvalidParameter, got {other:?}"),
+        }
     };
+    assert_eq!(bad(Variant::Queue, |c| c.capacities = vec![]), "capacities");
     assert_eq!(
-        bad(LbConfig {
-            capacities: vec![],
-            ..LbConfig::new(Variant::Queue)
-        }),
+        bad(Variant::Queue, |c| c.capacities = vec![1.0, 0.0]),
         "capacities"
     );
+    assert_eq!(bad(Variant::Seed002, |c| c.clients = 0), "clients");
+    assert_eq!(bad(Variant::Seed002, |c| c.heartbeat = -1.0), "heartbeat");
     assert_eq!(
-        bad(LbConfig {
-            capacities: vec![1.0, 0.0],
-            ..LbConfig::new(Variant::Queue)
-        }),
-        "capacities"
-    );
-    assert_eq!(
-        bad(LbConfig {
-            clients: 0,
-            ..LbConfig::new(Variant::Seed002)
-        }),
-        "clients"
-    );
-    assert_eq!(
-        bad(LbConfig {
-            heartbeat: -1.0,
-            ..LbConfig::new(Variant::Seed002)
-        }),
-        "heartbeat"
-    );
-    assert_eq!(
-        bad(LbConfig {
-            heavy_fraction: 1.5,
-            ..LbConfig::new(Variant::Seed002)
-        }),
+        bad(Variant::Seed002, |c| c.heavy_fraction = 1.5),
         "heavy-fraction"
     );
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dra::diameter::peer::{
-    CloseReason, ConnectionOptions, Handled, PeerConnection, PeerEvent, PeerState, Reconnect,
-    StaticPeerDirectory, WatchdogState,
+    CloseReason, ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent, PeerState,
+    Reconnect, StaticPeerDirectory, WatchdogState,
 };
 use dra::diameter::{Avp, Message, avp_code as c, result_code, vendor};
 use dra::routing::PeerId;
@@ -261,27 +261,29 @@ fn responder_gives_up_when_no_cer_comes() {
     );
 }
 
+/// `conn` with its transport up at 1 s, alone (nothing on the other end).
+fn lone(conn: Result<PeerConnection, PeerConfigError>) -> PeerConnection {
+    let mut conn = conn.unwrap();
+    conn.handle_connected(Duration::from_secs(1));
+    conn
+}
+
 fn lone_responder() -> PeerConnection {
-    let mut r = PeerConnection::responder(
+    lone(PeerConnection::responder(
         std::sync::Arc::new(dra_config()),
         directory(7, PGW_HOST, &["198.18.0.0/24"]),
         ip(PGW_ADDR),
         ConnectionOptions::new(2, START_TIME),
-    )
-    .unwrap();
-    r.handle_connected(Duration::from_secs(1));
-    r
+    ))
 }
 
 fn pgw_cer() -> Message {
-    let mut i = PeerConnection::initiator(
+    let mut i = lone(PeerConnection::initiator(
         std::sync::Arc::new(pgw_config()),
         directory(0, DRA_HOST, &["198.18.0.2/32"]),
         ip(DRA_ADDR),
         ConnectionOptions::new(1, START_TIME),
-    )
-    .unwrap();
-    i.handle_connected(Duration::from_secs(1));
+    ));
     i.poll_transmit().expect("CER")
 }
 

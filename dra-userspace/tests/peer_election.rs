@@ -17,6 +17,25 @@ fn node(host: &str, addr: &str) -> PeerConfig {
     PeerConfig::new(host, REALM, vec![ip(addr)])
 }
 
+/// A connection from node `from` to node `to` (each a host and address; each knows the
+/// other's /32) with `seeds` for its client and server side. The responder's shell
+/// decides on the CER (`auto_accept` off).
+fn crossing(from: (&str, &str), to: (&str, &str), seeds: (u64, u64)) -> Pair {
+    let ((from, from_addr), (to, to_addr)) = (from, to);
+    let mut p = Pair::new(
+        node(from, from_addr),
+        directory(1, to, &[&format!("{to_addr}/32")]),
+        ConnectionOptions::new(seeds.0, START_TIME),
+        from_addr,
+        node(to, to_addr),
+        directory(1, from, &[&format!("{from_addr}/32")]),
+        ConnectionOptions::new(seeds.1, START_TIME),
+        to_addr,
+    );
+    p.server.auto_accept = false;
+    p
+}
+
 /// One node's shell, on a CER from `peer_host` arriving on its `responder` while its
 /// `initiator` to the same peer waits for the CEA. Returns whether it won.
 fn elect(
@@ -52,22 +71,8 @@ fn elect(
 /// A (`a_host`) and B (`b_host`) connect to each other simultaneously. Returns
 /// (conn1 = A→B, conn2 = B→A) after both shells ran the election and its follow-up.
 fn simultaneous_open(a_host: &str, b_host: &str) -> (Pair, Pair, bool) {
-    let new_pair = |from: &str, from_addr: &str, to: &str, to_addr: &str, seed: u64| {
-        let mut p = Pair::new(
-            node(from, from_addr),
-            directory(1, to, &[&format!("{to_addr}/32")]),
-            ConnectionOptions::new(seed, START_TIME),
-            from_addr,
-            node(to, to_addr),
-            directory(1, from, &[&format!("{from_addr}/32")]),
-            ConnectionOptions::new(seed + 100, START_TIME),
-            to_addr,
-        );
-        p.server.auto_accept = false;
-        p
-    };
-    let mut conn1 = new_pair(a_host, A_ADDR, b_host, B_ADDR, 1);
-    let mut conn2 = new_pair(b_host, B_ADDR, a_host, A_ADDR, 2);
+    let mut conn1 = crossing((a_host, A_ADDR), (b_host, B_ADDR), (1, 101));
+    let mut conn2 = crossing((b_host, B_ADDR), (a_host, A_ADDR), (2, 102));
     // Both CERs cross: each responder holds a valid CER, each initiator waits.
     conn1.connect();
     conn2.connect();
@@ -170,28 +175,8 @@ fn loser_whose_initiator_fails_answers_the_held_cer() {
     // RFC 6733 §5.6 Wait-Returns + I-Peer-Disc: I-Disc, R-Snd-CEA → R-Open.
     let a = "dra1.epc.example.net";
     let b = "dra2.epc.example.net";
-    let mut conn1 = Pair::new(
-        node(a, A_ADDR),
-        directory(1, b, &["198.18.0.11/32"]),
-        ConnectionOptions::new(1, START_TIME),
-        A_ADDR,
-        node(b, B_ADDR),
-        directory(1, a, &["198.18.0.10/32"]),
-        ConnectionOptions::new(2, START_TIME),
-        B_ADDR,
-    );
-    let mut conn2 = Pair::new(
-        node(b, B_ADDR),
-        directory(1, a, &["198.18.0.10/32"]),
-        ConnectionOptions::new(3, START_TIME),
-        B_ADDR,
-        node(a, A_ADDR),
-        directory(1, b, &["198.18.0.11/32"]),
-        ConnectionOptions::new(4, START_TIME),
-        A_ADDR,
-    );
-    conn1.server.auto_accept = false;
-    conn2.server.auto_accept = false;
+    let mut conn1 = crossing((a, A_ADDR), (b, B_ADDR), (1, 2));
+    let mut conn2 = crossing((b, B_ADDR), (a, A_ADDR), (3, 4));
     conn1.drop_to_server = true; // A's CER never reaches B: B does not elect.
     conn1.connect();
     conn2.connect();

@@ -17,18 +17,15 @@ const DW: u32 = cmd::DEVICE_WATCHDOG;
 fn pair(load: Option<u16>) -> Pair {
     let mut dra: PeerConfig = dra_config();
     dra.tw = Duration::from_secs(600);
-    let mut p = Pair::new(
+    let mut p = Pair::pgw_to_dra_full(
         pgw_config(),
-        directory(0, DRA_HOST, &["198.18.0.2/32"]),
         ConnectionOptions::new(1, START_TIME),
-        PGW_ADDR,
         dra,
         directory(7, PGW_HOST, &["198.18.0.0/24"]),
         match load {
             Some(v) => ConnectionOptions::new(2, START_TIME).own_load(v),
             None => ConnectionOptions::new(2, START_TIME),
         },
-        DRA_ADDR,
     );
     p.connect();
     p

@@ -8,7 +8,7 @@ use std::time::Duration;
 use diameter_fixtures as fx;
 use dra::diameter::{Avp, Message, avp_code, result_code};
 use dra::relay::{
-    Delivery, DownstreamRef, Expired, FailureCause, Relay, RelayConfig, RelayError, Retry,
+    Delivery, DownstreamRef, Expired, FailureCause, Held, Relay, RelayConfig, RelayError, Retry,
     RetryOutcome,
 };
 use dra::routing::{PeerId, SplitMix64};
@@ -515,7 +515,7 @@ fn send_encodes_once_with_a_fresh_hop_by_hop_id() {
         .admit(PGW, fx::PGW_HOST, req.clone(), 0)
         .expect("admitted");
     let bytes = r
-        .send(ms(0), PGW, admitted, PCRF1, TIMEOUT, false)
+        .send(ms(0), Held::new(PGW, admitted, TIMEOUT), PCRF1)
         .expect("encoded");
     let sent = dra::diameter::decode(&bytes).expect("decodes");
     assert_ne!(sent.hop_by_hop, req.hop_by_hop);

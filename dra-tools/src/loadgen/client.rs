@@ -122,11 +122,18 @@ pub enum ClientError {
 /// How long a stopping peer may take to write what it has queued (its DPR last).
 const STOP_FLUSH: Duration = Duration::from_secs(2);
 
-enum Cmd {
-    Send(Send),
+/// What a connection task is told: its work, or to end.
+enum Order<T> {
+    /// The work: a request to send, bytes to write.
+    Do(T),
+    /// Close at once, without DPR, and reconnect (a reconnect storm).
     Drop,
+    /// DPR, then end.
     Stop,
 }
+
+/// A gateway connection's order: [`Order::Do`] sends a scheduled request.
+type Cmd = Order<Send>;
 
 enum Ev {
     Up(usize),
@@ -288,7 +295,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
         |s: Send, stats: &mut Stats, peers: &[(mpsc::UnboundedSender<Cmd>, JoinHandle<()>)]| {
             stats.sent(s.class);
             let (key, class, peer) = (s.key, s.class, s.peer);
-            if peers[peer].0.send(Cmd::Send(s)).is_err() {
+            if peers[peer].0.send(Cmd::Do(s)).is_err() {
                 // The peer task is gone: counted as lost at once.
                 stats.lost(class);
                 return Some((key, class));
@@ -515,7 +522,7 @@ async fn peer_task(
         // Hold-off; requests meant for this peer meanwhile are lost.
         let go_on = hold_off(&ctx, &mut rx, |c| match c {
             Cmd::Stop => false,
-            Cmd::Send(s) => {
+            Cmd::Do(s) => {
                 let _ = ev.send(Ev::Lost {
                     key: s.key,
                     class: s.class,
@@ -560,12 +567,33 @@ async fn hold_off<C>(
     }
 }
 
-/// The Origin-Host the peer of `link` gave in its CER/CEA ("" before that).
+/// The Origin-Host the peer of `link` gave in its CER/CEA (`None` before that).
+fn peer_name(link: &Link) -> Option<&str> {
+    link.pc.peer_identity().map(|p| p.origin_host.as_str())
+}
+
+/// [`peer_name`], "" before the CER/CEA.
 fn peer_host(link: &Link) -> String {
-    link.pc
-        .peer_identity()
-        .map(|p| p.origin_host.clone())
-        .unwrap_or_default()
+    peer_name(link).unwrap_or_default().to_owned()
+}
+
+/// Acts on a connection task's order (`None`, its sender gone, counts as `Stop`, which
+/// sets `*stopping`); returns the work for the caller.
+fn obey<T>(order: Option<Order<T>>, link: &mut Link, stopping: &mut bool) -> Option<T> {
+    let now = link.now();
+    match order {
+        None | Some(Order::Stop) => {
+            *stopping = true;
+            close(link, now);
+            None
+        }
+        // Closed at once, without DPR: the connection then reconnects.
+        Some(Order::Drop) => {
+            link.pc.abort(now);
+            None
+        }
+        Some(Order::Do(work)) => Some(work),
+    }
 }
 
 /// Closes `link`'s connection: DPR (Rebooting) when it is open, else at once.
@@ -650,15 +678,8 @@ impl Mode for Conn<'_> {
     }
 
     async fn on_input(&mut self, cmd: Option<Cmd>, link: &mut Link) -> Flow {
-        let now = link.now();
-        match cmd {
-            None | Some(Cmd::Stop) => {
-                self.stopping = true;
-                close(link, now);
-            }
-            // Closed at once, without DPR: the connection then reconnects.
-            Some(Cmd::Drop) => link.pc.abort(now),
-            Some(Cmd::Send(s)) => self.send(s, link),
+        if let Some(s) = obey(cmd, link, &mut self.stopping) {
+            self.send(s, link);
         }
         Flow::Continue
     }
@@ -695,7 +716,7 @@ impl Mode for Conn<'_> {
     }
 
     fn on_application(&mut self, m: Message, link: &mut Link) {
-        let peer = link.pc.peer_identity().map(|p| p.origin_host.as_str());
+        let peer = peer_name(link);
         if let (Some(d), Some(p)) = (&self.ctx.doic, peer) {
             let now = self.ctx.start.elapsed();
             d.lock().expect("lock").on_answer(now, p, &m);
@@ -778,12 +799,11 @@ fn answer_in(
     };
     match pending.remove(&m.hop_by_hop) {
         Some((key, class, sent)) => {
-            let latency = sent.elapsed();
             let _ = ev.send(Ev::Answer {
                 key,
                 class,
                 rc,
-                latency,
+                latency: sent.elapsed(),
                 server,
                 own,
             });
@@ -796,15 +816,9 @@ fn answer_in(
 
 // ---------------------------------------------------------------- failover gateways
 
-/// What a gateway task tells one of its DRA connections.
-enum LinkCmd {
-    /// Write these bytes if the connection of generation `.0` is still the open one.
-    Write(u64, Vec<u8>),
-    /// Close at once, without DPR, and reconnect (a reconnect storm).
-    Drop,
-    /// DPR, then end.
-    Stop,
-}
+/// What a gateway task tells one of its DRA connections: [`Order::Do`] writes these
+/// bytes if the connection of generation `.0` is still the open one.
+type LinkCmd = Order<(u64, Vec<u8>)>;
 
 /// What a DRA connection tells its gateway task.
 enum LinkEv {
@@ -866,13 +880,13 @@ async fn gateway_task(
                  w: super::failover::Write| {
         let _ = links[w.link]
             .0
-            .send(LinkCmd::Write(generation[w.link], w.bytes));
+            .send(LinkCmd::Do((generation[w.link], w.bytes)));
     };
     loop {
         let deadline = core.next_deadline();
         tokio::select! {
             c = rx.recv() => match c {
-                Some(Cmd::Send(s)) => {
+                Some(Cmd::Do(s)) => {
                     let at = Instant::now().into_std();
                     let w = core.send(at, s.key, s.class, |hbh, e2e| {
                         ctx.ccr(&s, hbh, e2e)
@@ -1077,21 +1091,16 @@ impl Mode for LinkConn<'_> {
     }
 
     async fn on_input(&mut self, cmd: Option<LinkCmd>, link: &mut Link) -> Flow {
-        let now = link.now();
-        match cmd {
-            None | Some(LinkCmd::Stop) => {
-                self.stopping = true;
-                self.set_service(false);
-                close(link, now);
+        match obey(cmd, link, &mut self.stopping) {
+            Some((g, bytes)) if g == self.generation && link.pc.is_open() => {
+                link.out.extend_from_slice(&bytes);
             }
-            Some(LinkCmd::Drop) => link.pc.abort(now),
-            Some(LinkCmd::Write(g, bytes)) => {
-                // Bytes meant for an earlier connection are dropped: the gateway resends
-                // them when it learns that one is gone.
-                if g == self.generation && link.pc.is_open() {
-                    link.out.extend_from_slice(&bytes);
-                }
-            }
+            // Bytes meant for an earlier connection are dropped: the gateway resends
+            // them when it learns that one is gone.
+            Some(_) => {}
+            // Stopping: out of service from now on.
+            None if self.stopping => self.set_service(false),
+            None => {}
         }
         Flow::Continue
     }
@@ -1115,8 +1124,7 @@ impl Mode for LinkConn<'_> {
     }
 
     fn on_application(&mut self, m: Message, link: &mut Link) {
-        let dra = link.pc.peer_identity().map(|p| p.origin_host.as_str());
-        let Some(Cca { rc, server, own }) = Cca::of(&m, dra) else {
+        let Some(Cca { rc, server, own }) = Cca::of(&m, peer_name(link)) else {
             return;
         };
         let _ = self.ev.send(LinkEv::Answer {

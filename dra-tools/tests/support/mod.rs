@@ -16,7 +16,20 @@ pub mod peer;
 #[allow(unused_imports)]
 pub use shared::*;
 
+use dra_tools::loadgen::scenario::Scenario;
 use dra_tools::pcap::{tshark_available, tshark_decode_exchange, tshark_problem};
+
+/// A loadgen scenario towards realm pcrf.lab.example (the other top-level keys at their
+/// defaults) with `phases`, each the keys of one `[[phase]]` table on one line, e.g.
+/// `name = "open", duration_s = 1, rates = { gx_ccr_i = 100 }`.
+pub fn pcrf_scenario(phases: &[&str]) -> Scenario {
+    let phases: Vec<String> = phases.iter().map(|p| format!("{{ {p} }}")).collect();
+    let toml = format!(
+        "destination_realm = \"pcrf.lab.example\"\nphase = [{}]\n",
+        phases.join(", ")
+    );
+    Scenario::from_toml(&toml).expect("scenario")
+}
 
 /// What the in-process agent logged: a `tracing_subscriber` writer that keeps
 /// everything in memory.

@@ -33,10 +33,10 @@ pub mod rlf;
 
 pub use forward::{append_route_record, is_loop, route_record_contains};
 pub use pending::{
-    Delivery, DownstreamRef, Expired, FailureCause, Relay, RelayConfig, RelayError, RelayStats,
-    Released, Retry, RetryOutcome, RetryTaken,
+    Delivery, DownstreamRef, Expired, FailureCause, Held, Relay, RelayConfig, RelayError,
+    RelayStats, Released, Retry, RetryOutcome, RetryTaken,
 };
-pub use pipeline::{Held, Output, Pipeline};
+pub use pipeline::{Output, Pipeline};
 pub use reject::{
     DEFAULT_REJECT_MESSAGE, GroupId, IngressRule, LimitAction, MarkedHandler, MarkedPolicy,
     MarkedPolicyConfig, MarkedResponse, MarkedStats, PolicyError, ProfileSource, RejectProfile,

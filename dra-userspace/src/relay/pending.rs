@@ -231,8 +231,41 @@ pub struct Released {
     pub answered_sent_at: Option<Duration>,
 }
 
+/// An admitted request (or a taken retry) not pending yet: what [`Relay::send`] makes
+/// pending on a peer, and what waits in an egress queue until then.
+#[derive(Debug)]
+pub struct Held {
+    /// Where it came from.
+    pub downstream: DownstreamRef,
+    /// The request, with the downstream's Hop-by-Hop id.
+    pub request: Message,
+    /// Its answer timeout.
+    pub timeout: Duration,
+    /// Whether it is resent after a failure (RFC 6733 §5.5.4: T flag set when it goes).
+    pub retried: bool,
+}
+
+impl Held {
+    /// A request admitted from `downstream`, sent the first time.
+    pub fn new(downstream: DownstreamRef, request: Message, timeout: Duration) -> Held {
+        Held {
+            downstream,
+            request,
+            timeout,
+            retried: false,
+        }
+    }
+
+    /// RFC 6733 §5.5.4: requests resent after a failover carry the T flag.
+    fn mark_retransmit(&mut self) {
+        if self.retried {
+            set_retransmit(&mut self.request);
+        }
+    }
+}
+
 /// A request that waits for an alternate peer, taken with [`Relay::take_retry`]: send it
-/// with [`Relay::send`] (`retried = true`) or answer it with [`Relay::refused`].
+/// with [`Relay::send`] ([`RetryTaken::resend`]) or answer it with [`Relay::refused`].
 #[derive(Debug)]
 pub struct RetryTaken {
     /// Where it came from.
@@ -242,6 +275,16 @@ pub struct RetryTaken {
     /// Whether its downstream connection is still open (if not, it was counted as
     /// discarded already).
     pub live: bool,
+}
+
+impl RetryTaken {
+    /// The request to send again, with answer timeout `timeout`.
+    pub fn resend(self, timeout: Duration) -> Held {
+        Held {
+            retried: true,
+            ..Held::new(self.downstream, self.request, timeout)
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -316,7 +359,7 @@ impl Relay {
     ) -> Result<Message, RelayError> {
         let req = self.admit(from, from_host, req, 0)?;
         let mut out = req.clone();
-        out.hop_by_hop = self.insert(now, from, req, to, timeout, false);
+        out.hop_by_hop = self.insert(now, Held::new(from, req, timeout), to);
         Ok(out)
     }
 
@@ -370,35 +413,29 @@ impl Relay {
         Ok(req)
     }
 
-    /// Makes an admitted request (or a taken retry, `retried`) pending on `to` and
+    /// Makes an admitted request (or a taken retry, [`Held::retried`]) pending on `to` and
     /// returns its encoding with a fresh Hop-by-Hop id: the request is encoded once,
     /// not copied. An encoding error (a message too large for the length field) answers
     /// it 5012 here and returns `Err(answer)` instead.
     pub fn send(
         &mut self,
         now: Duration,
-        from: DownstreamRef,
-        req: Message,
+        mut held: Held,
         to: PeerId,
-        timeout: Duration,
-        retried: bool,
     ) -> Result<Vec<u8>, Option<Delivery>> {
-        let mut req = req;
-        if retried {
-            // RFC 6733 §5.5.4: requests resent after a failover carry the T flag.
-            set_retransmit(&mut req);
-        }
-        let mut bytes = match req.try_encode() {
+        held.mark_retransmit();
+        let mut bytes = match held.request.try_encode() {
             Ok(b) => b,
             Err(e) => {
                 let text = format!("cannot forward: {e}");
-                return Err(self.refused(from, &req, result_code::UNABLE_TO_COMPLY, &text));
+                let code = result_code::UNABLE_TO_COMPLY;
+                return Err(self.refused(held.downstream, &held.request, code, &text));
             }
         };
-        if retried {
+        if held.retried {
             self.stats.retries += 1;
         }
-        let hbh = self.insert(now, from, req, to, timeout, retried);
+        let hbh = self.insert(now, held, to);
         // The Hop-by-Hop Identifier is header bytes 12..16 (RFC 6733 §3).
         bytes[12..16].copy_from_slice(&hbh.to_be_bytes());
         Ok(bytes)
@@ -488,9 +525,7 @@ impl Relay {
             self.timers.remove(&key);
             match timed {
                 Timed::Pending(peer, hbh) => {
-                    if let Some(entry) = self.pending.remove(&(peer, hbh)) {
-                        out.extend(self.fail(now, peer, entry, FailureCause::Timeout));
-                    }
+                    out.extend(self.fail(now, (peer, hbh), FailureCause::Timeout));
                 }
                 Timed::AwaitingRetry(token) => {
                     if let Some(aw) = self.awaiting.remove(&token) {
@@ -516,9 +551,7 @@ impl Relay {
         let mut out = Vec::new();
         for (timer, hbh) in keys {
             self.timers.remove(&timer);
-            if let Some(entry) = self.pending.remove(&(peer, hbh)) {
-                out.extend(self.fail(now, peer, entry, FailureCause::PeerFailed));
-            }
+            out.extend(self.fail(now, (peer, hbh), FailureCause::PeerFailed));
         }
         out
     }
@@ -543,8 +576,9 @@ impl Relay {
         match to {
             Some(peer) => {
                 self.stats.retries += 1;
-                let mut out = t.request.clone();
-                out.hop_by_hop = self.insert(now, t.downstream, t.request, peer, timeout, true);
+                let held = t.resend(timeout);
+                let mut out = held.request.clone();
+                out.hop_by_hop = self.insert(now, held, peer);
                 RetryOutcome::Send {
                     to: peer,
                     request: out,
@@ -563,9 +597,9 @@ impl Relay {
     }
 
     /// Takes the request of a [`Retry`] out of the table (`None` if it was already
-    /// resolved: it timed out waiting). Give a live one to [`Relay::send`] with
-    /// `retried = true` or answer it with [`Relay::refused`]; a dead one (downstream
-    /// gone) is counted as discarded.
+    /// resolved: it timed out waiting). Give a live one to [`Relay::send`]
+    /// ([`RetryTaken::resend`]) or answer it with [`Relay::refused`]; a dead one
+    /// (downstream gone) is counted as discarded.
     pub fn take_retry(&mut self, retry: Retry) -> Option<RetryTaken> {
         let aw = self.awaiting.remove(&retry.token)?;
         self.timers.remove(&aw.timer);
@@ -670,22 +704,16 @@ impl Relay {
         (deadline, self.seq)
     }
 
-    /// Stores `req` (downstream Hop-by-Hop id) pending on `to`; returns the Hop-by-Hop id
-    /// it gets towards `to`.
-    fn insert(
-        &mut self,
-        now: Duration,
-        from: DownstreamRef,
-        req: Message,
-        to: PeerId,
-        timeout: Duration,
-        retried: bool,
-    ) -> u32 {
-        let mut req = req;
-        if retried {
-            // RFC 6733 §5.5.4: requests resent after a failover carry the T flag.
-            set_retransmit(&mut req);
-        }
+    /// Stores `held` (downstream Hop-by-Hop id) pending on `to`; returns the Hop-by-Hop
+    /// id it gets towards `to`.
+    fn insert(&mut self, now: Duration, mut held: Held, to: PeerId) -> u32 {
+        held.mark_retransmit();
+        let Held {
+            downstream: from,
+            request,
+            timeout,
+            retried,
+        } = held;
         let hbh = self.alloc_hop_by_hop(to);
         let timer = self.next_timer(now.saturating_add(timeout));
         self.timers.insert(timer, Timed::Pending(to, hbh));
@@ -693,7 +721,7 @@ impl Relay {
             (to, hbh),
             Entry {
                 downstream: from,
-                request: req,
+                request,
                 retried,
                 timeout,
                 timer,
@@ -736,14 +764,11 @@ impl Relay {
         }
     }
 
-    /// A pending request's upstream attempt failed.
-    fn fail(
-        &mut self,
-        now: Duration,
-        peer: PeerId,
-        entry: Entry,
-        cause: FailureCause,
-    ) -> Option<Expired> {
+    /// The upstream attempt of the request pending under `key` (peer, Hop-by-Hop id), if
+    /// it still is, failed.
+    fn fail(&mut self, now: Duration, key: (PeerId, u32), cause: FailureCause) -> Option<Expired> {
+        let entry = self.pending.remove(&key)?;
+        let peer = key.0;
         self.release(peer, None);
         self.fail_over(now, peer, entry, cause)
     }

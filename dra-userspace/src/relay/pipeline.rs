@@ -21,18 +21,9 @@ use crate::diameter::Message;
 use crate::routing::PeerId;
 
 use super::{
-    Delivery, DownstreamRef, Expired, GroupId, LimitAction, Offer, Relay, RelayError, RelayStats,
-    Retry, Rlf, RlfStats,
+    Delivery, DownstreamRef, Expired, GroupId, Held, LimitAction, Offer, Relay, RelayError,
+    RelayStats, Retry, Rlf, RlfStats,
 };
-
-/// A request waiting in an egress queue: admitted, not pending yet.
-#[derive(Debug)]
-pub struct Held {
-    downstream: DownstreamRef,
-    request: Message,
-    timeout: Duration,
-    retried: bool,
-}
 
 /// What the pipeline asks the caller to do.
 #[derive(Debug)]
@@ -113,16 +104,7 @@ impl Pipeline {
     ) -> Result<(), RelayError> {
         let held = self.queued();
         let request = self.relay.admit(from, from_host, req, held)?;
-        self.egress(
-            now,
-            Held {
-                downstream: from,
-                request,
-                timeout,
-                retried: false,
-            },
-            to,
-        );
+        self.egress(now, Held::new(from, request, timeout), to);
         Ok(())
     }
 
@@ -137,16 +119,7 @@ impl Pipeline {
             return;
         }
         match to {
-            Some(peer) => self.egress(
-                now,
-                Held {
-                    downstream: t.downstream,
-                    request: t.request,
-                    timeout,
-                    retried: true,
-                },
-                peer,
-            ),
+            Some(peer) => self.egress(now, t.resend(timeout), peer),
             None => {
                 let text = super::pending::no_alternate(failed);
                 let code = crate::diameter::result_code::UNABLE_TO_DELIVER;
@@ -298,10 +271,7 @@ impl Pipeline {
     }
 
     fn send(&mut self, now: Duration, h: Held, to: PeerId) {
-        match self
-            .relay
-            .send(now, h.downstream, h.request, to, h.timeout, h.retried)
-        {
+        match self.relay.send(now, h, to) {
             Ok(bytes) => self.out.push_back(Output::Send { to, bytes }),
             Err(Some(d)) => self.out.push_back(Output::Deliver(d)),
             Err(None) => {}

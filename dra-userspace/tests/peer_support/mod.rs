@@ -187,6 +187,19 @@ impl Pair {
         pgw_opts: ConnectionOptions,
         dra_directory: Arc<StaticPeerDirectory>,
     ) -> Pair {
+        let dra_opts = ConnectionOptions::new(2, START_TIME);
+        Self::pgw_to_dra_full(pgw, pgw_opts, dra, dra_directory, dra_opts)
+    }
+
+    /// PGW → DRA with each side's config and options given, the DRA knowing its peers
+    /// from `dra_directory` (the PGW knows the DRA).
+    pub fn pgw_to_dra_full(
+        pgw: PeerConfig,
+        pgw_opts: ConnectionOptions,
+        dra: PeerConfig,
+        dra_directory: Arc<StaticPeerDirectory>,
+        dra_opts: ConnectionOptions,
+    ) -> Pair {
         Pair::new(
             pgw,
             directory(0, DRA_HOST, &["198.18.0.2/32"]),
@@ -194,7 +207,7 @@ impl Pair {
             PGW_ADDR,
             dra,
             dra_directory,
-            ConnectionOptions::new(2, START_TIME),
+            dra_opts,
             DRA_ADDR,
         )
     }
