@@ -108,7 +108,7 @@ impl Snap {
 
 fn http_get_metrics() -> Result<String> {
     let mut s =
-        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(1))?;
+        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(3))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
     let mut buf = Vec::new();
@@ -129,9 +129,28 @@ pub(crate) fn scrape() -> Result<Snap> {
     scrape_in(NS_DRA)
 }
 
+/// Attempts of one scrape: a flood without XDP (bench flood) can starve even the loopback
+/// connection inside the DRA's namespace of softirq time for a few seconds.
+const SCRAPE_ATTEMPTS: u32 = 5;
+
 /// Fetches the metrics of an agent listening on [`METRICS_ADDR`] in namespace `ns`.
 pub(crate) fn scrape_in(ns: &str) -> Result<Snap> {
-    let text = lab::in_netns(ns, http_get_metrics)??;
+    let mut attempt = 1;
+    let text = loop {
+        match lab::in_netns(ns, http_get_metrics)? {
+            Ok(t) => break t,
+            Err(e) if attempt < SCRAPE_ATTEMPTS => {
+                eprintln!("xtask: metrics scrape in {ns} failed ({e:#}); trying again");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(e.context(format!(
+                    "metrics scrape in {ns}, {SCRAPE_ATTEMPTS} attempts"
+                )));
+            }
+        }
+    };
     Ok(Snap {
         series: parse_metrics(&text),
     })
