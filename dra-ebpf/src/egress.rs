@@ -197,6 +197,7 @@ fn segment(
                 return PASS;
             }
             count(Counter::EgressResync);
+            crate::events::flow(ctx, crate::events::Event::EgressResync, key);
             match new_flow(key, seq) {
                 Some(f) => f,
                 None => return PASS,
@@ -218,6 +219,7 @@ fn segment(
             return PASS;
         }
         count(Counter::EgressResync);
+        crate::events::flow(ctx, crate::events::Event::EgressResync, key);
         fl.next_hdr = seq;
         fl.processed_end = seq;
         pe = seq;

@@ -12,6 +12,7 @@ mod admit;
 mod bucket;
 mod bytes;
 mod egress;
+mod events;
 mod ingress;
 mod maps;
 mod parse;

@@ -249,6 +249,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         .build()
         .map_err(RunError::Runtime)?;
     rt.block_on(async {
+        // The programs' rare events (resync, hole timeout, unknown-peer drops, ...) as
+        // debug lines; without them the fast path works as well.
+        let _events = match (&iface, &egress) {
+            (None, None) => None,
+            _ => crate::dataplane::events::spawn(&opts.pin_dir)
+                .inspect_err(|e| {
+                    warn!(error = %crate::error_chain(e), "fast-path events are not logged");
+                })
+                .ok(),
+        };
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(RunError::Signal)?;
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())

@@ -34,9 +34,15 @@ impl Agent {
     /// gives the process a private /sys and so a private bpffs: its pins would
     /// vanish with it).
     pub fn start(ns: &Netns, args: &[&str], log: &Path) -> Agent {
+        Agent::start_with_env(ns, args, &[], log)
+    }
+
+    /// As [`Agent::start`], with these environment variables set (e.g. `RUST_LOG`).
+    pub fn start_with_env(ns: &Netns, args: &[&str], env: &[(&str, &str)], log: &Path) -> Agent {
         let f = std::fs::File::create(log).expect("log file");
         let mut cmd = Command::new(dra_bin());
         cmd.arg("run").args(args).stdout(Stdio::null()).stderr(f);
+        cmd.envs(env.iter().copied());
         let child = dra_tools::netns::spawn_in(&ns.name, &mut cmd).expect("spawn dra run");
         Agent {
             child: Some(child),

@@ -59,6 +59,7 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     let Some(peer) = lookup_peer(ctx, &l4) else {
         if cfg.unknown_peer == UnknownPeerPolicy::Drop as u32 {
             count(Counter::UnknownPeerDrop);
+            crate::events::flow(ctx, crate::events::Event::UnknownPeerDrop, &key);
             return Ok(DROP);
         }
         count(Counter::UnknownPeerPass);

@@ -141,6 +141,7 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
                 // More than one walk may take: resynchronise.
                 let _ = SCTP_ASSOCS.remove(key);
                 count(Counter::Resync);
+                crate::events::flow(ctx, crate::events::Event::WalkBound, key);
             }
             PASS
         }
@@ -357,6 +358,13 @@ fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
         Progress::More if w.keep == 0 => {
             // Decided on what its first fragment shows.
             count(Counter::OverBound);
+            // SAFETY: the key points at this CPU's packet metadata, valid for this run.
+            let key = unsafe { &*r.key };
+            crate::events::flow(
+                &XdpContext::new(r.ctx),
+                crate::events::Event::OverBound,
+                key,
+            );
             match w.cur.scan.so_far() {
                 Ok(c) => c,
                 Err(_) => return accept(r, w),

@@ -53,6 +53,7 @@ use crate::{
     admit::{Verdict, class_slot, decide, publish},
     bucket::{self, Charge},
     bytes::{PacketBytes, XdpSource, bounded, opaque},
+    events::{self, Event},
     ingress::xdp::{DROP, PASS},
     maps::{FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
     parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
@@ -246,7 +247,10 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         // SAFETY: the LRU value stays valid for this program run.
         Some(f) => unsafe { &mut *f },
         None => match resync(key, &pkt, seq) {
-            Some(f) => f,
+            Some(f) => {
+                events::flow(ctx, Event::Resync, key);
+                f
+            }
             None => return PASS,
         },
     };
@@ -264,6 +268,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
         {
             let _ = TCP_FLOWS.remove(key);
             count(Counter::Resync);
+            events::flow(ctx, Event::HoleTimeout, key);
             return PASS;
         }
         flow.ofo_drops += 1;
@@ -324,6 +329,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     match w.status {
         LOST => {
             count(Counter::MalformedDiameter);
+            events::flow(ctx, Event::Malformed, key);
             let _ = TCP_FLOWS.remove(key);
             PASS
         }
@@ -350,6 +356,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
                 // resynchronises.
                 let _ = TCP_FLOWS.remove(key);
                 count(Counter::Resync);
+                events::flow(ctx, Event::WalkBound, key);
             } else {
                 flow.next_hdr = w.pos;
                 flow.processed_end = seg_end;

@@ -2,6 +2,7 @@
 //! everything under `/sys/fs/bpf/dra/` so a restarted agent reuses it (program stays
 //! attached, bucket state survives), write the plan into the maps, read the stats.
 
+pub mod events;
 pub mod plan;
 pub mod remap;
 
@@ -43,7 +44,7 @@ pub const PIN_DIR: &str = dra_common::maps::PIN_DIR;
 pub const TC_PROGRAM: &str = "dra_tc_egress";
 
 /// Maps the agent writes or reads (all pinned).
-const PINNED_MAPS: [&str; 19] = [
+const PINNED_MAPS: [&str; 20] = [
     names::PEERS_V4,
     names::PEERS_V6,
     names::CLASS_SLOTS,
@@ -63,6 +64,9 @@ const PINNED_MAPS: [&str; 19] = [
     names::EGRESS_CLASS_SLOTS,
     names::EGRESS_FLOWS,
     "EGRESS_SCRATCH",
+    // The programs' rare-event log (aya-log): XDP and TC egress write into one ring,
+    // which `events::spawn` reads.
+    events::LOG_MAP,
 ];
 
 #[derive(Debug, thiserror::Error)]

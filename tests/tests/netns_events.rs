@@ -1,0 +1,149 @@
+//! The fast path's rare events through `dra run` (aya-log, `dra-ebpf/src/events.rs`):
+//! a source that is no peer's sends SYNs to the Diameter port under `unknown_peer =
+//! "drop"`; XDP drops and counts every one, and the agent prints the event at debug level
+//! (target `dra::fastpath`) at most once per CPU per second, naming the counter.
+//!
+//! Topology: gw (198.18.1.2 = pgw1, and 198.18.1.3 = nobody's) — veth — dra (198.18.1.1,
+//! XDP). Namespaces and pins are removed on drop, also on panic.
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use dra::dataplane::Maps;
+use dra_common::stats::Counter;
+use dra_tests::{
+    agent::Agent,
+    netns::GwDraSrv,
+    support::{LAB_REALM, PCRF_REALM, Pins, TempDir, lab_dra},
+};
+use socket2::{Domain, Socket, Type};
+
+/// A source address in the gateway's namespace that no peer has.
+const STRANGER: &str = "198.18.1.3";
+/// SYNs per burst.
+const BURST: usize = 50;
+
+/// `BURST` connection attempts from `STRANGER` to the DRA, at once; the sockets are
+/// closed after 300 ms, before the kernel would send a SYN again (1 s).
+fn burst(net: &GwDraSrv) {
+    net.gw
+        .enter(|| {
+            let to: SocketAddr = "198.18.1.1:3868".parse().unwrap();
+            let from: SocketAddr = format!("{STRANGER}:0").parse().unwrap();
+            let socks: Vec<Socket> = (0..BURST)
+                .map(|_| {
+                    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    s.bind(&from.into()).unwrap();
+                    // Non-blocking: EINPROGRESS once the SYN is out.
+                    let _ = s.connect(&to.into());
+                    s
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(socks);
+        })
+        .unwrap();
+}
+
+#[test]
+fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
+    let net = GwDraSrv::new("e", 1, 2);
+    net.gw
+        .exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{STRANGER}/24"),
+            "dev",
+            &net.client.a_if,
+        ])
+        .unwrap();
+    let tmp = TempDir::new("dra-ev-");
+    let pins = Pins::new("dra-ev-");
+    let cfg = tmp.0.join("dra.toml");
+    let toml = lab_dra("unknown_peer = \"drop\"")
+        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
+        .server(
+            "pcrf1",
+            PCRF_REALM,
+            "198.18.2.2:3868",
+            "addresses = [\"198.18.2.2\"]",
+        )
+        .route(PCRF_REALM, "peer = \"pcrf1\"")
+        .to_string();
+    std::fs::write(&cfg, toml).unwrap();
+    let args = [
+        "--config",
+        cfg.to_str().unwrap(),
+        "--iface",
+        &net.client.b_if,
+        "--pin-dir",
+        pins.0.to_str().unwrap(),
+    ];
+    let mut agent = Agent::start_with_env(
+        &net.dra,
+        &args,
+        &[("RUST_LOG", "info,dra::fastpath=debug")],
+        &tmp.0.join("dra.log"),
+    );
+    // The link is pinned once XDP is attached (the maps before that).
+    let link = pins.0.join(format!("link_{}", net.client.b_if));
+    let up = agent.wait_until(Duration::from_secs(20), || link.exists());
+    assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
+    let maps = Maps::open_pinned(&pins.0).unwrap();
+    let before = maps.stat(Counter::UnknownPeerDrop).unwrap();
+
+    // Two bursts 1.5 s apart: each is logged (the interval is 1 s per CPU), each SYN
+    // counted.
+    let start = Instant::now();
+    burst(&net);
+    std::thread::sleep(Duration::from_millis(1200));
+    burst(&net);
+    let span = start.elapsed();
+    let counted = || maps.stat(Counter::UnknownPeerDrop).unwrap() - before;
+    let all = agent.wait_until(Duration::from_secs(10), || counted() >= 2 * BURST as u64);
+    assert!(
+        all,
+        "unknown_peer_drop counted {} of {}",
+        counted(),
+        2 * BURST
+    );
+
+    let pattern = format!("{STRANGER}:");
+    let lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("dra::fastpath") && l.contains(&pattern))
+            .map(str::to_string)
+            .collect()
+    };
+    let log = agent.log.clone();
+    let logged = agent.wait_until(Duration::from_secs(10), || {
+        lines(&std::fs::read_to_string(&log).unwrap_or_default()).len() >= 2
+    });
+    let text = agent.log_text();
+    let got = lines(&text);
+    assert!(logged, "fewer than two event lines; log:\n{text}");
+    for l in &got {
+        assert!(l.contains("DEBUG"), "not at debug level: {l}");
+        assert!(
+            l.contains("> 198.18.1.1:3868 proto 6") && l.contains("(unknown_peer_drop)"),
+            "the line does not name the flow and its counter: {l}"
+        );
+    }
+    // At most one line per CPU per started second of the sending span.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let bound = cpus * (span.as_secs() as usize + 1);
+    println!(
+        "{} SYNs from {STRANGER} dropped and counted in {:.1} s; {} lines logged \
+         (bound {bound}):\n{}",
+        counted(),
+        span.as_secs_f64(),
+        got.len(),
+        got.join("\n")
+    );
+    assert!(got.len() <= bound, "{} lines > {bound}", got.len());
+    assert!(agent.stop().is_some_and(|s| s.success()), "log:\n{text}");
+}
