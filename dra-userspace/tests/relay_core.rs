@@ -39,6 +39,11 @@ fn from_pgw(r: &mut Relay, now: Duration, req: Message, to: PeerId) -> Result<Me
     r.forward(now, PGW, fx::PGW_HOST, req, to, TIMEOUT)
 }
 
+/// Retries `retry` on PCRF2, with the answer timeout [`TIMEOUT`].
+fn retry_on_pcrf2(r: &mut Relay, now: Duration, retry: Retry) -> RetryOutcome {
+    r.retry(now, retry, Some(PCRF2), TIMEOUT)
+}
+
 /// The PCRF's answer to a forwarded request (same Hop-by-Hop and End-to-End ids).
 fn pcrf_answer(fwd: &Message) -> Message {
     let mut a = fx::cca_i_gx();
@@ -278,7 +283,7 @@ fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
         "still counted while the caller routes"
     );
 
-    let (to, resent) = expect_send(r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT));
+    let (to, resent) = expect_send(retry_on_pcrf2(&mut r, ms(2000), retry));
     assert_eq!(to, PCRF2);
     assert!(resent.is_retransmit());
     assert_eq!(resent.flags, req.flags | flags::T);
@@ -333,7 +338,7 @@ fn retried_request_answered_by_the_alternate_reaches_the_downstream() {
     let req = fx::ccr_i_gx();
     from_pgw(&mut r, ms(0), req.clone(), PCRF1).expect("forwarded");
     let retry = expect_retry(r.handle_timeout(ms(2000)).remove(0));
-    let (_, resent) = expect_send(r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT));
+    let (_, resent) = expect_send(retry_on_pcrf2(&mut r, ms(2000), retry));
     let d = r.on_answer(PCRF2, pcrf_answer(&resent)).expect("delivered");
     assert_eq!((d.to, d.answer.hop_by_hop), (PGW, req.hop_by_hop));
     assert_eq!(d.answer.result_code(), Some(result_code::SUCCESS));
@@ -361,7 +366,7 @@ fn no_alternate_or_no_choice_in_time_answers_3002() {
     let d = expect_answer(exp.remove(0));
     assert_eq!(d.answer.session_id(), Some("pgw1;1700000000;43;gy"));
     assert_eq!(
-        r.retry(ms(4001), second, Some(PCRF2), TIMEOUT),
+        retry_on_pcrf2(&mut r, ms(4001), second),
         RetryOutcome::Stale
     );
     let s = r.stats();
@@ -403,7 +408,7 @@ fn peer_failure_fails_over_its_pending_requests_in_order() {
         assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF1));
     }
     for x in retries {
-        let (to, m) = expect_send(r.retry(ms(10), x, Some(PCRF2), TIMEOUT));
+        let (to, m) = expect_send(retry_on_pcrf2(&mut r, ms(10), x));
         assert_eq!(to, PCRF2);
         assert!(m.is_retransmit());
     }
@@ -453,7 +458,7 @@ fn answers_for_a_closed_downstream_are_discarded_and_counted() {
     // PGW2 closes while its retry is being routed.
     r.downstream_closed(PGW2.conn_id);
     assert_eq!(
-        r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT),
+        retry_on_pcrf2(&mut r, ms(2000), retry),
         RetryOutcome::Discarded
     );
     let _ = c;
