@@ -25,11 +25,34 @@ fn answer_on_wire(err: &ProtocolError, req: &Message) -> Message {
     decode(&encode(&err.answer(req, fx::DRA_HOST, fx::DRA_REALM))).unwrap()
 }
 
+/// Checks that `msg` is refused with `expected`, whose Result-Code is `code`, and
+/// returns the answer the peer gets.
+fn refused(msg: &Message, expected: ProtocolError, code: u32) -> Message {
+    let err = check(msg).unwrap_err();
+    assert_eq!(err, expected);
+    assert_eq!(err.result_code(), code);
+    let ans = answer_on_wire(&err, msg);
+    assert_eq!(ans.result_code(), Some(code));
+    ans
+}
+
 fn failed_avp_of(answer: &Message) -> Avp {
     let f = answer.find(c::FAILED_AVP).expect("Failed-AVP present");
     let inner = f.as_grouped().unwrap();
     assert_eq!(inner.len(), 1);
     inner.into_iter().next().unwrap()
+}
+
+/// Where the first top-level AVP with `code` stands in `msg`.
+fn position_of(msg: &Message, code: u32) -> usize {
+    msg.avps.iter().position(|a| a.code == code).unwrap()
+}
+
+/// `msg` with its first top-level AVP of `code` replaced by `avp`.
+fn replaced(mut msg: Message, code: u32, avp: Avp) -> Message {
+    let pos = position_of(&msg, code);
+    msg.avps[pos] = avp;
+    msg
 }
 
 #[test]
@@ -76,16 +99,11 @@ fn bad_header_bits_are_answered_3008_with_the_e_bit() {
     ccr_without_p.flags &= !flags::P;
     let cer_with_p = fx::cer().proxiable();
     for msg in [reserved, e_on_request, ccr_without_p, cer_with_p] {
-        let err = check(&msg).unwrap_err();
-        assert_eq!(
-            err,
-            ProtocolError::InvalidHeaderBits {
-                flags: msg.flags,
-                command_code: msg.command_code
-            }
-        );
-        assert_eq!(err.result_code(), rc::INVALID_HDR_BITS);
-        let ans = answer_on_wire(&err, &msg);
+        let expected = ProtocolError::InvalidHeaderBits {
+            flags: msg.flags,
+            command_code: msg.command_code,
+        };
+        let ans = refused(&msg, expected, rc::INVALID_HDR_BITS);
         assert_eq!(ans.result_code(), Some(3008));
         assert!(ans.is_error() && !ans.is_request());
         assert_eq!(ans.find(c::FAILED_AVP), None);
@@ -96,15 +114,10 @@ fn bad_header_bits_are_answered_3008_with_the_e_bit() {
 fn unsupported_application_is_answered_3007() {
     let mut msg = fx::ccr_i_gx();
     msg.application_id = 16_777_236; // Rx, not served here
-    let err = check(&msg).unwrap_err();
-    assert_eq!(
-        err,
-        ProtocolError::ApplicationUnsupported {
-            application_id: 16_777_236
-        }
-    );
-    let ans = answer_on_wire(&err, &msg);
-    assert_eq!(ans.result_code(), Some(rc::APPLICATION_UNSUPPORTED));
+    let expected = ProtocolError::ApplicationUnsupported {
+        application_id: 16_777_236,
+    };
+    let ans = refused(&msg, expected, rc::APPLICATION_UNSUPPORTED);
     assert!(ans.is_error());
     assert_eq!(ans.application_id, 16_777_236);
     // A relay (application 0xffffffff advertised) accepts every application.
@@ -118,15 +131,10 @@ fn unknown_command_is_answered_3001() {
     let msg = Message::request(8_388_620, app::GX, 9, 9)
         .proxiable()
         .with(Avp::utf8(c::SESSION_ID, "s"));
-    let err = check(&msg).unwrap_err();
-    assert_eq!(
-        err,
-        ProtocolError::CommandUnsupported {
-            command_code: 8_388_620
-        }
-    );
-    let ans = answer_on_wire(&err, &msg);
-    assert_eq!(ans.result_code(), Some(rc::COMMAND_UNSUPPORTED));
+    let expected = ProtocolError::CommandUnsupported {
+        command_code: 8_388_620,
+    };
+    let ans = refused(&msg, expected, rc::COMMAND_UNSUPPORTED);
     assert!(ans.is_error());
     assert_eq!(ans.command_code, 8_388_620);
     assert_eq!(ans.session_id(), Some("s"));
@@ -134,14 +142,8 @@ fn unknown_command_is_answered_3001() {
 
 #[test]
 fn wrong_size_unsigned32_is_answered_5014_with_the_whole_avp() {
-    let mut msg = fx::ccr_i_gx();
-    let pos = msg
-        .avps
-        .iter()
-        .position(|a| a.code == c::CC_REQUEST_NUMBER)
-        .unwrap();
     let bad = Avp::octets(c::CC_REQUEST_NUMBER, [0, 0, 0, 0, 1]).mandatory(); // length 13
-    msg.avps[pos] = bad.clone();
+    let msg = replaced(fx::ccr_i_gx(), c::CC_REQUEST_NUMBER, bad.clone());
     let err = check(&msg).unwrap_err();
     assert_eq!(err.result_code(), rc::INVALID_AVP_LENGTH);
     assert!(matches!(
@@ -198,15 +200,11 @@ fn wrong_size_address_and_vendor_avp_are_5014() {
 
 #[test]
 fn bad_avp_inside_a_group_is_reported_inside_its_group() {
-    let mut msg = fx::ccr_i_gx();
     let bad_child = Avp::octets(c::SUBSCRIPTION_ID_TYPE, [0, 1]).mandatory();
     let sid_data = Avp::utf8(c::SUBSCRIPTION_ID_DATA, "001010123456789").mandatory();
-    let pos = msg
-        .avps
-        .iter()
-        .position(|a| a.code == c::SUBSCRIPTION_ID)
-        .unwrap();
-    msg.avps[pos] = Avp::grouped(c::SUBSCRIPTION_ID, vec![sid_data, bad_child.clone()]).mandatory();
+    let msg = with_subscription_id(
+        Avp::grouped(c::SUBSCRIPTION_ID, vec![sid_data, bad_child.clone()]).mandatory(),
+    );
     let err = check(&msg).unwrap_err();
     assert!(matches!(
         err,
@@ -233,16 +231,10 @@ fn broken_group_structure_reports_a_zero_filled_inner_header() {
         .encode_into(&mut inner)
         .unwrap();
     inner[5..8].copy_from_slice(&200u32.to_be_bytes()[1..]);
-    let mut msg = fx::ccr_i_gx();
     let qos = Avp::octets(c::QOS_INFORMATION, inner)
         .vendor(vendor::TGPP)
         .mandatory();
-    let pos = msg
-        .avps
-        .iter()
-        .position(|a| a.code == c::QOS_INFORMATION)
-        .unwrap();
-    msg.avps[pos] = qos;
+    let msg = replaced(fx::ccr_i_gx(), c::QOS_INFORMATION, qos);
     let err = check(&msg).unwrap_err();
     assert!(matches!(
         err,
@@ -265,11 +257,7 @@ fn avp_running_past_the_message_is_answered_5014_from_the_decode_error() {
     let msg = fx::ccr_i_gx();
     let mut bytes = encode(&msg);
     // CC-Request-Number (7th AVP) claims more bytes than the message has.
-    let pos = msg
-        .avps
-        .iter()
-        .position(|a| a.code == c::CC_REQUEST_NUMBER)
-        .unwrap();
+    let pos = position_of(&msg, c::CC_REQUEST_NUMBER);
     let off = 20
         + msg.avps[..pos]
             .iter()
@@ -538,14 +526,7 @@ fn nested_subscription_id(levels: usize) -> Avp {
 }
 
 fn with_subscription_id(avp: Avp) -> Message {
-    let mut msg = fx::ccr_i_gx();
-    let pos = msg
-        .avps
-        .iter()
-        .position(|a| a.code == c::SUBSCRIPTION_ID)
-        .unwrap();
-    msg.avps[pos] = avp;
-    msg
+    replaced(fx::ccr_i_gx(), c::SUBSCRIPTION_ID, avp)
 }
 
 #[test]

@@ -33,6 +33,17 @@ fn relay(capacity: usize) -> Relay {
     })
 }
 
+/// Forwards `req` from PGW (Origin-Host `fx::PGW_HOST`) to `to`, with the answer timeout
+/// [`TIMEOUT`].
+fn from_pgw(r: &mut Relay, now: Duration, req: Message, to: PeerId) -> Result<Message, RelayError> {
+    r.forward(now, PGW, fx::PGW_HOST, req, to, TIMEOUT)
+}
+
+/// Retries `retry` on PCRF2, with the answer timeout [`TIMEOUT`].
+fn retry_on_pcrf2(r: &mut Relay, now: Duration, retry: Retry) -> RetryOutcome {
+    r.retry(now, retry, Some(PCRF2), TIMEOUT)
+}
+
 /// The PCRF's answer to a forwarded request (same Hop-by-Hop and End-to-End ids).
 fn pcrf_answer(fwd: &Message) -> Message {
     let mut a = fx::cca_i_gx();
@@ -78,9 +89,7 @@ fn expect_send(o: RetryOutcome) -> (PeerId, Message) {
 fn forward_rewrites_hop_by_hop_keeps_end_to_end_and_appends_route_record() {
     let mut r = relay(16);
     let req = fx::ccr_i_gx();
-    let fwd = r
-        .forward(ms(0), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect("forwarded");
+    let fwd = from_pgw(&mut r, ms(0), req.clone(), PCRF1).expect("forwarded");
     assert_ne!(
         fwd.hop_by_hop, req.hop_by_hop,
         "fresh Hop-by-Hop id upstream"
@@ -174,9 +183,7 @@ fn hop_by_hop_ids_are_unique_per_upstream_peer_and_wrap() {
 #[test]
 fn answer_from_another_peer_or_with_another_end_to_end_is_not_matched() {
     let mut r = relay(4);
-    let fwd = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
-        .expect("forwarded");
+    let fwd = from_pgw(&mut r, ms(0), fx::ccr_i_gx(), PCRF1).expect("forwarded");
     assert!(
         r.on_answer(PCRF2, pcrf_answer(&fwd)).is_none(),
         "wrong peer"
@@ -195,9 +202,7 @@ fn own_identity_in_route_record_is_answered_3005() {
     // DiameterIdentity compares case-insensitively.
     let req = fx::ccr_i_gx()
         .with(Avp::utf8(avp_code::ROUTE_RECORD, &fx::DRA_HOST.to_ascii_uppercase()).mandatory());
-    let err = r
-        .forward(ms(0), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect_err("loop");
+    let err = from_pgw(&mut r, ms(0), req.clone(), PCRF1).expect_err("loop");
     assert!(matches!(err, RelayError::LoopDetected { .. }), "{err}");
     assert_eq!(err.result_code(), Some(result_code::LOOP_DETECTED));
     let ans = err.into_answer().expect("an answer");
@@ -215,24 +220,16 @@ fn own_identity_in_route_record_is_answered_3005() {
     assert!(r.invariant_ok());
     // Someone else's identity in Route-Record is no loop.
     let ok = fx::ccr_i_gx().with(Avp::utf8(avp_code::ROUTE_RECORD, "other-dra.example.net"));
-    assert!(
-        r.forward(ms(0), PGW, fx::PGW_HOST, ok, PCRF1, TIMEOUT)
-            .is_ok()
-    );
+    assert!(from_pgw(&mut r, ms(0), ok, PCRF1).is_ok());
 }
 
 #[test]
 fn full_pending_table_answers_3004_until_room_frees_up() {
     let mut r = relay(2);
-    let a = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
-        .expect("1st");
-    r.forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_u_gy(), PCRF2, TIMEOUT)
-        .expect("2nd");
+    let a = from_pgw(&mut r, ms(0), fx::ccr_i_gx(), PCRF1).expect("1st");
+    from_pgw(&mut r, ms(0), fx::ccr_u_gy(), PCRF2).expect("2nd");
     let req = fx::ccr_i_gx();
-    let err = r
-        .forward(ms(1), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect_err("full");
+    let err = from_pgw(&mut r, ms(1), req.clone(), PCRF1).expect_err("full");
     assert!(
         matches!(err, RelayError::TooBusy { capacity: 2, .. }),
         "{err}"
@@ -244,10 +241,7 @@ fn full_pending_table_answers_3004_until_room_frees_up() {
     assert!(route_records(&ans).is_empty());
     assert!(r.invariant_ok());
     assert!(r.on_answer(PCRF1, pcrf_answer(&a)).is_some());
-    assert!(
-        r.forward(ms(2), PGW, fx::PGW_HOST, req, PCRF1, TIMEOUT)
-            .is_ok()
-    );
+    assert!(from_pgw(&mut r, ms(2), req, PCRF1).is_ok());
     let s = r.stats();
     assert_eq!(
         (
@@ -265,9 +259,7 @@ fn full_pending_table_answers_3004_until_room_frees_up() {
 fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
     let mut r = relay(8);
     let req = fx::ccr_i_gx();
-    let fwd = r
-        .forward(ms(0), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect("forwarded");
+    let fwd = from_pgw(&mut r, ms(0), req.clone(), PCRF1).expect("forwarded");
     assert!(!fwd.is_retransmit());
     assert_eq!(r.poll_timeout(), Some(TIMEOUT));
     assert!(r.handle_timeout(ms(1999)).is_empty(), "not yet");
@@ -291,7 +283,7 @@ fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
         "still counted while the caller routes"
     );
 
-    let (to, resent) = expect_send(r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT));
+    let (to, resent) = expect_send(retry_on_pcrf2(&mut r, ms(2000), retry));
     assert_eq!(to, PCRF2);
     assert!(resent.is_retransmit());
     assert_eq!(resent.flags, req.flags | flags::T);
@@ -344,10 +336,9 @@ fn timeout_retries_once_on_alternate_with_t_flag_then_answers_3002() {
 fn retried_request_answered_by_the_alternate_reaches_the_downstream() {
     let mut r = relay(8);
     let req = fx::ccr_i_gx();
-    r.forward(ms(0), PGW, fx::PGW_HOST, req.clone(), PCRF1, TIMEOUT)
-        .expect("forwarded");
+    from_pgw(&mut r, ms(0), req.clone(), PCRF1).expect("forwarded");
     let retry = expect_retry(r.handle_timeout(ms(2000)).remove(0));
-    let (_, resent) = expect_send(r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT));
+    let (_, resent) = expect_send(retry_on_pcrf2(&mut r, ms(2000), retry));
     let d = r.on_answer(PCRF2, pcrf_answer(&resent)).expect("delivered");
     assert_eq!((d.to, d.answer.hop_by_hop), (PGW, req.hop_by_hop));
     assert_eq!(d.answer.result_code(), Some(result_code::SUCCESS));
@@ -357,10 +348,8 @@ fn retried_request_answered_by_the_alternate_reaches_the_downstream() {
 #[test]
 fn no_alternate_or_no_choice_in_time_answers_3002() {
     let mut r = relay(8);
-    r.forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
-        .expect("a");
-    r.forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_u_gy(), PCRF1, TIMEOUT)
-        .expect("b");
+    from_pgw(&mut r, ms(0), fx::ccr_i_gx(), PCRF1).expect("a");
+    from_pgw(&mut r, ms(0), fx::ccr_u_gy(), PCRF1).expect("b");
     let mut exp = r.handle_timeout(ms(2000));
     let first = expect_retry(exp.remove(0));
     let second = expect_retry(exp.remove(0));
@@ -377,7 +366,7 @@ fn no_alternate_or_no_choice_in_time_answers_3002() {
     let d = expect_answer(exp.remove(0));
     assert_eq!(d.answer.session_id(), Some("pgw1;1700000000;43;gy"));
     assert_eq!(
-        r.retry(ms(4001), second, Some(PCRF2), TIMEOUT),
+        retry_on_pcrf2(&mut r, ms(4001), second),
         RetryOutcome::Stale
     );
     let s = r.stats();
@@ -393,8 +382,7 @@ fn peer_failure_fails_over_its_pending_requests_in_order() {
         let mut req = fx::ccr_i_gx();
         req.end_to_end = 100 + i;
         e2e_sent.push(req.end_to_end);
-        r.forward(ms(u64::from(i)), PGW, fx::PGW_HOST, req, PCRF1, TIMEOUT)
-            .expect("to PCRF1");
+        from_pgw(&mut r, ms(u64::from(i)), req, PCRF1).expect("to PCRF1");
     }
     let other = r
         .forward(ms(5), PGW2, fx::PGW_HOST, fx::ccr_u_gy(), PCRF2, TIMEOUT)
@@ -420,7 +408,7 @@ fn peer_failure_fails_over_its_pending_requests_in_order() {
         assert_eq!(r.poll_released().map(|x| x.peer), Some(PCRF1));
     }
     for x in retries {
-        let (to, m) = expect_send(r.retry(ms(10), x, Some(PCRF2), TIMEOUT));
+        let (to, m) = expect_send(retry_on_pcrf2(&mut r, ms(10), x));
         assert_eq!(to, PCRF2);
         assert!(m.is_retransmit());
     }
@@ -448,12 +436,8 @@ fn peer_failure_fails_over_its_pending_requests_in_order() {
 #[test]
 fn answers_for_a_closed_downstream_are_discarded_and_counted() {
     let mut r = relay(16);
-    let a = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
-        .expect("a");
-    let b = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::ccr_u_gy(), PCRF1, TIMEOUT)
-        .expect("b");
+    let a = from_pgw(&mut r, ms(0), fx::ccr_i_gx(), PCRF1).expect("a");
+    let b = from_pgw(&mut r, ms(0), fx::ccr_u_gy(), PCRF1).expect("b");
     let c = r
         .forward(ms(0), PGW2, fx::PGW_HOST, fx::ccr_i_gx(), PCRF1, TIMEOUT)
         .expect("c");
@@ -474,7 +458,7 @@ fn answers_for_a_closed_downstream_are_discarded_and_counted() {
     // PGW2 closes while its retry is being routed.
     r.downstream_closed(PGW2.conn_id);
     assert_eq!(
-        r.retry(ms(2000), retry, Some(PCRF2), TIMEOUT),
+        retry_on_pcrf2(&mut r, ms(2000), retry),
         RetryOutcome::Discarded
     );
     let _ = c;
@@ -537,9 +521,7 @@ fn send_encodes_once_with_a_fresh_hop_by_hop_id() {
 #[test]
 fn answers_are_not_forwarded_as_requests() {
     let mut r = relay(4);
-    let err = r
-        .forward(ms(0), PGW, fx::PGW_HOST, fx::cca_i_gx(), PCRF1, TIMEOUT)
-        .expect_err("an answer");
+    let err = from_pgw(&mut r, ms(0), fx::cca_i_gx(), PCRF1).expect_err("an answer");
     assert!(matches!(err, RelayError::NotARequest { command_code: 272 }));
     assert_eq!(err.into_answer(), None);
     assert_eq!(r.stats().requests_in, 0);
@@ -550,9 +532,7 @@ fn marked_bit_never_leaves_the_host() {
     let mut r = relay(4);
     let mut req = fx::ccr_i_gx();
     req.flags |= flags::RATE_LIMIT_MARK;
-    let fwd = r
-        .forward(ms(0), PGW, fx::PGW_HOST, req, PCRF1, TIMEOUT)
-        .expect("forwarded");
+    let fwd = from_pgw(&mut r, ms(0), req, PCRF1).expect("forwarded");
     assert_eq!(fwd.flags & flags::RESERVED, 0);
 }
 

@@ -60,14 +60,17 @@ fn s1_bound_to_pcrf1() -> (Router, PeerTable, Vec<PeerId>, MemoryBindingStore) {
     (router, peers, ids, st)
 }
 
-/// Forwarded to `peer` because the peer s1 was bound to, pcrf1, is not good.
-fn failover_from_pcrf1(peer: PeerId) -> Decision {
-    fwd(
-        peer,
-        Via::Failover {
-            previous: "pcrf1".into(),
-        },
-    )
+/// [`s1_bound_to_pcrf1`], then pcrf1 is not good: s1's request of type `t` at 1 s is
+/// forwarded to pcrf2 as a failover from pcrf1.
+fn s1_failed_over_to_pcrf2(
+    t: CcRequestType,
+) -> (Router, PeerTable, Vec<PeerId>, MemoryBindingStore) {
+    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
+    peers.set_good(ids[0], false);
+    let o = router.route_request(&ccr("s1", t), &peers, &mut st, secs(1));
+    let previous = "pcrf1".into();
+    assert_eq!(o.decision, fwd(ids[1], Via::Failover { previous }));
+    (router, peers, ids, st)
 }
 
 #[test]
@@ -147,10 +150,7 @@ fn binding_expires_after_its_ttl_and_every_ccr_u_refreshes_it() {
 
 #[test]
 fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
-    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
-    peers.set_good(ids[0], false);
-    let o = router.route_request(&ccr("s1", Update), &peers, &mut st, secs(1));
-    assert_eq!(o.decision, failover_from_pcrf1(ids[1]));
+    let (mut router, mut peers, ids, mut st) = s1_failed_over_to_pcrf2(Update);
     assert_eq!(st.get("s1", secs(1)).unwrap().as_deref(), Some("pcrf2"));
 
     peers.set_good(ids[0], true);
@@ -164,10 +164,7 @@ fn bound_peer_not_good_fails_over_rebinds_and_does_not_flap_back() {
 
 #[test]
 fn ccr_t_to_a_bad_bound_peer_fails_over_and_still_unbinds() {
-    let (mut router, mut peers, ids, mut st) = s1_bound_to_pcrf1();
-    peers.set_good(ids[0], false);
-    let o = router.route_request(&ccr("s1", Termination), &peers, &mut st, secs(1));
-    assert_eq!(o.decision, failover_from_pcrf1(ids[1]));
+    let (_, _, _, st) = s1_failed_over_to_pcrf2(Termination);
     assert!(st.is_empty());
 }
 

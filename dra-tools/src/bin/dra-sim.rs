@@ -46,11 +46,7 @@ struct LbArgs {
     variants: Vec<Variant>,
 
     /// Selection strategies to compare (routing::Strategy names).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "priority,round_robin,least_loaded,weighted_load,p2c"
-    )]
+    #[arg(long, value_delimiter = ',', default_values_t = Strategy::ALL)]
     strategies: Vec<Strategy>,
 
     /// Numbers of clients to sweep; each client has its own Selector and heartbeat phase.

@@ -10,6 +10,8 @@ use dra::diameter::peer::PeerConfig;
 use super::{ConfigToml, free_port};
 // Each test crate that includes this module uses a different subset.
 #[allow(unused_imports)]
+pub use dra_common::wire::app::{GX, GY};
+#[allow(unused_imports)]
 pub use dra_tools::loadgen::script::{
     ScriptedPeer as SimPeer, ScriptedServer as SimServer, Tap, cc, ccr, dwr,
 };
@@ -35,8 +37,6 @@ pub const DRA_HOST: &str = "dra.test.example";
 pub const REALM: &str = "test.example";
 pub const PCRF_REALM: &str = "pcrf.test.example";
 pub const OCS_REALM: &str = "ocs.test.example";
-pub const GX: u32 = 16_777_238;
-pub const GY: u32 = 4;
 
 /// The agent `dra.test.example` (realm [`REALM`]) listening on each of `ips` at `port`,
 /// its only Diameter port.

@@ -291,42 +291,46 @@ impl fmt::Display for Secs {
     }
 }
 
+/// Formats a step count with its noun, e.g. `1 step` or `3 steps`.
+struct Steps(u32);
+
+impl fmt::Display for Steps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.0 == 1 { "" } else { "s" };
+        write!(f, "{} step{s}", self.0)
+    }
+}
+
 impl fmt::Display for ThrottleEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[{}] ", Secs(self.at))?;
+        let (from, to) = (self.from, self.to);
         match self.reason {
             Reason::Threshold { cpu, row_cpu } => write!(
                 f,
-                "DB CPU {cpu:.1}% >= threshold {row_cpu}%: throttle {}% -> {}%",
-                self.from, self.to
+                "DB CPU {cpu:.1}% >= threshold {row_cpu}%: throttle {from}% -> {to}%"
             ),
             Reason::ReversalStep { held_for, steps } => write!(
                 f,
-                "DB CPU below lowest threshold for {}: reversal {}% -> {}% ({steps} step{})",
+                "DB CPU below lowest threshold for {}: reversal {from}% -> {to}% ({})",
                 Secs(held_for),
-                self.from,
-                self.to,
-                if steps == 1 { "" } else { "s" }
+                Steps(steps)
             ),
             Reason::SourceMissing { silent_for, action } => write!(
                 f,
-                "no valid DB CPU sample for {}: on_missing = {action}, throttle {}%",
-                Secs(silent_for),
-                self.to
+                "no valid DB CPU sample for {}: on_missing = {action}, throttle {to}%",
+                Secs(silent_for)
             ),
             Reason::ReleaseStep { held_for, steps } => write!(
                 f,
-                "DB CPU source missing, releasing for {}: throttle {}% -> {}% ({steps} step{})",
+                "DB CPU source missing, releasing for {}: throttle {from}% -> {to}% ({})",
                 Secs(held_for),
-                self.from,
-                self.to,
-                if steps == 1 { "" } else { "s" }
+                Steps(steps)
             ),
             Reason::SourceRecovered { missing_for } => write!(
                 f,
-                "DB CPU source recovered after {} missing, throttle {}%",
-                Secs(missing_for),
-                self.to
+                "DB CPU source recovered after {} missing, throttle {to}%",
+                Secs(missing_for)
             ),
         }
     }

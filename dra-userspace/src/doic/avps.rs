@@ -104,9 +104,7 @@ impl SupportedFeatures {
         let members = [
             self.feature_vector
                 .map(|v| Avp::u64(c::OC_FEATURE_VECTOR, v)),
-            self.source_id
-                .as_deref()
-                .map(|s| Avp::utf8(c::SOURCE_ID, s)),
+            source_id_avp(self.source_id.as_deref()),
             self.peer_algo.map(|v| Avp::u64(c::OC_PEER_ALGO, v)),
         ];
         Avp::grouped(c::OC_SUPPORTED_FEATURES, members.into_iter().flatten())
@@ -132,6 +130,11 @@ impl SupportedFeatures {
         msg.find(c::OC_SUPPORTED_FEATURES)
             .map(SupportedFeatures::from_avp)
     }
+}
+
+/// The SourceID member of OC-Supported-Features and OC-OLR (RFC 8581), when set.
+fn source_id_avp(source_id: Option<&str>) -> Option<Avp> {
+    source_id.map(|s| Avp::utf8(c::SOURCE_ID, s))
 }
 
 /// OC-OLR (RFC 7683 §7.3; SourceID from RFC 8581, OC-Maximum-Rate from RFC 8582).
@@ -175,9 +178,7 @@ impl Olr {
             self.reduction
                 .map(|r| Avp::u32(c::OC_REDUCTION_PERCENTAGE, r)),
             self.validity.map(|v| Avp::u32(c::OC_VALIDITY_DURATION, v)),
-            self.source_id
-                .as_deref()
-                .map(|s| Avp::utf8(c::SOURCE_ID, s)),
+            source_id_avp(self.source_id.as_deref()),
             self.max_rate.map(|r| Avp::u32(c::OC_MAXIMUM_RATE, r)),
         ];
         Avp::grouped(c::OC_OLR, members.into_iter().flatten())

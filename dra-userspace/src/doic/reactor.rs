@@ -458,6 +458,14 @@ mod tests {
         m
     }
 
+    /// A new reactor after a Gx answer from PCRF carrying `olrs` at t=0, and what it made
+    /// of them.
+    fn reported(olrs: &[Olr]) -> (Reactor, Vec<Received>) {
+        let mut r = Reactor::new();
+        let got = r.on_answer(secs(0), PCRF, &answer(app::GX, olrs));
+        (r, got)
+    }
+
     fn shed(r: &mut Reactor, now: Duration, req: &Message, n: usize) -> usize {
         (0..n)
             .filter(|_| r.admit(now, req, PCRF, PCRF, true) != Verdict::Send)
@@ -466,12 +474,7 @@ mod tests {
 
     #[test]
     fn host_report_loss_sheds_exactly_its_share_rfc7683_6() {
-        let mut r = Reactor::new();
-        let got = r.on_answer(
-            secs(0),
-            PCRF,
-            &answer(app::GX, &[olr(ReportType::Host, 1, Some(50), Some(10))]),
-        );
+        let (mut r, got) = reported(&[olr(ReportType::Host, 1, Some(50), Some(10))]);
         assert!(matches!(got[..], [Received::Applied(_)]));
         let req = ccr(app::GX, crt::INITIAL, None);
         assert_eq!(shed(&mut r, secs(1), &req, 100), 50);
@@ -492,12 +495,7 @@ mod tests {
     fn ccr_i_shed_first_ccr_t_last_rfc7683_appendix_c4() {
         // 1000 requests: per 10, 5 CCR-I, 4 CCR-U, 1 CCR-T. Returns (I, U, T) shed.
         fn run(reduction: u32) -> (u32, u32, u32) {
-            let mut r = Reactor::new();
-            r.on_answer(
-                secs(0),
-                PCRF,
-                &answer(app::GX, &[olr(ReportType::Host, 1, Some(reduction), None)]),
-            );
+            let (mut r, _) = reported(&[olr(ReportType::Host, 1, Some(reduction), None)]);
             let mut shed = (0, 0, 0);
             for k in 0..1000 {
                 let rt = match k % 10 {
@@ -591,10 +589,9 @@ mod tests {
 
     #[test]
     fn peer_report_needs_the_senders_source_id_rfc8581() {
-        let mut r = Reactor::new();
         let mut foreign = olr(ReportType::Peer, 1, Some(100), None);
         foreign.source_id = Some("agent-behind.example".into());
-        let got = r.on_answer(secs(0), PCRF, &answer(app::GX, &[foreign]));
+        let (mut r, got) = reported(&[foreign]);
         assert_eq!(got, vec![Received::SourceMismatch]);
         assert_eq!(r.stats().source_mismatch, 1);
         let req = ccr(app::GY, crt::INITIAL, None);
@@ -610,18 +607,10 @@ mod tests {
 
     #[test]
     fn unusable_reports_are_ignored_rfc7683_7_7() {
-        let mut r = Reactor::new();
-        let got = r.on_answer(
-            secs(0),
-            PCRF,
-            &answer(
-                app::GX,
-                &[
-                    olr(ReportType::Host, 1, Some(101), None),
-                    olr(ReportType::Host, 2, None, None),
-                ],
-            ),
-        );
+        let (mut r, got) = reported(&[
+            olr(ReportType::Host, 1, Some(101), None),
+            olr(ReportType::Host, 2, None, None),
+        ]);
         assert_eq!(got, vec![Received::Unusable, Received::Unusable]);
         let req = ccr(app::GX, crt::INITIAL, None);
         assert_eq!(shed(&mut r, secs(1), &req, 10), 0);
@@ -632,12 +621,7 @@ mod tests {
     /// alone is the agent's (it chose the host); peer reports are the agent's alone.
     #[test]
     fn host_reports_left_to_a_doic_client_peer_reports_kept_rfc7683_5_2_rfc8581() {
-        let mut r = Reactor::new();
-        r.on_answer(
-            secs(0),
-            PCRF,
-            &answer(app::GX, &[olr(ReportType::Host, 1, Some(100), Some(10))]),
-        );
+        let (mut r, _) = reported(&[olr(ReportType::Host, 1, Some(100), Some(10))]);
         let shed_of = |r: &mut Reactor, req: &Message| {
             (0..10)
                 .filter(|_| r.admit(secs(1), req, PCRF, PCRF, false) != Verdict::Send)
@@ -650,12 +634,7 @@ mod tests {
         assert_eq!(shed_of(&mut r, &ccr(app::GX, crt::INITIAL, None)), 10);
         assert_eq!(r.reduction_towards(secs(1), PCRF), 100);
         // A realm report is the DOIC client's to apply.
-        let mut realm = Reactor::new();
-        realm.on_answer(
-            secs(0),
-            PCRF,
-            &answer(app::GX, &[olr(ReportType::Realm, 1, Some(100), Some(10))]),
-        );
+        let (mut realm, _) = reported(&[olr(ReportType::Realm, 1, Some(100), Some(10))]);
         assert_eq!(shed_of(&mut realm, &ccr(app::GX, crt::INITIAL, None)), 0);
         r.on_answer(
             secs(1),
@@ -685,12 +664,7 @@ mod tests {
     // reacting node sends at most OC-Maximum-Rate requests per second to the reporter.
     #[test]
     fn rate_report_sends_at_most_the_maximum_rate_rfc8582() {
-        let mut r = Reactor::new();
-        let got = r.on_answer(
-            secs(0),
-            PCRF,
-            &answer(app::GX, &[rate_olr(1, 100, Some(30))]),
-        );
+        let (mut r, got) = reported(&[rate_olr(1, 100, Some(30))]);
         assert!(matches!(got[..], [Received::Applied(_)]));
         let key = OcsKey {
             report_type: ReportType::Host,
@@ -722,8 +696,7 @@ mod tests {
     // abated first, CCR-T last; the total still keeps to the rate.
     #[test]
     fn rate_abates_ccr_i_first_ccr_t_last_rfc8582_rfc7683_appendix_c4() {
-        let mut r = Reactor::new();
-        r.on_answer(secs(0), PCRF, &answer(app::GX, &[rate_olr(1, 100, None)]));
+        let (mut r, _) = reported(&[rate_olr(1, 100, None)]);
         // 4 s: CCR-I every 2 ms (500/s), CCR-U every 20 ms (50/s), CCR-T every 40 ms
         // (25/s): 575/s offered against 100/s.
         let (mut i, mut u, mut t) = (0, 0, 0);
@@ -755,8 +728,7 @@ mod tests {
     // a new rate keeps the bucket (no fresh burst), the end report lifts it.
     #[test]
     fn rate_report_updated_without_a_new_burst_then_ended_rfc7683_5_2_1_3() {
-        let mut r = Reactor::new();
-        r.on_answer(secs(0), PCRF, &answer(app::GX, &[rate_olr(1, 100, None)]));
+        let (mut r, _) = reported(&[rate_olr(1, 100, None)]);
         let req = ccr(app::GX, crt::INITIAL, None);
         let send = |r: &mut Reactor, from: u64, to: u64| {
             (from..to)
@@ -782,12 +754,7 @@ mod tests {
     // a request matching an active OCS gets its algorithm's treatment).
     #[test]
     fn loss_and_rate_reports_both_apply_rfc7683_5_2_2() {
-        let mut r = Reactor::new();
-        r.on_answer(
-            secs(0),
-            PCRF,
-            &answer(app::GX, &[olr(ReportType::Host, 1, Some(50), None)]),
-        );
+        let (mut r, _) = reported(&[olr(ReportType::Host, 1, Some(50), None)]);
         let peer_rate = Olr {
             max_rate: Some(100),
             ..olr(ReportType::Peer, 1, None, None)

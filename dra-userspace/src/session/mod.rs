@@ -526,10 +526,17 @@ mod tests {
         );
     }
 
+    /// A store written before forwarding, local on error, in which s1 is [`bound`] to
+    /// pcrf1.
+    fn s1_bound_to_pcrf1() -> (Sessions, mpsc::UnboundedReceiver<Call>, Metrics) {
+        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
+        bound(&mut s, &mut rx, "s1", "pcrf1");
+        (s, rx, metrics)
+    }
+
     #[test]
     fn a_cache_hit_costs_no_round_trip() {
-        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, _) = s1_bound_to_pcrf1();
         assert_eq!(s.lookup("s1", true, secs(1)), Lookup::Hit("pcrf1".into()));
         no_call(&mut rx);
         // Not cached: one GET, whose answer fills the cache.
@@ -550,8 +557,7 @@ mod tests {
 
     #[test]
     fn ccr_u_refreshes_the_ttl_in_the_store_without_waiting() {
-        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, _) = s1_bound_to_pcrf1();
         // The CCR-U's Bind of the same peer at 8 s: nothing to wait for, one SET PX ttl.
         assert_eq!(s.bind("s1", "pcrf1", secs(8)), Write::Done);
         let c = call(&mut rx);
@@ -569,8 +575,7 @@ mod tests {
 
     #[test]
     fn a_failover_rebinding_is_written_through() {
-        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, _) = s1_bound_to_pcrf1();
         // pcrf1 failed: the router rebinds to pcrf2; the other hosts must learn it
         // before the request goes out.
         let Write::Wait(t) = s.bind("s1", "pcrf2", secs(1)) else {
@@ -593,8 +598,7 @@ mod tests {
 
     #[test]
     fn the_answered_ccr_t_deletes_the_binding() {
-        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, metrics) = s1_bound_to_pcrf1();
         s.unbind("s1", secs(1));
         let c = call(&mut rx);
         assert_eq!((c.op, c.key.as_str()), (Op::Del, "dra:sess:s1"));
@@ -616,8 +620,7 @@ mod tests {
 
     #[test]
     fn an_ended_session_is_found_for_the_grace_then_forgotten() {
-        let (mut s, mut rx, metrics) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, metrics) = s1_bound_to_pcrf1();
         s.end("s1", secs(1));
         // In the store: PEXPIRE with the grace, not an immediate DEL.
         let c = call(&mut rx);
@@ -715,8 +718,7 @@ mod tests {
 
     #[test]
     fn a_failed_refresh_is_written_when_the_store_is_back() {
-        let (mut s, mut rx, _) = shared(StoreWrite::BeforeForward, StoreOnError::Local);
-        bound(&mut s, &mut rx, "s1", "pcrf1");
+        let (mut s, mut rx, _) = s1_bound_to_pcrf1();
         bound(&mut s, &mut rx, "s2", "pcrf2");
         assert_eq!(s.bind("s1", "pcrf1", secs(1)), Write::Done);
         assert_eq!(s.bind("s2", "pcrf2", secs(1)), Write::Done);

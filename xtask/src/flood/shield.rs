@@ -335,6 +335,19 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
                    not queue). CCR-U p99: the client's summary (HdrHistogram) of the calm \
                    and flood runs.",
     });
+    // "R× (median … ms of … vs lowest calm … ms; without XDP R×: median … ms" for the p99
+    // of one kind of flood run (`f`: full-rate or paced), with XDP and without.
+    let p99_vs_calm = |f: fn(&Cost) -> Option<f64>| {
+        format!(
+            "{}× (median {} ms of {} vs lowest calm {} ms; without XDP {}×: median {} ms",
+            fmt(p99_ratio(&x, f), 2),
+            fmt(m(&x, f), 1),
+            list(&x, f),
+            fmt(calm_p99(&x), 1),
+            fmt(p99_ratio(&n, f), 2),
+            fmt(m(&n, f), 1),
+        )
+    };
     let mut rows = vec![
         TableRow {
             metric: "P5 flood shield: host CPU per flood packet (softirq + XDP NAPI + \
@@ -355,15 +368,9 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
         TableRow {
             metric: "P5 flood shield: CCR-U p99 with flood ÷ without, XDP, full-rate flood".into(),
             measured: format!(
-                "{}× (median {} ms of {} vs lowest calm {} ms; without XDP {}×: median {} \
-                 ms vs {} ms)",
-                fmt(x_p99, 2),
-                fmt(m(&x, |c| c.p99_flood), 1),
-                list(&x, |c| c.p99_flood),
-                fmt(calm_p99(&x), 1),
-                fmt(n_p99, 2),
-                fmt(m(&n, |c| c.p99_flood), 1),
-                fmt(calm_p99(&n), 1),
+                "{} vs {} ms)",
+                p99_vs_calm(|c| c.p99_flood),
+                fmt(calm_p99(&n), 1)
             ),
             goal: format!("≤ {GOAL_P99_RATIO}×"),
             met: p99_met,
@@ -377,15 +384,9 @@ pub(super) fn p5(runs: &[RunResult], opts: &Opts) -> (Value, Vec<TableRow>) {
                 opts.paced_pps
             ),
             measured: format!(
-                "{}× (median {} ms of {} vs lowest calm {} ms; without XDP {}×: median {} \
-                 ms; flood at the DRA {} pkt/s)",
-                fmt(x_p99p, 2),
-                fmt(m(&x, |c| c.p99_paced), 1),
-                list(&x, |c| c.p99_paced),
-                fmt(calm_p99(&x), 1),
-                fmt(n_p99p, 2),
-                fmt(m(&n, |c| c.p99_paced), 1),
-                fmt(x_ppsp, 0),
+                "{}; flood at the DRA {} pkt/s)",
+                p99_vs_calm(|c| c.p99_paced),
+                fmt(x_ppsp, 0)
             ),
             goal: format!("≤ {GOAL_P99_RATIO}×"),
             met: p99_paced_met,
