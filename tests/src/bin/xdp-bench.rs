@@ -67,8 +67,9 @@ struct Case {
     name: &'static str,
     prog: &'static str,
     pkt: Vec<u8>,
-    /// The SYN that starts this case's flow (run untimed before every run).
-    syn: Vec<u8>,
+    /// What is run untimed before every run, after the flow's state was removed: the
+    /// SYN that starts this case's flow, and for a warm flow the message before.
+    setup: Vec<Vec<u8>>,
     expect: Expect,
 }
 
@@ -182,8 +183,24 @@ fn main() {
         name,
         prog,
         pkt,
-        syn: syn(f),
+        setup: vec![syn(f)],
         expect,
+    };
+    // A flow that already carried one request of the class: the timed segment follows
+    // it (every packet of a connection after its first).
+    let warm = |name, earlier: Vec<u8>, timed: Vec<u8>, f: &Frame| Case {
+        name,
+        prog: dataplane::XDP_PROGRAM,
+        pkt: f.tcp(
+            40000,
+            3868,
+            seq + earlier.len() as u32,
+            TCP_ACK | TCP_PSH,
+            &[],
+            &timed,
+        ),
+        setup: vec![syn(f), seg(f, &earlier)],
+        expect: Expect::Unchanged,
     };
     let xdp = dataplane::XDP_PROGRAM;
     let cases = [
@@ -237,11 +254,25 @@ fn main() {
             &f1,
             Expect::Unchanged,
         ),
+        warm(
+            "CCR-U admitted, warm flow (after a CCR-U)",
+            pkt::ccr(gx, 2, 1),
+            pkt::ccr(gx, 2, 0),
+            &f1,
+        ),
+        warm(
+            "CCR-I through 2 buckets, warm flow (after a CCR-I)",
+            pkt::ccr(gx, 1, 1),
+            i0.clone(),
+            &f1,
+        ),
     ];
     // pgw2's CCR-I limit (0.001/s, burst 1): spend the burst, so every timed run is over.
     let mut out = Vec::new();
     for o in &objects {
-        test_run_xdp(&o.ebpf, xdp, &cases[6].syn, &mut out);
+        for p in &cases[6].setup {
+            test_run_xdp(&o.ebpf, xdp, p, &mut out);
+        }
         test_run_xdp(&o.ebpf, xdp, &cases[6].pkt, &mut out);
     }
 
@@ -259,7 +290,9 @@ fn main() {
                 for (n, o) in objects.iter_mut().enumerate() {
                     // Fresh flow state (untimed), for every case alike: as after its SYN.
                     o.maps.clear_flows();
-                    test_run_xdp(&o.ebpf, xdp, &c.syn, &mut out);
+                    for p in &c.setup {
+                        test_run_xdp(&o.ebpf, xdp, p, &mut out);
+                    }
                     let (v, d) = test_run_xdp(&o.ebpf, c.prog, &c.pkt, &mut out);
                     total[n] += d;
                     if r == 0 && !output_ok(c, v, &out) {
