@@ -207,11 +207,6 @@ pub struct GlobalConfig {
     pub unknown_peer: u32,
     /// 1 once the agent has written the config; until then everything passes.
     pub enabled: u32,
-    /// Changes with every write of the settings (never 0): the TCP program's per-flow
-    /// class-slot cache ([`TcpFlow::cache_slot`]) holds only for the generation it was
-    /// filled in.
-    pub plan_gen: u32,
-    pub _pad: u32,
 }
 
 /// A transport flow as seen on ingress (addresses in network byte order; IPv4 in the
@@ -259,12 +254,7 @@ pub struct TcpFlow {
     pub hole_since_ns: u64,
     /// Classification of the message in progress.
     pub cursor: ScanCursor,
-    /// The [`GlobalConfig::plan_gen`] the class-slot cache was filled in (0 = empty).
-    pub cache_gen: u32,
-    /// The class of the flow's last request and its slot (the flow's peer is fixed):
-    /// the next request of that class skips the `CLASS_SLOTS` hash lookup.
-    pub cache_class: MsgClass,
-    pub cache_slot: u32,
+    pub _pad: u32,
 }
 
 /// A request marked out of band: over a `reject` limit, but its header's flags byte

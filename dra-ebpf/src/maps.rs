@@ -50,8 +50,7 @@ pub static FLOW_SCRATCH: PerCpuArray<TcpFlow> = PerCpuArray::with_max_entries(1,
 #[derive(Clone, Copy)]
 pub struct PktMeta {
     pub l4_off: u32,
-    /// `GlobalConfig::plan_gen` of this packet's run.
-    pub plan_gen: u32,
+    pub _pad: u32,
     pub peer: PeerInfo,
     pub key: FlowKey,
 }

@@ -75,7 +75,6 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     // on the same CPU.
     unsafe {
         (*m).l4_off = l4.off as u32;
-        (*m).plan_gen = cfg.plan_gen;
         (*m).peer = *peer;
         (*m).key = key;
     }
@@ -102,13 +101,7 @@ pub fn tcp_entry(ctx: &XdpContext) -> u32 {
     let Some(m) = PKT_META.get(0) else {
         return PASS;
     };
-    tcp::process(
-        ctx,
-        (m.l4_off & 0x1ff) as usize,
-        &m.key,
-        &m.peer,
-        m.plan_gen,
-    )
+    tcp::process(ctx, (m.l4_off & 0x1ff) as usize, &m.key, &m.peer)
 }
 
 /// Entry of the SCTP program (tail-called by the dispatcher).

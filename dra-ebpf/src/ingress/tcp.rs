@@ -46,7 +46,7 @@ use aya_ebpf::{
 use dra_common::{
     maps::{FlowKey, MARK_RING, MAX_HOLE_AGE_NS, OobMark, PeerInfo, TcpFlow},
     stats::Counter,
-    wire::{self, MsgClass, Progress, ScanCursor, flags},
+    wire::{self, Progress, ScanCursor, flags},
 };
 
 use crate::{
@@ -177,8 +177,6 @@ const LOST: u32 = 3;
 pub struct Walk {
     peer: PeerInfo,
     now: u64,
-    /// The plan generation of this run (validates the flow's class-slot cache).
-    plan_gen: u32,
     /// Sequence number of the segment's first payload byte, and one past its last.
     seq: u32,
     seg_end: u32,
@@ -205,13 +203,7 @@ struct WalkRef {
 
 /// Processes one TCP segment from a known peer.
 #[inline(always)]
-pub fn process(
-    ctx: &XdpContext,
-    tcp_off: usize,
-    key: &FlowKey,
-    peer: &PeerInfo,
-    plan_gen: u32,
-) -> u32 {
+pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo) -> u32 {
     let Some(Tcp {
         seq,
         doff,
@@ -297,7 +289,6 @@ pub fn process(
     let w = unsafe { &mut *wp };
     w.peer = *peer;
     w.now = now;
-    w.plan_gen = plan_gen;
     w.seq = seq;
     w.seg_end = seg_end;
     w.fresh = pe;
@@ -417,7 +408,7 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
     };
     let mlen = c.header.length;
     if c.header.is_request() {
-        let slot = cached_slot(r, w, c.class);
+        let slot = class_slot(&w.peer, c.class);
         let mut v = decide(&w.peer, slot, w.now);
         if v == Verdict::Mark && !mark(r, w) {
             // The out-of-band mark could not be handed over: drop instead, so the
@@ -437,22 +428,6 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
     w.cur.reset();
     // Stop here when the segment ends (saves a callback).
     seq_lt(w.pos, w.seg_end)
-}
-
-/// The slot of a request of `class` from this flow's peer: the flow's cached one when
-/// its class and plan generation match, else looked up (`CLASS_SLOTS`) and cached.
-#[inline(always)]
-fn cached_slot(r: &WalkRef, w: &Walk, class: MsgClass) -> u32 {
-    // SAFETY: the flow value stays valid for this program run.
-    let flow = unsafe { &mut *r.flow };
-    if flow.cache_gen == w.plan_gen && flow.cache_class == class {
-        return flow.cache_slot;
-    }
-    let slot = class_slot(&w.peer, class);
-    flow.cache_class = class;
-    flow.cache_slot = slot;
-    flow.cache_gen = w.plan_gen;
-    slot
 }
 
 /// Marks the request at `w.pos`: in its header if its flags byte is in this packet
@@ -514,7 +489,6 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     st.ofo_drops = 0;
     st.hole_since_ns = 0;
     st.cursor.reset();
-    st.cache_gen = 0;
     #[allow(clippy::needless_borrows_for_generic_args)]
     TCP_FLOWS.insert(key, &*st, 0).ok()?;
     // SAFETY: just inserted; the LRU value stays valid for this program run.

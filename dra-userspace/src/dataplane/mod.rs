@@ -401,7 +401,10 @@ impl Maps {
         let peers = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
         self.ingress.sync(peers, plan.class_entries())?;
         self.write_egress(plan)?;
-        self.write_global(plan.global)
+        self.global
+            .set(0, plan.global, 0)
+            .map_err(DataplaneError::map(names::GLOBAL_CONFIG))?;
+        Ok(())
     }
 
     /// Writes the egress destinations and class slots of the plan (new entries
@@ -510,11 +513,8 @@ impl Maps {
         self.tcp_flows.keys().filter(Result::is_ok).count()
     }
 
-    /// Writes only the global settings (e.g. the unknown-peer policy), as a new
-    /// generation: the TCP program's per-flow class-slot caches then refill.
-    pub fn write_global(&mut self, mut g: GlobalConfig) -> Result<(), DataplaneError> {
-        let current = self.global.get(&0, 0).map_or(0, |c| c.plan_gen);
-        g.plan_gen = current.wrapping_add(1).max(1);
+    /// Writes only the global settings (e.g. the unknown-peer policy).
+    pub fn write_global(&mut self, g: GlobalConfig) -> Result<(), DataplaneError> {
         self.global
             .set(0, g, 0)
             .map_err(DataplaneError::map(names::GLOBAL_CONFIG))

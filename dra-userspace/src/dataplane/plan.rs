@@ -344,9 +344,6 @@ impl Plan {
                 UnknownPeer::Drop => UnknownPeerPolicy::Drop as u32,
             },
             enabled: 1,
-            // Set when written (`Maps::write_plan`).
-            plan_gen: 0,
-            _pad: 0,
         };
         Ok(Plan {
             global,

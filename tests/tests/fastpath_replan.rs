@@ -1,6 +1,8 @@
-//! The TCP program's per-flow class-slot cache (BPF_PROG_TEST_RUN): a flow's requests
-//! are counted on the slot of the plan in force, also after a new plan moved the class
-//! to another slot while the flow kept its state (`GlobalConfig::plan_gen`).
+//! A flow's requests are counted on the slot of the plan in force, also after a new plan
+//! moved their class to another slot while the flow kept its state (BPF_PROG_TEST_RUN).
+//! Guards any per-flow caching of class slots (one was tried for the fast-path cost
+//! issue: it must refresh when the plan changes, and this test failed for a cache that
+//! did not).
 
 use dra_common::wire::{MsgClass, app, cc_request_type as rt};
 use dra_tests::{
