@@ -179,14 +179,31 @@ impl Sim {
         server_host: &str,
         tap: Option<Tap>,
     ) -> ScriptedPeer {
+        self.connect_with(ns, from, to, (host, realm), server_host, tap, None)
+    }
+
+    /// As [`Sim::connect`], the peer's socket with the TCP congestion control
+    /// `congestion` (e.g. `"cubic"`) when given, whatever the host's default.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect_with(
+        &self,
+        ns: &Netns,
+        from: IpAddr,
+        to: SocketAddr,
+        (host, realm): (&str, &str),
+        server_host: &str,
+        tap: Option<Tap>,
+        congestion: Option<&str>,
+    ) -> ScriptedPeer {
         let cfg = identity(host, realm, from);
         ns.enter(|| {
-            self.rt.block_on(ScriptedPeer::connect_from(
+            self.rt.block_on(ScriptedPeer::connect_with(
                 Some(from),
                 to,
                 cfg,
                 server_host,
                 tap,
+                congestion,
             ))
         })
         .unwrap()

@@ -60,6 +60,21 @@ pub fn lab_config() -> ConfigToml {
         .route("*", "peer = \"pcrf1\"")
 }
 
+/// The three-namespace lab's agent (`netns::GwDraSrv`) with `[global]` keys `global`:
+/// pgw1 at 198.18.1.2, pcrf1 at 198.18.2.2:3868 (its address known, as a destination),
+/// the PCRF realm routed to it.
+pub fn gw_dra_srv_config(global: &str) -> ConfigToml {
+    lab_dra(global)
+        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
+        .server(
+            "pcrf1",
+            PCRF_REALM,
+            "198.18.2.2:3868",
+            "addresses = [\"198.18.2.2\"]",
+        )
+        .route(PCRF_REALM, "peer = \"pcrf1\"")
+}
+
 /// Which programs [`load_object`] loads.
 #[derive(Clone, Copy, Debug)]
 pub enum Hook {

@@ -4,6 +4,7 @@
 //! issue: it must refresh when the plan changes, and this test failed for a cache that
 //! did not).
 
+use dra::dataplane::Maps;
 use dra_common::wire::{MsgClass, app, cc_request_type as rt};
 use dra_tests::{
     pkt::{Frame, TCP_ACK, TCP_PSH, ccr},
@@ -45,35 +46,26 @@ fn a_flow_counts_on_the_slot_of_the_plan_in_force() {
         assert_eq!(v, XDP_PASS);
         seq += m.len() as u32;
     };
-    // Two CCR-Is on one flow under plan A (the second from the flow's cache).
-    let before = (maps_admitted(&maps, slot_a), maps_admitted(&maps, slot_b));
-    send(1);
-    send(2);
-    assert_eq!(
-        maps_admitted(&maps, slot_a) - before.0,
-        2,
-        "plan A: both on CCR-I's slot"
-    );
-
-    // Plan B written while the flow keeps its state: the next CCR-I of the same flow
-    // counts on plan B's CCR-I slot, not on the one the flow cached.
+    // Two CCR-Is on the flow: what slot A and slot B admitted meanwhile.
+    let mut n = 0;
+    let mut two_ccr_i = |maps: &Maps| -> [u64; 2] {
+        let before = [slot_a, slot_b].map(|s| maps_admitted(maps, s));
+        for _ in 0..2 {
+            n += 1;
+            send(n);
+        }
+        let after = [slot_a, slot_b].map(|s| maps_admitted(maps, s));
+        [after[0] - before[0], after[1] - before[1]]
+    };
+    // Plan A (the second request from a flow that has classified one already).
+    assert_eq!(two_ccr_i(&maps)[0], 2, "plan A: both on CCR-I's slot");
+    // Plan B written while the flow keeps its state: the flow's next CCR-Is count on
+    // plan B's CCR-I slot, nothing on the old one.
     maps.write_plan(&plan_b).unwrap();
-    let mid = (maps_admitted(&maps, slot_a), maps_admitted(&maps, slot_b));
-    send(3);
-    send(4);
-    assert_eq!(
-        maps_admitted(&maps, slot_b) - mid.1,
-        2,
-        "plan B: on CCR-I's new slot"
-    );
-    assert_eq!(
-        maps_admitted(&maps, slot_a) - mid.0,
-        0,
-        "nothing on the old slot"
-    );
+    assert_eq!(two_ccr_i(&maps), [0, 2], "plan B: on CCR-I's new slot only");
     assert_eq!(maps.tcp_flow_count(), 1, "one flow throughout");
 }
 
-fn maps_admitted(maps: &dra::dataplane::Maps, slot: u32) -> u64 {
+fn maps_admitted(maps: &Maps, slot: u32) -> u64 {
     maps.slot_counters(slot).unwrap().admitted
 }

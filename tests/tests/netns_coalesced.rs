@@ -24,7 +24,7 @@ use dra_common::{
     stats::Counter,
     wire::{MsgClass, cc_request_type as rt},
 };
-use dra_tests::support::{LAB_REALM, PCRF_REALM, Pins, TempDir, lab_dra};
+use dra_tests::support::{LAB_REALM, PCRF_REALM, Pins, TempDir, gw_dra_srv_config};
 use dra_tests::{
     agent::Agent,
     netns::{GwDraSrv, Netns},
@@ -47,15 +47,7 @@ fn config(action: &str) -> String {
              rate = {LIMIT}\naction = \"{action}\"\n"
         )
     };
-    lab_dra("")
-        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
-        .server(
-            "pcrf1",
-            PCRF_REALM,
-            "198.18.2.2:3868",
-            "addresses = [\"198.18.2.2\"]",
-        )
-        .route(PCRF_REALM, "peer = \"pcrf1\"")
+    gw_dra_srv_config("")
         .with(&limit("initial"))
         .with(&limit("termination"))
         .to_string()

@@ -16,7 +16,7 @@ use dra_common::stats::Counter;
 use dra_tests::{
     agent::Agent,
     netns::GwDraSrv,
-    support::{LAB_REALM, PCRF_REALM, Pins, TempDir, lab_dra},
+    support::{Pins, TempDir, gw_dra_srv_config},
 };
 use socket2::{Domain, Socket, Type};
 
@@ -64,16 +64,7 @@ fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
     let tmp = TempDir::new("dra-ev-");
     let pins = Pins::new("dra-ev-");
     let cfg = tmp.0.join("dra.toml");
-    let toml = lab_dra("unknown_peer = \"drop\"")
-        .client("pgw1", LAB_REALM, &["198.18.1.2"], "")
-        .server(
-            "pcrf1",
-            PCRF_REALM,
-            "198.18.2.2:3868",
-            "addresses = [\"198.18.2.2\"]",
-        )
-        .route(PCRF_REALM, "peer = \"pcrf1\"")
-        .to_string();
+    let toml = gw_dra_srv_config("unknown_peer = \"drop\"").to_string();
     std::fs::write(&cfg, toml).unwrap();
     let args = [
         "--config",

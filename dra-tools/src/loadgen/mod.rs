@@ -50,15 +50,41 @@ pub async fn connect_from(
     bind: Option<IpAddr>,
     to: std::net::SocketAddr,
 ) -> std::io::Result<tokio::net::TcpStream> {
-    let Some(ip) = bind else {
-        return tokio::net::TcpStream::connect(to).await;
-    };
-    let sock = if ip.is_ipv4() {
+    connect_with(bind, to, None).await
+}
+
+/// As [`connect_from`], with the socket's TCP congestion control set to `congestion`
+/// (e.g. `"cubic"`) when given, whatever the host's default: how a gateway's TCP
+/// recovers from dropped segments depends on it (root may pick any the kernel has).
+pub async fn connect_with(
+    bind: Option<IpAddr>,
+    to: std::net::SocketAddr,
+    congestion: Option<&str>,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let sock = if to.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
-    sock.bind(std::net::SocketAddr::new(ip, 0))?;
+    if let Some(cc) = congestion {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setsockopt(2) on this open socket with a buffer and its length.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                cc.as_ptr().cast(),
+                cc.len() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    if let Some(ip) = bind {
+        sock.bind(std::net::SocketAddr::new(ip, 0))?;
+    }
     sock.connect(to).await
 }
 

@@ -203,7 +203,22 @@ impl ScriptedPeer {
         remote_host: &str,
         tap: Option<Tap>,
     ) -> Result<ScriptedPeer, u32> {
-        let stream = super::connect_from(bind, addr).await.map_err(|_| 0u32)?;
+        Self::connect_with(bind, addr, cfg, remote_host, tap, None).await
+    }
+
+    /// As [`ScriptedPeer::connect_from`], over a socket with the TCP congestion control
+    /// `congestion` ([`super::connect_with`]); 0 also if it cannot be set.
+    pub async fn connect_with(
+        bind: Option<IpAddr>,
+        addr: SocketAddr,
+        cfg: PeerConfig,
+        remote_host: &str,
+        tap: Option<Tap>,
+        congestion: Option<&str>,
+    ) -> Result<ScriptedPeer, u32> {
+        let stream = super::connect_with(bind, addr, congestion)
+            .await
+            .map_err(|_| 0u32)?;
         let pc = PeerConnection::initiator(
             Arc::new(cfg),
             directory(remote_host),
