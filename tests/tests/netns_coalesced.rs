@@ -24,7 +24,7 @@ use dra_common::{
     stats::Counter,
     wire::{MsgClass, cc_request_type as rt},
 };
-use dra_tests::support::{LAB_REALM, PCRF_REALM, Pins, TempDir, gw_dra_srv_config};
+use dra_tests::support::{Pins, TempDir, gw_dra_srv_config};
 use dra_tests::{
     agent::Agent,
     netns::{GwDraSrv, Netns},
