@@ -169,23 +169,11 @@ impl Sim {
     }
 
     /// A peer `host`/`realm` connecting from `from` in `ns` to `to`, done with CER/CEA
-    /// (the server's Origin-Host must be `server_host`). `tap` sees every message.
-    pub fn connect(
-        &self,
-        ns: &Netns,
-        from: IpAddr,
-        to: SocketAddr,
-        (host, realm): (&str, &str),
-        server_host: &str,
-        tap: Option<Tap>,
-    ) -> ScriptedPeer {
-        self.connect_with(ns, from, to, (host, realm), server_host, tap, None)
-    }
-
-    /// As [`Sim::connect`], the peer's socket with the TCP congestion control
-    /// `congestion` (e.g. `"cubic"`) when given, whatever the host's default.
+    /// (the server's Origin-Host must be `server_host`). `tap` sees every message. The
+    /// peer's socket has the TCP congestion control `congestion` (e.g. `"cubic"`) when
+    /// given, else the host's default.
     #[allow(clippy::too_many_arguments)]
-    pub fn connect_with(
+    pub fn connect(
         &self,
         ns: &Netns,
         from: IpAddr,

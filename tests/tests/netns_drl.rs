@@ -167,6 +167,7 @@ impl DrlLab {
             PGW1,
             SINK.0,
             None,
+            None,
         )
     }
 

@@ -114,7 +114,7 @@ fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
     // The gateway: CCR-I at 10× the limit, open loop.
     let from: IpAddr = "198.18.40.2".parse().unwrap();
     let to: SocketAddr = "198.18.40.1:3868".parse().unwrap();
-    let peer = sim.connect(&gw, from, to, PGW1, DRA.0, None);
+    let peer = sim.connect(&gw, from, to, PGW1, DRA.0, None, None);
     let sent = sim.paced(&peer, vec![gx_ccrs(EVERY, rt::INITIAL)], OFFER, 1);
 
     let arrivals = sink.arrivals.snapshot();

@@ -106,7 +106,7 @@ impl Lab {
 
     /// As [`Lab::connect`], with the gateway's TCP congestion control `congestion`.
     fn connect_with(&self, congestion: Option<&str>) -> ScriptedPeer {
-        self.sim.connect_with(
+        self.sim.connect(
             &self.client,
             self.client_ip,
             self.sink_addr,

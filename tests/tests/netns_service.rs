@@ -211,7 +211,7 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
 
     let from: IpAddr = "198.18.62.2".parse().unwrap();
     let to: SocketAddr = "198.18.62.1:3868".parse().unwrap();
-    let peer = sim.connect(&lab.net.gw, from, to, PGW1, DRA.0, None);
+    let peer = sim.connect(&lab.net.gw, from, to, PGW1, DRA.0, None, None);
     assert!(
         run.wait_for(&log, |v| peer_msg(v, "peer up", "pgw1")),
         "{}",

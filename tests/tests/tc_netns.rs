@@ -101,6 +101,7 @@ impl Lab {
             DRA,
             PCRF1.0,
             Some(self.tap.clone()),
+            None,
         )
     }
 
