@@ -85,6 +85,19 @@ pub fn count(c: Counter) {
     count_n(c, 1);
 }
 
+/// Adds 1 to a global counter and returns this CPU's count.
+#[inline(always)]
+pub fn count_get(c: Counter) -> u64 {
+    match STATS.get_ptr_mut(c as u32) {
+        // SAFETY: this CPU's slot of a per-CPU array; no other writer.
+        Some(p) => unsafe {
+            *p += 1;
+            *p
+        },
+        None => 0,
+    }
+}
+
 /// Adds `n` to a global counter.
 #[inline(always)]
 pub fn count_n(c: Counter, n: u64) {

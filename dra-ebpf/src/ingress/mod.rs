@@ -9,7 +9,9 @@ use dra_common::{
 };
 
 use crate::{
-    maps::{GLOBAL_CONFIG, JUMP, JUMP_SCTP, JUMP_TCP, PEERS_V4, PEERS_V6, PKT_META, count},
+    maps::{
+        GLOBAL_CONFIG, JUMP, JUMP_SCTP, JUMP_TCP, PEERS_V4, PEERS_V6, PKT_META, count, count_get,
+    },
     parse::{self, IPPROTO_SCTP, IPPROTO_TCP, L4, Skip, is_diameter_port},
 };
 
@@ -18,6 +20,9 @@ pub mod tcp;
 mod xdp;
 
 use xdp::{DROP, PASS, load};
+
+/// One unknown-peer drop in this many (per CPU) is offered to the event log.
+const UNKNOWN_DROP_SAMPLE: u64 = 64;
 
 pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     count(Counter::Packets);
@@ -58,8 +63,11 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     key.dport = dport;
     let Some(peer) = lookup_peer(ctx, &l4) else {
         if cfg.unknown_peer == UnknownPeerPolicy::Drop as u32 {
-            count(Counter::UnknownPeerDrop);
-            crate::events::flow(ctx, crate::events::Event::UnknownPeerDrop, &key);
+            // Sampled: a flood of unknown sources comes this way packet after packet, so
+            // only one drop in 64 per CPU reaches the logger (its clock read and gate).
+            if count_get(Counter::UnknownPeerDrop) & (UNKNOWN_DROP_SAMPLE - 1) == 1 {
+                crate::events::flow(ctx, crate::events::Event::UnknownPeerDrop, &key);
+            }
             return Ok(DROP);
         }
         count(Counter::UnknownPeerPass);
