@@ -229,8 +229,8 @@ pub const MARK_RING: usize = 8;
 /// flow resynchronises. Longer than a few TCP RTO back-offs (0.2 + 0.4 + 0.8 + 1.6 s)
 /// so a real loss is always retransmitted into the hole first.
 pub const MAX_HOLE_AGE_NS: u64 = 5_000_000_000;
-/// TCP framing state of one flow (DESIGN.md §3). Sequence numbers are absolute TCP
-/// sequence numbers (compared modulo 2^32).
+/// Where one line of framing stands in a TCP byte stream (DESIGN.md §3). Sequence
+/// numbers are absolute TCP sequence numbers (compared modulo 2^32).
 ///
 /// The message at `next_hdr` is *in progress* when `next_hdr` is before
 /// `processed_end`: some of its bytes have passed, its class is not known yet, and
@@ -239,23 +239,69 @@ pub const MAX_HOLE_AGE_NS: u64 = 5_000_000_000;
 /// depend on where segments are cut (see [`crate::wire::MsgScan`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TcpFlow {
+pub struct Line {
     /// Where the next Diameter header starts (the message in progress, or the next one).
     pub next_hdr: u32,
-    /// Every byte before this has been processed and charged exactly once.
+    /// Every byte before this has been looked at (and, on a charging line, every
+    /// request decided in it charged exactly once).
     pub processed_end: u32,
+    /// Classification of the message in progress.
+    pub cursor: ScanCursor,
+}
+
+/// No island.
+pub const ISLAND_NONE: u32 = 0;
+/// The island follows the bytes after a dropped request without charging them: the
+/// segments are dropped (out of order), their requests are charged by the main line
+/// when they are retransmitted.
+pub const ISLAND_SHADOW: u32 = 1;
+/// The main line has moved since the drop: bytes new at the island's end (the data a
+/// sender sends after its retransmission timeout, RFC 5682 F-RTO) are framed, charged
+/// and passed by the island from `start` on.
+pub const ISLAND_CHARGING: u32 = 2;
+
+/// A second line of framing after a request dropped over a `drop` limit (DESIGN.md §3,
+/// docs/fast-path.md "Islands"). Without it every byte after the hole is dropped until
+/// the hole is filled, so a sender's F-RTO probe (new data after the timeout's
+/// retransmission) is dropped too, draws no acknowledgement and costs a second
+/// retransmission timeout. With it, the probe is charged and passed: the receiver
+/// acknowledges it selectively and the sender retransmits the hole at once. Each request
+/// is still charged once: by the main line before `start`, by the island from `start`
+/// on; the main line takes the island's state over when it reaches `start`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Island {
+    /// One of [`ISLAND_NONE`], [`ISLAND_SHADOW`], [`ISLAND_CHARGING`].
+    pub state: u32,
+    /// The main line's `processed_end` right after the drop: it has moved when its
+    /// `processed_end` is past this.
+    pub main_mark: u32,
+    /// Where the island began charging (its `processed_end` then).
+    pub start: u32,
+    pub line: Line,
+}
+
+/// TCP framing state of one flow (DESIGN.md §3): the main line of framing, what was
+/// marked, the current hole, and the island after a drop.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpFlow {
+    /// The main line: every request before its `processed_end` was charged once.
+    pub line: Line,
     /// Ring of recently marked header seqs (see [`MARK_RING`]).
     pub marked: [u32; MARK_RING],
     pub mark_idx: u32,
     /// Segments dropped past the current hole.
     pub ofo_drops: u32,
+    pub _pad: u32,
     /// When the current hole was first seen (bpf_ktime_get_ns; 0 = no hole). A hole
     /// older than [`MAX_HOLE_AGE_NS`] means our state is wrong: the flow resyncs.
     pub hole_since_ns: u64,
-    /// Classification of the message in progress.
-    pub cursor: ScanCursor,
-    pub _pad: u32,
+    pub island: Island,
 }
+
+// The flow value has no implicit padding (it is `aya::Pod`, read whole by the agent).
+const _: () = assert!(core::mem::size_of::<TcpFlow>() == 200);
 
 /// A request marked out of band: over a `reject` limit, but its header's flags byte
 /// had already passed (in an earlier segment) when its class became known, so the

@@ -154,6 +154,9 @@ struct Step {
     pkt: Vec<u8>,
     verdict: u32,
     out: Option<Vec<u8>>,
+    /// Every bucket is refilled before this step (the time a sender's retransmission
+    /// timeout leaves the limiter).
+    refill: bool,
 }
 
 fn step(pkt: Vec<u8>, verdict: u32) -> Step {
@@ -161,6 +164,15 @@ fn step(pkt: Vec<u8>, verdict: u32) -> Step {
         pkt,
         verdict,
         out: None,
+        refill: false,
+    }
+}
+
+/// `step`, after every bucket was refilled.
+fn after_refill(pkt: Vec<u8>, verdict: u32) -> Step {
+    Step {
+        refill: true,
+        ..step(pkt, verdict)
     }
 }
 
@@ -391,6 +403,7 @@ fn rows() -> Vec<Row> {
                 out: Some(pkt::expect_marked(&nine_seg, &f, &marks)),
                 pkt: nine_seg,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![(Counter::OverBound, 0)],
@@ -411,6 +424,7 @@ fn rows() -> Vec<Row> {
                 out: Some(pkt::expect_marked(&third, &f, &[4])),
                 pkt: third,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![],
@@ -427,6 +441,7 @@ fn rows() -> Vec<Row> {
                 out: Some(pkt::expect_marked(&three, &f, &[2 * l as usize + 4])),
                 pkt: three,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![],
@@ -484,6 +499,7 @@ fn rows() -> Vec<Row> {
                 out: Some(pkt::expect_marked(&second, &f, &[1])),
                 pkt: second,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![],
@@ -543,6 +559,7 @@ fn rows() -> Vec<Row> {
                 out: Some(pkt::expect_marked(&zero_i2, &f, &[4])),
                 pkt: zero_i2,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![],
@@ -574,11 +591,13 @@ fn rows() -> Vec<Row> {
                 out: Some(remarked.clone()),
                 pkt: marked_seg.clone(),
                 verdict: PASS,
+                refill: false,
             },
             Step {
                 out: Some(remarked),
                 pkt: marked_seg,
                 verdict: PASS,
+                refill: false,
             },
         ],
         counters: vec![(Counter::Retransmit, 1)],
@@ -774,6 +793,72 @@ fn rows() -> Vec<Row> {
         vec![(Counter::Dropped, 1), (Counter::OutOfOrder, 1)],
         vec![("pgw2", None, 3, 3, 0, 1)],
     ));
+    // Islands (docs/fast-path.md): after a drop, the bytes past the hole are framed
+    // without charging; once the dropped request's retransmission is admitted, new data
+    // at the island's end (a sender's F-RTO probe) is charged and passed, and the main
+    // line takes the island over when it reaches it.
+    v.push(row(
+        "island: new data after the drop is charged and passed once the hole's start is",
+        vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+            step(seg(&f2, 3 * l, &i0), DROP),
+            // Sent before the timeout: framed, not charged, dropped.
+            step(seg(&f2, 4 * l, &i0), DROP),
+            // New data before the main line moved: still not charged.
+            step(seg(&f2, 5 * l, &i0), DROP),
+            after_refill(seg(&f2, 3 * l, &i0), PASS),
+            // F-RTO's new data: charged by the island.
+            step(seg(&f2, 6 * l, &i0), PASS),
+            // Its retransmission: charged already.
+            step(seg(&f2, 6 * l, &i0), PASS),
+            // The hole's retransmission (after another refill): the main line reaches
+            // the island's start and takes the island over, then goes on.
+            after_refill(seg(&f2, 4 * l, &cat(&[&i0, &i0])), PASS),
+            step(seg(&f2, 7 * l, &i0), PASS),
+            step(seg(&f2, 8 * l, &i0), DROP),
+        ],
+        vec![
+            (Counter::Dropped, 2),
+            (Counter::OutOfOrder, 2),
+            (Counter::Retransmit, 1),
+        ],
+        vec![("pgw2", None, 8, 8, 0, 2)],
+    ));
+    v.push(row(
+        "island: a segment past the island's end is dropped once the main line took it over",
+        vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+            step(seg(&f2, 3 * l, &i0), DROP),
+            step(seg(&f2, 4 * l, &i0), DROP),
+            after_refill(seg(&f2, 3 * l, &i0), PASS),
+            step(seg(&f2, 5 * l, &i0), PASS),
+            // Up to the island (charged here), the island (charged by it) and a request
+            // past it (not walked): dropped.
+            step(seg(&f2, 4 * l, &cat(&[&i0, &i0, &i0])), DROP),
+            // Its retransmission: only the last request is new.
+            after_refill(seg(&f2, 4 * l, &cat(&[&i0, &i0, &i0])), PASS),
+        ],
+        vec![
+            (Counter::Dropped, 1),
+            (Counter::OutOfOrder, 2),
+            (Counter::Retransmit, 0),
+        ],
+        vec![("pgw2", None, 7, 7, 0, 1)],
+    ));
+    v.push(row(
+        "island: the main line catching up before the island charged anything ends it",
+        vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+            step(seg(&f2, 3 * l, &cat(&[&i0, &i0])), DROP),
+            after_refill(seg(&f2, 3 * l, &cat(&[&i0, &i0])), PASS),
+            step(seg(&f2, 5 * l, &i0), PASS),
+        ],
+        vec![(Counter::Dropped, 1), (Counter::OutOfOrder, 0)],
+        vec![("pgw2", None, 6, 6, 0, 1)],
+    ));
     v.push(row(
         "CCR-T profile with action drop",
         vec![
@@ -873,6 +958,9 @@ fn fixture_table() {
             .map(|(p, c, ..)| h.maps.slot_counters(h.slot(p, *c)).unwrap())
             .collect();
         for (i, s) in r.steps.iter().enumerate() {
+            if s.refill {
+                h.maps.reset_buckets().unwrap();
+            }
             let (verdict, out) = h.run(&s.pkt);
             if verdict != s.verdict {
                 failures.push(format!(
@@ -1114,6 +1202,95 @@ fn straddle_sweep_drop() {
             );
             if dt != (2, 2, 0, 2) || du != (0, 0, 0, 0) {
                 bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
+            }
+            if !bad.is_empty() {
+                failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));
+            }
+        }
+    }
+    assert!(cases > 250, "{cases} cuts");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Islands at every cut (`drop`, pgw1's CCR-T profile, burst 2): the third CCR-T `t2`
+/// is cut at every byte offset between segments `a` and `b` as in
+/// [`straddle_sweep_drop`], then the sender does what a Linux sender does after a
+/// retransmission timeout: the buckets refill, the dropped segment is retransmitted,
+/// new data `c` (F-RTO's probe: a CCR-T and a CCR-U) follows, and the rest of the hole
+/// is retransmitted. Every segment but the first drop passes; every request is charged
+/// exactly once (CCR-T: four admitted, one drop; CCR-U: two admitted), and in the end
+/// the flow's main line stands at the end of `c` with no island left.
+#[test]
+fn island_sweep_drop() {
+    let mut h = Harness::new();
+    let f = f1();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (label, build) in pkt::CCR_BUILDS {
+        let t: Vec<Vec<u8>> = (0..4).map(|k| build(app::GX, 3, k)).collect();
+        let (u3, u4) = (build(app::GX, 2, 3), build(app::GX, 2, 4));
+        let pre = cat(&[&t[0], &t[1]]);
+        let p = pre.len();
+        let decided = pkt::avp_offset(&t[2], dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+        for k in 1..t[2].len() {
+            cases += 1;
+            h.reset();
+            let (ct, cu) = (slot4(&h, "pgw1", CCR_T), slot4(&h, "pgw1", OTHER));
+            let a = seg(&f, 0, &cat(&[&pre, &t[2][..k]]));
+            let rest = cat(&[&t[2][k..], &u3]);
+            let b = seg(&f, (p + k) as u32, &rest);
+            let c_off = (p + k + rest.len()) as u32;
+            let c_bytes = cat(&[&t[3], &u4]);
+            let c = seg(&f, c_off, &c_bytes);
+            assert_eq!(h.run(&syn(&f)).0, PASS);
+            // The segment whose class decision drops it, and the one after it.
+            let (first, dropped, after) = if k >= decided {
+                (DROP, &a, &b)
+            } else {
+                (PASS, &b, &c)
+            };
+            let mut steps: Vec<(&str, &Vec<u8>, u32)> = vec![("a", &a, first), ("b", &b, DROP)];
+            if k >= decided {
+                steps.push(("a again", dropped, PASS));
+                steps.push(("c (new data)", &c, PASS));
+                steps.push(("b again", after, PASS));
+            } else {
+                steps.push(("b again", dropped, PASS));
+                steps.push(("c (new data)", after, PASS));
+            }
+            let mut bad = Vec::new();
+            for (i, (name, pkt, want)) in steps.iter().enumerate() {
+                if i == 2 {
+                    h.maps.reset_buckets().unwrap();
+                }
+                let (v, out) = h.run(pkt);
+                if v != *want || (v == PASS && out != **pkt) {
+                    bad.push(format!("{name}: verdict {v}, want {want}"));
+                }
+            }
+            let (dt, du) = (
+                sub4(slot4(&h, "pgw1", CCR_T), ct),
+                sub4(slot4(&h, "pgw1", OTHER), cu),
+            );
+            if dt != (4, 4, 0, 1) || du != (2, 2, 0, 0) {
+                bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
+            }
+            let flows = h.maps.tcp_flows();
+            let end = ISN + 1 + c_off + c_bytes.len() as u32;
+            match flows.as_slice() {
+                [(_, fl)] if fl.line.processed_end == end && fl.island.state == 0 => {}
+                other => bad.push(format!(
+                    "flow state {:?}, want the main line at {end} and no island",
+                    other
+                        .iter()
+                        .map(|(_, fl)| (fl.line.processed_end, fl.island.state))
+                        .collect::<Vec<_>>()
+                )),
             }
             if !bad.is_empty() {
                 failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));

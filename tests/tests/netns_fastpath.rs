@@ -332,14 +332,18 @@ fn drop_mode(congestion: Option<&str>) {
     }
     for (k, fl) in maps.tcp_flows() {
         println!(
-            "  flow {}->{}: next_hdr {} processed_end {} scan phase {} part {} ofo {}",
+            "  flow {}->{}: next_hdr {} processed_end {} scan phase {} part {} ofo {} \
+             island {} (start {}, end {})",
             k.sport,
             k.dport,
-            fl.next_hdr,
-            fl.processed_end,
-            fl.cursor.scan.phase,
-            fl.cursor.part_len,
-            fl.ofo_drops
+            fl.line.next_hdr,
+            fl.line.processed_end,
+            fl.line.cursor.scan.phase,
+            fl.line.cursor.part_len,
+            fl.ofo_drops,
+            fl.island.state,
+            fl.island.start,
+            fl.island.line.processed_end
         );
     }
     println!(

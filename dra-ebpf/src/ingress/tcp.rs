@@ -10,7 +10,8 @@
 //! * starts past `processed_end`: a hole (lost or dropped segment). The segment is
 //!   dropped so that nothing is charged around the hole; the sender retransmits. A
 //!   hole that persists (MAX_HOLE_AGE_NS) or is absurdly far (MAX_HOLE) means our
-//!   state is wrong: the flow resynchronises instead, so a flow never stalls.
+//!   state is wrong: the flow resynchronises instead, so a flow never stalls. The one
+//!   exception is the flow's *island* (below).
 //! * otherwise the new bytes are walked, one message per `bpf_loop` iteration (the
 //!   verifier checks the body once): each message is classified by
 //!   [`MsgScan`](dra_common::wire::MsgScan), which reads only the items it needs
@@ -37,6 +38,23 @@
 //!   twice and nothing is admitted without a charge.
 //!
 //! So a verdict never depends on where the segments were cut (DESIGN.md §3).
+//!
+//! # Islands: the hole a `drop` leaves
+//!
+//! When a request is dropped, the walk goes on over the rest of the segment without
+//! charging, and the flow keeps a second line of framing, the island
+//! ([`Island`](dra_common::maps::Island)), at its end. Segments that continue the island
+//! while the hole is open are framed and dropped, charging nothing (*shadow*): their
+//! requests are charged when the main line gets them again. Once the main line has
+//! moved (the dropped request's retransmission was admitted), new bytes at the island's
+//! end are framed, charged and passed by the island: that is the new data a Linux
+//! sender sends after a retransmission timeout to test whether it was spurious (F-RTO,
+//! RFC 5682). Its selective acknowledgement makes the sender retransmit the rest of the
+//! hole at once; without the island the probe was dropped too, drew no acknowledgement,
+//! and every drop cost a second timeout (docs/fast-path.md, "Islands"). The main line
+//! stops at the island's `start`, where it takes the island's state over: a request is
+//! charged by the main line if its class became known before `start`, by the island if
+//! after, never by both.
 
 use aya_ebpf::{
     bindings::xdp_md,
@@ -44,7 +62,10 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use dra_common::{
-    maps::{FlowKey, MARK_RING, MAX_HOLE_AGE_NS, OobMark, PeerInfo, TcpFlow},
+    maps::{
+        FlowKey, ISLAND_CHARGING, ISLAND_NONE, ISLAND_SHADOW, Line, MARK_RING, MAX_HOLE_AGE_NS,
+        OobMark, PeerInfo, TcpFlow,
+    },
     stats::Counter,
     wire::{self, Progress, ScanCursor, flags},
 };
@@ -162,9 +183,10 @@ const RUNNING: u32 = 0;
 /// The message at `pos` continues in a later segment (scan state kept).
 const CARRY: u32 = 1;
 /// A request was over a `drop` limit (or its out-of-band mark could not be handed
-/// over): the packet is dropped, the flow committed up to that request.
+/// over) and the walk stopped there: the packet is dropped, the line committed up to
+/// that request.
 const DROPPED: u32 = 2;
-/// Invalid Diameter: the flow's state is dropped.
+/// Invalid Diameter.
 const LOST: u32 = 3;
 
 /// What the walk over one segment shares with its `bpf_loop` callback. Verifier
@@ -177,10 +199,13 @@ const LOST: u32 = 3;
 pub struct Walk {
     peer: PeerInfo,
     now: u64,
-    /// Sequence number of the segment's first payload byte, and one past its last.
+    /// Sequence number of the segment's first payload byte, and where the walk stops
+    /// looking: the segment's end, or an island's start (see [`Island`]).
+    ///
+    /// [`Island`]: dra_common::maps::Island
     seq: u32,
     seg_end: u32,
-    /// First byte new to the receiver (`processed_end` when the segment arrived).
+    /// First byte new to the line (its `processed_end` when the segment arrived).
     fresh: u32,
     /// Where the message being looked at starts.
     pos: u32,
@@ -188,6 +213,15 @@ pub struct Walk {
     payload: u32,
     tcp_off: u32,
     status: u32,
+    /// 1: requests are decided and charged; 0: only framed (an island's shadow).
+    charge: u32,
+    /// 1: a drop does not stop the walk: it goes on, not charging, to frame an island.
+    may_island: u32,
+    /// 1: a request was dropped at `drop_pos`.
+    dropped: u32,
+    drop_pos: u32,
+    /// 1: the walk is on the flow's island line, 0: on its main line.
+    island: u32,
     /// Classification of the message at `pos`.
     cur: ScanCursor,
 }
@@ -254,13 +288,14 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
             None => return PASS,
         },
     };
-    let pe = flow.processed_end;
+    let pe = flow.line.processed_end;
     if seq_le(seg_end, pe) {
         remark(ctx, tcp_off, payload, flow, seq, seg_end);
         count(Counter::Retransmit);
         return PASS;
     }
-    if seq_lt(pe, seq) {
+    let on_island = seq_lt(pe, seq);
+    if on_island {
         if flow.hole_since_ns == 0 {
             flow.hole_since_ns = now;
         }
@@ -271,16 +306,38 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
             events::flow(ctx, Event::HoleTimeout, key);
             return PASS;
         }
-        flow.ofo_drops += 1;
-        count(Counter::OutOfOrder);
-        return DROP;
+        match island_segment(flow, seq, seg_end) {
+            IslandSegment::Walk => {}
+            IslandSegment::Charged => {
+                remark(ctx, tcp_off, payload, flow, seq, seg_end);
+                count(Counter::Retransmit);
+                return PASS;
+            }
+            IslandSegment::No => return out_of_order(flow),
+        }
+    } else {
+        flow.ofo_drops = 0;
+        flow.hole_since_ns = 0;
     }
-    flow.ofo_drops = 0;
-    flow.hole_since_ns = 0;
-    if seq_lt(seq, pe) {
+    // The line this segment continues: the main line, or the island past its hole.
+    let (next_hdr, fresh) = if on_island {
+        (flow.island.line.next_hdr, flow.island.line.processed_end)
+    } else {
+        (flow.line.next_hdr, pe)
+    };
+    if seq_lt(seq, fresh) {
         // Coalesced retransmission: old bytes first, then new ones.
-        remark(ctx, tcp_off, payload, flow, seq, pe);
+        remark(ctx, tcp_off, payload, flow, seq, fresh);
     }
+    let island_state = flow.island.state;
+    // The main line stops at a charging island's start: the island charged what
+    // follows.
+    let walk_end =
+        if !on_island && island_state == ISLAND_CHARGING && seq_lt(flow.island.start, seg_end) {
+            flow.island.start
+        } else {
+            seg_end
+        };
 
     let Some(wp) = WALK_SCRATCH.get_ptr_mut(0) else {
         return PASS;
@@ -290,15 +347,23 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     w.peer = *peer;
     w.now = now;
     w.seq = seq;
-    w.seg_end = seg_end;
-    w.fresh = pe;
-    w.pos = flow.next_hdr;
+    w.seg_end = walk_end;
+    w.fresh = fresh;
+    w.pos = next_hdr;
     w.payload = payload as u32;
     w.tcp_off = tcp_off as u32;
     w.status = RUNNING;
-    let in_progress = seq_lt(flow.next_hdr, pe);
+    w.charge = (!on_island || island_state == ISLAND_CHARGING) as u32;
+    w.may_island = (!on_island && island_state == ISLAND_NONE) as u32;
+    w.dropped = 0;
+    w.island = on_island as u32;
+    let in_progress = seq_lt(next_hdr, fresh);
     if in_progress {
-        w.cur = flow.cursor;
+        w.cur = if on_island {
+            flow.island.line.cursor
+        } else {
+            flow.line.cursor
+        };
     } else {
         w.cur.reset();
     }
@@ -326,42 +391,191 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
     let w = unsafe { &*wp };
+    if w.island != 0 {
+        island_done(flow, w, in_progress)
+    } else {
+        main_done(ctx, key, flow, w, in_progress, seg_end)
+    }
+}
+
+/// How a segment past the main line's hole relates to the flow's island.
+enum IslandSegment {
+    /// It continues the island: walk its new bytes on the island line.
+    Walk,
+    /// Every byte of it was charged by the island already (a retransmission).
+    Charged,
+    /// Neither: dropped out of order.
+    No,
+}
+
+/// Where a segment past the main line's hole (`seq..seg_end`) stands against the
+/// island. Once the main line has moved since the drop, the island starts charging
+/// at its current end.
+#[inline(always)]
+fn island_segment(flow: &mut TcpFlow, seq: u32, seg_end: u32) -> IslandSegment {
+    let il = &mut flow.island;
+    if il.state == ISLAND_NONE {
+        return IslandSegment::No;
+    }
+    let ie = il.line.processed_end;
+    if il.state == ISLAND_SHADOW && seq_lt(il.main_mark, flow.line.processed_end) {
+        il.state = ISLAND_CHARGING;
+        il.start = ie;
+    }
+    if seq_lt(ie, seq) {
+        return IslandSegment::No;
+    }
+    // Bytes before the island's start were not charged by it: they must come through
+    // the main line.
+    let charged = il.state == ISLAND_CHARGING && !seq_lt(seq, il.start);
+    if seq_le(seg_end, ie) {
+        return if charged {
+            IslandSegment::Charged
+        } else {
+            IslandSegment::No
+        };
+    }
+    if charged || (il.state == ISLAND_SHADOW && seq == ie) {
+        IslandSegment::Walk
+    } else {
+        IslandSegment::No
+    }
+}
+
+/// Drops a segment past the main line's hole that no line can take.
+#[inline(always)]
+fn out_of_order(flow: &mut TcpFlow) -> u32 {
+    flow.ofo_drops += 1;
+    count(Counter::OutOfOrder);
+    DROP
+}
+
+/// What a walk did to its line.
+#[derive(PartialEq, Eq)]
+enum Outcome {
+    /// The line moved on (or stayed, its message in progress).
+    Moved,
+    /// A request was dropped: the line is committed up to it.
+    Dropped,
+    /// Invalid Diameter.
+    Lost,
+    /// More messages than one walk may take.
+    Bound,
+}
+
+/// Commits a walk's outcome to `line`, whose message at `next_hdr` was in progress
+/// when the segment arrived if `in_progress`.
+#[inline(always)]
+fn commit(line: &mut Line, w: &Walk, in_progress: bool) -> Outcome {
+    if w.dropped != 0 {
+        // Commit the requests decided before the dropped one. If the dropped one is
+        // the message that was in progress, its state stays as it was (the
+        // retransmission scans this segment's part of it again).
+        if !(in_progress && w.drop_pos == line.next_hdr) {
+            line.next_hdr = w.drop_pos;
+            line.processed_end = w.drop_pos;
+        }
+        return Outcome::Dropped;
+    }
     match w.status {
-        LOST => {
+        LOST => Outcome::Lost,
+        CARRY => {
+            line.next_hdr = w.pos;
+            line.processed_end = w.seg_end;
+            line.cursor = w.cur;
+            Outcome::Moved
+        }
+        _ if seq_lt(w.pos, w.seg_end) => Outcome::Bound,
+        _ => {
+            line.next_hdr = w.pos;
+            line.processed_end = w.seg_end;
+            Outcome::Moved
+        }
+    }
+}
+
+/// After a walk on the main line: commit it, start an island after a drop, take a
+/// charging island's state over once the main line reached its start.
+#[inline(always)]
+fn main_done(
+    ctx: &XdpContext,
+    key: &FlowKey,
+    flow: &mut TcpFlow,
+    w: &Walk,
+    in_progress: bool,
+    seg_end: u32,
+) -> u32 {
+    match commit(&mut flow.line, w, in_progress) {
+        Outcome::Lost => {
             count(Counter::MalformedDiameter);
             events::flow(ctx, Event::Malformed, key);
             let _ = TCP_FLOWS.remove(key);
             PASS
         }
-        DROPPED => {
-            // Commit the requests decided before the dropped one. If the dropped one is
-            // the message that was in progress, its state stays as it was (the
-            // retransmission scans this segment's part of it again).
-            if !(in_progress && w.pos == flow.next_hdr) {
-                flow.next_hdr = w.pos;
-                flow.processed_end = w.pos;
+        Outcome::Bound => {
+            // Give up framing this flow; it resynchronises.
+            let _ = TCP_FLOWS.remove(key);
+            count(Counter::Resync);
+            events::flow(ctx, Event::WalkBound, key);
+            PASS
+        }
+        Outcome::Dropped => {
+            // The walk went on past the dropped request without charging (it was free
+            // to start an island): the island is where it stopped, if it stopped at the
+            // segment's end with its framing intact.
+            let framed = w.status == CARRY || (w.status == RUNNING && !seq_lt(w.pos, w.seg_end));
+            if w.may_island != 0 && framed {
+                let il = &mut flow.island;
+                il.line.next_hdr = w.pos;
+                il.line.processed_end = w.seg_end;
+                if w.status == CARRY {
+                    il.line.cursor = w.cur;
+                }
+                il.main_mark = flow.line.processed_end;
+                il.start = w.seg_end;
+                il.state = ISLAND_SHADOW;
             }
             count(Counter::Dropped);
             DROP
         }
-        CARRY => {
-            flow.next_hdr = w.pos;
-            flow.processed_end = seg_end;
-            flow.cursor = w.cur;
-            PASS
-        }
-        _ => {
-            if seq_lt(w.pos, seg_end) {
-                // More than one walk may take: give up framing this flow; it
-                // resynchronises.
-                let _ = TCP_FLOWS.remove(key);
-                count(Counter::Resync);
-                events::flow(ctx, Event::WalkBound, key);
-            } else {
-                flow.next_hdr = w.pos;
-                flow.processed_end = seg_end;
+        Outcome::Moved => {
+            let state = flow.island.state;
+            let pe = flow.line.processed_end;
+            if state == ISLAND_CHARGING && pe == flow.island.start {
+                // Everything from here to the island's end was charged by the island.
+                flow.line = flow.island.line;
+                flow.island.state = ISLAND_NONE;
+                if seq_lt(flow.line.processed_end, seg_end) {
+                    // The segment goes on past the island's end, unwalked: its
+                    // retransmission brings those bytes again.
+                    return out_of_order(flow);
+                }
+            } else if state == ISLAND_SHADOW && !seq_lt(pe, flow.island.line.processed_end) {
+                // The main line caught up with the island before it charged anything.
+                flow.island.state = ISLAND_NONE;
             }
             PASS
+        }
+    }
+}
+
+/// After a walk on the island line: a shadow walk's segment is dropped (its requests
+/// are charged when the main line gets them); a charging walk's segment passes unless
+/// a request in it was dropped.
+#[inline(always)]
+fn island_done(flow: &mut TcpFlow, w: &Walk, in_progress: bool) -> u32 {
+    match commit(&mut flow.island.line, w, in_progress) {
+        Outcome::Moved if w.charge != 0 => PASS,
+        Outcome::Moved => out_of_order(flow),
+        Outcome::Dropped => {
+            count(Counter::Dropped);
+            DROP
+        }
+        Outcome::Lost | Outcome::Bound => {
+            // The island's framing cannot go on; the main line meets these bytes when
+            // they are retransmitted.
+            flow.island.state = ISLAND_NONE;
+            out_of_order(flow)
         }
     }
 }
@@ -407,7 +621,9 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
         }
     };
     let mlen = c.header.length;
-    if c.header.is_request() {
+    if w.charge == 0 {
+        // An island's shadow: framed, not charged.
+    } else if c.header.is_request() {
         let slot = class_slot(&w.peer, c.class);
         let mut v = decide(&w.peer, slot, w.now);
         if v == Verdict::Mark && !mark(r, w) {
@@ -418,8 +634,14 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
         }
         publish(&w.peer, slot, mlen, v);
         if v == Verdict::Drop {
-            w.status = DROPPED;
-            return false;
+            w.dropped = 1;
+            w.drop_pos = w.pos;
+            if w.may_island == 0 {
+                w.status = DROPPED;
+                return false;
+            }
+            // Go on framing the rest of the segment without charging: the island.
+            w.charge = 0;
         }
     } else {
         count(Counter::Answers);
@@ -482,13 +704,14 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     let p = FLOW_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: this CPU's scratch value.
     let st = unsafe { &mut *p };
-    st.next_hdr = seq;
-    st.processed_end = seq;
+    st.line.next_hdr = seq;
+    st.line.processed_end = seq;
+    st.line.cursor.reset();
     st.marked = [0; MARK_RING];
     st.mark_idx = 0;
     st.ofo_drops = 0;
     st.hole_since_ns = 0;
-    st.cursor.reset();
+    st.island.state = ISLAND_NONE;
     #[allow(clippy::needless_borrows_for_generic_args)]
     TCP_FLOWS.insert(key, &*st, 0).ok()?;
     // SAFETY: just inserted; the LRU value stays valid for this program run.
