@@ -286,9 +286,11 @@ fn drop_mode_admits_at_most_the_limit_and_loses_nothing() {
     drop_mode(None);
 }
 
-/// As above with a CUBIC gateway (Linux's default congestion control): after each
-/// timeout its F-RTO probe lands past the hole, so it recovers more slowly (the
-/// utilization printed is lower), but the limit and the delivery hold all the same.
+/// As above with a CUBIC gateway (Linux's default congestion control), and the
+/// utilization asserted: at least 80 % of the limit. After each timeout the sender's
+/// F-RTO probe (new data) lands past the hole; the fast path's island charges and passes
+/// it, so the sender retransmits the hole at once instead of waiting for a second
+/// timeout (without islands: 54–55 %, with them 92.6–93.3 % in three runs).
 #[test]
 fn drop_mode_with_a_cubic_sender_admits_at_most_the_limit_and_loses_nothing() {
     drop_mode(Some("cubic"));
@@ -360,5 +362,15 @@ fn drop_mode(congestion: Option<&str>) {
     let c = maps.slot_counters(slot).unwrap();
     assert_eq!(c.admitted as usize, n);
     assert!(c.dropped > 0);
+    if congestion.is_some() {
+        // The host's default sender (BBR here) paces itself after drops by its own
+        // model; its figure (80.8–93.4 % in ten runs) is printed, not asserted.
+        let utilization = in_window as f64 / limit;
+        assert!(
+            utilization >= 0.8,
+            "utilization {:.1} % < 80 %: each drop cost more than one timeout",
+            100.0 * utilization
+        );
+    }
     let _ = sh;
 }
