@@ -36,6 +36,23 @@ fn refused(msg: &Message, expected: ProtocolError, code: u32) -> Message {
     ans
 }
 
+/// `msg`'s refusal, which must be an invalid AVP length, with that AVP's code,
+/// Vendor-Id, received length and dictionary name.
+fn invalid_length(msg: &Message) -> (ProtocolError, (u32, Option<u32>, u32, &'static str)) {
+    let err = check(msg).unwrap_err();
+    let ProtocolError::InvalidAvpLength {
+        code,
+        vendor_id,
+        length,
+        name,
+        ..
+    } = err
+    else {
+        panic!("not an invalid AVP length: {err:?}");
+    };
+    (err, (code, vendor_id, length, name))
+}
+
 fn failed_avp_of(answer: &Message) -> Avp {
     let f = answer.find(c::FAILED_AVP).expect("Failed-AVP present");
     let inner = f.as_grouped().unwrap();
@@ -144,18 +161,9 @@ fn unknown_command_is_answered_3001() {
 fn wrong_size_unsigned32_is_answered_5014_with_the_whole_avp() {
     let bad = Avp::octets(c::CC_REQUEST_NUMBER, [0, 0, 0, 0, 1]).mandatory(); // length 13
     let msg = replaced(fx::ccr_i_gx(), c::CC_REQUEST_NUMBER, bad.clone());
-    let err = check(&msg).unwrap_err();
+    let (err, got) = invalid_length(&msg);
     assert_eq!(err.result_code(), rc::INVALID_AVP_LENGTH);
-    assert!(matches!(
-        &err,
-        ProtocolError::InvalidAvpLength {
-            code: 415,
-            vendor_id: None,
-            length: 13,
-            name: "CC-Request-Number",
-            ..
-        }
-    ));
+    assert_eq!(got, (415, None, 13, "CC-Request-Number"));
     let ans = answer_on_wire(&err, &msg);
     assert_eq!(ans.result_code(), Some(5014));
     assert!(!ans.is_error(), "5xxx is not a protocol error");
@@ -170,15 +178,8 @@ fn wrong_size_unsigned32_is_answered_5014_with_the_whole_avp() {
 fn wrong_size_address_and_vendor_avp_are_5014() {
     let mut cer = fx::cer();
     cer.avps[2] = Avp::octets(c::HOST_IP_ADDRESS, [0, 1, 198, 18, 0]).mandatory();
-    let err = check(&cer).unwrap_err();
-    assert!(matches!(
-        err,
-        ProtocolError::InvalidAvpLength {
-            code: 257,
-            length: 13,
-            ..
-        }
-    ));
+    let (_, got) = invalid_length(&cer);
+    assert_eq!(got, (257, None, 13, "Host-IP-Address"));
 
     let mut ccr = fx::ccr_i_gx();
     ccr.push(
@@ -186,16 +187,8 @@ fn wrong_size_address_and_vendor_avp_are_5014() {
             .vendor(vendor::TGPP)
             .mandatory(),
     );
-    let err = check(&ccr).unwrap_err();
-    assert!(matches!(
-        err,
-        ProtocolError::InvalidAvpLength {
-            code: 1027,
-            vendor_id: Some(10415),
-            length: 14,
-            ..
-        }
-    ));
+    let (_, got) = invalid_length(&ccr);
+    assert_eq!(got, (1027, Some(10415), 14, "IP-CAN-Type"));
 }
 
 #[test]
@@ -205,16 +198,8 @@ fn bad_avp_inside_a_group_is_reported_inside_its_group() {
     let msg = with_subscription_id(
         Avp::grouped(c::SUBSCRIPTION_ID, vec![sid_data, bad_child.clone()]).mandatory(),
     );
-    let err = check(&msg).unwrap_err();
-    assert!(matches!(
-        err,
-        ProtocolError::InvalidAvpLength {
-            code: 450,
-            length: 10,
-            name: "Subscription-Id-Type",
-            ..
-        }
-    ));
+    let (err, got) = invalid_length(&msg);
+    assert_eq!(got, (450, None, 10, "Subscription-Id-Type"));
     // RFC 6733 §7.5: the group hierarchy down to the single offending AVP.
     let failed = failed_avp_of(&answer_on_wire(&err, &msg));
     assert_eq!(failed.code, c::SUBSCRIPTION_ID);
@@ -235,15 +220,11 @@ fn broken_group_structure_reports_a_zero_filled_inner_header() {
         .vendor(vendor::TGPP)
         .mandatory();
     let msg = replaced(fx::ccr_i_gx(), c::QOS_INFORMATION, qos);
-    let err = check(&msg).unwrap_err();
-    assert!(matches!(
-        err,
-        ProtocolError::InvalidAvpLength {
-            code: 1041,
-            length: 200,
-            ..
-        }
-    ));
+    let (err, got) = invalid_length(&msg);
+    assert_eq!(
+        got,
+        (1041, Some(10415), 200, "APN-Aggregate-Max-Bitrate-UL")
+    );
     let failed = failed_avp_of(&answer_on_wire(&err, &msg));
     assert_eq!(failed.code, c::QOS_INFORMATION);
     assert_eq!(

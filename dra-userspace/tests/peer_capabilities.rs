@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dra::diameter::peer::{
     CloseReason, ConnectionOptions, Handled, PeerConfigError, PeerConnection, PeerEvent, PeerState,
-    Reconnect, StaticPeerDirectory, WatchdogState,
+    Reconnect, Role, StaticPeerDirectory, WatchdogState,
 };
 use dra::diameter::{Avp, Message, avp_code as c, result_code, vendor};
 use dra::routing::PeerId;
@@ -269,7 +269,8 @@ fn lone(conn: Result<PeerConnection, PeerConfigError>) -> PeerConnection {
 }
 
 fn lone_responder() -> PeerConnection {
-    lone(PeerConnection::responder(
+    lone(PeerConnection::new(
+        Role::Responder,
         std::sync::Arc::new(dra_config()),
         directory(7, PGW_HOST, &["198.18.0.0/24"]),
         ip(PGW_ADDR),
@@ -278,7 +279,8 @@ fn lone_responder() -> PeerConnection {
 }
 
 fn pgw_cer() -> Message {
-    let mut i = lone(PeerConnection::initiator(
+    let mut i = lone(PeerConnection::new(
+        Role::Initiator,
         std::sync::Arc::new(pgw_config()),
         directory(0, DRA_HOST, &["198.18.0.2/32"]),
         ip(DRA_ADDR),

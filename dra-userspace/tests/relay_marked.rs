@@ -183,41 +183,27 @@ fn reject(code: u32, text: &str) -> LimitAction {
     LimitAction::Reject(profile(code, text))
 }
 
-fn rule(scope: Scope, class: Option<MsgClass>, action: LimitAction) -> IngressRule {
+/// A rule for `class` (a class or `None` = every request).
+fn rule(scope: Scope, class: impl Into<Option<MsgClass>>, action: LimitAction) -> IngressRule {
     IngressRule {
         scope,
-        class,
+        class: class.into(),
         action,
     }
 }
 
 /// P1 and P2 in group G1; P3 alone with an overall `drop` profile; P4 unknown.
 fn policy() -> MarkedPolicy {
+    use Scope::{Group, Peer};
     MarkedPolicy::new(MarkedPolicyConfig {
         rules: vec![
-            rule(Scope::Group(G1), None, reject(3002, "g1 overall")),
-            rule(Scope::Peer(P1), None, reject(3002, "p1 overall")),
-            rule(
-                Scope::Group(G1),
-                Some(gx_ccr(None)),
-                reject(3004, "g1 gx ccr"),
-            ),
-            rule(
-                Scope::Group(G1),
-                Some(gx_ccr(Some(3))),
-                reject(3004, "g1 gx ccr-t"),
-            ),
-            rule(
-                Scope::Peer(P1),
-                Some(gx_ccr(None)),
-                reject(5012, "p1 gx ccr"),
-            ),
-            rule(
-                Scope::Peer(P1),
-                Some(gx_ccr(Some(1))),
-                reject(3002, "p1 gx ccr-i"),
-            ),
-            rule(Scope::Peer(P3), None, LimitAction::Drop),
+            rule(Group(G1), None, reject(3002, "g1 overall")),
+            rule(Peer(P1), None, reject(3002, "p1 overall")),
+            rule(Group(G1), gx_ccr(None), reject(3004, "g1 gx ccr")),
+            rule(Group(G1), gx_ccr(Some(3)), reject(3004, "g1 gx ccr-t")),
+            rule(Peer(P1), gx_ccr(None), reject(5012, "p1 gx ccr")),
+            rule(Peer(P1), gx_ccr(Some(1)), reject(3002, "p1 gx ccr-i")),
+            rule(Peer(P3), None, LimitAction::Drop),
         ],
         memberships: vec![(P1, G1), (P2, G1)],
         ..MarkedPolicyConfig::default()
@@ -242,58 +228,19 @@ fn text(a: &LimitAction) -> &str {
 
 #[test]
 fn marked_policy_picks_the_most_specific_profile() {
+    use ProfileSource as Src;
     let p = policy();
     let cases = [
-        (
-            P1,
-            class(app::GX, Some(1)),
-            "p1 gx ccr-i",
-            ProfileSource::PeerClassExact,
-        ),
+        (P1, gx_ccr(Some(1)), "p1 gx ccr-i", Src::PeerClassExact),
         // The peer's class profile beats the group's exact one.
-        (
-            P1,
-            class(app::GX, Some(3)),
-            "p1 gx ccr",
-            ProfileSource::PeerClassAny,
-        ),
-        (
-            P1,
-            class(app::GX, None),
-            "p1 gx ccr",
-            ProfileSource::PeerClassAny,
-        ),
-        (
-            P1,
-            class(app::GY, Some(1)),
-            "p1 overall",
-            ProfileSource::Peer,
-        ),
-        (
-            P2,
-            class(app::GX, Some(3)),
-            "g1 gx ccr-t",
-            ProfileSource::GroupClassExact,
-        ),
-        (
-            P2,
-            class(app::GX, Some(2)),
-            "g1 gx ccr",
-            ProfileSource::GroupClassAny,
-        ),
-        (
-            P2,
-            class(app::GY, Some(1)),
-            "g1 overall",
-            ProfileSource::Group,
-        ),
-        (P3, class(app::GX, Some(1)), "drop", ProfileSource::Peer),
-        (
-            P4,
-            class(app::GX, Some(1)),
-            "rate limit exceeded",
-            ProfileSource::Default,
-        ),
+        (P1, gx_ccr(Some(3)), "p1 gx ccr", Src::PeerClassAny),
+        (P1, gx_ccr(None), "p1 gx ccr", Src::PeerClassAny),
+        (P1, class(app::GY, Some(1)), "p1 overall", Src::Peer),
+        (P2, gx_ccr(Some(3)), "g1 gx ccr-t", Src::GroupClassExact),
+        (P2, gx_ccr(Some(2)), "g1 gx ccr", Src::GroupClassAny),
+        (P2, class(app::GY, Some(1)), "g1 overall", Src::Group),
+        (P3, gx_ccr(Some(1)), "drop", Src::Peer),
+        (P4, gx_ccr(Some(1)), "rate limit exceeded", Src::Default),
     ];
     for (peer, c, want, src) in cases {
         let (action, got_src) = p.select(peer, c);
@@ -321,8 +268,8 @@ fn request_class_reads_cc_request_type_only_for_credit_control() {
 fn marked_policy_rejects_ambiguous_config() {
     let dup = MarkedPolicy::new(MarkedPolicyConfig {
         rules: vec![
-            rule(Scope::Peer(P1), Some(gx_ccr(Some(1))), LimitAction::Drop),
-            rule(Scope::Peer(P1), Some(gx_ccr(Some(1))), reject(3002, "x")),
+            rule(Scope::Peer(P1), gx_ccr(Some(1)), LimitAction::Drop),
+            rule(Scope::Peer(P1), gx_ccr(Some(1)), reject(3002, "x")),
         ],
         ..MarkedPolicyConfig::default()
     });

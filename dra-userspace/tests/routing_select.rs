@@ -130,7 +130,7 @@ fn seed_001_different_weights_the_highest_weight_wins() {
     for strategy in Strategy::ALL {
         let mut sel = Selector::new(strategy, 3);
         let p = picks(&mut sel, &cands, &peers, 50, T0);
-        assert_eq!(count(&p, "high"), 50, "{strategy}");
+        assert_eq!(p, ["high"; 50], "{strategy}");
     }
 }
 
@@ -155,19 +155,11 @@ fn seed_001_lower_weight_only_when_every_higher_weight_peer_is_not_good() {
 
     peers.set_good(ids[0], false);
     let p = picks(&mut sel, &cands, &peers, 10, T0);
-    assert_eq!(
-        count(&p, "b"),
-        10,
-        "one higher peer left: it takes everything"
-    );
+    assert_eq!(p, ["b"; 10], "one higher peer left: it takes everything");
 
     peers.set_good(ids[1], false);
     let p = picks(&mut sel, &cands, &peers, 10, T0);
-    assert_eq!(
-        count(&p, "c"),
-        10,
-        "all higher peers down: lower weight used"
-    );
+    assert_eq!(p, ["c"; 10], "all higher peers down: lower weight used");
 
     peers.set_good(ids[2], false);
     assert_eq!(
@@ -180,8 +172,7 @@ fn seed_001_lower_weight_only_when_every_higher_weight_peer_is_not_good() {
     peers.set_good(ids[2], true);
     let p = picks(&mut sel, &cands, &peers, 10, T0);
     assert_eq!(
-        count(&p, "b"),
-        10,
+        p, ["b"; 10],
         "a higher peer back: lower weight unused again"
     );
 }
@@ -340,6 +331,19 @@ fn wildcard(ids: &[PeerId], weight: u32) -> Vec<Candidate> {
     ids.iter().map(|&peer| Candidate { peer, weight }).collect()
 }
 
+/// `n` picks of a fresh `strategy` selector seeded with `seed`, among all of `ids` at
+/// weight 1.
+fn fresh_picks(
+    strategy: Strategy,
+    seed: u64,
+    peers: &PeerTable,
+    ids: &[PeerId],
+    n: usize,
+) -> Vec<String> {
+    let mut sel = Selector::new(strategy, seed);
+    picks(&mut sel, &wildcard(ids, 1), peers, n, T0)
+}
+
 #[test]
 fn strategy_names_parse_and_print() {
     for s in Strategy::ALL {
@@ -354,16 +358,13 @@ fn priority_sends_everything_to_the_first_good_peer_in_config_order() {
     let (mut peers, ids) = good_peers(&["first", "second", "third"]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::Priority, 1);
-    assert_eq!(count(&picks(&mut sel, &cands, &peers, 20, T0), "first"), 20);
+    assert_eq!(picks(&mut sel, &cands, &peers, 20, T0), ["first"; 20]);
     peers.set_good(ids[0], false);
-    assert_eq!(
-        count(&picks(&mut sel, &cands, &peers, 20, T0), "second"),
-        20
-    );
+    assert_eq!(picks(&mut sel, &cands, &peers, 20, T0), ["second"; 20]);
     // Weight beats config order.
     let mut tiered = wildcard(&ids, 1);
     tiered[2].weight = 2;
-    assert_eq!(count(&picks(&mut sel, &tiered, &peers, 5, T0), "third"), 5);
+    assert_eq!(picks(&mut sel, &tiered, &peers, 5, T0), ["third"; 5]);
 }
 
 #[test]
@@ -393,11 +394,11 @@ fn least_loaded_prefers_the_highest_load_value_because_higher_means_less_loaded(
     let (mut peers, ids) = reporting(&["busy", "idle", "mid"], &[1_000, 60_000, 30_000]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::LeastLoaded, 1);
-    assert_eq!(count(&picks(&mut sel, &cands, &peers, 10, T0), "idle"), 10);
+    assert_eq!(picks(&mut sel, &cands, &peers, 10, T0), ["idle"; 10]);
 
     // The least loaded peer is not good: the next best takes over.
     peers.set_good(ids[1], false);
-    assert_eq!(count(&picks(&mut sel, &cands, &peers, 10, T0), "mid"), 10);
+    assert_eq!(picks(&mut sel, &cands, &peers, 10, T0), ["mid"; 10]);
 }
 
 #[test]
@@ -432,10 +433,7 @@ fn least_loaded_ranks_a_peer_without_fresh_load_at_the_tier_mean() {
     let mut sel =
         Selector::new(Strategy::LeastLoaded, 1).with_max_load_age(Duration::from_secs(30));
     // silent ranks at the mean of its good rivals' reports, 30000: below reports-high.
-    assert_eq!(
-        count(&picks(&mut sel, &cands, &peers, 5, T0), "reports-high"),
-        5
-    );
+    assert_eq!(picks(&mut sel, &cands, &peers, 5, T0), ["reports-high"; 5]);
     // reports-high down: silent now ranks at reports-low's 10000, so they share
     // instead of silent being starved or flooded.
     peers.set_good(ids[1], false);
@@ -461,10 +459,8 @@ fn least_loaded_ranks_a_peer_without_fresh_load_at_the_tier_mean() {
 #[test]
 fn weighted_load_distribution_is_proportional_to_load_value() {
     let (peers, ids) = reporting(&["w10k", "w20k", "w30k"], &[10_000, 20_000, 30_000]);
-    let cands = wildcard(&ids, 1);
-    let mut sel = Selector::new(Strategy::WeightedLoad, 42);
     let n = 10_000;
-    let p = picks(&mut sel, &cands, &peers, n, T0);
+    let p = fresh_picks(Strategy::WeightedLoad, 42, &peers, &ids, n);
     for (name, expected) in [
         ("w10k", 1.0 / 6.0),
         ("w20k", 2.0 / 6.0),
@@ -484,10 +480,7 @@ fn weighted_load_gives_nothing_to_a_fully_loaded_peer_unless_all_are() {
     let (mut peers, ids) = reporting(&["full", "free"], &[0, 100]);
     let cands = wildcard(&ids, 1);
     let mut sel = Selector::new(Strategy::WeightedLoad, 9);
-    assert_eq!(
-        count(&picks(&mut sel, &cands, &peers, 1000, T0), "free"),
-        1000
-    );
+    assert_eq!(picks(&mut sel, &cands, &peers, 1000, T0), ["free"; 1000]);
     peers.set_load(ids[1], load(0, T0));
     let p = picks(&mut sel, &cands, &peers, 1000, T0);
     assert!(
@@ -499,10 +492,8 @@ fn weighted_load_gives_nothing_to_a_fully_loaded_peer_unless_all_are() {
 #[test]
 fn p2c_never_picks_the_most_loaded_of_three_and_favours_the_least_loaded() {
     let (peers, ids) = reporting(&["light", "medium", "heavy"], &[60_000, 30_000, 1_000]);
-    let cands = wildcard(&ids, 1);
-    let mut sel = Selector::new(Strategy::P2c, 7);
     let n = 3000;
-    let p = picks(&mut sel, &cands, &peers, n, T0);
+    let p = fresh_picks(Strategy::P2c, 7, &peers, &ids, n);
     assert_eq!(count(&p, "heavy"), 0);
     // light wins every pair it is drawn in: 2 of the 3 possible pairs.
     let light = count(&p, "light") as f64 / n as f64;
@@ -515,9 +506,7 @@ fn p2c_without_load_reports_avoids_the_peer_with_most_pending_requests() {
     peers.set_pending(ids[0], 3);
     peers.set_pending(ids[1], 5);
     peers.set_pending(ids[2], 900);
-    let cands = wildcard(&ids, 1);
-    let mut sel = Selector::new(Strategy::P2c, 11);
-    let p = picks(&mut sel, &cands, &peers, 1000, T0);
+    let p = fresh_picks(Strategy::P2c, 11, &peers, &ids, 1000);
     assert_eq!(count(&p, "stuck"), 0);
     assert!(count(&p, "b") > 0, "b still wins its pair with stuck");
 }
@@ -538,19 +527,14 @@ fn load_strategies_respect_weight_tiers_and_good_state() {
     for strategy in Strategy::ALL {
         let mut sel = Selector::new(strategy, 5);
         let p = picks(&mut sel, &cands, &peers, 20, T0);
-        assert_eq!(
-            count(&p, "primary-busy"),
-            20,
-            "{strategy}: weight before load"
-        );
+        assert_eq!(p, ["primary-busy"; 20], "{strategy}: weight before load");
     }
     peers.set_good(ids[0], false);
     for strategy in Strategy::ALL {
         let mut sel = Selector::new(strategy, 5);
         let p = picks(&mut sel, &cands, &peers, 20, T0);
         assert_eq!(
-            count(&p, "backup-idle"),
-            20,
+            p, ["backup-idle"; 20],
             "{strategy}: backup when primary not good"
         );
     }

@@ -22,7 +22,7 @@ use super::session::{Send, SessionKey, SessionPool, build_ccr};
 use super::stats::{Report, Row, Stats};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::Message;
-use dra::diameter::peer::{ConnectionOptions, DisconnectCause, PeerConnection, PeerEvent};
+use dra::diameter::peer::{ConnectionOptions, DisconnectCause, PeerConnection, PeerEvent, Role};
 
 /// Client configuration (the scenario is separate).
 #[derive(Clone, Debug)]
@@ -623,9 +623,13 @@ async fn connection(
         ctx.tw,
     ));
     let opts = ConnectionOptions::new(ctx.seed.wrapping_add(n << 32), ctx.start_secs).reopen(n > 0);
-    let Ok(pc) =
-        PeerConnection::initiator(cfg, Arc::new(AllowList::default()), ctx.connect.ip(), opts)
-    else {
+    let Ok(pc) = PeerConnection::new(
+        Role::Initiator,
+        cfg,
+        Arc::new(AllowList::default()),
+        ctx.connect.ip(),
+        opts,
+    ) else {
         return End::Stop;
     };
     let (mut link, _) = Link::with_writer(stream, pc, ctx.start.into_std());
@@ -1033,8 +1037,13 @@ async fn link_connection(
         .wrapping_add(n << 32)
         .wrapping_add((link as u64) << 48);
     let opts = ConnectionOptions::new(seed, ctx.start_secs).reopen(n > 0);
-    let Ok(pc) = PeerConnection::initiator(cfg, Arc::new(AllowList::default()), addr.ip(), opts)
-    else {
+    let Ok(pc) = PeerConnection::new(
+        Role::Initiator,
+        cfg,
+        Arc::new(AllowList::default()),
+        addr.ip(),
+        opts,
+    ) else {
         return true;
     };
     let (mut l, _) = Link::with_writer(stream, pc, ctx.start.into_std());

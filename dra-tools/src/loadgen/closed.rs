@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 use super::conn::{Exit, Flow, Link, Mode, drive};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::peer::{
-    ConnectionOptions, DisconnectCause, PeerConfigError, PeerConnection, PeerEvent,
+    ConnectionOptions, DisconnectCause, PeerConfigError, PeerConnection, PeerEvent, Role,
 };
 use dra::diameter::{Avp, FramingError, Message};
 
@@ -657,7 +657,8 @@ async fn peer(
     stream.set_nodelay(true).map_err(io)?;
     let local = stream.local_addr().map_err(io)?.ip();
     let start = Instant::now();
-    let pc = PeerConnection::initiator(
+    let pc = PeerConnection::new(
+        Role::Initiator,
         Arc::new(loadgen_peer_config(&host, &cfg.origin_realm, local, cfg.tw)),
         Arc::new(AllowList::default()),
         cfg.connect.ip(),

@@ -31,7 +31,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Flow, Link, Mode, drive};
 use dra::diameter::peer::{
-    ConnectionOptions, DisconnectCause, PeerConfig, PeerConnection, PeerEvent, StaticPeerDirectory,
+    ConnectionOptions, DisconnectCause, PeerConfig, PeerConnection, PeerEvent, Role,
+    StaticPeerDirectory,
 };
 use dra::diameter::{Avp, FramingError, Message, answer_for, avp_code, result_code};
 use dra::routing::PeerId;
@@ -219,7 +220,8 @@ impl ScriptedPeer {
         let stream = super::connect_with(bind, addr, congestion)
             .await
             .map_err(|_| 0u32)?;
-        let pc = PeerConnection::initiator(
+        let pc = PeerConnection::new(
+            Role::Initiator,
             Arc::new(cfg),
             directory(remote_host),
             addr.ip(),
@@ -535,7 +537,8 @@ impl ScriptedServer {
             let mut seed = 1u64;
             while let Ok((s, remote)) = lst.accept().await {
                 seed += 1;
-                let Ok(pc) = PeerConnection::responder(
+                let Ok(pc) = PeerConnection::new(
+                    Role::Responder,
                     cfg.clone(),
                     dir.clone(),
                     remote.ip(),

@@ -39,7 +39,7 @@ use super::failover::{DuplicateCache, Seen};
 use super::resp::{RespClient, RespError};
 use super::{AllowList, loadgen_peer_config};
 use dra::diameter::peer::{
-    ConnectionOptions, PeerConfigError, PeerConnection, PeerEvent, peer_load_avp,
+    ConnectionOptions, PeerConfigError, PeerConnection, PeerEvent, Role, peer_load_avp,
 };
 use dra::diameter::{FramingError, Message, answer_for, result_code};
 use dra::routing::SplitMix64;
@@ -705,7 +705,8 @@ async fn serve_conn(
         shared.start_secs,
     )
     .own_load(shared.load_value());
-    let Ok(pc) = PeerConnection::responder(
+    let Ok(pc) = PeerConnection::new(
+        Role::Responder,
         shared.peer_cfg.clone(),
         shared.directory.clone(),
         remote,

@@ -258,23 +258,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_in_every_unit() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-    }
-
-    #[test]
-    fn durations_compound_and_fractional() {
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("0.25m"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration(" 2s "), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5 s"), Ok(Duration::from_secs(5)));
+    fn durations_parse() {
+        for (text, want) in [
+            // Every unit.
+            ("30s", Duration::from_secs(30)),
+            ("500ms", Duration::from_millis(500)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("0s", Duration::ZERO),
+            // Compound and fractional, with spaces.
+            ("1m30s", Duration::from_secs(90)),
+            ("1s500ms", Duration::from_millis(1500)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("0.25m", Duration::from_secs(15)),
+            (" 2s ", Duration::from_secs(2)),
+            ("1m 30s", Duration::from_secs(90)),
+            ("5 s", Duration::from_secs(5)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text:?}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dra::diameter::peer::{
     ApplicationId, ConnectionOptions, Handled, KnownPeer, PeerConfig, PeerConnection, PeerEvent,
-    StaticPeerDirectory, VendorSpecificApplicationId,
+    Role, StaticPeerDirectory, VendorSpecificApplicationId,
 };
 use dra::diameter::{Message, decode, vendor};
 use dra::routing::PeerId;
@@ -149,10 +149,20 @@ impl Pair {
         server_addr: &str,
     ) -> Pair {
         let (client_cfg, server_cfg) = (Arc::new(client_cfg), Arc::new(server_cfg));
-        let client =
-            PeerConnection::initiator(client_cfg, client_dir, ip(server_addr), client_opts);
-        let server =
-            PeerConnection::responder(server_cfg, server_dir, ip(client_addr), server_opts);
+        let client = PeerConnection::new(
+            Role::Initiator,
+            client_cfg,
+            client_dir,
+            ip(server_addr),
+            client_opts,
+        );
+        let server = PeerConnection::new(
+            Role::Responder,
+            server_cfg,
+            server_dir,
+            ip(client_addr),
+            server_opts,
+        );
         Pair {
             now: Duration::from_secs(1_000),
             client: End::new(client.expect("client config")),

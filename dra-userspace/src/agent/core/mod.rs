@@ -22,7 +22,7 @@ use super::{AgentError, AgentOptions, AgentStats, Ctl, setup};
 use crate::config::{Config, Role as CfgRole};
 use crate::diameter::peer::{
     ConnectionOptions, DisconnectCause, Handled, PeerConfig, PeerConnection, PeerDirectory,
-    PeerEvent, PeerState, Reconnect, WatchdogState, election_won,
+    PeerEvent, PeerState, Reconnect, Role, WatchdogState, election_won,
 };
 use crate::diameter::{Dictionary, Message, answer_for, validate_request};
 use crate::metrics::{self, Metrics};

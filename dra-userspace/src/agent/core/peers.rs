@@ -104,10 +104,11 @@ impl Core {
         let id = self.next_conn;
         self.next_conn += 1;
         let (cfg, dir) = (self.peer_cfg.clone(), self.dir.clone());
-        let pc = match peer {
-            None => PeerConnection::responder(cfg, dir, remote.ip(), opts),
-            Some(_) => PeerConnection::initiator(cfg, dir, remote.ip(), opts),
+        let role = match peer {
+            None => Role::Responder,
+            Some(_) => Role::Initiator,
         };
+        let pc = PeerConnection::new(role, cfg, dir, remote.ip(), opts);
         let pc = match pc {
             Ok(pc) => pc,
             Err(e) => {

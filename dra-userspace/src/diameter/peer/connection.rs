@@ -335,32 +335,14 @@ fn is_base(msg: &Message) -> bool {
 }
 
 impl PeerConnection {
-    /// A connection we are opening to `remote`. Call [`PeerConnection::handle_connected`]
-    /// when the transport is up: the CER goes out then.
-    pub fn initiator(
-        config: Arc<PeerConfig>,
-        directory: Arc<dyn PeerDirectory>,
-        remote: IpAddr,
-        options: ConnectionOptions,
-    ) -> Result<Self, PeerConfigError> {
-        Self::new(config, directory, Role::Initiator, remote, options)
-    }
-
-    /// A connection we accepted from `remote`. Call [`PeerConnection::handle_connected`]
-    /// at once to start the CER timer.
-    pub fn responder(
-        config: Arc<PeerConfig>,
-        directory: Arc<dyn PeerDirectory>,
-        remote: IpAddr,
-        options: ConnectionOptions,
-    ) -> Result<Self, PeerConfigError> {
-        Self::new(config, directory, Role::Responder, remote, options)
-    }
-
-    fn new(
-        config: Arc<PeerConfig>,
-        directory: Arc<dyn PeerDirectory>,
+    /// A connection with `remote`, opened by us ([`Role::Initiator`]) or accepted
+    /// ([`Role::Responder`]). Call [`PeerConnection::handle_connected`] when the transport
+    /// is up: an initiator sends its CER then; a responder starts its CER timer (call it
+    /// at once).
+    pub fn new(
         role: Role,
+        config: Arc<PeerConfig>,
+        directory: Arc<dyn PeerDirectory>,
         remote: IpAddr,
         options: ConnectionOptions,
     ) -> Result<Self, PeerConfigError> {
@@ -877,6 +859,18 @@ impl PeerConnection {
         }
     }
 
+    /// Our 2001 answer to a base-protocol request (DWA, DPA).
+    fn success_answer(&self, req: &Message) -> Message {
+        answer_for(
+            req,
+            result_code::SUCCESS,
+            &self.config.origin_host,
+            &self.config.origin_realm,
+            None,
+            None,
+        )
+    }
+
     fn handle_open_message(&mut self, now: Duration, msg: Message) -> Handled {
         let base = is_base(&msg);
         if self.state == PeerState::Open {
@@ -892,14 +886,7 @@ impl PeerConnection {
         match (msg.command_code, msg.is_request()) {
             (cmd::DEVICE_WATCHDOG, true) => {
                 // RFC 6733 §5.5.2: DWA, plus our RFC 8583 PEER load report.
-                let mut dwa = answer_for(
-                    &msg,
-                    result_code::SUCCESS,
-                    &self.config.origin_host,
-                    &self.config.origin_realm,
-                    None,
-                    None,
-                );
+                let mut dwa = self.success_answer(&msg);
                 if let Some(s) = self.config.origin_state_id {
                     dwa.push(Avp::u32(c::ORIGIN_STATE_ID, s).mandatory());
                 }
@@ -910,14 +897,7 @@ impl PeerConnection {
             }
             (cmd::DISCONNECT_PEER, true) => {
                 // RFC 6733 §5.4: answer DPA, then the transport goes.
-                let dpa = answer_for(
-                    &msg,
-                    result_code::SUCCESS,
-                    &self.config.origin_host,
-                    &self.config.origin_realm,
-                    None,
-                    None,
-                );
+                let dpa = self.success_answer(&msg);
                 self.transmits.push_back(dpa);
                 if self.state == PeerState::Closing {
                     // Both ends sent DPR at once: ours is answered by theirs.

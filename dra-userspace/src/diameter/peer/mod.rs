@@ -10,8 +10,8 @@
 //! # Driving a connection (the shell's loop)
 //!
 //! ```text
-//! create   PeerConnection::initiator(cfg, dir, remote, opts)   // we connect
-//!          PeerConnection::responder(cfg, dir, remote, opts)   // we accepted
+//! create   PeerConnection::new(Role::Initiator, cfg, dir, remote, opts)   // we connect
+//!          PeerConnection::new(Role::Responder, cfg, dir, remote, opts)   // we accepted
 //! inputs   handle_connected(now)          transport up (initiator: CER goes out)
 //!          handle_message(now, msg)       every decoded message -> Handled
 //!          handle_timeout(now)            when now >= poll_timeout()
