@@ -45,7 +45,7 @@
 
 use aya_ebpf::{
     bindings::{__sk_buff, TC_ACT_SHOT, TC_ACT_UNSPEC},
-    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_skb_load_bytes},
+    helpers::{bpf_ktime_get_ns, bpf_skb_load_bytes},
     maps::lpm_trie::Key,
     programs::TcContext,
 };
@@ -62,6 +62,7 @@ use crate::{
         GLOBAL_CONFIG, SLOT_COUNTERS, TC_WALK, count,
     },
     parse::{self, IPPROTO_TCP, Packet, TCP_RST, TCP_SYN, Tcp, is_diameter_port, seq_le, seq_lt},
+    walk::{self, Steps},
 };
 
 /// Verdict that lets the packet go on (TCX: next program, then the stack).
@@ -248,16 +249,7 @@ fn segment(
         ScanCursor::new()
     };
     let mut r = WalkRef { skb, w: wp };
-    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
-    // the call.
-    unsafe {
-        bpf_loop(
-            MAX_STEPS_PER_SKB,
-            walk_one as *mut _,
-            &mut r as *mut WalkRef as *mut _,
-            0,
-        );
-    }
+    walk::run(MAX_STEPS_PER_SKB, &mut r);
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
     let w = unsafe { &*wp };
@@ -304,17 +296,11 @@ fn starts_with_header(skb: *mut __sk_buff, payload: u32, len: u32) -> bool {
     r == 0 && wire::parse_header(&&b[..], 0).is_ok()
 }
 
-/// One message of the walk. Returns 0 to go on, 1 to stop.
-#[inline(never)]
-extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
-    // scratch value.
-    let r = unsafe { &*(r as *const WalkRef) };
-    // SAFETY: as above.
-    if step(r.skb, unsafe { &mut *r.w }) {
-        0
-    } else {
-        1
+impl Steps for WalkRef {
+    #[inline(always)]
+    fn step(&mut self) -> bool {
+        // SAFETY: the walk is this CPU's scratch value, valid for this program run.
+        step(self.skb, unsafe { &mut *self.w })
     }
 }
 
@@ -352,12 +338,7 @@ fn step(skb: *mut __sk_buff, w: &mut Walk) -> bool {
     if !seq_lt(w.pos, w.seg_end) {
         return false;
     }
-    let (start, first) = if seq_lt(w.pos, w.fresh) {
-        (w.fresh.wrapping_sub(w.pos), w.fresh)
-    } else {
-        (0, w.pos)
-    };
-    let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
+    let (start, off) = walk::piece(w.pos, w.fresh, w.seq, w.payload);
     let c = match w
         .cur
         .step(&SkbSource(skb), off, start, w.seg_end.wrapping_sub(w.pos))

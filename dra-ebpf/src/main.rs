@@ -16,6 +16,7 @@ mod events;
 mod ingress;
 mod maps;
 mod parse;
+mod walk;
 
 use aya_ebpf::{
     bindings::xdp_action,

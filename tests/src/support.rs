@@ -169,3 +169,15 @@ pub fn counter_mismatches(
         .map(|(c, w)| format!("counter {} delta {}, want {w}", c.name(), delta(*c)))
         .collect()
 }
+
+/// The end of a sweep over cut positions: more than `min` cuts were tried, and none
+/// went wrong (`failures`: one message per wrong cut, naming it).
+pub fn assert_sweep(cases: usize, min: usize, failures: &[String]) {
+    assert!(cases > min, "{cases} cuts");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cuts wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -16,8 +16,8 @@ use dra_common::{
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN};
 use dra_tests::support::{
-    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, oob_inbox, run_xdp,
-    slot_delta,
+    Hook, LAB_REALM, PCRF_REALM, assert_sweep, counter_mismatches, lab_dra, load_object, oob_inbox,
+    run_xdp, slot_delta,
 };
 
 const PASS: u32 = 2;
@@ -1142,13 +1142,7 @@ fn straddle_sweep_reject() {
             }
         }
     }
-    assert!(cases > 250, "{cases} cuts");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cuts wrong:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_sweep(cases, 250, &failures);
 }
 
 /// `drop` (pgw1's CCR-T profile, burst 2): the third CCR-T is cut at every byte offset.
@@ -1208,13 +1202,7 @@ fn straddle_sweep_drop() {
             }
         }
     }
-    assert!(cases > 250, "{cases} cuts");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cuts wrong:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_sweep(cases, 250, &failures);
 }
 
 /// Islands at every cut (`drop`, pgw1's CCR-T profile, burst 2): the third CCR-T `t2`
@@ -1297,13 +1285,7 @@ fn island_sweep_drop() {
             }
         }
     }
-    assert!(cases > 250, "{cases} cuts");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cuts wrong:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_sweep(cases, 250, &failures);
 }
 
 /// SCTP: the third CCR-I (over the limit: dropped on SCTP) fragmented into two DATA
@@ -1401,11 +1383,5 @@ fn sctp_fragment_sweep() {
             }
         }
     }
-    assert!(cases > 500, "{cases} cuts");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cuts wrong:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_sweep(cases, 500, &failures);
 }

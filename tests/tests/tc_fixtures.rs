@@ -12,7 +12,8 @@ use dra_common::{
 };
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH, TCP_SYN};
 use dra_tests::support::{
-    Hook, LAB_REALM, PCRF_REALM, counter_mismatches, lab_dra, load_object, run_tc, slot_delta,
+    Hook, LAB_REALM, PCRF_REALM, assert_sweep, counter_mismatches, lab_dra, load_object, run_tc,
+    slot_delta,
 };
 
 /// TC_ACT_UNSPEC (TCX "next"): the packet goes on.
@@ -530,11 +531,5 @@ fn tc_straddle_sweep() {
             }
         }
     }
-    assert!(cases > 250, "{cases} cuts");
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cuts wrong:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_sweep(cases, 250, &failures);
 }

@@ -25,7 +25,7 @@
 
 use aya_ebpf::{
     bindings::xdp_md,
-    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_xdp_load_bytes},
+    helpers::{bpf_ktime_get_ns, bpf_xdp_load_bytes},
     programs::XdpContext,
 };
 use dra_common::{
@@ -40,6 +40,7 @@ use crate::{
     bytes::XdpSource,
     ingress::xdp::{DROP, PASS},
     maps::{SCTP_ASSOCS, SCTP_WALK, count},
+    walk::{self, Steps},
 };
 
 /// `bpf_loop` iterations per packet: one per chunk looked at or scan item read.
@@ -120,16 +121,7 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
         },
         w: wp,
     };
-    // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
-    // the call.
-    unsafe {
-        bpf_loop(
-            MAX_STEPS,
-            walk_one as *mut _,
-            &mut r as *mut WalkRef as *mut _,
-            0,
-        );
-    }
+    walk::run(MAX_STEPS, &mut r);
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
     let w = unsafe { &*wp };
@@ -160,19 +152,17 @@ const fn empty_assoc(tsn: u32) -> SctpAssoc {
     }
 }
 
-#[inline(never)]
-extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
-    // scratch value.
-    let r = unsafe { &mut *(r as *mut WalkRef) };
-    // SAFETY: as above.
-    let w = unsafe { &mut *r.w };
-    let go = if w.scanning != 0 {
-        scan_step(r, w)
-    } else {
-        chunk(r, w)
-    };
-    if go { 0 } else { 1 }
+impl Steps for WalkRef {
+    #[inline(always)]
+    fn step(&mut self) -> bool {
+        // SAFETY: the walk is this CPU's scratch value, valid for this program run.
+        let w = unsafe { &mut *self.w };
+        if w.scanning != 0 {
+            scan_step(self, w)
+        } else {
+            chunk(self, w)
+        }
+    }
 }
 
 #[inline(always)]

@@ -56,11 +56,7 @@
 //! charged by the main line if its class became known before `start`, by the island if
 //! after, never by both.
 
-use aya_ebpf::{
-    bindings::xdp_md,
-    helpers::{bpf_ktime_get_ns, bpf_loop},
-    programs::XdpContext,
-};
+use aya_ebpf::{bindings::xdp_md, helpers::bpf_ktime_get_ns, programs::XdpContext};
 use dra_common::{
     maps::{
         FlowKey, ISLAND_CHARGING, ISLAND_NONE, ISLAND_SHADOW, Line, MARK_RING, MAX_HOLE_AGE_NS,
@@ -78,6 +74,7 @@ use crate::{
     ingress::xdp::{DROP, PASS},
     maps::{FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
     parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
+    walk::{self, Steps},
 };
 
 /// `bpf_loop` iterations per segment: one per scan item read (header, ids, AVP
@@ -142,18 +139,11 @@ fn remember_mark(flow: &mut TcpFlow, hdr_seq: u32) {
     flow.mark_idx = flow.mark_idx.wrapping_add(1);
 }
 
-/// Re-marks, in bytes being retransmitted (`seg_seq..upto`), the headers we marked
+/// Re-marks, in bytes being retransmitted (`seg.seq..upto`), the headers we marked
 /// before: if the first copy was lost after us, the retransmission must not pass
 /// unmarked.
 #[inline(always)]
-fn remark(
-    ctx: &XdpContext,
-    tcp_off: usize,
-    payload: usize,
-    flow: &TcpFlow,
-    seg_seq: u32,
-    upto: u32,
-) {
+fn remark(ctx: &XdpContext, seg: &Segment, flow: &TcpFlow, upto: u32) {
     let n = if (flow.mark_idx as usize) < MARK_RING {
         flow.mark_idx as usize
     } else {
@@ -166,12 +156,12 @@ fn remark(
         }
         let f = flow.marked[i].wrapping_add(4);
         i += 1;
-        if !seq_lt(f, seg_seq) && seq_lt(f, upto) {
-            let off = f.wrapping_sub(seg_seq);
+        if !seq_lt(f, seg.seq) && seq_lt(f, upto) {
+            let off = f.wrapping_sub(seg.seq);
             mark_at(
                 ctx.ctx,
-                payload as u32 + off,
-                tcp_off as u32 + 16,
+                seg.payload as u32 + off,
+                seg.tcp_off as u32 + 16,
                 off & 1 == 0,
             );
         }
@@ -288,55 +278,105 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
             None => return PASS,
         },
     };
+    let seg = Segment {
+        seq,
+        end: seg_end,
+        payload,
+        tcp_off,
+    };
+    let on_island = match route(ctx, key, flow, &seg, now) {
+        Route::Verdict(v) => return v,
+        Route::Main => false,
+        Route::Island => true,
+    };
+    walk_segment(ctx, key, flow, peer, &seg, now, on_island)
+}
+
+/// A data segment: its sequence numbers and where its headers and payload are.
+struct Segment {
+    /// Sequence number of the first payload byte, and one past the last.
+    seq: u32,
+    end: u32,
+    /// Packet offsets of the payload and of the TCP header.
+    payload: usize,
+    tcp_off: usize,
+}
+
+/// Which line of framing a segment continues.
+enum Route {
+    Main,
+    Island,
+    /// Neither: this verdict, nothing to walk.
+    Verdict(u32),
+}
+
+/// Routes a data segment: a retransmission passes (marks re-applied); one that starts
+/// at or before the main line's end continues it; one past it (a hole) continues the
+/// island or is dropped, and a hole that is too old or too wide drops the flow's state.
+#[inline(always)]
+fn route(ctx: &XdpContext, key: &FlowKey, flow: &mut TcpFlow, seg: &Segment, now: u64) -> Route {
     let pe = flow.line.processed_end;
-    if seq_le(seg_end, pe) {
-        remark(ctx, tcp_off, payload, flow, seq, seg_end);
+    if seq_le(seg.end, pe) {
+        remark(ctx, seg, flow, seg.end);
         count(Counter::Retransmit);
-        return PASS;
+        return Route::Verdict(PASS);
     }
-    let on_island = seq_lt(pe, seq);
-    if on_island {
-        if flow.hole_since_ns == 0 {
-            flow.hole_since_ns = now;
-        }
-        if seq.wrapping_sub(pe) > MAX_HOLE || now.wrapping_sub(flow.hole_since_ns) > MAX_HOLE_AGE_NS
-        {
-            let _ = TCP_FLOWS.remove(key);
-            count(Counter::Resync);
-            events::flow(ctx, Event::HoleTimeout, key);
-            return PASS;
-        }
-        match island_segment(flow, seq, seg_end) {
-            IslandSegment::Walk => {}
-            IslandSegment::Charged => {
-                remark(ctx, tcp_off, payload, flow, seq, seg_end);
-                count(Counter::Retransmit);
-                return PASS;
-            }
-            IslandSegment::No => return out_of_order(flow),
-        }
-    } else {
+    if !seq_lt(pe, seg.seq) {
         flow.ofo_drops = 0;
         flow.hole_since_ns = 0;
+        return Route::Main;
     }
-    // The line this segment continues: the main line, or the island past its hole.
+    if flow.hole_since_ns == 0 {
+        flow.hole_since_ns = now;
+    }
+    if seg.seq.wrapping_sub(pe) > MAX_HOLE || now.wrapping_sub(flow.hole_since_ns) > MAX_HOLE_AGE_NS
+    {
+        let _ = TCP_FLOWS.remove(key);
+        count(Counter::Resync);
+        events::flow(ctx, Event::HoleTimeout, key);
+        return Route::Verdict(PASS);
+    }
+    match island_segment(flow, seg.seq, seg.end) {
+        IslandSegment::Walk => Route::Island,
+        IslandSegment::Charged => {
+            remark(ctx, seg, flow, seg.end);
+            count(Counter::Retransmit);
+            Route::Verdict(PASS)
+        }
+        IslandSegment::No => Route::Verdict(out_of_order(flow)),
+    }
+}
+
+/// Walks the bytes of `seg` new to its line (the main line, or the island if
+/// `on_island`), deciding every request whose class becomes known in them, then
+/// commits the walk to the line.
+#[inline(always)]
+fn walk_segment(
+    ctx: &XdpContext,
+    key: &FlowKey,
+    flow: &mut TcpFlow,
+    peer: &PeerInfo,
+    seg: &Segment,
+    now: u64,
+    on_island: bool,
+) -> u32 {
     let (next_hdr, fresh) = if on_island {
         (flow.island.line.next_hdr, flow.island.line.processed_end)
     } else {
-        (flow.line.next_hdr, pe)
+        (flow.line.next_hdr, flow.line.processed_end)
     };
-    if seq_lt(seq, fresh) {
+    if seq_lt(seg.seq, fresh) {
         // Coalesced retransmission: old bytes first, then new ones.
-        remark(ctx, tcp_off, payload, flow, seq, fresh);
+        remark(ctx, seg, flow, fresh);
     }
     let island_state = flow.island.state;
     // The main line stops at a charging island's start: the island charged what
     // follows.
     let walk_end =
-        if !on_island && island_state == ISLAND_CHARGING && seq_lt(flow.island.start, seg_end) {
+        if !on_island && island_state == ISLAND_CHARGING && seq_lt(flow.island.start, seg.end) {
             flow.island.start
         } else {
-            seg_end
+            seg.end
         };
 
     let Some(wp) = WALK_SCRATCH.get_ptr_mut(0) else {
@@ -346,12 +386,12 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     let w = unsafe { &mut *wp };
     w.peer = *peer;
     w.now = now;
-    w.seq = seq;
+    w.seq = seg.seq;
     w.seg_end = walk_end;
     w.fresh = fresh;
     w.pos = next_hdr;
-    w.payload = payload as u32;
-    w.tcp_off = tcp_off as u32;
+    w.payload = seg.payload as u32;
+    w.tcp_off = seg.tcp_off as u32;
     w.status = RUNNING;
     w.charge = (!on_island || island_state == ISLAND_CHARGING) as u32;
     w.may_island = (!on_island && island_state == ISLAND_NONE) as u32;
@@ -377,16 +417,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     // message, and a bpf_loop call (an indirect call per iteration) costs more than the
     // message.
     if step(&r, w) {
-        // SAFETY: `walk_one` has the callback signature bpf_loop expects; `r` outlives
-        // the call.
-        unsafe {
-            bpf_loop(
-                MAX_STEPS_PER_SEGMENT,
-                walk_one as *mut _,
-                &mut r as *mut WalkRef as *mut _,
-                0,
-            );
-        }
+        walk::run(MAX_STEPS_PER_SEGMENT, &mut r);
     }
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
@@ -394,7 +425,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
     if w.island != 0 {
         island_done(flow, w, in_progress)
     } else {
-        main_done(ctx, key, flow, w, in_progress, seg_end)
+        main_done(ctx, key, flow, w, in_progress, seg.end)
     }
 }
 
@@ -580,13 +611,13 @@ fn island_done(flow: &mut TcpFlow, w: &Walk, in_progress: bool) -> u32 {
     }
 }
 
-/// One step of the walk. Returns 0 to go on, 1 to stop.
-#[inline(never)]
-extern "C" fn walk_one(_i: u64, r: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: bpf_loop passes back the `WalkRef` given to it, whose walk is this CPU's
-    // scratch value.
-    let r = unsafe { &*(r as *const WalkRef) };
-    if step(r, unsafe { &mut *r.w }) { 0 } else { 1 }
+impl Steps for WalkRef {
+    #[inline(always)]
+    fn step(&mut self) -> bool {
+        let w = self.w;
+        // SAFETY: the walk is this CPU's scratch value, valid for this program run.
+        step(self, unsafe { &mut *w })
+    }
 }
 
 /// Reads one scan item of the message at `w.pos` or, once its class is known, decides
@@ -596,15 +627,8 @@ fn step(r: &WalkRef, w: &mut Walk) -> bool {
     if !seq_lt(w.pos, w.seg_end) {
         return false;
     }
-    // This segment holds the message's bytes from `start` (message offset) on: all of
-    // them for a message that begins here, the new ones for the message in progress.
-    let (start, first) = if seq_lt(w.pos, w.fresh) {
-        (w.fresh.wrapping_sub(w.pos), w.fresh)
-    } else {
-        (0, w.pos)
-    };
+    let (start, off) = walk::piece(w.pos, w.fresh, w.seq, w.payload);
     let src = XdpSource(r.ctx);
-    let off = (w.payload + first.wrapping_sub(w.seq)) as usize;
     let c = match w
         .cur
         .advance(&src, off, start, w.seg_end.wrapping_sub(w.pos))
