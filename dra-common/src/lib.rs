@@ -7,3 +7,4 @@ pub mod gcra;
 pub mod maps;
 pub mod stats;
 pub mod wire;
+pub mod words;

@@ -243,11 +243,11 @@ fn segment(
     w.lost = 0;
     w.shot = 0;
     let in_progress = seq_lt(fl.next_hdr, pe);
-    w.cur = if in_progress {
-        fl.cursor
+    if in_progress {
+        w.cur.copy_from(&fl.cursor);
     } else {
-        ScanCursor::new()
-    };
+        w.cur.reset();
+    }
     let mut r = WalkRef { skb, w: wp };
     walk::run(MAX_STEPS_PER_SKB, &mut r);
     // The callback wrote through `r.w`: read the walk afresh.
@@ -271,7 +271,7 @@ fn segment(
     if w.carry_set != 0 {
         fl.next_hdr = w.pos;
         fl.processed_end = seg_end;
-        fl.cursor = w.cur;
+        fl.cursor.copy_from(&w.cur);
         return PASS;
     }
     if seq_lt(w.pos, seg_end) {
@@ -367,7 +367,7 @@ fn step(skb: *mut __sk_buff, w: &mut Walk) -> bool {
         count(Counter::EgressRequests);
     }
     w.pos = w.pos.wrapping_add(mlen);
-    w.cur = ScanCursor::new();
+    w.cur.reset();
     true
 }
 
@@ -387,18 +387,20 @@ fn class_slot(peer: &EgressPeer, class: wire::MsgClass) -> u32 {
 #[inline(never)]
 fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
     let slots = [peer.dest_slot, peer.group_slot, class];
-    let mut charged = [false; 3];
+    // Bit i: slot i was charged (a bit set, not a `[bool; 3]`: zeroing an array is a
+    // `memset` call on the BPF target, see `dra_common::words`).
+    let mut charged = 0u32;
     let mut over = false;
     let mut i = 0;
     while i < 3 {
         match bucket::charge(slots[i], now) {
-            Charge::Charged => charged[i] = true,
+            Charge::Charged => charged |= 1 << i,
             Charge::Over {
                 action: Action::Drop,
             } => {
                 let mut j = 0;
                 while j < 3 {
-                    if charged[j] {
+                    if charged & (1 << j) != 0 {
                         bucket::refund(slots[j]);
                     }
                     add(slots[j], 0, len);
@@ -453,7 +455,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<*mut EgressFlow> {
     let st = unsafe { &mut *p };
     st.next_hdr = seq;
     st.processed_end = seq;
-    st.cursor = ScanCursor::new();
+    st.cursor.reset();
     #[allow(clippy::needless_borrows_for_generic_args)]
     EGRESS_FLOWS.insert(key, &*st, 0).ok()?;
     EGRESS_FLOWS.get_ptr_mut(key)

@@ -6,6 +6,7 @@ use aya_ebpf::{maps::lpm_trie::Key, programs::XdpContext};
 use dra_common::{
     maps::{PeerInfo, UnknownPeerPolicy},
     stats::Counter,
+    words,
 };
 
 use crate::{
@@ -83,8 +84,8 @@ pub fn try_ingress(ctx: &XdpContext) -> Result<u32, ()> {
     // on the same CPU.
     unsafe {
         (*m).l4_off = l4.off as u32;
-        (*m).peer = *peer;
-        (*m).key = key;
+        words::copy(&mut (*m).peer, peer);
+        words::copy(&mut (*m).key, &key);
     }
     // One tail call per target, each with a constant index: the verifier then lets the
     // JIT patch it into a direct jump (a variable index is an indirect jump, i.e. a

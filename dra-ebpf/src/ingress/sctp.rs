@@ -32,6 +32,7 @@ use dra_common::{
     maps::{FlowKey, PeerInfo, SctpAssoc},
     stats::Counter,
     wire::{Progress, SCTP_PPID_DIAMETER, ScanCursor},
+    words,
 };
 
 use crate::{
@@ -254,14 +255,14 @@ fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
         return false;
     }
     // Work on a copy: committed only if the packet is not dropped at this chunk.
-    w.next = *assoc;
+    words::copy(&mut w.next, assoc);
     w.next.next_tsn = tsn.wrapping_add(1);
     w.next.ofo_drops = 0;
     if start_data(r, w, this, clen, cflags, idata) {
         w.scanning = 1;
     } else {
         // SAFETY: as above.
-        unsafe { *r.assoc = w.next };
+        words::copy(unsafe { &mut *r.assoc }, &w.next);
     }
     true
 }
@@ -310,7 +311,7 @@ fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata
                 w.next.in_progress = 0;
             }
         }
-        w.cur = ScanCursor::new();
+        w.cur.reset();
         w.start = 0;
     } else {
         let ours =
@@ -319,7 +320,7 @@ fn start_data(r: &WalkRef, w: &mut Walk, this: u32, clen: u32, cflags: u8, idata
             // A later fragment of a message already decided (or not Diameter).
             return false;
         }
-        w.cur = w.next.cursor;
+        w.cur.copy_from(&w.next.cursor);
         w.start = w.next.msg_off;
     }
     w.data_at = this + data_off;
@@ -342,7 +343,7 @@ fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
             w.next.msg_off = w.end;
             w.next.stream = w.stream;
             w.next.mid = w.mid;
-            w.next.cursor = w.cur;
+            w.next.cursor.copy_from(&w.cur);
             return accept(r, w);
         }
         Progress::More if w.keep == 0 => {
@@ -401,7 +402,7 @@ fn accept(r: &WalkRef, w: &mut Walk) -> bool {
     // not know `scanning` (a map value) was 0 while `assoc` was null.
     if !r.assoc.is_null() {
         // SAFETY: the LRU value stays valid for this program run.
-        unsafe { *r.assoc = w.next };
+        words::copy(unsafe { &mut *r.assoc }, &w.next);
     }
     true
 }

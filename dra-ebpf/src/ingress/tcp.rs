@@ -64,6 +64,7 @@ use dra_common::{
     },
     stats::Counter,
     wire::{self, Progress, ScanCursor, flags},
+    words,
 };
 
 use crate::{
@@ -399,11 +400,11 @@ fn walk_segment(
     w.island = on_island as u32;
     let in_progress = seq_lt(next_hdr, fresh);
     if in_progress {
-        w.cur = if on_island {
-            flow.island.line.cursor
+        w.cur.copy_from(if on_island {
+            &flow.island.line.cursor
         } else {
-            flow.line.cursor
-        };
+            &flow.line.cursor
+        });
     } else {
         w.cur.reset();
     }
@@ -513,7 +514,7 @@ fn commit(line: &mut Line, w: &Walk, in_progress: bool) -> Outcome {
         CARRY => {
             line.next_hdr = w.pos;
             line.processed_end = w.seg_end;
-            line.cursor = w.cur;
+            line.cursor.copy_from(&w.cur);
             Outcome::Moved
         }
         _ if seq_lt(w.pos, w.seg_end) => Outcome::Bound,
@@ -560,7 +561,7 @@ fn main_done(
                 il.line.next_hdr = w.pos;
                 il.line.processed_end = w.seg_end;
                 if w.status == CARRY {
-                    il.line.cursor = w.cur;
+                    il.line.cursor.copy_from(&w.cur);
                 }
                 il.main_mark = flow.line.processed_end;
                 il.start = w.seg_end;
@@ -731,7 +732,7 @@ fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
     st.line.next_hdr = seq;
     st.line.processed_end = seq;
     st.line.cursor.reset();
-    st.marked = [0; MARK_RING];
+    words::zero(&mut st.marked);
     st.mark_idx = 0;
     st.ofo_drops = 0;
     st.hole_since_ns = 0;
