@@ -1145,76 +1145,36 @@ fn straddle_sweep_reject() {
     assert_sweep(cases, 250, &failures);
 }
 
+/// Runs (name, segment, verdict) steps: one message for each verdict that differs and
+/// for each passed segment that came out changed.
+fn run_steps(h: &mut Harness, steps: &[(&str, &Vec<u8>, u32)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (name, pkt, want) in steps {
+        let (v, out) = h.run(pkt);
+        if v != *want || (v == PASS && out != **pkt) {
+            bad.push(format!("{name}: verdict {v}, want {want}"));
+        }
+    }
+    bad
+}
+
 /// `drop` (pgw1's CCR-T profile, burst 2): the third CCR-T is cut at every byte offset.
 /// The segment that completes its class is dropped — the first when the cut comes after
 /// its CC-Request-Type, else the second — and nothing after it in that segment is
 /// charged. Its retransmission is judged again (dropped again: still over the limit),
 /// never charged twice.
+///
+/// Then what a Linux sender does after its retransmission timeout, islands at every cut
+/// (docs/fast-path.md, "Islands"): the buckets refill; when the first segment was dropped
+/// the second arrives (framed by the island, not charged, dropped); the dropped segment
+/// is retransmitted (admitted); new data `c` (F-RTO's probe: a CCR-T and a CCR-U)
+/// follows and passes — charged by the island when the second segment is still missing
+/// — and so does the second segment's retransmission, where the main line takes the
+/// island over. In the end every request was charged exactly once (CCR-T: four
+/// admitted, the third dropped twice first; CCR-U: two admitted), and the flow's main
+/// line stands at the end of `c` with no island left.
 #[test]
 fn straddle_sweep_drop() {
-    let mut h = Harness::new();
-    let f = f1();
-    let mut failures = Vec::new();
-    let mut cases = 0;
-    for (label, build) in pkt::CCR_BUILDS {
-        let (t0, t1, t2) = (
-            build(app::GX, 3, 0),
-            build(app::GX, 3, 1),
-            build(app::GX, 3, 2),
-        );
-        let u3 = build(app::GX, 2, 3);
-        let pre = cat(&[&t0, &t1]);
-        let p = pre.len();
-        let decided = pkt::avp_offset(&t2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
-        for k in 1..t2.len() {
-            cases += 1;
-            h.reset();
-            let (ct, cu) = (slot4(&h, "pgw1", CCR_T), slot4(&h, "pgw1", OTHER));
-            let a = seg(&f, 0, &cat(&[&pre, &t2[..k]]));
-            let b = seg(&f, (p + k) as u32, &cat(&[&t2[k..], &u3]));
-            assert_eq!(h.run(&syn(&f)).0, PASS);
-            let mut bad = Vec::new();
-            let (first, dropped_seg) = if k >= decided { (DROP, &a) } else { (PASS, &b) };
-            let (va, oa) = h.run(&a);
-            if va != first || (va == PASS && oa != a) {
-                bad.push(format!("first segment: verdict {va}"));
-            }
-            if k < decided {
-                let (vb, _) = h.run(&b);
-                if vb != DROP {
-                    bad.push(format!("second segment: verdict {vb}"));
-                }
-            }
-            // The retransmission of the dropped segment: judged again.
-            let (vr, _) = h.run(dropped_seg);
-            if vr != DROP {
-                bad.push(format!("retransmission: verdict {vr}"));
-            }
-            let (dt, du) = (
-                sub4(slot4(&h, "pgw1", CCR_T), ct),
-                sub4(slot4(&h, "pgw1", OTHER), cu),
-            );
-            if dt != (2, 2, 0, 2) || du != (0, 0, 0, 0) {
-                bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
-            }
-            if !bad.is_empty() {
-                failures.push(format!("{label}, cut at {k}: {}", bad.join("; ")));
-            }
-        }
-    }
-    assert_sweep(cases, 250, &failures);
-}
-
-/// Islands at every cut (`drop`, pgw1's CCR-T profile, burst 2): the third CCR-T `t2`
-/// is cut at every byte offset between segments `a` and `b` as in
-/// [`straddle_sweep_drop`], then the sender does what a Linux sender does after a
-/// retransmission timeout: the buckets refill, the dropped segment is retransmitted,
-/// new data `c` (F-RTO's probe: a CCR-T and a CCR-U) follows, and the rest of the hole
-/// is retransmitted. Every segment but the first drop passes; every request is charged
-/// exactly once (CCR-T: four admitted, one drop; CCR-U: two admitted), and in the end
-/// the flow's main line stands at the end of `c` with no island left.
-#[test]
-fn island_sweep_drop() {
     let mut h = Harness::new();
     let f = f1();
     let mut failures = Vec::new();
@@ -1236,41 +1196,43 @@ fn island_sweep_drop() {
             let c_bytes = cat(&[&t[3], &u4]);
             let c = seg(&f, c_off, &c_bytes);
             assert_eq!(h.run(&syn(&f)).0, PASS);
-            // The segment whose class decision drops it, and the one after it.
-            let (first, dropped, after) = if k >= decided {
-                (DROP, &a, &b)
-            } else {
-                (PASS, &b, &c)
-            };
-            let mut steps: Vec<(&str, &Vec<u8>, u32)> = vec![("a", &a, first), ("b", &b, DROP)];
-            if k >= decided {
-                steps.push(("a again", dropped, PASS));
-                steps.push(("c (new data)", &c, PASS));
-                steps.push(("b again", after, PASS));
-            } else {
-                steps.push(("b again", dropped, PASS));
-                steps.push(("c (new data)", after, PASS));
+            let first_dropped = k >= decided;
+            let dropped_seg = if first_dropped { &a } else { &b };
+            let mut steps = vec![("first segment", &a, if first_dropped { DROP } else { PASS })];
+            if !first_dropped {
+                steps.push(("second segment", &b, DROP));
             }
-            let mut bad = Vec::new();
-            for (i, (name, pkt, want)) in steps.iter().enumerate() {
-                if i == 2 {
-                    h.maps.reset_buckets().unwrap();
-                }
-                let (v, out) = h.run(pkt);
-                if v != *want || (v == PASS && out != **pkt) {
-                    bad.push(format!("{name}: verdict {v}, want {want}"));
-                }
-            }
+            // The retransmission of the dropped segment: judged again.
+            steps.push(("retransmission", dropped_seg, DROP));
+            let mut bad = run_steps(&mut h, &steps);
             let (dt, du) = (
                 sub4(slot4(&h, "pgw1", CCR_T), ct),
                 sub4(slot4(&h, "pgw1", OTHER), cu),
             );
-            if dt != (4, 4, 0, 1) || du != (2, 2, 0, 0) {
+            if dt != (2, 2, 0, 2) || du != (0, 0, 0, 0) {
                 bad.push(format!("CCR-T {dt:?}, CCR-U {du:?}"));
             }
-            let flows = h.maps.tcp_flows();
+            // After the timeout.
+            let mut later = vec![];
+            if first_dropped {
+                later.push(("second segment (island)", &b, DROP));
+            }
+            h.maps.reset_buckets().unwrap();
+            later.push(("retransmission after the timeout", dropped_seg, PASS));
+            later.push(("new data", &c, PASS));
+            if first_dropped {
+                later.push(("second segment again", &b, PASS));
+            }
+            bad.extend(run_steps(&mut h, &later));
+            let (dt, du) = (
+                sub4(slot4(&h, "pgw1", CCR_T), ct),
+                sub4(slot4(&h, "pgw1", OTHER), cu),
+            );
+            if dt != (4, 4, 0, 2) || du != (2, 2, 0, 0) {
+                bad.push(format!("after the timeout: CCR-T {dt:?}, CCR-U {du:?}"));
+            }
             let end = ISN + 1 + c_off + c_bytes.len() as u32;
-            match flows.as_slice() {
+            match h.maps.tcp_flows().as_slice() {
                 [(_, fl)] if fl.line.processed_end == end && fl.island.state == 0 => {}
                 other => bad.push(format!(
                     "flow state {:?}, want the main line at {end} and no island",
