@@ -793,15 +793,23 @@ fn rows() -> Vec<Row> {
         vec![(Counter::Dropped, 1), (Counter::OutOfOrder, 1)],
         vec![("pgw2", None, 3, 3, 0, 1)],
     ));
+    // pgw2's SYN and its burst (three requests, admitted), then `more`: the island rows
+    // start from an empty bucket.
+    let burst_spent = |more: Vec<Step>| -> Vec<Step> {
+        let mut steps = vec![
+            step(syn(&f2), PASS),
+            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+        ];
+        steps.extend(more);
+        steps
+    };
     // Islands (docs/fast-path.md): after a drop, the bytes past the hole are framed
     // without charging; once the dropped request's retransmission is admitted, new data
     // at the island's end (a sender's F-RTO probe) is charged and passed, and the main
     // line takes the island over when it reaches it.
     v.push(row(
         "island: new data after the drop is charged and passed once the hole's start is",
-        vec![
-            step(syn(&f2), PASS),
-            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+        burst_spent(vec![
             step(seg(&f2, 3 * l, &i0), DROP),
             // Sent before the timeout: framed, not charged, dropped.
             step(seg(&f2, 4 * l, &i0), DROP),
@@ -817,7 +825,7 @@ fn rows() -> Vec<Row> {
             after_refill(seg(&f2, 4 * l, &cat(&[&i0, &i0])), PASS),
             step(seg(&f2, 7 * l, &i0), PASS),
             step(seg(&f2, 8 * l, &i0), DROP),
-        ],
+        ]),
         vec![
             (Counter::Dropped, 2),
             (Counter::OutOfOrder, 2),
@@ -827,9 +835,7 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "island: a segment past the island's end is dropped once the main line took it over",
-        vec![
-            step(syn(&f2), PASS),
-            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+        burst_spent(vec![
             step(seg(&f2, 3 * l, &i0), DROP),
             step(seg(&f2, 4 * l, &i0), DROP),
             after_refill(seg(&f2, 3 * l, &i0), PASS),
@@ -839,7 +845,7 @@ fn rows() -> Vec<Row> {
             step(seg(&f2, 4 * l, &cat(&[&i0, &i0, &i0])), DROP),
             // Its retransmission: only the last request is new.
             after_refill(seg(&f2, 4 * l, &cat(&[&i0, &i0, &i0])), PASS),
-        ],
+        ]),
         vec![
             (Counter::Dropped, 1),
             (Counter::OutOfOrder, 2),
@@ -849,13 +855,11 @@ fn rows() -> Vec<Row> {
     ));
     v.push(row(
         "island: the main line catching up before the island charged anything ends it",
-        vec![
-            step(syn(&f2), PASS),
-            step(seg(&f2, 0, &cat(&[&i0, &i0, &i0])), PASS),
+        burst_spent(vec![
             step(seg(&f2, 3 * l, &cat(&[&i0, &i0])), DROP),
             after_refill(seg(&f2, 3 * l, &cat(&[&i0, &i0])), PASS),
             step(seg(&f2, 5 * l, &i0), PASS),
-        ],
+        ]),
         vec![(Counter::Dropped, 1), (Counter::OutOfOrder, 0)],
         vec![("pgw2", None, 6, 6, 0, 1)],
     ));
