@@ -25,6 +25,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use netlab::addr_up;
 
 /// Prefix of every namespace and interface the lab creates.
 pub const PREFIX: &str = "dralab-";
@@ -81,44 +82,11 @@ pub const SERVERS: [Server; 3] = [
 /// The names of [`SERVERS`]: the upstream peers `dra run` connects to in the lab.
 pub const UPSTREAMS: [&str; 3] = [SERVERS[0].name, SERVERS[1].name, SERVERS[2].name];
 
-/// Runs a command, failing with its stderr.
-pub fn sh(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("spawn {args:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `ip -n NS ARGS…` (a netlink operation inside NS, no private /sys involved).
-pub fn ipn(ns: &str, args: &[&str]) -> Result<String> {
-    let mut v = vec!["ip", "-n", ns];
-    v.extend_from_slice(args);
-    sh(&v)
-}
+pub use netlab::{in_netns, ipn, namespaces_with, sh};
 
 /// The lab's namespaces that exist now.
 pub fn namespaces() -> Vec<String> {
     namespaces_with(PREFIX)
-}
-
-/// The namespaces that exist now whose names start with `prefix` (one lab's: the
-/// single-host lab's, the HA lab's, the flood bench's).
-pub fn namespaces_with(prefix: &str) -> Vec<String> {
-    sh(&["ip", "netns", "list"])
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// A command whose process runs inside network namespace `ns`, in its own session
@@ -144,24 +112,6 @@ pub fn command_in(ns: &str, program: &Path) -> Result<Command> {
         });
     }
     Ok(cmd)
-}
-
-/// Runs `f` on a thread that has entered network namespace `ns`.
-pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
-    use std::os::fd::AsRawFd;
-    let target = std::fs::File::open(format!("/run/netns/{ns}"))
-        .with_context(|| format!("open netns {ns}"))?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: setns on a valid netns fd; affects only this short-lived thread.
-            if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns into {ns}: {}", std::io::Error::last_os_error());
-            }
-            Ok(f())
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("thread in {ns} panicked"))?
-    })
 }
 
 fn pid_file(name: &str) -> PathBuf {
@@ -309,83 +259,34 @@ pub fn up(bins: &Bins) -> Result<()> {
         .chain(SERVERS.iter().map(|s| format!("{PREFIX}{}", s.name)))
         .collect();
     for ns in &all {
-        sh(&["ip", "netns", "add", ns])?;
-        ipn(ns, &["link", "set", "lo", "up"])?;
+        netlab::add_netns(ns)?;
     }
     // Gateways ⇄ DRA: one veth, XDP on the DRA side.
-    sh(&[
-        "ip",
-        "link",
-        "add",
-        "dralab-gw0",
-        "netns",
-        NS_GW,
-        "type",
-        "veth",
-        "peer",
-        "name",
+    netlab::add_veth("dralab-gw0", NS_GW, DRA_CLIENT_IF, NS_DRA)?;
+    let gws = [
+        "198.18.1.2/24",
+        "198.18.1.3/24",
+        "2001:db8:1::2/64",
+        "2001:db8:1::3/64",
+    ];
+    addr_up(NS_GW, "dralab-gw0", &gws)?;
+    addr_up(
+        NS_DRA,
         DRA_CLIENT_IF,
-        "netns",
-        NS_DRA,
-    ])?;
-    for a in ["198.18.1.2/24", "198.18.1.3/24"] {
-        ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0"])?;
-    }
-    for a in ["2001:db8:1::2/64", "2001:db8:1::3/64"] {
-        ipn(NS_GW, &["addr", "add", a, "dev", "dralab-gw0", "nodad"])?;
-    }
-    ipn(
-        NS_DRA,
-        &["addr", "add", "198.18.1.1/24", "dev", DRA_CLIENT_IF],
+        &["198.18.1.1/24", "2001:db8:1::1/64"],
     )?;
-    ipn(
-        NS_DRA,
-        &[
-            "addr",
-            "add",
-            "2001:db8:1::1/64",
-            "dev",
-            DRA_CLIENT_IF,
-            "nodad",
-        ],
-    )?;
-    ipn(NS_GW, &["link", "set", "dralab-gw0", "up"])?;
-    ipn(NS_DRA, &["link", "set", DRA_CLIENT_IF, "up"])?;
     // DRA ⇄ servers: a bridge in the DRA namespace, one veth per server.
     ipn(NS_DRA, &["link", "add", "dralab-br", "type", "bridge"])?;
-    ipn(
-        NS_DRA,
-        &["addr", "add", "198.18.2.1/24", "dev", "dralab-br"],
-    )?;
-    ipn(
-        NS_DRA,
-        &[
-            "addr",
-            "add",
-            "2001:db8:2::1/64",
-            "dev",
-            "dralab-br",
-            "nodad",
-        ],
-    )?;
-    ipn(NS_DRA, &["link", "set", "dralab-br", "up"])?;
+    addr_up(NS_DRA, "dralab-br", &["198.18.2.1/24", "2001:db8:2::1/64"])?;
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let dra_side = format!("dralab-s-{}", s.name);
-        sh(&[
-            "ip", "link", "add", &dra_side, "netns", NS_DRA, "type", "veth", "peer", "name", &ns,
-            "netns", &ns,
-        ])?;
+        netlab::add_veth(&dra_side, NS_DRA, &ns, &ns)?;
         ipn(
             NS_DRA,
             &["link", "set", &dra_side, "master", "dralab-br", "up"],
         )?;
-        ipn(&ns, &["addr", "add", &format!("{}/24", s.v4), "dev", &ns])?;
-        ipn(
-            &ns,
-            &["addr", "add", &format!("{}/64", s.v6), "dev", &ns, "nodad"],
-        )?;
-        ipn(&ns, &["link", "set", &ns, "up"])?;
+        addr_up(&ns, &ns, &[format!("{}/24", s.v4), format!("{}/64", s.v6)])?;
     }
     // Redis: the session-binding DB and the DRL CPU source, inside the DRA namespace.
     let mut redis = command_in(NS_DRA, Path::new("redis-server"))?;

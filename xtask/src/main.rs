@@ -174,6 +174,8 @@ fn test() -> Result<()> {
         "-p",
         "dra-tools",
         "-p",
+        "netlab",
+        "-p",
         "xtask",
     ];
     let user_pkgs = [&unit_pkgs[..], &["-p", "dra-tests"]].concat();

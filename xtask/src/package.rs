@@ -13,6 +13,8 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 
+use netlab::output;
+
 use crate::{cargo, step};
 
 /// What goes where (paths relative to the package root); binaries come from the build.
@@ -36,20 +38,6 @@ impl Profile {
             Profile::Debug => "debug",
         }
     }
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// True when `bin` embeds an eBPF ELF object (e_machine 247, EM_BPF): a build with

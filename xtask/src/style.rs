@@ -43,25 +43,19 @@ pub fn long_lines(text: &str, max: usize) -> Vec<(usize, usize)> {
 /// Every Rust file git tracks (or would track) under `root` has lines of at most
 /// [`MAX_COLUMNS`] columns; the offenders are listed as `path:line: N columns`.
 pub fn check_line_width(root: &Path) -> Result<()> {
-    let out = Command::new("git")
-        .args([
-            "ls-files",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-            "*.rs",
-        ])
-        .current_dir(root)
-        .output()
-        .context("git ls-files")?;
-    if !out.status.success() {
-        bail!(
-            "git ls-files failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let files = netlab::output(
+        Command::new("git")
+            .args([
+                "ls-files",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "*.rs",
+            ])
+            .current_dir(root),
+    )?;
     let mut bad = Vec::new();
-    for f in String::from_utf8_lossy(&out.stdout).lines() {
+    for f in files.lines() {
         let path = root.join(f);
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue; // deleted in the work tree

@@ -23,6 +23,8 @@ use std::{net::Ipv4Addr, path::Path, time::Duration};
 
 use anyhow::{Context, Result, bail};
 
+use netlab::addr_up;
+
 use crate::{
     agent_run::Site,
     lab::{self, ipn, sh},
@@ -85,8 +87,7 @@ pub fn up() -> Result<()> {
     }
     std::fs::create_dir_all(STATE_DIR).with_context(|| format!("create {STATE_DIR}"))?;
     for ns in [NS_GW, NS_DRA, NS_SRV] {
-        sh(&["ip", "netns", "add", ns])?;
-        ipn(ns, &["link", "set", "lo", "up"])?;
+        netlab::add_netns(ns)?;
     }
     let q = QUEUES.to_string();
     sh(&[
@@ -116,20 +117,15 @@ pub fn up() -> Result<()> {
         "numrxqueues",
         &q,
     ])?;
-    for a in [PGW1_IP, &PGW2_IP.to_string()] {
-        ipn(NS_GW, &["addr", "add", &format!("{a}/24"), "dev", GW_IF])?;
-    }
-    ipn(NS_DRA, &["addr", "add", "198.18.1.1/24", "dev", DRA_IF])?;
-    ipn(NS_GW, &["link", "set", GW_IF, "up"])?;
-    ipn(NS_DRA, &["link", "set", DRA_IF, "up"])?;
-    sh(&[
-        "ip", "link", "add", DRA_SRV_IF, "netns", NS_DRA, "type", "veth", "peer", "name", SRV_IF,
-        "netns", NS_SRV,
-    ])?;
-    ipn(NS_DRA, &["addr", "add", "198.18.2.1/24", "dev", DRA_SRV_IF])?;
-    ipn(NS_SRV, &["addr", "add", "198.18.2.2/24", "dev", SRV_IF])?;
-    ipn(NS_DRA, &["link", "set", DRA_SRV_IF, "up"])?;
-    ipn(NS_SRV, &["link", "set", SRV_IF, "up"])?;
+    addr_up(
+        NS_GW,
+        GW_IF,
+        &[format!("{PGW1_IP}/24"), format!("{PGW2_IP}/24")],
+    )?;
+    addr_up(NS_DRA, DRA_IF, &["198.18.1.1/24"])?;
+    netlab::add_veth(DRA_SRV_IF, NS_DRA, SRV_IF, NS_SRV)?;
+    addr_up(NS_DRA, DRA_SRV_IF, &["198.18.2.1/24"])?;
+    addr_up(NS_SRV, SRV_IF, &["198.18.2.2/24"])?;
     ipn(
         NS_DRA,
         &[

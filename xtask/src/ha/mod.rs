@@ -28,7 +28,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, Bins, command_in, in_netns, ipn, sh, stop_pid};
+use netlab::{add_netns, add_veth, addr_up};
+
+use crate::lab::{self, Bins, command_in, in_netns, ipn, stop_pid};
 
 /// Prefix of every namespace and interface of the HA lab.
 pub const PREFIX: &str = "draha-";
@@ -193,13 +195,6 @@ pub fn forget(name: &str) {
     let _ = std::fs::remove_file(pid_file(name));
 }
 
-fn veth(a: &str, ns_a: &str, b: &str, ns_b: &str) -> Result<()> {
-    sh(&[
-        "ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
-    ])?;
-    Ok(())
-}
-
 /// Namespaces, bridges, veths and addresses.
 fn topology() -> Result<()> {
     let mut all = vec![NS_GW, NS_CORE, NS_REDIS];
@@ -207,78 +202,47 @@ fn topology() -> Result<()> {
     let server_ns: Vec<String> = SERVERS.iter().map(ns_of).collect();
     all.extend(server_ns.iter().map(String::as_str));
     for ns in &all {
-        sh(&["ip", "netns", "add", ns])?;
-        ipn(ns, &["link", "set", "lo", "up"])?;
+        add_netns(ns)?;
     }
     // Gateways: one bridge, both gateway addresses on it; one veth to each DRA.
     ipn(NS_GW, &["link", "add", "draha-gbr", "type", "bridge"])?;
-    for g in &GWS {
-        ipn(
-            NS_GW,
-            &["addr", "add", &format!("{}/24", g.ip), "dev", "draha-gbr"],
-        )?;
-    }
-    ipn(NS_GW, &["link", "set", "draha-gbr", "up"])?;
+    let gw_addrs: Vec<String> = GWS.iter().map(|g| format!("{}/24", g.ip)).collect();
+    addr_up(NS_GW, "draha-gbr", &gw_addrs)?;
     // The hub of the server side.
     ipn(NS_CORE, &["link", "add", "draha-cbr", "type", "bridge"])?;
     ipn(NS_CORE, &["link", "set", "draha-cbr", "up"])?;
     for d in &DRAS {
-        veth(d.client_if, d.ns, d.gw_side, NS_GW)?;
+        add_veth(d.client_if, d.ns, d.gw_side, NS_GW)?;
         ipn(
             NS_GW,
             &["link", "set", d.gw_side, "master", "draha-gbr", "up"],
         )?;
-        ipn(
-            d.ns,
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", d.client_ip),
-                "dev",
-                d.client_if,
-            ],
-        )?;
-        ipn(d.ns, &["link", "set", d.client_if, "up"])?;
-        veth(d.up_if, d.ns, d.core_side, NS_CORE)?;
+        addr_up(d.ns, d.client_if, &[format!("{}/24", d.client_ip)])?;
+        add_veth(d.up_if, d.ns, d.core_side, NS_CORE)?;
         ipn(
             NS_CORE,
             &["link", "set", d.core_side, "master", "draha-cbr", "up"],
         )?;
-        ipn(
-            d.ns,
-            &["addr", "add", &format!("{}/24", d.up_ip), "dev", d.up_if],
-        )?;
-        ipn(d.ns, &["link", "set", d.up_if, "up"])?;
+        addr_up(d.ns, d.up_if, &[format!("{}/24", d.up_ip)])?;
     }
     let mut hosts: Vec<(String, &str)> = SERVERS.iter().map(|s| (ns_of(s), s.ip)).collect();
     hosts.push((NS_REDIS.to_owned(), REDIS_IP));
     for (ns, ip) in &hosts {
         let core_side = format!("draha-c-{}", &ns[PREFIX.len()..]);
-        veth(ns, ns, &core_side, NS_CORE)?;
+        add_veth(ns, ns, &core_side, NS_CORE)?;
         ipn(
             NS_CORE,
             &["link", "set", &core_side, "master", "draha-cbr", "up"],
         )?;
-        ipn(ns, &["addr", "add", &format!("{ip}/24"), "dev", ns])?;
-        ipn(ns, &["link", "set", ns, "up"])?;
+        addr_up(ns, ns, &[format!("{ip}/24")])?;
     }
     Ok(())
 }
 
 /// `redis-cli ARGS…` in the Redis namespace; its stdout.
 pub fn redis_cli(args: &[&str]) -> Result<String> {
-    let out = command_in(NS_REDIS, Path::new("redis-cli"))?
-        .args(args)
-        .output()
-        .context("run redis-cli (package redis-tools)")?;
-    if !out.status.success() {
-        bail!(
-            "redis-cli {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let mut cli = command_in(NS_REDIS, Path::new("redis-cli"))?;
+    netlab::output(cli.args(args)).context("redis-cli (package redis-tools)")
 }
 
 /// `redis-cli -h REDIS_IP -p PORT ARGS…`.

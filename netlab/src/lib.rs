@@ -1,0 +1,195 @@
+//! Network-namespace primitives for xtask's labs and the privileged tests (crate
+//! `dra-tests`): run a command, `ip -n`, unique short names, namespaces and veth pairs,
+//! running code inside a namespace. Everything shells out to `ip` and needs root.
+//!
+//! The labs keep their namespaces by name (they outlive the xtask process that made
+//! them: `lab up`, then `lab down`); a test holds a [`Netns`] guard, which deletes its
+//! namespace on drop, also when the test panics.
+
+use std::{
+    os::fd::AsRawFd,
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// Runs `cmd`, failing with its exit status and stderr; its stdout.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start {line}"))?;
+    if !out.status.success() {
+        bail!(
+            "{line} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs the command `args` ([`output`]).
+pub fn sh(args: &[&str]) -> Result<String> {
+    output(Command::new(args[0]).args(&args[1..]))
+}
+
+/// `ip -n NS ARGS…` (a netlink operation inside NS, no private /sys involved).
+pub fn ipn(ns: &str, args: &[&str]) -> Result<String> {
+    let mut v = vec!["ip", "-n", ns];
+    v.extend_from_slice(args);
+    sh(&v)
+}
+
+/// A unique short name: prefix + pid + sequence (interface names are ≤ 15 bytes).
+pub fn unique(prefix: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}{n}", std::process::id() % 100_000)
+}
+
+/// Creates namespace `ns` with its loopback up.
+pub fn add_netns(ns: &str) -> Result<()> {
+    sh(&["ip", "netns", "add", ns])?;
+    ipn(ns, &["link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+/// The namespaces that exist now whose names start with `prefix` (one lab's: the
+/// single-host lab's, the HA lab's, the flood bench's).
+pub fn namespaces_with(prefix: &str) -> Vec<String> {
+    sh(&["ip", "netns", "list"])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A veth pair: interface `a_if` in namespace `a_ns`, its peer `b_if` in `b_ns` (both
+/// down, without addresses).
+pub fn add_veth(a_if: &str, a_ns: &str, b_if: &str, b_ns: &str) -> Result<()> {
+    sh(&[
+        "ip", "link", "add", a_if, "netns", a_ns, "type", "veth", "peer", "name", b_if, "netns",
+        b_ns,
+    ])?;
+    Ok(())
+}
+
+/// Puts `addrs` (with their prefix length, e.g. `198.18.1.1/24`) on interface `dev` of
+/// namespace `ns`, then sets it up. IPv6 addresses are added `nodad`: usable at once.
+pub fn addr_up(ns: &str, dev: &str, addrs: &[impl AsRef<str>]) -> Result<()> {
+    for a in addrs {
+        let a = a.as_ref();
+        let mut args = vec!["addr", "add", a, "dev", dev];
+        if a.contains(':') {
+            args.push("nodad");
+        }
+        ipn(ns, &args)?;
+    }
+    ipn(ns, &["link", "set", dev, "up"])?;
+    Ok(())
+}
+
+/// Moves the calling thread into the network namespace `ns`.
+fn setns(ns: &str) -> Result<()> {
+    let target = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("open netns {ns}"))?;
+    // SAFETY: setns on a valid netns fd; affects only the calling thread.
+    if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns into {ns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread that has entered network namespace `ns`.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setns(ns)?;
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("thread in {ns} panicked"))?
+    })
+}
+
+/// A network namespace with its loopback up, deleted on drop.
+pub struct Netns {
+    pub name: String,
+    owned: bool,
+}
+
+impl Netns {
+    /// A new namespace named `prefix` + pid + sequence ([`unique`]).
+    pub fn new(prefix: &str) -> Result<Netns> {
+        let name = unique(prefix);
+        sh(&["ip", "netns", "add", &name])?;
+        let ns = Netns { name, owned: true };
+        ipn(&ns.name, &["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// A handle on a namespace someone else owns (not deleted on drop).
+    pub fn attach_existing(name: &str) -> Netns {
+        Netns {
+            name: name.to_string(),
+            owned: false,
+        }
+    }
+
+    /// Runs a command inside the namespace (`ip netns exec`).
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut v = vec!["ip", "netns", "exec", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// Runs `f` with this thread inside the namespace, then returns to the original.
+    pub fn enter<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let orig = std::fs::File::open("/proc/thread-self/ns/net").context("open own netns")?;
+        setns(&self.name)?;
+        let r = f();
+        // SAFETY: setns on the thread's original namespace; affects only this thread.
+        if unsafe { libc::setns(orig.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            panic!("setns back failed: {}", std::io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A veth pair between two [`Netns`], with uniquely named ends.
+pub struct VethPair {
+    pub a_if: String,
+    pub b_if: String,
+}
+
+impl VethPair {
+    /// Creates `a_if` in `a` (address `a_addr/cidr`) and `b_if` in `b` (`b_addr/cidr`),
+    /// both up.
+    pub fn new(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> Result<VethPair> {
+        let a_if = unique("va");
+        let b_if = unique("vb");
+        add_veth(&a_if, &a.name, &b_if, &b.name)?;
+        addr_up(&a.name, &a_if, &[a_addr])?;
+        addr_up(&b.name, &b_if, &[b_addr])?;
+        Ok(VethPair { a_if, b_if })
+    }
+}
