@@ -78,21 +78,40 @@ fn expected_throttle(t: u64) -> u8 {
     }
 }
 
-/// The throttle changes the table implies, as (time, from, to).
-const EXPECTED_CHANGES: [(u64, u8, u8); 7] = [
-    (10, 0, 40),
-    (60, 40, 20),
-    (65, 20, 30),
-    (70, 30, 50),
-    (75, 50, 30),
-    (110, 30, 10),
-    (140, 10, 0),
+/// The throttle changes the table implies, as (time, from, to, why): the threshold rule
+/// for CPU changes, reversal steps after full 30 s holds.
+const EXPECTED_CHANGES: [(u64, u8, u8, Reason); 7] = [
+    (10, 0, 40, threshold(62.0, 60.0)),
+    (60, 40, 20, reversal_step(30)),
+    (65, 20, 30, threshold(57.0, 55.0)),
+    (70, 30, 50, threshold(67.0, 65.0)),
+    (75, 50, 30, threshold(55.0, 55.0)),
+    (110, 30, 10, reversal_step(30)),
+    (140, 10, 0, reversal_step(60)),
 ];
 
-fn expected_changes() -> Vec<(Duration, u8, u8)> {
+/// The threshold rule applied a sample of `cpu` through the row of `row_cpu`.
+const fn threshold(cpu: f64, row_cpu: f64) -> Reason {
+    Reason::Threshold { cpu, row_cpu }
+}
+
+/// One reversal step after `held_s` seconds below the lowest row.
+const fn reversal_step(held_s: u64) -> Reason {
+    Reason::ReversalStep {
+        held_for: Duration::from_secs(held_s),
+        steps: 1,
+    }
+}
+
+/// An event as a row of [`expected_changes`].
+fn change(e: &ThrottleEvent) -> (Duration, u8, u8, Reason) {
+    (e.at, e.from, e.to, e.reason)
+}
+
+fn expected_changes() -> Vec<(Duration, u8, u8, Reason)> {
     EXPECTED_CHANGES
         .iter()
-        .map(|&(t, from, to)| (s(t), from, to))
+        .map(|&(t, from, to, why)| (s(t), from, to, why))
         .collect()
 }
 
@@ -135,63 +154,11 @@ fn seed_scenario_every_second_matches_the_table() {
         assert_eq!(effective_rate(STATIC_RATE, throttle), rate, "t={t}");
     }
 
-    let got: Vec<_> = events.iter().map(|e| (e.at, e.from, e.to)).collect();
+    let got: Vec<_> = events.iter().map(change).collect();
     assert_eq!(
         got,
         expected_changes(),
-        "throttle changes and their exact times"
-    );
-
-    // Reasons: threshold rule for CPU changes, reversal steps after full 30 s holds.
-    let reasons: Vec<_> = events.iter().map(|e| e.reason).collect();
-    assert_eq!(
-        reasons[0],
-        Reason::Threshold {
-            cpu: 62.0,
-            row_cpu: 60.0
-        }
-    );
-    assert_eq!(
-        reasons[1],
-        Reason::ReversalStep {
-            held_for: s(30),
-            steps: 1
-        }
-    );
-    assert_eq!(
-        reasons[2],
-        Reason::Threshold {
-            cpu: 57.0,
-            row_cpu: 55.0
-        }
-    );
-    assert_eq!(
-        reasons[3],
-        Reason::Threshold {
-            cpu: 67.0,
-            row_cpu: 65.0
-        }
-    );
-    assert_eq!(
-        reasons[4],
-        Reason::Threshold {
-            cpu: 55.0,
-            row_cpu: 55.0
-        }
-    );
-    assert_eq!(
-        reasons[5],
-        Reason::ReversalStep {
-            held_for: s(30),
-            steps: 1
-        }
-    );
-    assert_eq!(
-        reasons[6],
-        Reason::ReversalStep {
-            held_for: s(60),
-            steps: 1
-        }
+        "throttle changes, their exact times and their reasons"
     );
 }
 
@@ -265,7 +232,7 @@ fn seed_scenario_through_the_sample_loop() {
     for t in 0..=END {
         l.sample(s(t), cpu_at(t)).unwrap();
         while let Some(ev) = l.poll_event() {
-            changes.push((ev.at, ev.from, ev.to));
+            changes.push(change(&ev));
         }
         assert_eq!(l.throttle_pct(), expected_throttle(t), "t={t}s");
     }
