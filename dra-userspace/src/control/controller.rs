@@ -578,6 +578,17 @@ mod tests {
         }
     }
 
+    fn threshold(cpu: f64, row_cpu: f64) -> Reason {
+        Reason::Threshold { cpu, row_cpu }
+    }
+
+    fn reversal(held_s: u64, steps: u32) -> Reason {
+        Reason::ReversalStep {
+            held_for: s(held_s),
+            steps,
+        }
+    }
+
     fn seed_profile() -> DbCpuProfile {
         DbCpuProfile::new(
             vec![row(50.0, 20), row(55.0, 30), row(60.0, 40), row(65.0, 50)],
@@ -591,14 +602,7 @@ mod tests {
     fn sample_exactly_at_threshold_applies_that_row() {
         let mut c = Controller::new(seed_profile());
         let ev = c.sample(s(0), 55.0).unwrap().unwrap();
-        assert_eq!((ev.from, ev.to), (0, 30));
-        assert_eq!(
-            ev.reason,
-            Reason::Threshold {
-                cpu: 55.0,
-                row_cpu: 55.0
-            }
-        );
+        assert_eq!((ev.from, ev.to, ev.reason), (0, 30, threshold(55.0, 55.0)));
         // Just below 55 falls back to the 50 row.
         c.sample(s(1), 54.999).unwrap();
         assert_eq!(c.throttle_pct(), 20);
@@ -658,14 +662,7 @@ mod tests {
         }
         assert_eq!(c.tick(s(60) + Duration::from_millis(999)), None);
         let ev = c.sample(s(61), 40.0).unwrap().unwrap();
-        assert_eq!((ev.from, ev.to), (40, 20));
-        assert_eq!(
-            ev.reason,
-            Reason::ReversalStep {
-                held_for: s(30),
-                steps: 1
-            }
-        );
+        assert_eq!((ev.from, ev.to, ev.reason), (40, 20, reversal(30, 1)));
     }
 
     #[test]
@@ -787,14 +784,7 @@ mod tests {
         let p = DbCpuProfile::new(vec![row(50.0, 20), row(100.0, 90)], s(30), 20).unwrap();
         let mut c = Controller::new(p);
         let ev = c.sample(s(0), 340.0).unwrap().unwrap();
-        assert_eq!(ev.to, 90);
-        assert_eq!(
-            ev.reason,
-            Reason::Threshold {
-                cpu: 100.0,
-                row_cpu: 100.0
-            }
-        );
+        assert_eq!((ev.to, ev.reason), (90, threshold(100.0, 100.0)));
     }
 
     #[test]
@@ -804,14 +794,7 @@ mod tests {
         c.sample(s(1), 10.0).unwrap(); // hold from t=1
         // No call for 65 s: two full windows (due at 31 and 61).
         let ev = c.tick(s(66)).unwrap();
-        assert_eq!((ev.from, ev.to), (50, 10));
-        assert_eq!(
-            ev.reason,
-            Reason::ReversalStep {
-                held_for: s(65),
-                steps: 2
-            }
-        );
+        assert_eq!((ev.from, ev.to, ev.reason), (50, 10, reversal(65, 2)));
         // The schedule did not drift: the next step is due at 91, not 96.
         assert_eq!(c.poll_timeout(), Some(s(91)));
         let ev = c.tick(s(91)).unwrap();
@@ -821,16 +804,7 @@ mod tests {
         c.sample(s(0), 67.0).unwrap();
         c.sample(s(1), 10.0).unwrap();
         let ev = c.tick(s(100_000)).unwrap();
-        assert_eq!(
-            (ev.to, ev.reason),
-            (
-                0,
-                Reason::ReversalStep {
-                    held_for: s(99_999),
-                    steps: 3
-                }
-            )
-        );
+        assert_eq!((ev.to, ev.reason), (0, reversal(99_999, 3)));
     }
 
     #[test]
@@ -858,14 +832,11 @@ mod tests {
         c.source_missing(s(4), s(4), OnMissing::Release);
         assert_eq!(c.poll_timeout(), Some(s(34)));
         let ev = c.tick(s(34)).unwrap();
-        assert_eq!((ev.from, ev.to), (40, 20));
-        assert_eq!(
-            ev.reason,
-            Reason::ReleaseStep {
-                held_for: s(30),
-                steps: 1
-            }
-        );
+        let release = Reason::ReleaseStep {
+            held_for: s(30),
+            steps: 1,
+        };
+        assert_eq!((ev.from, ev.to, ev.reason), (40, 20, release));
         // A valid sample ends the release: a below sample keeps the running window
         // (still continuously below), and steps are reversals again.
         c.sample(s(40), 10.0).unwrap();
