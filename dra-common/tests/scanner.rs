@@ -99,13 +99,43 @@ fn gx_classes() {
     }
 }
 
+/// The class and the CC-Request-Type scan of requests other than a Gx CCR-I/U/T/E:
+/// (case, message, class, scan).
 #[test]
-fn gy_class() {
-    let m = ccr(app::GY, cc_request_type::UPDATE as u32, &[]);
-    assert_eq!(
-        classify(&m).unwrap().class,
-        MsgClass::gy_ccr(cc_request_type::UPDATE)
-    );
+fn class_and_request_type_of_other_requests() {
+    let update = cc_request_type::UPDATE;
+    let dwr_avps = [TAvp::bytes(avp::ORIGIN_HOST, b"x")];
+    let no_type_avps = [TAvp::bytes(avp::SESSION_ID, b"s")];
+    let cases = [
+        (
+            "Gy CCR-U",
+            ccr(app::GY, update as u32, &[]),
+            MsgClass::gy_ccr(update),
+            Some(ReqTypeScan::Found(update as u32)),
+        ),
+        (
+            "a DWR: not a CCR, no request type",
+            message(flags::R, cmd::DEVICE_WATCHDOG, app::COMMON, &dwr_avps),
+            MsgClass::new(0, cmd::DEVICE_WATCHDOG, 0),
+            None,
+        ),
+        (
+            "a CCR without CC-Request-Type",
+            message(flags::R, cmd::CREDIT_CONTROL, app::GX, &no_type_avps),
+            MsgClass::gx_ccr(0),
+            Some(ReqTypeScan::Absent),
+        ),
+        (
+            "CC-Request-Type 9: found, but not a class",
+            ccr(app::GX, 9, &[]),
+            MsgClass::gx_ccr(0),
+            Some(ReqTypeScan::Found(9)),
+        ),
+    ];
+    for (case, m, class, scan) in cases {
+        let c = classify(&m).unwrap();
+        assert_eq!((c.class, c.req_type), (class, scan), "{case}");
+    }
 }
 
 #[test]
@@ -116,19 +146,6 @@ fn answer_is_not_scanned() {
     assert!(!c.header.is_request());
     assert_eq!(c.req_type, None);
     assert_eq!(c.class, MsgClass::new(app::GX, cmd::CREDIT_CONTROL, 0));
-}
-
-#[test]
-fn non_ccr_request_class_has_no_request_type() {
-    let m = message(
-        flags::R,
-        cmd::DEVICE_WATCHDOG,
-        app::COMMON,
-        &[TAvp::bytes(avp::ORIGIN_HOST, b"x")],
-    );
-    let c = classify(&m).unwrap();
-    assert_eq!(c.class, MsgClass::new(0, cmd::DEVICE_WATCHDOG, 0));
-    assert_eq!(c.req_type, None);
 }
 
 #[test]
@@ -170,27 +187,6 @@ fn request_type_at_the_bound_is_found_and_beyond_is_not() {
 }
 
 #[test]
-fn absent_request_type() {
-    let m = message(
-        flags::R,
-        cmd::CREDIT_CONTROL,
-        app::GX,
-        &[TAvp::bytes(avp::SESSION_ID, b"s")],
-    );
-    let c = classify(&m).unwrap();
-    assert_eq!(c.req_type, Some(ReqTypeScan::Absent));
-    assert_eq!(c.class.req_type, 0);
-}
-
-#[test]
-fn out_of_range_request_type_is_not_a_class() {
-    let m = ccr(app::GX, 9, &[]);
-    let c = classify(&m).unwrap();
-    assert_eq!(c.req_type, Some(ReqTypeScan::Found(9)));
-    assert_eq!(c.class.req_type, 0);
-}
-
-#[test]
 fn header_length_fields() {
     let good = ccr(app::GX, 1, &[]);
     for (len, want) in [
@@ -220,22 +216,16 @@ fn version_and_header_bits() {
     let mut m = good.clone();
     m[0] = 2;
     assert_eq!(classify(&m), Err(WireError::BadVersion));
-    for bit in [0x02u8, 0x04, 0x08] {
+    for (bit, what) in [
+        (0x02u8, "reserved bit 0x2"),
+        (0x04, "reserved bit 0x4"),
+        (0x08, "reserved bit 0x8"),
+        (flags::E, "E on a request"),
+    ] {
         let mut m = good.clone();
         m[4] |= bit;
-        assert_eq!(
-            classify(&m),
-            Err(WireError::InvalidHeaderBits),
-            "bit {bit:#x}"
-        );
+        assert_eq!(classify(&m), Err(WireError::InvalidHeaderBits), "{what}");
     }
-    let mut m = good.clone();
-    m[4] |= flags::E;
-    assert_eq!(
-        classify(&m),
-        Err(WireError::InvalidHeaderBits),
-        "E on a request"
-    );
     // The fast path's mark is accepted and visible.
     let mut m = good.clone();
     m[4] |= flags::RATE_LIMIT_MARK;
