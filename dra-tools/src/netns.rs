@@ -1,37 +1,30 @@
 //! Network namespaces for the tools that need two hosts on one machine (`dra-bench`, the
-//! freeDiameter interop test), made with `ip netns` and deleted on drop. Needs root.
+//! freeDiameter interop test): the guards of the `netlab` crate, plus entering a
+//! namespace for good and spawning a process into one. Needs root.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A network namespace with its loopback up, deleted on drop (with the veth ends in it).
-pub struct Netns {
-    name: String,
-}
+pub struct Netns(netlab::Netns);
 
 impl Netns {
     /// A new namespace named `<prefix><pid><n>`.
     pub fn new(prefix: &str) -> io::Result<Netns> {
-        let ns = Netns {
-            name: unique(prefix),
-        };
-        ip(&["netns", "add", &ns.name])?;
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"])?;
-        Ok(ns)
+        netlab::Netns::new(prefix).map(Netns).map_err(io_error)
     }
 
     /// Its name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// Its file, for [`enter`] from another thread.
     pub fn file(&self) -> io::Result<File> {
-        File::open(format!("/run/netns/{}", self.name))
+        File::open(format!("/run/netns/{}", self.name()))
     }
 
     /// Moves the calling thread into this namespace; the threads it creates afterwards
@@ -42,13 +35,7 @@ impl Netns {
 
     /// Spawns `cmd` in this namespace ([`spawn_in`]).
     pub fn spawn(&self, cmd: &mut Command) -> io::Result<Child> {
-        spawn_in(&self.name, cmd)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.name]);
+        spawn_in(self.name(), cmd)
     }
 }
 
@@ -74,35 +61,12 @@ pub fn enter(file: &File) -> io::Result<()> {
 /// Joins `a` and `b` with a veth pair: `a_addr` on `a`'s end, `b_addr` on `b`'s (with
 /// their prefix length, e.g. `198.18.0.1/30`), both up.
 pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> io::Result<()> {
-    let (ia, ib) = (unique("va"), unique("vb"));
-    ip(&[
-        "link", "add", &ia, "netns", &a.name, "type", "veth", "peer", "name", &ib, "netns", &b.name,
-    ])?;
-    for (ns, addr, dev) in [(a, a_addr, &ia), (b, b_addr, &ib)] {
-        ip(&["-n", &ns.name, "addr", "add", addr, "dev", dev])?;
-        ip(&["-n", &ns.name, "link", "set", dev, "up"])?;
-    }
+    netlab::VethPair::new(&a.0, a_addr, &b.0, b_addr).map_err(io_error)?;
     Ok(())
 }
 
-/// A short unique name: prefix, pid, sequence (interface names are at most 15 bytes).
-fn unique(prefix: &str) -> String {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{}x{n}", std::process::id() % 100_000)
-}
-
-/// Runs `ip args`; its stderr is the error when it fails.
-fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+fn io_error(e: anyhow::Error) -> io::Error {
+    io::Error::other(format!("{e:#}"))
 }
 
 fn setns(fd: RawFd) -> io::Result<()> {

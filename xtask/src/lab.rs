@@ -82,6 +82,7 @@ pub const SERVERS: [Server; 3] = [
 /// The names of [`SERVERS`]: the upstream peers `dra run` connects to in the lab.
 pub const UPSTREAMS: [&str; 3] = [SERVERS[0].name, SERVERS[1].name, SERVERS[2].name];
 
+/// The network-namespace primitives every lab (and the privileged tests) use.
 pub use netlab::{in_netns, ipn, namespaces_with, sh};
 
 /// The lab's namespaces that exist now.
