@@ -82,6 +82,27 @@ pub fn add_veth(a_if: &str, a_ns: &str, b_if: &str, b_ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// A bridge `name` in namespace `ns`, up.
+pub fn add_bridge(ns: &str, name: &str) -> Result<()> {
+    ipn(ns, &["link", "add", name, "type", "bridge"])?;
+    ipn(ns, &["link", "set", name, "up"])?;
+    Ok(())
+}
+
+/// A veth from interface `dev` of namespace `ns` (down, without addresses) to the bridge
+/// `bridge` of namespace `bridge_ns`: its end `port` there is a port of the bridge, up.
+pub fn add_bridge_port(
+    bridge_ns: &str,
+    bridge: &str,
+    port: &str,
+    ns: &str,
+    dev: &str,
+) -> Result<()> {
+    add_veth(port, bridge_ns, dev, ns)?;
+    ipn(bridge_ns, &["link", "set", port, "master", bridge, "up"])?;
+    Ok(())
+}
+
 /// Puts `addrs` (with their prefix length, e.g. `198.18.1.1/24`) on interface `dev` of
 /// namespace `ns`, then sets it up. IPv6 addresses are added `nodad`: usable at once.
 pub fn addr_up(ns: &str, dev: &str, addrs: &[impl AsRef<str>]) -> Result<()> {

@@ -277,16 +277,12 @@ pub fn up(bins: &Bins) -> Result<()> {
         &["198.18.1.1/24", "2001:db8:1::1/64"],
     )?;
     // DRA ⇄ servers: a bridge in the DRA namespace, one veth per server.
-    ipn(NS_DRA, &["link", "add", "dralab-br", "type", "bridge"])?;
+    netlab::add_bridge(NS_DRA, "dralab-br")?;
     addr_up(NS_DRA, "dralab-br", &["198.18.2.1/24", "2001:db8:2::1/64"])?;
     for s in &SERVERS {
         let ns = format!("{PREFIX}{}", s.name);
         let dra_side = format!("dralab-s-{}", s.name);
-        netlab::add_veth(&dra_side, NS_DRA, &ns, &ns)?;
-        ipn(
-            NS_DRA,
-            &["link", "set", &dra_side, "master", "dralab-br", "up"],
-        )?;
+        netlab::add_bridge_port(NS_DRA, "dralab-br", &dra_side, &ns, &ns)?;
         addr_up(&ns, &ns, &[format!("{}/24", s.v4), format!("{}/64", s.v6)])?;
     }
     // Redis: the session-binding DB and the DRL CPU source, inside the DRA namespace.

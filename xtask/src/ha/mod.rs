@@ -28,9 +28,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use netlab::{add_netns, add_veth, addr_up};
+use netlab::{add_bridge, add_bridge_port, add_netns, addr_up};
 
-use crate::lab::{self, Bins, command_in, in_netns, ipn, stop_pid};
+use crate::lab::{self, Bins, command_in, in_netns, stop_pid};
 
 /// Prefix of every namespace and interface of the HA lab.
 pub const PREFIX: &str = "draha-";
@@ -205,35 +205,22 @@ fn topology() -> Result<()> {
         add_netns(ns)?;
     }
     // Gateways: one bridge, both gateway addresses on it; one veth to each DRA.
-    ipn(NS_GW, &["link", "add", "draha-gbr", "type", "bridge"])?;
+    add_bridge(NS_GW, "draha-gbr")?;
     let gw_addrs: Vec<String> = GWS.iter().map(|g| format!("{}/24", g.ip)).collect();
     addr_up(NS_GW, "draha-gbr", &gw_addrs)?;
     // The hub of the server side.
-    ipn(NS_CORE, &["link", "add", "draha-cbr", "type", "bridge"])?;
-    ipn(NS_CORE, &["link", "set", "draha-cbr", "up"])?;
+    add_bridge(NS_CORE, "draha-cbr")?;
     for d in &DRAS {
-        add_veth(d.client_if, d.ns, d.gw_side, NS_GW)?;
-        ipn(
-            NS_GW,
-            &["link", "set", d.gw_side, "master", "draha-gbr", "up"],
-        )?;
+        add_bridge_port(NS_GW, "draha-gbr", d.gw_side, d.ns, d.client_if)?;
         addr_up(d.ns, d.client_if, &[format!("{}/24", d.client_ip)])?;
-        add_veth(d.up_if, d.ns, d.core_side, NS_CORE)?;
-        ipn(
-            NS_CORE,
-            &["link", "set", d.core_side, "master", "draha-cbr", "up"],
-        )?;
+        add_bridge_port(NS_CORE, "draha-cbr", d.core_side, d.ns, d.up_if)?;
         addr_up(d.ns, d.up_if, &[format!("{}/24", d.up_ip)])?;
     }
     let mut hosts: Vec<(String, &str)> = SERVERS.iter().map(|s| (ns_of(s), s.ip)).collect();
     hosts.push((NS_REDIS.to_owned(), REDIS_IP));
     for (ns, ip) in &hosts {
         let core_side = format!("draha-c-{}", &ns[PREFIX.len()..]);
-        add_veth(ns, ns, &core_side, NS_CORE)?;
-        ipn(
-            NS_CORE,
-            &["link", "set", &core_side, "master", "draha-cbr", "up"],
-        )?;
+        add_bridge_port(NS_CORE, "draha-cbr", &core_side, ns, ns)?;
         addr_up(ns, ns, &[format!("{ip}/24")])?;
     }
     Ok(())
