@@ -13,6 +13,7 @@ mod bucket;
 mod bytes;
 mod egress;
 mod events;
+mod floor;
 mod ingress;
 mod maps;
 mod parse;
@@ -56,6 +57,13 @@ pub fn dra_tc_egress(ctx: TcContext) -> i32 {
 #[xdp]
 pub fn dra_xdp_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The benchmark's floor: the lookups and charges of a request without the framing
+/// (`floor.rs`; `cargo xtask bench xdp`, never attached).
+#[xdp]
+pub fn dra_xdp_floor(ctx: XdpContext) -> u32 {
+    floor::floor(&ctx)
 }
 
 #[cfg(not(test))]

@@ -41,3 +41,15 @@ fn xdp_attaches_natively_on_veth() {
     })
     .unwrap();
 }
+
+/// The programs only `cargo xtask bench xdp` loads (the bare XDP_PASS and the floor) are
+/// in the same object: a bench run must not be the first to find one refused.
+#[test]
+fn the_bench_programs_pass_the_verifier() {
+    let mut ebpf = dra::dataplane::open().expect("open embedded object");
+    for name in ["dra_xdp_pass", "dra_xdp_floor"] {
+        let prog: &mut aya::programs::Xdp = ebpf.program_mut(name).unwrap().try_into().unwrap();
+        prog.load()
+            .unwrap_or_else(|e| panic!("the verifier refuses {name}: {e:?}"));
+    }
+}

@@ -68,6 +68,15 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
             goal: max.map_or("-".into(), |m| format!("≤ {m:.0} ns")),
             met: g.get("met").and_then(Value::as_bool),
         });
+        // What the goal case's lookups and charges cost without the framing.
+        if let Some(floor) = g.get("floor_net_ns").and_then(Value::as_f64) {
+            rows.push(TableRow {
+                metric: format!("P1 floor: {case} without the framing, ns/pkt net"),
+                measured: format!("{floor:.1} ns"),
+                goal: "— (reported)".into(),
+                met: None,
+            });
+        }
     }
     Ok(rows)
 }
@@ -285,6 +294,25 @@ mod tests {
             "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)"
         );
         assert_eq!(rows[0].met, None);
+        let xdp: Value = serde_json::from_str(
+            r#"{"runs":1000,"goal":{"case":"CCR-I","max_net_ns":120,"net_ns":600.0,
+                "met":false,"floor_net_ns":250.0},"cases":[]}"#,
+        )
+        .unwrap();
+        let rows = p1_rows(&xdp).unwrap();
+        let cells = |r: &TableRow| (r.measured.clone(), r.goal.clone(), r.met);
+        assert_eq!(
+            rows.iter().map(cells).collect::<Vec<_>>(),
+            [
+                ("600.0 ns".into(), "≤ 120 ns".into(), Some(false)),
+                ("250.0 ns".into(), "— (reported)".into(), None)
+            ],
+            "the goal's row, then the floor's"
+        );
+        assert_eq!(
+            rows[1].metric,
+            "P1 floor: CCR-I without the framing, ns/pkt net"
+        );
         let relay: Value = serde_json::from_str(
             r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},
                 {"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,

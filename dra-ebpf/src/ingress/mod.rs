@@ -20,7 +20,7 @@ pub mod sctp;
 pub mod tcp;
 mod xdp;
 
-use xdp::{DROP, PASS, load};
+pub use xdp::{DROP, PASS, load};
 
 /// One unknown-peer drop in this many (per CPU) is offered to the event log.
 const UNKNOWN_DROP_SAMPLE: u64 = 64;
@@ -125,7 +125,7 @@ pub fn sctp_entry(ctx: &XdpContext) -> u32 {
 /// Verifier workaround: building the key from the flow key's words let LLVM share
 /// stack slots across the IPv4 and IPv6 paths in a way the verifier rejects.
 #[inline(always)]
-fn lookup_peer(ctx: &XdpContext, l4: &L4) -> Option<&'static PeerInfo> {
+pub fn lookup_peer(ctx: &XdpContext, l4: &L4) -> Option<&'static PeerInfo> {
     if crate::bytes::opaque(l4.v6 as usize) != 0 {
         let a = load::<[u8; 16]>(ctx, l4.ip_off + 8)?;
         PEERS_V6.get(Key::new(128, a))
