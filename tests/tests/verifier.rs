@@ -51,5 +51,10 @@ fn the_bench_programs_pass_the_verifier() {
         let prog: &mut aya::programs::Xdp = ebpf.program_mut(name).unwrap().try_into().unwrap();
         prog.load()
             .unwrap_or_else(|e| panic!("the verifier refuses {name}: {e:?}"));
+        let info = prog.info().expect("program info");
+        println!(
+            "{name}: verifier processed {:?} instructions",
+            info.verified_instruction_count()
+        );
     }
 }
