@@ -45,8 +45,8 @@ pub fn floor(ctx: &XdpContext) -> u32 {
     let Some(peer) = lookup_peer(ctx, &l4) else {
         return DROP;
     };
-    // The flow key goes through this CPU's PKT_META as in the dispatcher (a key built on
-    // the stack from both address families' words is one the verifier refuses).
+    // The flow key goes through this CPU's PKT_META, as the dispatcher hands it to the TCP
+    // program: the same copy the real path pays.
     let Some(m) = PKT_META.get_ptr_mut(0) else {
         return PASS;
     };
