@@ -112,24 +112,30 @@ impl Source for XdpSource {
 
     #[inline(always)]
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
-        // Verifier workaround: re-check both values after an optimisation barrier so the
-        // checks sit on the registers passed to the helper (size provably ≥ 1, dst +
-        // size inside the 2·MAX_ITEM_LEN buffer).
-        let at = opaque(at);
-        let n = opaque(n);
-        if n == 0 || n > MAX_ITEM_LEN || at > MAX_ITEM_LEN || off > MAX_OFF {
+        let Some((off, at, n)) = copy_bounds(off, at, n, MAX_OFF) else {
             return false;
-        }
-        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
-        // the helper checks the packet's bounds.
-        let r = unsafe {
-            bpf_xdp_load_bytes(
-                self.0,
-                off as u32,
-                dst.as_mut_ptr().add(at) as *mut _,
-                n as u32,
-            )
         };
+        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (copy_bounds);
+        // the helper checks the packet's bounds.
+        let r = unsafe { bpf_xdp_load_bytes(self.0, off, dst.as_mut_ptr().add(at) as *mut _, n) };
         r == 0
     }
+}
+
+/// The arguments of a helper that copies `n` bytes at source offset `off` into a
+/// [`PART_BUF`]-byte buffer at `at` (`bpf_xdp_load_bytes`, `bpf_skb_load_bytes`):
+/// `None` unless 1 ≤ n ≤ [`MAX_ITEM_LEN`], `at` ≤ [`MAX_ITEM_LEN`] and `off` ≤ `max_off`.
+///
+/// Verifier workaround: the checks sit on the very registers passed to the helper
+/// (after an optimisation barrier), and the size is bounded as `n - 1 < MAX_ITEM_LEN`
+/// with 1 added after: verifiers before 6.8 learn no minimum from `n != 0`, and a
+/// helper size whose minimum is 0 is refused there, but they do learn bounds from `<`.
+#[inline(always)]
+pub fn copy_bounds(off: usize, at: usize, n: usize, max_off: usize) -> Option<(u32, usize, u32)> {
+    let at = opaque(at);
+    let less = opaque(n.wrapping_sub(1));
+    if less >= MAX_ITEM_LEN || at > MAX_ITEM_LEN || off > max_off {
+        return None;
+    }
+    Some((off as u32, at, less as u32 + 1))
 }

@@ -52,11 +52,12 @@ use aya_ebpf::{
 use dra_common::{
     maps::{Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, NO_SLOT},
     stats::Counter,
-    wire::{self, MAX_ITEM_LEN, PART_BUF, Progress, ScanCursor, Source},
+    wire::{self, PART_BUF, Progress, ScanCursor, Source},
 };
 
 use crate::{
     bucket::{self, Charge},
+    bytes::copy_bounds,
     maps::{
         EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
         GLOBAL_CONFIG, SLOT_COUNTERS, TC_WALK, count,
@@ -310,21 +311,17 @@ struct SkbSource(*mut __sk_buff);
 impl Source for SkbSource {
     #[inline(always)]
     fn copy(&self, off: usize, dst: &mut [u8; PART_BUF], at: usize, n: usize) -> bool {
-        // Verifier workaround (as bytes.rs XdpSource): re-check after a barrier so the
-        // bounds sit on the registers passed to the helper.
-        let at = core::hint::black_box(at);
-        let n = core::hint::black_box(n);
-        if n == 0 || n > MAX_ITEM_LEN || at > MAX_ITEM_LEN || off > MAX_SKB_OFF {
+        let Some((off, at, n)) = copy_bounds(off, at, n, MAX_SKB_OFF) else {
             return false;
-        }
-        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (bounds above);
+        };
+        // SAFETY: dst + at .. + n is inside the PART_BUF-byte buffer (copy_bounds);
         // the helper checks the skb's bounds.
         let r = unsafe {
             bpf_skb_load_bytes(
                 self.0 as *const _,
-                off as u32,
+                off,
                 dst.as_mut_ptr().add(at) as *mut _,
-                n as u32,
+                n,
             )
         };
         r == 0
