@@ -23,8 +23,10 @@ pub const PGW1: (&str, &str) = ("pgw1.lab.example", "lab.example");
 /// none is missing; how many of them arrived unmarked (admitted by the fast path).
 pub fn unmarked_of_all(sink: &ScriptedServer, sent: &Sent) -> usize {
     assert_eq!(
-        sink.arrivals
-            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+        sink.arrivals.wait_for_blocking(
+            sent.log.len(),
+            crate::support::scaled(Duration::from_secs(10))
+        ),
         sent.log.len()
     );
     sink.arrivals

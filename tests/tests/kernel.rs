@@ -81,7 +81,7 @@ fn dra_verify_names_the_kernel_its_features_and_every_programs_verdict() {
 }
 
 /// The CCR-I and the CCR-T limit of the runs below (the closed loop alternates them).
-const LIMIT: f64 = 100.0;
+const LIMIT: f64 = 50.0;
 const WARMUP: Duration = Duration::from_secs(2);
 const MEASURE: Duration = Duration::from_secs(5);
 

@@ -13,7 +13,7 @@ use std::{
 
 use dra::dataplane::{Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
-use dra_tests::support::{Pins, TempDir};
+use dra_tests::support::{Pins, TempDir, scaled};
 use dra_tests::{
     agent::Agent,
     netns::{Netns, VethPair},
@@ -285,7 +285,7 @@ fn admitted_rate_follows_the_db_cpu() {
     let sent = sim.join(flood);
     assert_eq!(
         sink.arrivals
-            .wait_for_blocking(sent.log.len(), Duration::from_secs(10)),
+            .wait_for_blocking(sent.log.len(), scaled(Duration::from_secs(10))),
         sent.log.len(),
         "every CCR-I arrives"
     );

@@ -12,7 +12,7 @@ use std::{
 
 use dra::dataplane::{AttachMode, Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
-use dra_tests::support::{Pins, lab_config};
+use dra_tests::support::{Pins, lab_config, scaled};
 use dra_tests::{
     netns::{Netns, VethPair, sh},
     sim::{
@@ -161,7 +161,7 @@ fn reject_mode_marks_exactly_the_excess() {
     let base = lab.paced(vec![ccr_u()], Duration::from_secs(2), 1);
     assert_eq!(
         sink.arrivals
-            .wait_for_blocking(base.log.len(), Duration::from_secs(5)),
+            .wait_for_blocking(base.log.len(), scaled(Duration::from_secs(5))),
         base.log.len()
     );
     let base_lat = latencies(&base, &sink.arrivals.snapshot(), CCR_U);
@@ -171,7 +171,7 @@ fn reject_mode_marks_exactly_the_excess() {
     let total = before + sent.log.len();
     assert_eq!(
         sink.arrivals
-            .wait_for_blocking(total, Duration::from_secs(10)),
+            .wait_for_blocking(total, scaled(Duration::from_secs(10))),
         total,
         "every message arrives (no stall)"
     );
@@ -239,7 +239,8 @@ fn several_connections_share_the_peer_bucket() {
     let sent: Vec<_> = runs.into_iter().map(|r| lab.sim.join(r)).collect();
     let n: usize = sent.iter().map(|s| s.log.len()).sum();
     assert_eq!(
-        sink.arrivals.wait_for_blocking(n, Duration::from_secs(10)),
+        sink.arrivals
+            .wait_for_blocking(n, scaled(Duration::from_secs(10))),
         n
     );
     let first = sent.iter().map(|s| s.first).min().unwrap();
@@ -304,7 +305,9 @@ fn drop_mode(congestion: Option<&str>) {
     let sent = lab.sim.paced(&peer, vec![ccr_i()], window, 1);
     let end_of_offer = sent.last;
     let n = sent.log.len();
-    let got = sink.arrivals.wait_for_blocking(n, Duration::from_secs(120));
+    let got = sink
+        .arrivals
+        .wait_for_blocking(n, scaled(Duration::from_secs(120)));
     let arr = sink.arrivals.snapshot();
     let in_window = arr.iter().filter(|a| a.at <= end_of_offer).count();
     let secs = (end_of_offer - sent.first).as_secs_f64();

@@ -15,7 +15,7 @@ use std::{
 
 use dra::dataplane::{Dataplane, Maps, Plan, kernel::KernelFeatures};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
-use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins};
+use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins, scaled};
 use dra_tests::{
     netns::{Netns, VethPair},
     sim::{
@@ -150,7 +150,7 @@ fn egress_counts_match_the_sink() {
     assert_eq!(
         lab.sink
             .arrivals
-            .wait_for_blocking(n, Duration::from_secs(20)),
+            .wait_for_blocking(n, scaled(Duration::from_secs(20))),
         n,
         "every message arrives"
     );
@@ -211,7 +211,7 @@ fn egress_police_limits_the_rate_and_loses_nothing() {
     let got = lab
         .sink
         .arrivals
-        .wait_for_blocking(n, Duration::from_secs(120));
+        .wait_for_blocking(n, scaled(Duration::from_secs(120)));
     let arr = lab.sink.arrivals.snapshot();
     let end = sent.last;
     let in_window = arr.iter().filter(|a| a.at <= end).count();
@@ -253,7 +253,7 @@ fn egress_link_is_reused_and_detach_removes_it() {
     assert_eq!(
         lab.sink
             .arrivals
-            .wait_for_blocking(a.log.len(), Duration::from_secs(10)),
+            .wait_for_blocking(a.log.len(), scaled(Duration::from_secs(10))),
         a.log.len()
     );
     let counted = maps
@@ -312,7 +312,7 @@ fn egress_link_is_reused_and_detach_removes_it() {
     assert_eq!(
         lab.sink
             .arrivals
-            .wait_for_blocking(total, Duration::from_secs(10)),
+            .wait_for_blocking(total, scaled(Duration::from_secs(10))),
         total
     );
     assert_eq!(

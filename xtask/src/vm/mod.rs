@@ -181,7 +181,11 @@ fn run_guest(
     guest::initramfs(&kern, &initrd)?;
     let test_step = |name: &str, bin: &Path| guest::JobStep {
         name: name.to_owned(),
-        argv: vec![bin.to_path_buf(), "--test-threads=1".into(), "--nocapture".into()],
+        argv: vec![
+            bin.to_path_buf(),
+            "--test-threads=1".into(),
+            "--nocapture".into(),
+        ],
     };
     let mut steps = Vec::new();
     for s in k.steps {
