@@ -37,10 +37,20 @@ pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// Most marks kept waiting at once (beyond it the oldest are dropped, counted).
 pub const MAX_PENDING: usize = 65_536;
 
-/// The flow key XDP computes for packets from `remote` to our `local` address
+/// IP protocol numbers of the transports the fast path frames.
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_SCTP: u8 = 132;
+
+/// The flow key XDP computes for TCP packets from `remote` to our `local` address
 /// (`dra-ebpf/src/parse.rs`: addresses in network byte order, IPv6 flagged 0x80 in
 /// `proto`). IPv4-mapped IPv6 socket addresses are the IPv4 packets they are.
 pub fn flow_key(remote: SocketAddr, local: SocketAddr) -> FlowKey {
+    flow_key_of(IPPROTO_TCP, remote, local)
+}
+
+/// As [`flow_key`], for transport `proto` (an SCTP association: one key per pair of
+/// its addresses, as each packet names one path).
+pub fn flow_key_of(proto: u8, remote: SocketAddr, local: SocketAddr) -> FlowKey {
     fn words(ip: IpAddr) -> ([u32; 4], bool) {
         match ip.to_canonical() {
             IpAddr::V4(a) => ([u32::from_ne_bytes(a.octets()), 0, 0, 0], false),
@@ -58,7 +68,8 @@ pub fn flow_key(remote: SocketAddr, local: SocketAddr) -> FlowKey {
         daddr,
         sport: remote.port(),
         dport: local.port(),
-        proto: if v6 { 0x80 | 6 } else { 6 },
+        // The protocol's low seven bits (SCTP's 132 is 4 here), the top bit for IPv6.
+        proto: (proto & 0x7f) | if v6 { 0x80 } else { 0 },
         _pad: [0; 3],
     }
 }

@@ -111,20 +111,26 @@ impl Harness {
     }
 
     /// The out-of-band marks the program wrote since the last call, for `frame`'s
-    /// flow from port 40000 to 3868, as (Hop-by-Hop, End-to-End), checked against
-    /// `want` through the agent's own inbox.
-    fn oob_marks(&self, frame: &Frame, want: &[(u32, u32)]) -> Result<(), String> {
+    /// flow from port 40000 to 3868 over `proto` (TCP or SCTP), as (Hop-by-Hop,
+    /// End-to-End), checked against `want` through the agent's own inbox.
+    fn oob_marks(&self, frame: &Frame, proto: u8, want: &[(u32, u32)]) -> Result<(), String> {
         let before = self.oob.stats().received;
         self.oob.drain();
         let got = self.oob.stats().received - before;
-        let key = oob::flow_key((frame.src, 40000).into(), (frame.dst, 3868).into());
+        let key = oob::flow_key_of(proto, (frame.src, 40000).into(), (frame.dst, 3868).into());
         let mut missing = Vec::new();
         for (h, e) in want {
             if !self.oob.take(&key, *h, *e) {
                 missing.push((*h, *e));
             }
         }
-        self.oob.forget(&key);
+        for p in [oob::IPPROTO_TCP, oob::IPPROTO_SCTP] {
+            self.oob.forget(&oob::flow_key_of(
+                p,
+                (frame.src, 40000).into(),
+                (frame.dst, 3868).into(),
+            ));
+        }
         if got != want.len() as u64 || !missing.is_empty() {
             return Err(format!(
                 "{got} out-of-band marks, want {want:x?} (missing {missing:x?})"
@@ -185,8 +191,10 @@ struct Row {
     counters: Vec<(Counter, u64)>,
     slots: Vec<SlotDelta>,
     unknown_drop: bool,
-    /// Out-of-band marks expected, as (Hop-by-Hop, End-to-End).
+    /// Out-of-band marks expected, as (Hop-by-Hop, End-to-End), on the flow of
+    /// transport `oob_proto`.
     oob: Vec<(u32, u32)>,
+    oob_proto: u8,
 }
 
 fn row(
@@ -202,6 +210,7 @@ fn row(
         slots,
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     }
 }
 
@@ -410,6 +419,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 9, 2, 7, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
 
     // --- over limit: reject marks ---
@@ -431,6 +441,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", None, 3, 2, 1, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
     let three = seg(&f, 0, &cat(&[&i0, &i1, &i2]));
     v.push(Row {
@@ -448,6 +459,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
 
     // --- split messages ---
@@ -506,6 +518,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
 
     // A CCR-I over the limit whose flags byte passed in an earlier segment than its
@@ -524,6 +537,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
         unknown_drop: false,
         oob: vec![(0x102, 0x202)],
+        oob_proto: oob::IPPROTO_TCP,
     });
     let long = pkt::ccr_3gpp(app::GX, 1, 5);
     let (a, b) = long.split_at(200);
@@ -566,6 +580,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
 
     // --- retransmissions and holes ---
@@ -604,6 +619,7 @@ fn rows() -> Vec<Row> {
         slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
         unknown_drop: false,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
     v.push(row(
         "coalesced retransmission: old bytes skipped, new message charged",
@@ -752,6 +768,7 @@ fn rows() -> Vec<Row> {
         slots: vec![],
         unknown_drop: true,
         oob: vec![],
+        oob_proto: oob::IPPROTO_TCP,
     });
 
     // --- drop action ---
@@ -920,9 +937,9 @@ fn rows() -> Vec<Row> {
         vec![(Counter::Retransmit, 1)],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
-    v.push(row(
-        "SCTP over limit is dropped (no marking on SCTP)",
-        vec![
+    v.push(Row {
+        name: "SCTP over a reject limit: passed and marked out of band (no CRC32c rewrite)",
+        steps: vec![
             step(
                 f.sctp(
                     40000,
@@ -931,10 +948,34 @@ fn rows() -> Vec<Row> {
                 ),
                 PASS,
             ),
-            step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &i2)]), DROP),
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &i2)]), PASS),
+        ],
+        counters: vec![(Counter::MarkedOutOfBand, 1), (Counter::Marked, 1)],
+        slots: vec![("pgw1", CCR_I, 3, 2, 1, 0)],
+        unknown_drop: false,
+        oob: vec![(0x102, 0x202)],
+        oob_proto: oob::IPPROTO_SCTP,
+    });
+    let (t0, t1, t2) = (
+        pkt::ccr(app::GX, 3, 0),
+        pkt::ccr(app::GX, 3, 1),
+        pkt::ccr(app::GX, 3, 2),
+    );
+    v.push(row(
+        "SCTP over a drop limit: the packet is dropped",
+        vec![
+            step(
+                f.sctp(
+                    40000,
+                    3868,
+                    &[pkt::sctp_data(10, 46, &t0), pkt::sctp_data(11, 46, &t1)],
+                ),
+                PASS,
+            ),
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &t2)]), DROP),
         ],
         vec![(Counter::Dropped, 1)],
-        vec![("pgw1", CCR_I, 2, 2, 0, 1)],
+        vec![("pgw1", CCR_T, 2, 2, 0, 1)],
     ));
     v
 }
@@ -947,7 +988,7 @@ fn fixture_table() {
     let mut failures = Vec::new();
     for r in &rows {
         h.reset();
-        let _ = h.oob_marks(&f1(), &[]);
+        let _ = h.oob_marks(&f1(), r.oob_proto, &[]);
         let mut g = h.plan.global;
         g.unknown_peer = if r.unknown_drop {
             UnknownPeerPolicy::Drop as u32
@@ -992,7 +1033,7 @@ fn fixture_table() {
         }
         let after = h.counters();
         let delta = |c: Counter| after[c as usize].1 - before[c as usize].1;
-        if let Err(e) = h.oob_marks(&f1(), &r.oob) {
+        if let Err(e) = h.oob_marks(&f1(), r.oob_proto, &r.oob) {
             failures.push(format!("{}: {e}", r.name));
         }
         if delta(Counter::Packets) != r.steps.len() as u64 {
@@ -1103,7 +1144,7 @@ fn straddle_sweep_reject() {
         for k in 1..i2.len() {
             cases += 1;
             h.reset();
-            let _ = h.oob_marks(&f, &[]);
+            let _ = h.oob_marks(&f, oob::IPPROTO_TCP, &[]);
             let before = h.counters();
             let (ci, cu) = (slot4(&h, "pgw1", CCR_I), slot4(&h, "pgw1", OTHER));
             let a = seg(&f, 0, &cat(&[&pre, &i2[..k]]));
@@ -1125,7 +1166,7 @@ fn straddle_sweep_reject() {
             if oa != want_a || ob != want_b {
                 bad.push(format!("marks: first {}, second {}", oa != a, ob != b));
             }
-            if let Err(e) = h.oob_marks(&f, &want_oob) {
+            if let Err(e) = h.oob_marks(&f, oob::IPPROTO_TCP, &want_oob) {
                 bad.push(e);
             }
             let after = h.counters();
@@ -1254,10 +1295,12 @@ fn straddle_sweep_drop() {
     assert_sweep(cases, 250, &failures);
 }
 
-/// SCTP: the third CCR-I (over the limit: dropped on SCTP) fragmented into two DATA
-/// chunks (B, then E) at every byte offset, in two packets; then the same with I-DATA,
-/// with a complete message of another stream between the fragments (RFC 8260
-/// interleaving). The packet that completes the class is dropped; the others pass.
+/// SCTP: the third request of a class over its limit fragmented into two DATA chunks
+/// (B, then E) at every byte offset, in two packets; then the same with I-DATA, with a
+/// complete message of another stream between the fragments (RFC 8260 interleaving).
+/// Over pgw1's CCR-I limit (`reject`) every packet passes and the request is marked out
+/// of band once; over its CCR-T limit (`drop`) the packet that completes the class is
+/// dropped and the others pass.
 #[test]
 fn sctp_fragment_sweep() {
     use pkt::{SCTP_B, SCTP_E};
@@ -1266,88 +1309,104 @@ fn sctp_fragment_sweep() {
     let mut failures = Vec::new();
     let mut cases = 0;
     for (label, build) in pkt::CCR_BUILDS {
-        let (i0, i1, i2) = (
-            build(app::GX, 1, 0),
-            build(app::GX, 1, 1),
-            build(app::GX, 1, 2),
-        );
-        let u3 = build(app::GX, 2, 3);
-        let decided = pkt::avp_offset(&i2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
-        for idata in [false, true] {
-            for k in 1..i2.len() {
-                cases += 1;
-                h.reset();
-                let (ci, cu) = (slot4(&h, "pgw1", CCR_I), slot4(&h, "pgw1", OTHER));
-                let (p1, p2) = if idata {
-                    (
-                        f.sctp(
-                            40000,
-                            3868,
-                            &[
-                                pkt::sctp_idata_frag(10, SCTP_B | SCTP_E, 1, 1, 46, &i0),
-                                pkt::sctp_idata_frag(11, SCTP_B | SCTP_E, 1, 2, 46, &i1),
-                                pkt::sctp_idata_frag(12, SCTP_B, 1, 3, 46, &i2[..k]),
-                                // Another stream's message between the two fragments.
-                                pkt::sctp_idata_frag(13, SCTP_B | SCTP_E, 2, 1, 46, &u3),
-                            ],
-                        ),
-                        f.sctp(
-                            40000,
-                            3868,
-                            &[pkt::sctp_idata_frag(14, SCTP_E, 1, 3, 1, &i2[k..])],
-                        ),
-                    )
-                } else {
-                    (
-                        f.sctp(
-                            40000,
-                            3868,
-                            &[
-                                pkt::sctp_data(10, 46, &i0),
-                                pkt::sctp_data(11, 46, &i1),
-                                pkt::sctp_data_frag(12, SCTP_B, 46, &i2[..k]),
-                            ],
-                        ),
-                        f.sctp(
-                            40000,
-                            3868,
-                            &[
-                                pkt::sctp_data_frag(13, SCTP_E, 46, &i2[k..]),
-                                pkt::sctp_data(14, 46, &u3),
-                            ],
-                        ),
-                    )
-                };
-                let mut bad = Vec::new();
-                let (v1, _) = h.run(&p1);
-                let want1 = if k >= decided { DROP } else { PASS };
-                if v1 != want1 {
-                    bad.push(format!("first packet: verdict {v1}"));
-                }
-                if v1 == PASS {
-                    let (v2, _) = h.run(&p2);
-                    if v2 != DROP {
-                        bad.push(format!("second packet: verdict {v2}"));
+        for (rtype, class, reject) in [(1, CCR_I, true), (3, CCR_T, false)] {
+            let (m0, m1, m2) = (
+                build(app::GX, rtype, 0),
+                build(app::GX, rtype, 1),
+                build(app::GX, rtype, 2),
+            );
+            let u3 = build(app::GX, 2, 3);
+            let decided =
+                pkt::avp_offset(&m2, dra_common::wire::avp::CC_REQUEST_TYPE).unwrap() + 12;
+            for idata in [false, true] {
+                for k in 1..m2.len() {
+                    cases += 1;
+                    h.reset();
+                    let _ = h.oob_marks(&f, oob::IPPROTO_SCTP, &[]);
+                    let (ci, cu) = (slot4(&h, "pgw1", class), slot4(&h, "pgw1", OTHER));
+                    let (p1, p2) = if idata {
+                        (
+                            f.sctp(
+                                40000,
+                                3868,
+                                &[
+                                    pkt::sctp_idata_frag(10, SCTP_B | SCTP_E, 1, 1, 46, &m0),
+                                    pkt::sctp_idata_frag(11, SCTP_B | SCTP_E, 1, 2, 46, &m1),
+                                    pkt::sctp_idata_frag(12, SCTP_B, 1, 3, 46, &m2[..k]),
+                                    // Another stream's message between the two fragments.
+                                    pkt::sctp_idata_frag(13, SCTP_B | SCTP_E, 2, 1, 46, &u3),
+                                ],
+                            ),
+                            f.sctp(
+                                40000,
+                                3868,
+                                &[pkt::sctp_idata_frag(14, SCTP_E, 1, 3, 1, &m2[k..])],
+                            ),
+                        )
+                    } else {
+                        (
+                            f.sctp(
+                                40000,
+                                3868,
+                                &[
+                                    pkt::sctp_data(10, 46, &m0),
+                                    pkt::sctp_data(11, 46, &m1),
+                                    pkt::sctp_data_frag(12, SCTP_B, 46, &m2[..k]),
+                                ],
+                            ),
+                            f.sctp(
+                                40000,
+                                3868,
+                                &[
+                                    pkt::sctp_data_frag(13, SCTP_E, 46, &m2[k..]),
+                                    pkt::sctp_data(14, 46, &u3),
+                                ],
+                            ),
+                        )
+                    };
+                    let over = if reject { PASS } else { DROP };
+                    let mut bad = Vec::new();
+                    let (v1, _) = h.run(&p1);
+                    let want1 = if k >= decided { over } else { PASS };
+                    if v1 != want1 {
+                        bad.push(format!("first packet: verdict {v1}"));
                     }
-                }
-                let di = sub4(slot4(&h, "pgw1", CCR_I), ci);
-                let du = sub4(slot4(&h, "pgw1", OTHER), cu);
-                // The CCR-U: judged only where it precedes the drop (the I-DATA case
-                // with the first packet passed).
-                let want_u = if idata && v1 == PASS {
-                    (1, 1, 0, 0)
-                } else {
-                    (0, 0, 0, 0)
-                };
-                if di != (2, 2, 0, 1) || du != want_u {
-                    bad.push(format!("CCR-I {di:?}, CCR-U {du:?}"));
-                }
-                if !bad.is_empty() {
-                    let kind = if idata { "I-DATA" } else { "DATA" };
-                    failures.push(format!("{label}, {kind}, cut at {k}: {}", bad.join("; ")));
+                    // The second packet: after a drop in the first it is past the hole.
+                    if v1 == PASS {
+                        let (v2, _) = h.run(&p2);
+                        let want2 = if k >= decided { PASS } else { over };
+                        if v2 != want2 {
+                            bad.push(format!("second packet: verdict {v2}"));
+                        }
+                    }
+                    let dc = sub4(slot4(&h, "pgw1", class), ci);
+                    let du = sub4(slot4(&h, "pgw1", OTHER), cu);
+                    // The CCR-U: judged unless a drop came before it (DATA: it follows
+                    // the dropped fragment; I-DATA: it is in the first packet).
+                    let want_u = if reject || (idata && v1 == PASS) {
+                        (1, 1, 0, 0)
+                    } else {
+                        (0, 0, 0, 0)
+                    };
+                    let want_c = if reject { (3, 2, 1, 0) } else { (2, 2, 0, 1) };
+                    if dc != want_c || du != want_u {
+                        bad.push(format!("class {dc:?}, CCR-U {du:?}"));
+                    }
+                    let want_oob: &[(u32, u32)] = if reject { &[(0x102, 0x202)] } else { &[] };
+                    if let Err(e) = h.oob_marks(&f, oob::IPPROTO_SCTP, want_oob) {
+                        bad.push(e);
+                    }
+                    if !bad.is_empty() {
+                        let kind = if idata { "I-DATA" } else { "DATA" };
+                        let action = if reject { "reject" } else { "drop" };
+                        failures.push(format!(
+                            "{label}, {action}, {kind}, cut at {k}: {}",
+                            bad.join("; ")
+                        ));
+                    }
                 }
             }
         }
     }
-    assert_sweep(cases, 500, &failures);
+    assert_sweep(cases, 1000, &failures);
 }

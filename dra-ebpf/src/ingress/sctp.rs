@@ -16,11 +16,16 @@
 //! fragmented while another is (interleaving, RFC 8260) is decided on what its first
 //! fragment shows (counted `over_bound`).
 //!
-//! Only `drop` is possible on SCTP: marking would need a CRC32c recomputation, so an
-//! over-limit request on SCTP is dropped whatever the profile says (the config
-//! refuses `reject` for SCTP peers). The packet is dropped; the chunks before the
-//! dropped one stay charged (the association is committed up to its TSN), so the
-//! retransmission is not charged twice.
+//! * `reject`: the over-limit request is marked out of band, always — marking its
+//!   header would need the packet's CRC32c recomputed: an
+//!   [`OobMark`] (association as this packet names it, Hop-by-Hop, End-to-End) goes
+//!   into the `OOB_MARKS` ring before the packet passes, and the agent, which reads
+//!   the ring before it reads the request from its socket, answers it 3002 as on TCP.
+//!   If the ring is full the packet is dropped instead (counted `oob_full`) and the
+//!   chunk's retransmission judged again.
+//! * `drop`: the packet is dropped; the chunks before the dropped one stay charged
+//!   (the association is committed up to its TSN), so the retransmission is not
+//!   charged twice.
 //! INIT is the connection guard's SYN: over its limit it is dropped.
 
 use aya_ebpf::{
@@ -29,7 +34,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use dra_common::{
-    maps::{FlowKey, PeerInfo, SctpAssoc},
+    maps::{FlowKey, OobMark, PeerInfo, SctpAssoc},
     stats::Counter,
     wire::{Progress, SCTP_PPID_DIAMETER, ScanCursor},
     words,
@@ -40,7 +45,7 @@ use crate::{
     bucket::{self, Charge},
     bytes::XdpSource,
     ingress::xdp::{DROP, PASS},
-    maps::{SCTP_ASSOCS, SCTP_WALK, count},
+    maps::{OOB_MARKS, SCTP_ASSOCS, SCTP_WALK, count},
     walk::{self, Steps},
 };
 
@@ -378,11 +383,24 @@ fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
         return accept(r, w);
     }
     let slot = class_slot(&w.peer, c.class);
-    // No marking on SCTP (it would need a CRC32c update): over any limit drops.
-    let v = match decide(&w.peer, slot, w.now) {
-        Verdict::Admit => Verdict::Admit,
-        _ => Verdict::Drop,
-    };
+    let mut v = decide(&w.peer, slot, w.now);
+    if v == Verdict::Mark {
+        let rec = OobMark {
+            // SAFETY: points at this CPU's packet metadata, valid for this program run.
+            key: unsafe { *r.key },
+            hop_by_hop: w.cur.scan.hop_by_hop,
+            end_to_end: w.cur.scan.end_to_end,
+            header_seq: 0,
+            _pad: 0,
+        };
+        if OOB_MARKS.output::<OobMark>(&rec, 0).is_ok() {
+            count(Counter::MarkedOutOfBand);
+        } else {
+            // Nowhere to say it: the packet goes, its retransmission is judged again.
+            count(Counter::OobFull);
+            v = Verdict::Drop;
+        }
+    }
     publish(&w.peer, slot, c.header.length, v);
     if v == Verdict::Drop {
         // The association stays as it was before this chunk: the retransmission

@@ -77,6 +77,34 @@ fn test_binaries(root: &Path) -> Result<BTreeMap<String, PathBuf>> {
     Ok(bins)
 }
 
+/// The binaries the guests run, hard-linked (copied where a link cannot be made) into
+/// target/vm/bin: a build on this machine while the guests run replaces the files
+/// under target/debug, not these. `dra-loadgen` goes beside `dra`, where the tests
+/// look for it. Returns the test binaries and `dra` there.
+fn snapshot(
+    root: &Path,
+    bins: &BTreeMap<String, PathBuf>,
+    dra_bin: &Path,
+) -> Result<(BTreeMap<String, PathBuf>, PathBuf)> {
+    let dir = vm_dir(root).join("bin");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let keep = |src: &Path, name: &str| -> Result<PathBuf> {
+        let dst = dir.join(name);
+        if std::fs::hard_link(src, &dst).is_err() {
+            std::fs::copy(src, &dst).with_context(|| format!("copying {}", src.display()))?;
+        }
+        Ok(dst)
+    };
+    let mut out = BTreeMap::new();
+    for (name, bin) in bins {
+        out.insert(name.clone(), keep(bin, &format!("test-{name}"))?);
+    }
+    let dra = keep(dra_bin, "dra")?;
+    keep(&dra_bin.with_file_name("dra-loadgen"), "dra-loadgen")?;
+    Ok((out, dra))
+}
+
 /// One guest step's outcome.
 struct StepResult {
     name: String,
@@ -106,7 +134,8 @@ pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
         accel.name(),
         accel.time_scale()
     );
-    let bins = test_binaries(root)?;
+    let (bins, dra_bin) = snapshot(root, &test_binaries(root)?, dra_bin)?;
+    let dra_bin = dra_bin.as_path();
     let mut failed = Vec::new();
     let mut summary = Vec::new();
     for k in chosen {
