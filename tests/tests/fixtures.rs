@@ -928,6 +928,31 @@ fn rows() -> Vec<Row> {
         vec![],
         vec![("pgw1", CCR_I, 1, 1, 0, 0)],
     ));
+    // A multihomed gateway: one association, its packets over two paths (another
+    // destination address of the DRA), one TSN sequence across them.
+    let path2 = Frame::v4(PGW1, "198.18.1.9");
+    v.push(row(
+        "SCTP association over two paths: one TSN sequence, a retransmission on the other \
+         path not charged again",
+        vec![
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0)]), PASS),
+            step(
+                path2.sctp(40000, 3868, &[pkt::sctp_data(11, 46, &u0)]),
+                PASS,
+            ),
+            step(
+                path2.sctp(40000, 3868, &[pkt::sctp_data(10, 46, &i0)]),
+                PASS,
+            ),
+            step(f.sctp(40000, 3868, &[pkt::sctp_data(12, 46, &i1)]), PASS),
+        ],
+        vec![
+            (Counter::Retransmit, 1),
+            (Counter::Resync, 1),
+            (Counter::OutOfOrder, 0),
+        ],
+        vec![("pgw1", CCR_I, 2, 2, 0, 0), ("pgw1", OTHER, 1, 1, 0, 0)],
+    ));
     v.push(row(
         "SCTP retransmitted TSN is not charged again",
         vec![

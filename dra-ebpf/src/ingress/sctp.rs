@@ -5,6 +5,12 @@
 //! chunk below it is a retransmission; one above it is past a hole and the packet is
 //! dropped (bounded, then the association resynchronises), as for TCP.
 //!
+//! An association is known by its verification tag and ports, not by addresses: a
+//! multihomed peer sends over several paths (source and destination addresses), and
+//! one TSN sequence runs over all of them — its retransmissions, typically, over
+//! another path than the original. The peer itself is still recognised by the
+//! packet's source address.
+//!
 //! A message may be fragmented over several DATA chunks (B on the first, E on the
 //! last), in one packet or several. Its class is found by the same
 //! [`ScanCursor`](dra_common::wire::ScanCursor) as on TCP: if the first fragment ends
@@ -93,6 +99,8 @@ pub struct Walk {
     keep: u32,
     /// The association as it will be once this chunk is accepted.
     next: SctpAssoc,
+    /// The association's key (see [`WalkRef::akey`]).
+    akey: FlowKey,
     cur: ScanCursor,
 }
 
@@ -100,7 +108,12 @@ pub struct Walk {
 #[repr(C)]
 struct WalkRef {
     ctx: *mut xdp_md,
+    /// The packet's flow (its path: addresses and ports), for out-of-band marks and
+    /// events.
     key: *const FlowKey,
+    /// The association's key in [`SCTP_ASSOCS`] (in the walk: verification tag and
+    /// ports, no addresses).
+    akey: *const FlowKey,
     /// The association (null until the first DATA chunk when there is none).
     assoc: *mut SctpAssoc,
     w: *mut Walk,
@@ -118,10 +131,21 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
     w.off = sctp_off as u32 + SCTP_COMMON_HLEN;
     w.status = RUNNING;
     w.scanning = 0;
+    let Some(vtag) = load4(ctx.ctx, sctp_off as u32 + 4) else {
+        return PASS;
+    };
+    w.akey.saddr = [u32::from_ne_bytes(vtag), 0, 0, 0];
+    w.akey.daddr = [0; 4];
+    w.akey.sport = key.sport;
+    w.akey.dport = key.dport;
+    w.akey.proto = key.proto;
+    w.akey._pad = [0; 3];
+    let akey = &w.akey;
     let mut r = WalkRef {
         ctx: ctx.ctx,
         key: key as *const FlowKey,
-        assoc: match SCTP_ASSOCS.get_ptr_mut(key) {
+        akey: akey as *const FlowKey,
+        assoc: match SCTP_ASSOCS.get_ptr_mut(akey) {
             Some(a) => a,
             None => core::ptr::null_mut(),
         },
@@ -137,7 +161,7 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
         _ => {
             if w.scanning != 0 || (w.off as usize) < ctx.data_end() - ctx.data() {
                 // More than one walk may take: resynchronise.
-                let _ = SCTP_ASSOCS.remove(key);
+                let _ = SCTP_ASSOCS.remove(&w.akey);
                 count(Counter::Resync);
                 crate::events::flow(ctx, crate::events::Event::WalkBound, key);
             }
@@ -202,9 +226,8 @@ fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
             w.status = STOP_DROP;
             return false;
         }
-        // SAFETY: points at this CPU's packet metadata, valid for this program run.
-        let key = unsafe { &*r.key };
-        let _ = SCTP_ASSOCS.remove(key);
+        // A new association: its packets will carry a verification tag of their own
+        // (INIT's is 0), so no state is in its way.
         count(Counter::NoPayload);
         w.status = STOP_PASS;
         return false;
@@ -221,8 +244,8 @@ fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
     let tsn = u32::from_be_bytes(t);
     if r.assoc.is_null() {
         // No state (first packet we see, or LRU eviction): start at this TSN.
-        // SAFETY: as above.
-        let key = unsafe { &*r.key };
+        // SAFETY: points into this CPU's walk value, valid for this program run.
+        let key = unsafe { &*r.akey };
         let fresh = empty_assoc(tsn);
         #[allow(clippy::needless_borrows_for_generic_args)]
         if SCTP_ASSOCS.insert(key, &fresh, 0).is_err() {
@@ -247,8 +270,8 @@ fn chunk(r: &mut WalkRef, w: &mut Walk) -> bool {
     if tsn != assoc.next_tsn {
         // Past a hole: drop, so nothing is charged around it (bounded).
         if assoc.ofo_drops >= MAX_OFO_DROPS {
-            // SAFETY: as above.
-            let key = unsafe { &*r.key };
+            // SAFETY: points into this CPU's walk value, valid for this program run.
+            let key = unsafe { &*r.akey };
             let _ = SCTP_ASSOCS.remove(key);
             count(Counter::Resync);
             w.status = STOP_PASS;
