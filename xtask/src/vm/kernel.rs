@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::matrix::{APT_SOURCES, Source};
+use super::matrix::{APT_SUITES, Source};
 
 /// An unpacked kernel package.
 pub struct Unpacked {
@@ -97,7 +97,16 @@ fn apt_update(dir: &Path) -> Result<()> {
     for d in ["sources.list.d", "lists/partial", "cache/archives/partial"] {
         std::fs::create_dir_all(dir.join(d))?;
     }
-    std::fs::write(dir.join("sources.list"), APT_SOURCES)?;
+    let sources: String = APT_SUITES
+        .iter()
+        .map(|(archive, suite)| {
+            format!(
+                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {archive} \
+                 {suite} main\n"
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("sources.list"), sources)?;
     netlab::output(
         Command::new("apt-get")
             .args(apt_options(dir))

@@ -66,13 +66,14 @@ impl Step {
 }
 
 /// The private apt sources the kernels are fetched from (a state of its own under
-/// target/vm/apt: the machine's apt sources are not changed).
-pub const APT_SOURCES: &str = "\
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bookworm-security main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bullseye-security main
-";
+/// target/vm/apt: the machine's apt sources are not changed): (archive, suite), all
+/// `main`, signed by Debian's archive keyring.
+pub const APT_SUITES: &[(&str, &str)] = &[
+    ("http://deb.debian.org/debian", "bookworm"),
+    ("http://deb.debian.org/debian-security", "bookworm-security"),
+    ("http://deb.debian.org/debian", "bullseye"),
+    ("http://deb.debian.org/debian-security", "bullseye-security"),
+];
 
 /// Debian 12's kernel, the one the README targets: `dra verify` and every privileged
 /// test, as on this machine.
