@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dra::transport::Connection;
 use dra_common::wire::cmd;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -539,9 +539,9 @@ async fn peer_task(
 }
 
 /// A TCP connection to `addr` from `ctx.bind`; `None` when it fails or takes over 5 s.
-async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<TcpStream> {
+async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<Connection> {
     tokio::select! {
-        s = super::connect_from(ctx.bind, addr) => s.ok(),
+        s = super::connect_from(ctx.bind, addr) => s.and_then(Connection::tcp).ok(),
         _ = tokio::time::sleep(Duration::from_secs(5)) => None,
     }
 }
@@ -607,15 +607,12 @@ fn close(link: &mut Link, now: Duration) {
 
 async fn connection(
     ctx: &PeerCtx,
-    stream: TcpStream,
+    stream: Connection,
     n: u64,
     rx: &mut mpsc::UnboundedReceiver<Cmd>,
     ev: &mpsc::UnboundedSender<Ev>,
 ) -> End {
-    let local_ip = stream
-        .local_addr()
-        .map(|a| a.ip())
-        .unwrap_or(ctx.connect.ip());
+    let local_ip = stream.local.ip();
     let cfg = Arc::new(loadgen_peer_config(
         &ctx.origin_host,
         &ctx.origin_realm,
@@ -1020,12 +1017,12 @@ async fn link_connection(
     ctx: &PeerCtx,
     link: usize,
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: Connection,
     n: u64,
     rx: &mut mpsc::UnboundedReceiver<LinkCmd>,
     ev: &mpsc::UnboundedSender<LinkEv>,
 ) -> bool {
-    let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(addr.ip());
+    let local_ip = stream.local.ip();
     let cfg = Arc::new(loadgen_peer_config(
         &ctx.origin_host,
         &ctx.origin_realm,

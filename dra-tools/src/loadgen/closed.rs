@@ -25,6 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dra::transport::Connection;
 use dra_common::wire::{HEADER_LEN, app, avp as avp_code, cmd, flags};
 use hdrhistogram::Histogram;
 use tokio::net::TcpStream;
@@ -654,8 +655,8 @@ async fn peer(
         origin_host: host.clone(),
         source,
     };
-    stream.set_nodelay(true).map_err(io)?;
-    let local = stream.local_addr().map_err(io)?.ip();
+    let stream = Connection::tcp(stream).map_err(io)?;
+    let local = stream.local.ip();
     let start = Instant::now();
     let pc = PeerConnection::new(
         Role::Initiator,

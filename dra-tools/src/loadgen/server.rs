@@ -27,9 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dra::transport::Connection;
 use dra_common::wire::{app, cmd};
 use serde::Serialize;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -679,7 +680,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
         tokio::select! {
             _ = stop.changed() => break,
             r = listener.accept() => {
-                let Ok((stream, remote)) = r else { continue };
+                let Ok(stream) = r.and_then(|(s, _)| Connection::tcp(s)) else { continue };
+                let remote = stream.remote;
                 n += 1;
                 shared.stats.lock().expect("stats").connections += 1;
                 let conn = serve_conn(stream, remote.ip(), shared.clone(), stop.clone(), n);
@@ -694,7 +696,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
 }
 
 async fn serve_conn(
-    stream: TcpStream,
+    stream: Connection,
     remote: IpAddr,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,

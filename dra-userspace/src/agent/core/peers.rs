@@ -30,9 +30,10 @@ impl Core {
         if self.shutdown.is_some() {
             return;
         }
-        let Ok(remote) = stream.peer_addr() else {
+        let Ok(stream) = crate::transport::Connection::tcp(stream) else {
             return;
         };
+        let remote = stream.remote;
         // Connections that have not sent their CER yet cost a task and a timer each: a
         // peer (or anyone) opening many at once is refused beyond the caps.
         let ip = remote.ip().to_canonical();
@@ -67,7 +68,7 @@ impl Core {
         // Accepted connections come to a Diameter port: the ingress limits apply when
         // the agent enforces them itself.
         let ingress = self.opts.ingress.clone();
-        if let Some(id) = self.open_conn(stream, remote, None, opts, ingress, span)
+        if let Some(id) = self.open_conn(stream, None, opts, ingress, span)
             && let Some(c) = self.conns.get_mut(&id)
             && !c.pc.is_open()
         {
@@ -94,8 +95,7 @@ impl Core {
     /// `None` (logged) if either could not be created.
     pub(super) fn open_conn(
         &mut self,
-        stream: tokio::net::TcpStream,
-        remote: std::net::SocketAddr,
+        stream: crate::transport::Connection,
         peer: Option<PeerId>,
         opts: ConnectionOptions,
         ingress: io::Ingress,
@@ -108,7 +108,7 @@ impl Core {
             None => Role::Responder,
             Some(_) => Role::Initiator,
         };
-        let pc = PeerConnection::new(role, cfg, dir, remote.ip(), opts);
+        let pc = PeerConnection::new(role, cfg, dir, stream.remote.ip(), opts);
         let pc = match pc {
             Ok(pc) => pc,
             Err(e) => {
@@ -116,7 +116,7 @@ impl Core {
                 return None;
             }
         };
-        let io = match io::spawn(
+        let io = io::spawn(
             id,
             stream,
             self.io_tx.clone(),
@@ -124,13 +124,7 @@ impl Core {
             self.opts.write_queue,
             ingress,
             span.clone(),
-        ) {
-            Ok(io) => io,
-            Err(e) => {
-                span.in_scope(|| warn!(error = %e, "connection unusable"));
-                return None;
-            }
-        };
+        );
         span.in_scope(|| match peer {
             None => debug!("accepted"),
             Some(_) => info!("connected, sending CER"),
@@ -216,10 +210,15 @@ impl Core {
                 return;
             }
         };
-        let Ok(remote) = stream.peer_addr() else {
-            self.schedule_reconnect(peer, None);
-            return;
+        let stream = match crate::transport::Connection::tcp(stream) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(peer = %self.cfg.peers[peer].name, error = %e, "connection unusable");
+                self.schedule_reconnect(peer, None);
+                return;
+            }
         };
+        let remote = stream.remote;
         let reopen = self.slots[peer].ever_connected;
         let opts = self.options(reopen);
         let span = self.span(
@@ -229,14 +228,7 @@ impl Core {
         );
         // Our own outbound connections: the fast path sees their traffic arrive on an
         // ephemeral port, never limited; so does the agent's limiter.
-        match self.open_conn(
-            stream,
-            remote,
-            Some(PeerId(peer)),
-            opts,
-            io::Ingress::None,
-            span,
-        ) {
+        match self.open_conn(stream, Some(PeerId(peer)), opts, io::Ingress::None, span) {
             Some(id) => self.slots[peer].initiator = Some(id),
             None => self.schedule_reconnect(peer, None),
         }
