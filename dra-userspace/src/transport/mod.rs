@@ -7,7 +7,8 @@
 //! ```text
 //!  transport            sets up                          hands over
 //!  Kind::Tcp            connect / accept                  Connection { remote, local, kind }
-//!  Kind::Tls (TLS/TCP)  connect / accept, then handshake  the same, and the peer's certificate
+//!  Kind::Tls (TLS/TCP)  connect / accept, then handshake  the same, and `tls`: version and the
+//!                       (tls::Connector, tls::Acceptor)   peer's certificate
 //!                                                         .split() -> (ReadHalf, WriteHalf)
 //! ```
 //!
@@ -26,11 +27,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+pub mod tls;
+
+type TlsStream = tokio_rustls::TlsStream<TcpStream>;
+
 /// Which transport a connection uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// TCP (RFC 6733 §2.1).
     Tcp,
+    /// TLS over TCP (RFC 6733 §13.1), from the first byte.
+    Tls,
 }
 
 impl Kind {
@@ -38,6 +45,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Tcp => "tcp",
+            Kind::Tls => "tls",
         }
     }
 }
@@ -49,12 +57,15 @@ pub struct Connection {
     pub remote: SocketAddr,
     /// Our address.
     pub local: SocketAddr,
+    /// What the TLS handshake established (TLS only).
+    pub tls: Option<tls::TlsInfo>,
     stream: Stream,
 }
 
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
+    Tls(Box<TlsStream>),
 }
 
 impl Connection {
@@ -67,14 +78,26 @@ impl Connection {
         Ok(Connection {
             remote,
             local,
+            tls: None,
             stream: Stream::Tcp(stream),
         })
+    }
+
+    /// A TLS connection whose handshake completed (`tls::Acceptor`, `tls::Connector`).
+    fn tls(remote: SocketAddr, local: SocketAddr, s: TlsStream, info: tls::TlsInfo) -> Connection {
+        Connection {
+            remote,
+            local,
+            tls: Some(info),
+            stream: Stream::Tls(Box::new(s)),
+        }
     }
 
     /// The transport.
     pub fn kind(&self) -> Kind {
         match self.stream {
             Stream::Tcp(_) => Kind::Tcp,
+            Stream::Tls(_) => Kind::Tls,
         }
     }
 
@@ -84,6 +107,12 @@ impl Connection {
             Stream::Tcp(s) => {
                 let (r, w) = s.into_split();
                 (ReadHalf(Read::Tcp(r)), WriteHalf(Write::Tcp(w)))
+            }
+            // The two halves share the TLS session (a lock each poll; the reader and
+            // the writer rarely contend).
+            Stream::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (ReadHalf(Read::Tls(r)), WriteHalf(Write::Tls(w)))
             }
         }
     }
@@ -96,6 +125,7 @@ pub struct ReadHalf(Read);
 #[derive(Debug)]
 enum Read {
     Tcp(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream>),
 }
 
 /// The writing half of a [`Connection`]; `shutdown` closes our direction.
@@ -105,6 +135,7 @@ pub struct WriteHalf(Write);
 #[derive(Debug)]
 enum Write {
     Tcp(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<TlsStream>),
 }
 
 impl AsyncRead for ReadHalf {
@@ -115,6 +146,7 @@ impl AsyncRead for ReadHalf {
     ) -> Poll<io::Result<()>> {
         match &mut self.get_mut().0 {
             Read::Tcp(r) => Pin::new(r).poll_read(cx, buf),
+            Read::Tls(r) => Pin::new(r).poll_read(cx, buf),
         }
     }
 }
@@ -127,6 +159,7 @@ impl AsyncWrite for WriteHalf {
     ) -> Poll<io::Result<usize>> {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_write(cx, buf),
+            Write::Tls(w) => Pin::new(w).poll_write(cx, buf),
         }
     }
 
@@ -137,24 +170,28 @@ impl AsyncWrite for WriteHalf {
     ) -> Poll<io::Result<usize>> {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            Write::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match &self.0 {
             Write::Tcp(w) => w.is_write_vectored(),
+            Write::Tls(w) => w.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_flush(cx),
+            Write::Tls(w) => Pin::new(w).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_shutdown(cx),
+            Write::Tls(w) => Pin::new(w).poll_shutdown(cx),
         }
     }
 }
