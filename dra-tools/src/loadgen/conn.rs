@@ -130,7 +130,11 @@ impl Link {
         }
         match &mut self.writer {
             Writer::Direct(wr) => {
-                let r = wr.write_all(&self.out).await;
+                // TLS holds records until flushed; TCP's flush is a no-op.
+                let r = match wr.write_all(&self.out).await {
+                    Ok(()) => wr.flush().await,
+                    e => e,
+                };
                 self.out.clear();
                 r
             }
@@ -147,7 +151,10 @@ impl Link {
     pub async fn write_now(&mut self, bytes: Vec<u8>) -> io::Result<()> {
         self.flush().await?;
         match &mut self.writer {
-            Writer::Direct(wr) => wr.write_all(&bytes).await,
+            Writer::Direct(wr) => {
+                wr.write_all(&bytes).await?;
+                wr.flush().await
+            }
             Writer::Task { tx, .. } => {
                 let _ = tx.send(bytes);
                 Ok(())
@@ -380,7 +387,7 @@ fn spawn_writer(mut wr: WriteHalf) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandl
                     break;
                 }
             }
-            if wr.write_all(&buf).await.is_err() {
+            if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
         }

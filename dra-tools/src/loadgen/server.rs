@@ -190,6 +190,9 @@ pub struct ServerConfig {
     pub seed: u64,
     /// DOIC reporting node (`super::doic`): OLRs in answers to DOIC requests.
     pub doic: Option<Arc<super::doic::ServerReporter>>,
+    /// TLS from the first byte (the client's certificate must chain to the acceptor's
+    /// CA); `None`: plain TCP.
+    pub tls: Option<dra::transport::tls::Acceptor>,
 }
 
 impl ServerConfig {
@@ -214,6 +217,7 @@ impl ServerConfig {
             load_in_answers: true,
             seed: 1,
             doic: None,
+            tls: None,
         }
     }
 }
@@ -680,12 +684,22 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
         tokio::select! {
             _ = stop.changed() => break,
             r = listener.accept() => {
-                let Ok(stream) = r.and_then(|(s, _)| Connection::tcp(s)) else { continue };
-                let remote = stream.remote;
+                let Ok((tcp, _)) = r else { continue };
                 n += 1;
-                shared.stats.lock().expect("stats").connections += 1;
-                let conn = serve_conn(stream, remote.ip(), shared.clone(), stop.clone(), n);
-                conns.push(tokio::spawn(conn));
+                let (shared, stop) = (shared.clone(), stop.clone());
+                conns.push(tokio::spawn(async move {
+                    let stream = match &shared.cfg.tls {
+                        None => Connection::tcp(tcp).ok(),
+                        Some(a) => a
+                            .accept(tcp, dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT)
+                            .await
+                            .ok(),
+                    };
+                    let Some(stream) = stream else { return };
+                    shared.stats.lock().expect("stats").connections += 1;
+                    let remote = stream.remote.ip();
+                    serve_conn(stream, remote, shared, stop, n).await;
+                }));
                 conns.retain(|h: &JoinHandle<()>| !h.is_finished());
             }
         }
