@@ -148,12 +148,18 @@ pub fn tls_row(relay: &Value) -> Result<TableRow> {
             .and_then(Value::as_f64)
             .with_context(|| format!("relay results: no {k} (did the TLS relay run?)"))
     };
-    let (rps, cpu) = (ratio("ratio_tls_to_plain")?, ratio("ratio_tls_to_plain_cpu_per_request")?);
+    let (rps, cpu) = (
+        ratio("ratio_tls_to_plain")?,
+        ratio("ratio_tls_to_plain_cpu_per_request")?,
+    );
     let median = |name: &str| {
         relay
             .get("summary")
             .and_then(Value::as_array)
-            .and_then(|s| s.iter().find(|r| r.get("relay").and_then(Value::as_str) == Some(name)))
+            .and_then(|s| {
+                s.iter()
+                    .find(|r| r.get("relay").and_then(Value::as_str) == Some(name))
+            })
             .and_then(|r| r.pointer("/requests_per_s/median").and_then(Value::as_f64))
             .with_context(|| format!("relay results: no median for {name}"))
     };

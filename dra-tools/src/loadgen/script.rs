@@ -222,11 +222,22 @@ impl ScriptedPeer {
             .await
             .and_then(Connection::tcp)
             .map_err(|_| 0u32)?;
+        Self::open(stream, cfg, remote_host, tap).await
+    }
+
+    /// As [`ScriptedPeer::connect`], over a connection already made (TLS, e.g.
+    /// [`super::dial`]): CER/CEA on it.
+    pub async fn open(
+        stream: Connection,
+        cfg: PeerConfig,
+        remote_host: &str,
+        tap: Option<Tap>,
+    ) -> Result<ScriptedPeer, u32> {
         let pc = PeerConnection::new(
             Role::Initiator,
             Arc::new(cfg),
             directory(remote_host),
-            addr.ip(),
+            stream.remote.ip(),
             ConnectionOptions::new(u64::from(next_e2e()), 1_700_000_000),
         )
         .map_err(|_| 0u32)?;

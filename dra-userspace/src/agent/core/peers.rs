@@ -223,9 +223,7 @@ impl Core {
                 let name = self.cfg.peers[peer].name.clone();
                 match &e {
                     tls::DialError::Tls(r) => {
-                        let addr = self.cfg.peers[peer]
-                            .connect
-                            .unwrap_or(([0, 0, 0, 0], 0).into());
+                        let addr = self.cfg.peers[peer].connect;
                         self.tls_refused("dialled", *r, addr, Some(&name));
                     }
                     tls::DialError::Io(_) => warn!(peer = %name, error = %e, "connect failed"),

@@ -103,7 +103,7 @@ impl Core {
             }
             Err(r) => {
                 self.cer_wait_released(ip);
-                self.tls_refused("accepted", r, remote, None);
+                self.tls_refused("accepted", r, Some(remote), None);
                 return;
             }
         };
@@ -157,11 +157,12 @@ impl Core {
         &mut self,
         side: &'static str,
         r: Refusal,
-        remote: SocketAddr,
+        remote: Option<SocketAddr>,
         peer: Option<&str>,
     ) {
         self.metrics.inc_tls_refused(side, r.label());
         if self.tls_refused_since_log == 0 {
+            let remote = remote.map_or("-".to_owned(), |a| a.to_string());
             warn!(
                 %remote,
                 peer = peer.unwrap_or("-"),
@@ -207,10 +208,10 @@ impl Core {
         let Some((r, code)) = refusal else {
             return true;
         };
-        let remote = SocketAddr::new(c.pc.remote_address(), 0);
         let name = self.cfg.peers[peer.0].name.clone();
         let span = c.span.clone();
-        span.in_scope(|| self.tls_refused("accepted", r, remote, Some(&name)));
+        // The connection's span names its remote address.
+        span.in_scope(|| self.tls_refused("accepted", r, None, Some(&name)));
         if let Some(c) = self.conns.get_mut(&conn) {
             c.pc.reject_cer(now, code, Some(&r.to_string()));
         }
