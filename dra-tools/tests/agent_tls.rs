@@ -592,6 +592,7 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
             let mut cfg = ClosedConfig::new(tls_addr(), 1, 100);
             cfg.origin_host_pattern = PGW1.to_owned();
             cfg.origin_realm = "test.example".to_owned();
+            cfg.destination_realm = "pcrf.test.example".to_owned();
             cfg.warmup = Duration::from_secs(1);
             cfg.measure = Duration::from_secs(8);
             cfg.tls = Some(connector(&pgw1));
@@ -618,6 +619,9 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
                 (deep - LIMIT).abs() <= 0.02 * LIMIT,
                 "100 in flight: {deep}/s admitted"
             );
+            // Every request marked over the limit was answered 3002 (the limiter's
+            // counters reach the metrics once a second).
+            tokio::time::sleep(Duration::from_millis(1500)).await;
             let page = scrape();
             let marked = metric(
                 &page,
@@ -626,6 +630,15 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
             let answered_3002 = metric(
                 &page,
                 "dra_answers_total{peer=\"pgw1\",result_code=\"3002\"}",
+            );
+            // XDP saw the TLS records and marked or dropped none of them.
+            for reason in ["marked", "marked_out_of_band", "dropped"] {
+                let series = format!("dra_fastpath_packets_total{{reason=\"{reason}\"}}");
+                assert_eq!(metric(&page, &series), 0.0, "{series}");
+            }
+            assert!(
+                metric(&page, "dra_fastpath_packets_total{reason=\"packets\"}") > 0.0,
+                "XDP saw the traffic"
             );
             assert!(
                 marked > 0.0 && marked == answered_3002,
