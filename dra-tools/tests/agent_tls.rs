@@ -4,8 +4,8 @@
 //!
 //! ```text
 //!   ns "sim" 198.18.0.2                       ns "dra" 198.18.0.1
-//!   pgw1 (TLS gateway) ─────────────────────▶ dra run :5658 (TLS), :3868 (plain)
-//!   srv1 (TLS server :5659)  ◀──────────────  (dials srv1 over TLS)
+//!   pgw1 (TLS gateway) ─────────────────────▶ dra run :5868 (TLS), :3868 (plain)
+//!   srv1 (TLS server :5869)  ◀──────────────  (dials srv1 over TLS)
 //! ```
 //!
 //! `dra run` is the binary of this workspace (`$DRA_BIN`, else target/debug/dra); the
@@ -34,9 +34,9 @@ use support::agent::{GX, GY, pgw1_gx_ccr};
 
 const DRA_IP: &str = "198.18.0.1";
 const SIM_IP: &str = "198.18.0.2";
-const TLS_PORT: u16 = 5658;
+const TLS_PORT: u16 = dra::transport::tls::DIAMETERS_PORT;
 const PLAIN_PORT: u16 = 3868;
-const SRV_PORT: u16 = 5659;
+const SRV_PORT: u16 = 5869;
 const METRICS: &str = "198.18.0.1:9100";
 const DRA_HOST: &str = "dra.test.example";
 const PGW1: &str = "pgw1.test.example";
@@ -168,7 +168,7 @@ impl Drop for Lab {
     }
 }
 
-/// The agent's config: a TLS listener (:5658) and a plain one (:3868), the TLS gateway
+/// The agent's config: a TLS listener (:5868) and a plain one (:3868), the TLS gateway
 /// pgw1 (from the sim address), the TLS server srv1 it dials, `extra` appended.
 fn config(lab: &Lab, agent: &TlsFiles, extra: &str) -> String {
     format!(

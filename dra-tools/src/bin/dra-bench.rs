@@ -9,7 +9,7 @@
 //!   ns "sim" 198.18.0.1                         ns "relay" 198.18.0.2
 //!   clients (closed loop, W in flight each) ──▶ dra run :3869, freeDiameterd :3868
 //!   servers (answer 2001 at once)           ◀── or the OTP relay :3870 (one at a time)
-//!                                               or dra run over TLS :5658
+//!                                               or dra run over TLS :5868
 //! ```
 //!
 //! "dra run (TLS)" is the same agent, clients and servers with every connection TLS

@@ -37,7 +37,7 @@ enum Mode {
     Server(ServerArgs),
 }
 
-/// TLS from the first byte (RFC 6733 §13.1; the IANA port is 5658): all three files,
+/// TLS from the first byte (RFC 6733 §13.1; IANA's port is 5868): all three files,
 /// or none for plain TCP.
 #[derive(clap::Args, Debug)]
 struct TlsArgs {

@@ -29,8 +29,10 @@ use tokio::net::TcpStream;
 
 use super::Connection;
 
-/// The IANA port of Diameter over TLS/TCP ("diameters", RFC 6733 §11.4).
-pub const DIAMETERS_PORT: u16 = 5658;
+/// IANA's port of Diameter over TLS/TCP and DTLS/SCTP ("diameters"). RFC 6733 §2.1 and
+/// §11.4 print 5658; its verified erratum 3997 corrects that to 5868, the port IANA
+/// registered (freeDiameter's default too).
+pub const DIAMETERS_PORT: u16 = 5868;
 
 /// Default bound on a TLS handshake.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
