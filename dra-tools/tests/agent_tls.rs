@@ -15,158 +15,25 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dra::diameter::result_code;
-use dra::transport::tls::{Connector, Credentials};
 use dra_tools::loadgen::closed::{self, ClosedConfig};
 use dra_tools::loadgen::script::{ScriptedPeer, scripted_config};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
-use dra_tools::loadgen::{client, dial, tls_credentials};
-use dra_tools::netns::{self, Netns};
+use dra_tools::loadgen::{client, dial};
 use dra_tools::pki::{TestCa, TlsFiles, Validity};
-use support::TempDir;
 use support::agent::{GX, GY, pgw1_gx_ccr};
+use support::tls_lab::{
+    DRA_HOST, DRA_IP, Lab, METRICS, SIM_IP, connector, creds, metric, scrape, until, with_lab,
+};
 
-const DRA_IP: &str = "198.18.0.1";
-const SIM_IP: &str = "198.18.0.2";
 const TLS_PORT: u16 = dra::transport::tls::DIAMETERS_PORT;
 const PLAIN_PORT: u16 = 3868;
 const SRV_PORT: u16 = 5869;
-const METRICS: &str = "198.18.0.1:9100";
-const DRA_HOST: &str = "dra.test.example";
 const PGW1: &str = "pgw1.test.example";
 const SRV1: &str = "srv1.pcrf.test.example";
-
-/// The `dra` binary under test.
-fn dra_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("DRA_BIN") {
-        return p.into();
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/dra");
-    assert!(
-        p.is_file(),
-        "{}: build the agent first (cargo build -p dra-userspace) or set DRA_BIN",
-        p.display()
-    );
-    p
-}
-
-/// The two namespaces, the CA, a temporary directory and `dra run` once started.
-struct Lab {
-    dra_ns: Netns,
-    sim_ns: Netns,
-    /// The agent's end of the veth pair (where XDP attaches).
-    dra_if: String,
-    dir: TempDir,
-    ca: TestCa,
-    dra: Option<Child>,
-    /// The simulators' runtime, on this thread, in the simulators' namespace.
-    rt: tokio::runtime::Runtime,
-}
-
-/// Runs `test` with a new [`Lab`] on a thread of its own (it enters the simulators'
-/// namespace); a panic in it fails the test with its message.
-fn with_lab(tag: &str, test: impl FnOnce(&mut Lab) + Send + 'static) {
-    let tag = tag.to_owned();
-    let t = std::thread::spawn(move || {
-        let mut lab = Lab::new(&tag);
-        test(&mut lab);
-    });
-    if let Err(e) = t.join() {
-        std::panic::resume_unwind(e);
-    }
-}
-
-impl Lab {
-    fn new(tag: &str) -> Lab {
-        support::require_root("network namespaces");
-        let dra_ns = Netns::new(&format!("t{tag}d")).expect("namespace");
-        let sim_ns = Netns::new(&format!("t{tag}s")).expect("namespace");
-        let veth = netns::veth_pair(
-            &dra_ns,
-            &format!("{DRA_IP}/30"),
-            &sim_ns,
-            &format!("{SIM_IP}/30"),
-        )
-        .expect("veth pair");
-        let dir = TempDir::new("dra-tls-");
-        let ca = TestCa::in_dir("good", &dir.0).expect("CA");
-        sim_ns.enter().expect("setns");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        Lab {
-            dra_ns,
-            sim_ns,
-            dra_if: veth.a_if,
-            dir,
-            ca,
-            dra: None,
-            rt,
-        }
-    }
-
-    fn control(&self) -> PathBuf {
-        self.dir.0.join("dra.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("dra.log")).unwrap_or_default()
-    }
-
-    /// `dra run` on `config` (written to the directory) in the agent's namespace.
-    fn start_dra(&mut self, config: &str, args: &[&str]) {
-        let path = self.dir.0.join("dra.toml");
-        std::fs::write(&path, config).expect("config");
-        let check = Command::new(dra_bin())
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .expect("dra check-config");
-        assert!(
-            check.status.success(),
-            "check-config:\n{}",
-            String::from_utf8_lossy(&check.stderr)
-        );
-        let mut cmd = Command::new(dra_bin());
-        cmd.arg("run")
-            .args(args)
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.0.join("dra.log")).expect("log"));
-        self.dra = Some(self.dra_ns.spawn(&mut cmd).expect("spawn dra run"));
-    }
-
-    /// Runs `f` on the simulators' runtime (tasks it spawned, such as servers, go on
-    /// in later calls).
-    fn in_sim<T>(&self, f: impl std::future::Future<Output = T>) -> T {
-        self.rt.block_on(f)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.dra {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// The agent's config: a TLS listener (:5868) and a plain one (:3868), the TLS gateway
 /// pgw1 (from the sim address), the TLS server srv1 it dials, `extra` appended.
@@ -234,14 +101,6 @@ async fn srv1(ca: &TestCa) -> ServerHandle {
     server::run(cfg).await.expect("srv1")
 }
 
-fn creds(f: &TlsFiles) -> Credentials {
-    tls_credentials(&f.cert, &f.key, &f.ca).expect("credentials")
-}
-
-fn connector(f: &TlsFiles) -> Connector {
-    creds(f).connector(DRA_HOST).expect("a DNS name")
-}
-
 fn tls_addr() -> SocketAddr {
     format!("{DRA_IP}:{TLS_PORT}").parse().unwrap()
 }
@@ -249,36 +108,6 @@ fn tls_addr() -> SocketAddr {
 /// pgw1's identity for a scripted connection.
 fn pgw1_config() -> dra::diameter::peer::PeerConfig {
     scripted_config(PGW1, "test.example", &[GX, GY], SIM_IP.parse().unwrap())
-}
-
-/// The metrics page of `dra run` (from the simulators' namespace).
-fn scrape() -> String {
-    let Ok(mut s) = std::net::TcpStream::connect(METRICS) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: dra\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-/// The value of the metric line that starts with `series` (0 if absent).
-fn metric(page: &str, series: &str) -> f64 {
-    page.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// Waits until `f` holds (checked every 100 ms), else fails with `what` and the log.
-async fn until(lab: &Lab, what: &str, patience: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + patience;
-    while !f() {
-        assert!(Instant::now() < end, "{what}; dra run log:\n{}", lab.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits until srv1 has an open connection from the agent (its CER accepted).

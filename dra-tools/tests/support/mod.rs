@@ -12,6 +12,7 @@ pub mod agent;
 pub mod diameter_fixtures;
 #[path = "../../../dra-userspace/tests/peer_support/mod.rs"]
 pub mod peer;
+pub mod tls_lab;
 
 #[allow(unused_imports)]
 pub use shared::*;

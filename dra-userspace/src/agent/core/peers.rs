@@ -264,6 +264,10 @@ impl Core {
                         warn!(error = %e, "broken framing: answering it, then closing")
                     }
                 });
+                self.tls_closed_before_open(conn, &why);
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
                 match why {
                     CloseCause::Framing(e, head) => self.framing_error(now, conn, &e, &head),
                     _ => {

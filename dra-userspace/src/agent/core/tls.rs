@@ -175,6 +175,37 @@ impl Core {
         self.tls_refused_since_log += 1;
     }
 
+    /// A TLS connection that the peer ends before it opened: with TLS 1.3 the client's
+    /// side of the handshake completes before the server has checked the client's
+    /// certificate, so a server refusing ours says so only afterwards — with an alert,
+    /// or (GnuTLS) by closing. On a connection we dialled, either before the CEA is
+    /// counted and logged as the server's refusal; on an accepted one, an alert.
+    pub(super) fn tls_closed_before_open(&mut self, conn: ConnId, why: &io::CloseCause) {
+        use crate::diameter::peer::Role;
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        if c.tls_peers.is_none() || c.pc.is_open() {
+            return;
+        }
+        let dialled = c.pc.role() == Role::Initiator;
+        let refused = match why {
+            io::CloseCause::Io(e) => {
+                Refusal::of(e) == Refusal::PeerRefused
+                    || (dialled && e.kind() == std::io::ErrorKind::UnexpectedEof)
+            }
+            io::CloseCause::Eof => dialled,
+            io::CloseCause::Framing(..) => false,
+        };
+        if !refused {
+            return;
+        }
+        let side = if dialled { "dialled" } else { "accepted" };
+        let name = c.peer.map(|p| self.cfg.peers[p.0].name.clone());
+        let span = c.span.clone();
+        span.in_scope(|| self.tls_refused(side, Refusal::PeerRefused, None, name.as_deref()));
+    }
+
     /// Who enforces the ingress limits of an accepted connection of this transport:
     /// XDP cannot read TLS records, so a TLS connection's limits are the agent's
     /// limiter's even when XDP is attached (DESIGN §12).
