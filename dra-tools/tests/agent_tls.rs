@@ -156,11 +156,11 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
             .issue_with("pgw1-expired", &[PGW1], Validity::Expired)
             .expect("cert");
         let other_host = lab.ca.issue("pgw9", &["pgw9.test.example"]).expect("cert");
-        let text = config(&lab, &agent, "");
+        let text = config(lab, &agent, "");
         let srv = lab.in_sim(srv1(&lab.ca));
         lab.start_dra(&text, &[]);
         lab.in_sim(async {
-            wait_srv1(&lab, &srv).await;
+            wait_srv1(lab, &srv).await;
             // Mutual TLS both ways: pgw1 → agent → srv1, every CCR answered by srv1.
             let conn = dial(None, tls_addr(), None, Some(&connector(&good)))
                 .await
@@ -263,11 +263,11 @@ fn a_reload_swaps_the_certificate_for_new_connections_and_keeps_the_old_ones() {
     with_lab("r", |lab| {
         let agent = lab.ca.issue("dra", &[DRA_HOST]).expect("dra certificate");
         let pgw1 = lab.ca.issue("pgw1", &[PGW1]).expect("pgw1 certificate");
-        let text = config(&lab, &agent, "");
+        let text = config(lab, &agent, "");
         let srv = lab.in_sim(srv1(&lab.ca));
         lab.start_dra(&text, &[]);
         lab.in_sim(async {
-            wait_srv1(&lab, &srv).await;
+            wait_srv1(lab, &srv).await;
             let open = |files: TlsFiles| async move {
                 let conn = dial(None, tls_addr(), None, Some(&connector(&files)))
                     .await
@@ -346,7 +346,7 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
     with_lab("l", |lab| {
         let agent = lab.ca.issue("dra", &[DRA_HOST]).expect("dra certificate");
         let pgw1 = lab.ca.issue("pgw1", &[PGW1]).expect("pgw1 certificate");
-        let text = limited_config(&lab, &agent);
+        let text = limited_config(lab, &agent);
         let srv = lab.in_sim(srv1(&lab.ca));
         let iface = lab.dra_if.clone();
         lab.start_dra(
@@ -360,8 +360,8 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
             ],
         );
         lab.in_sim(async {
-            wait_srv1(&lab, &srv).await;
-            until(&lab, "XDP not attached", Duration::from_secs(10), || {
+            wait_srv1(lab, &srv).await;
+            until(lab, "XDP not attached", Duration::from_secs(10), || {
                 lab.log().contains("fast path attached")
             })
             .await;

@@ -20,7 +20,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dra::diameter::result_code;
 use dra_tools::loadgen::dial;

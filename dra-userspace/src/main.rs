@@ -71,7 +71,9 @@ enum Cmd {
         #[arg(long, default_value = dataplane::PIN_DIR)]
         pin_dir: PathBuf,
     },
-    /// Load the eBPF programs into the kernel (verifier) and report, without attaching.
+    /// Load every eBPF program into this kernel (the verifier's verdict) without
+    /// attaching: prints the kernel release, the features it has, each program's verdict
+    /// and instructions processed; exit code 1 if any program does not load.
     Verify,
     /// Print the running agent's status (peers, states, rates, pending) from its
     /// control socket.
@@ -199,12 +201,36 @@ fn main() -> anyhow::Result<ExitCode> {
                     dra::config::XdpMode::Skb => AttachMode::Skb,
                 },
             };
+            // What this kernel can load, before anything is: a refusal names the missing
+            // feature (exit code 3: restarting on the same kernel would not help).
+            let xdp_iface = iface.clone().or_else(|| cfg.fast_path.interface.clone());
+            let fallback = match dra::run::check_kernel(&cfg, xdp_iface.as_deref(), &pin_dir) {
+                Ok(dra::run::KernelCheck::Ok) => None,
+                Ok(dra::run::KernelCheck::Fallback(u)) => {
+                    // The agent's limiter takes the ingress limits: the config must hold
+                    // without XDP (a connection guard does not).
+                    if let Err(e) = dra::config::load_for(&config, &Setup::Fallback) {
+                        eprint!("{e}");
+                        eprintln!(
+                            "dra run: not started: {u}, and with fallback = \"userspace\" \
+                             the limits above would not be enforced"
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                    Some(u)
+                }
+                Err(e) => {
+                    tracing::error!("dra run: not started: {e}");
+                    return Ok(ExitCode::from(3));
+                }
+            };
             let opts = dra::run::RunOptions {
                 iface,
                 mode,
                 pin_dir,
                 detach_on_exit,
                 config_path: Some(std::path::absolute(&config).unwrap_or(config)),
+                fallback,
             };
             // Through the log, so that a collector reading --log-format json sees it too.
             if let Err(e) = dra::run::run(cfg, opts) {
@@ -225,23 +251,20 @@ fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Verify => {
-            let mut ebpf = dataplane::open().map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
-            dataplane::load_xdp(&mut ebpf).map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
-            for name in std::iter::once(dataplane::XDP_PROGRAM)
-                .chain(dataplane::XDP_TAIL_PROGRAMS.iter().map(|(_, n)| *n))
-            {
-                let prog: &aya::programs::Xdp = ebpf
-                    .program(name)
-                    .context("program missing")?
-                    .try_into()
-                    .context("not an XDP program")?;
-                let info = prog.info().context("program info")?;
-                println!(
-                    "{name}: verified ({} instructions processed by the verifier)",
-                    info.verified_instruction_count()
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "?".into())
+            let kernel = dataplane::kernel::KernelFeatures::probe();
+            let verdicts = dataplane::verify::verify(&kernel)
+                .map_err(|e| anyhow::anyhow!(dra::error_chain(&e)))?;
+            print!("{}", dataplane::verify::report(&kernel, &verdicts));
+            let failed = verdicts
+                .iter()
+                .filter(|(_, v)| !matches!(v, dataplane::verify::Verdict::Loaded { .. }))
+                .count();
+            if failed > 0 {
+                eprintln!(
+                    "dra verify: {failed} of {} programs do not load on this kernel",
+                    verdicts.len()
                 );
+                return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
         }

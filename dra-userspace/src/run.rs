@@ -33,9 +33,12 @@ use tracing::{info, warn};
 mod reload;
 
 use crate::{
-    config::Config,
+    config::{Config, Fallback},
     control::{SampleLoop, effective_rate},
-    dataplane::{AttachMode, Dataplane, DataplaneError, Maps, Plan, PlanError},
+    dataplane::{
+        AttachMode, Dataplane, DataplaneError, Maps, Plan, PlanError,
+        kernel::{Hook, KernelFeatures, Unsupported},
+    },
     drl::{self, DrlError, DrlTarget},
     limiter::Limiter,
     metrics::{self, Metrics},
@@ -53,6 +56,69 @@ pub struct RunOptions {
     pub detach_on_exit: bool,
     /// The config file, read again at a reload (`dra reload`, SIGHUP).
     pub config_path: Option<PathBuf>,
+    /// Why this kernel cannot load the XDP programs, when `[fast_path] fallback =
+    /// "userspace"` has the agent enforce the ingress limits instead ([`check_kernel`]).
+    pub fallback: Option<Unsupported>,
+}
+
+/// What [`check_kernel`] found.
+#[derive(Debug, PartialEq)]
+pub enum KernelCheck {
+    /// Everything the setup needs loads here (or is pinned already and reused).
+    Ok,
+    /// The XDP programs cannot load, and `fallback = "userspace"`: run without them.
+    Fallback(Unsupported),
+}
+
+/// A setup this kernel cannot run.
+#[derive(Debug, thiserror::Error)]
+#[error("{unsupported}; {remedy}")]
+pub struct KernelRefused {
+    pub unsupported: Unsupported,
+    pub remedy: &'static str,
+}
+
+/// Before anything is loaded: whether this kernel can load what `dra run` with XDP on
+/// `iface` (if any) and `cfg`'s egress interface needs. What is already pinned in
+/// `pin_dir` is reused as it is, so only what must be loaded is probed. Without the
+/// XDP programs' features: [`KernelCheck::Fallback`] with `fallback = "userspace"`,
+/// else refused; without the TC program's, refused (nothing else enforces its limits).
+pub fn check_kernel(
+    cfg: &Config,
+    iface: Option<&str>,
+    pin_dir: &std::path::Path,
+) -> Result<KernelCheck, KernelRefused> {
+    let xdp = iface.filter(|i| !Dataplane::is_pinned(i, pin_dir));
+    let tc = cfg
+        .fast_path
+        .egress_interface
+        .as_deref()
+        .filter(|i| !Dataplane::is_egress_pinned(i, pin_dir));
+    if xdp.is_none() && tc.is_none() {
+        return Ok(KernelCheck::Ok);
+    }
+    let kernel = KernelFeatures::probe();
+    if tc.is_some()
+        && let Some(u) = kernel.unsupported(Hook::Tc)
+    {
+        return Err(KernelRefused {
+            unsupported: u,
+            remedy: "[fast_path] egress_interface needs it (the limits the TC program \
+                     enforces have no other enforcer); remove egress_interface or run on a \
+                     kernel `dra verify` accepts",
+        });
+    }
+    match (xdp, kernel.unsupported(Hook::Xdp)) {
+        (Some(_), Some(u)) => match cfg.fast_path.fallback {
+            Fallback::Userspace => Ok(KernelCheck::Fallback(u)),
+            Fallback::None => Err(KernelRefused {
+                unsupported: u,
+                remedy: "set [fast_path] fallback = \"userspace\" to have the agent enforce \
+                         the ingress limits itself, or run on a kernel `dra verify` accepts",
+            }),
+        },
+        _ => Ok(KernelCheck::Ok),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -179,10 +245,14 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let plan = Plan::new(&cfg).map_err(RunError::Plan)?;
     let metrics = Metrics::new();
-    let iface = opts
-        .iface
-        .clone()
-        .or_else(|| cfg.fast_path.interface.clone());
+    // With the fallback the agent's limiter takes the interface's ingress limits.
+    let iface = match &opts.fallback {
+        Some(_) => None,
+        None => opts
+            .iface
+            .clone()
+            .or_else(|| cfg.fast_path.interface.clone()),
+    };
     let egress = cfg.fast_path.egress_interface.clone();
     let mut dataplane = None;
     if let Some(iface) = &iface {
@@ -204,8 +274,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     // wherever the operator names the upstream interface, with XDP or without: the
     // agent's RLF only takes the groups' overall limits.
     if let Some(eg) = &egress {
-        let reused = Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
-        info!(iface = %eg, reused, "egress program attached (TCX)");
+        let a = Dataplane::attach_egress(eg, &opts.pin_dir).map_err(RunError::Dataplane)?;
+        let how = if a.tcx {
+            "TCX"
+        } else {
+            "clsact qdisc, netlink filter"
+        };
+        info!(iface = %eg, reused = a.reused, how, "egress program attached");
     }
     let mut maps = match dataplane {
         Some(dp) => {
@@ -229,10 +304,25 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let xdp = iface.is_some();
     // Without XDP the agent enforces the same ingress limits itself (before decoding);
     // with XDP it still enforces the TLS peers' (XDP cannot read their requests).
-    if !xdp {
-        info!("no fast path interface: the agent enforces the ingress limits in userspace");
-    } else if plan.peers.iter().any(|p| p.tls) {
-        info!("TLS peers: the agent enforces their ingress limits in userspace");
+    let ingress_by = match (&iface, &opts.fallback) {
+        (Some(i), _) => format!("XDP on {i}"),
+        (None, Some(u)) => format!("the agent (fallback = \"userspace\": {u})"),
+        (None, None) => "the agent (no fast path interface)".to_owned(),
+    };
+    if xdp {
+        if plan.peers.iter().any(|p| p.tls) {
+            info!("TLS peers: the agent enforces their ingress limits in userspace");
+        }
+    } else {
+        match &opts.fallback {
+            Some(u) => warn!(
+                "{u}; fallback = \"userspace\": the agent enforces the ingress limits in \
+                 userspace (no connection guard, no unknown-peer drop in the kernel)"
+            ),
+            None => {
+                info!("no fast path interface: the agent enforces the ingress limits in userspace")
+            }
+        }
     }
     let limiter = Some(Arc::new(Limiter::new(&plan)));
     // With XDP: the readers apply the requests it marked out of band.
@@ -297,6 +387,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         )));
         let agent_opts = crate::agent::AgentOptions {
             ingress,
+            ingress_by,
             limiter: limiter.clone(),
             reload: Some(reload_tx),
             config_info: Some(info.clone()),
@@ -332,8 +423,11 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         };
         let mut reloader = reload::Reloader {
             path: opts.config_path.clone(),
-            setup: crate::config::Setup::Run {
-                iface: opts.iface.clone(),
+            setup: match opts.fallback {
+                Some(_) => crate::config::Setup::Fallback,
+                None => crate::config::Setup::Run {
+                    iface: opts.iface.clone(),
+                },
             },
             cfg: cfg.clone(),
             info,

@@ -50,9 +50,10 @@ impl Agent {
         }
     }
 
-    /// Waits until `cond` holds (polled), the process exits, or `timeout` passes.
+    /// Waits until `cond` holds (polled), the process exits, or `timeout` passes
+    /// (scaled by [`crate::support::time_scale`]).
     pub fn wait_until(&mut self, timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-        let end = Instant::now() + timeout;
+        let end = Instant::now() + crate::support::scaled(timeout);
         while Instant::now() < end {
             if cond() {
                 return true;
@@ -70,12 +71,27 @@ impl Agent {
         false
     }
 
+    /// Waits for the agent to exit on its own, at most `timeout` (scaled); its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + crate::support::scaled(timeout);
+        while Instant::now() < end {
+            if let Some(c) = &mut self.child
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                self.child = None;
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Stops the agent the way an operator would (SIGINT) and waits for it.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = Instant::now() + crate::support::scaled(Duration::from_secs(10));
         while Instant::now() < end {
             if let Ok(Some(st)) = c.try_wait() {
                 return Some(st);

@@ -6,3 +6,4 @@ pub mod netns;
 pub mod pkt;
 pub mod sim;
 pub mod support;
+pub mod traffic;

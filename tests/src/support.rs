@@ -23,6 +23,22 @@ mod temp_dir;
 pub use config_toml::ConfigToml;
 pub use temp_dir::TempDir;
 
+/// How much slower than this machine the tests run (`DRA_TEST_TIME_SCALE`, set by the
+/// kernel matrix for its emulated guests; 1 here): waits are scaled by it, never
+/// assertions.
+pub fn time_scale() -> u32 {
+    std::env::var("DRA_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s| *s >= 1)
+        .unwrap_or(1)
+}
+
+/// A wait of `d` on this machine, scaled by [`time_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
+}
+
 /// A pin directory under bpffs, removed on drop with what is pinned there (the
 /// programs' links too: XDP and TC are detached).
 pub struct Pins(pub PathBuf);

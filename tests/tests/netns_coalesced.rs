@@ -5,8 +5,10 @@
 //! Gx CCR-I and CCR-T are each limited to 100/s, far below what the gateway offers.
 //!
 //! Admitted = answered by the PCRF: 2001, or 5002 for the CCR-T of a session whose CCR-I
-//! the DRA rejected (the PCRF never saw that session). Also read from the fast path's
-//! own counters over the measured window.
+//! the DRA rejected (the PCRF never saw that session), counted over the requests sent
+//! in the measured window whenever their answer arrived (so a slow machine's latency
+//! does not cut answers off at the window's end). Also read from the fast path's own
+//! counters over the measured window.
 //!
 //! - `reject`: admitted within 2 % of 200/s, by both counts; every request is answered
 //!   exactly once (the others 3002 by the agent, including those XDP marked out of
@@ -25,14 +27,9 @@ use dra_common::{
     wire::{MsgClass, cc_request_type as rt},
 };
 use dra_tests::support::{Pins, TempDir, gw_dra_srv_config};
-use dra_tests::{
-    agent::Agent,
-    netns::{GwDraSrv, Netns},
-};
-use dra_tools::loadgen::{
-    closed::{self, ClosedConfig, ClosedReport},
-    server::{self, LatencyDist, ServerConfig},
-};
+use dra_tests::traffic::{Pcrf, closed_loop};
+use dra_tests::{agent::Agent, netns::GwDraSrv};
+use dra_tools::loadgen::closed::ClosedReport;
 
 /// Per-class limit (CCR-I and CCR-T each).
 const LIMIT: f64 = 100.0;
@@ -100,81 +97,15 @@ impl Lab {
     }
 }
 
-/// Runs `f` on a current-thread runtime on a thread inside `ns`: every socket its tasks
-/// create belongs to `ns`.
-fn in_ns<T: Send + 'static>(
-    ns: &Netns,
-    f: impl std::future::Future<Output = T> + Send + 'static,
-) -> T {
-    let name = ns.name.clone();
-    std::thread::spawn(move || {
-        Netns::attach_existing(&name)
-            .enter(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(f)
-            })
-            .unwrap()
-    })
-    .join()
-    .unwrap()
-}
-
-/// The zero-latency PCRF in `srv`, running until the returned sender is dropped.
-fn pcrf(ns: &Netns) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let name = ns.name.clone();
-    let t = std::thread::spawn(move || {
-        Netns::attach_existing(&name)
-            .enter(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    let mut c = ServerConfig::new(
-                        "198.18.2.2:3868".parse().unwrap(),
-                        "pcrf1.pcrf.lab.example",
-                        "pcrf.lab.example",
-                    );
-                    c.latency = LatencyDist::Fixed(Duration::ZERO);
-                    c.max_concurrent = 100_000;
-                    let h = server::run(c).await.expect("pcrf listens");
-                    ready_tx.send(()).unwrap();
-                    // Wait for the stop signal without blocking the runtime.
-                    loop {
-                        if !matches!(
-                            stop_rx.try_recv(),
-                            Err(std::sync::mpsc::TryRecvError::Empty)
-                        ) {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    h.shutdown().await;
-                });
-            })
-            .unwrap();
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("pcrf ready");
-    (stop_tx, t)
-}
-
 fn gateway(lab: &Lab, window: usize) -> ClosedReport {
-    let mut c = ClosedConfig::new("198.18.1.1:3868".parse::<SocketAddr>().unwrap(), 1, window);
-    c.bind = Some("198.18.1.2".parse().unwrap());
-    c.origin_host_pattern = "pgw{n}.lab.example".into();
-    c.warmup = WARMUP;
-    c.measure = MEASURE;
-    c.drain = Duration::from_secs(10);
-    in_ns(&lab.net.gw, async move {
-        closed::run(c).await.expect("closed loop")
-    })
+    closed_loop(
+        &lab.net.gw,
+        "198.18.1.1:3868".parse::<SocketAddr>().unwrap(),
+        "198.18.1.2".parse().unwrap(),
+        window,
+        WARMUP,
+        MEASURE,
+    )
 }
 
 struct Outcome {
@@ -220,7 +151,7 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
     let oob_marks = maps.stat(Counter::MarkedOutOfBand).unwrap() - oob_before;
     agent.stop();
     let secs = MEASURE.as_secs_f64();
-    let admitted_per_s = (report.answered_with(2001) + report.answered_with(5002)) as f64 / secs;
+    let admitted_per_s = (report.decided_with(2001) + report.decided_with(5002)) as f64 / secs;
     let fast_path_per_s = fast_path as f64 / secs;
     let limit = 2.0 * LIMIT;
     println!(
@@ -248,7 +179,7 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
 #[test]
 fn back_to_back_requests_get_exactly_the_limit() {
     let lab = Lab::new();
-    let (stop, pcrf_thread) = pcrf(&lab.net.srv);
+    let pcrf = Pcrf::start(&lab.net.srv, "198.18.2.2:3868".parse().unwrap());
     let limit = 2.0 * LIMIT;
     let mut failures = Vec::new();
     for window in [16, 100] {
@@ -261,8 +192,9 @@ fn back_to_back_requests_get_exactly_the_limit() {
                 failures.push(format!("reject, {window}: admitted {v:.1}/s by the {how}"));
             }
         }
-        // Far more offered than admitted: the limits were exceeded.
-        if r.report.answered_with(3002) < 10 * r.report.answered_with(2001) {
+        // Far more offered than admitted (at least 5x: an emulated guest offers less than
+        // this machine): the limits were exceeded.
+        if r.report.answered_with(3002) < 4 * r.report.answered_with(2001) {
             failures.push(format!(
                 "reject, {window}: too little rejected ({:?})",
                 r.report.answered
@@ -304,7 +236,6 @@ fn back_to_back_requests_get_exactly_the_limit() {
             ));
         }
     }
-    drop(stop);
-    let _ = pcrf_thread.join();
+    drop(pcrf);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

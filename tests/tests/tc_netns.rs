@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use dra::dataplane::{Dataplane, Maps, Plan};
+use dra::dataplane::{Dataplane, Maps, Plan, kernel::KernelFeatures};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins};
 use dra_tests::{
@@ -62,11 +62,16 @@ impl Lab {
         let server = Netns::new("tcb").unwrap();
         let veth = VethPair::new(&dra, "198.18.3.1/24", &server, "198.18.3.2/24").unwrap();
         let pins = Pins::new("dra-tc-");
-        let reused = dra
+        let a = dra
             .enter(|| Dataplane::attach_egress(&veth.a_if, &pins.0))
             .unwrap()
-            .expect("attach TC egress through TCX");
-        assert!(!reused);
+            .expect("attach TC egress");
+        assert!(!a.reused);
+        assert_eq!(
+            a.tcx,
+            KernelFeatures::probe_tcx(),
+            "TCX exactly where the kernel has it"
+        );
         assert!(Dataplane::is_egress_pinned(&veth.a_if, &pins.0));
         let mut maps = Maps::open_pinned(&pins.0).expect("pinned maps");
         let cfg = dra::config::parse(cfg, "tc_netns.toml").unwrap();
@@ -240,7 +245,7 @@ fn egress_link_is_reused_and_detach_removes_it() {
         .enter(|| Dataplane::attach_egress(&lab.veth.a_if, &lab.pins.0))
         .unwrap()
         .expect("reuse");
-    assert!(again, "the pinned link is reused");
+    assert!(again.reused, "the pinned attachment is reused");
     let s = || gx_ccrs(Duration::from_micros(1000), rt::UPDATE);
     let a = lab
         .sim
@@ -260,25 +265,37 @@ fn egress_link_is_reused_and_detach_removes_it() {
     assert_eq!(counted, a.log.len() as u64 + cers);
 
     assert_eq!(
-        tcx_egress(&lab),
+        egress_programs(&lab),
         vec!["dra_tc_egress".to_string()],
-        "one TCX egress program"
+        "one egress program"
     );
 
-    let removed = Dataplane::detach(Some(&lab.veth.a_if), &lab.pins.0).unwrap();
+    // In the interface's namespace, as the agent detaches (a netlink filter is removed
+    // through the interface; a TCX link through its pin alone).
+    let removed = lab
+        .dra
+        .enter(|| Dataplane::detach(Some(&lab.veth.a_if), &lab.pins.0))
+        .unwrap()
+        .unwrap();
+    let pin = if again.tcx {
+        "link_egress_"
+    } else {
+        "prog_egress_"
+    };
     assert!(
         removed
             .iter()
-            .any(|p| p.ends_with(format!("link_egress_{}", lab.veth.a_if)))
+            .any(|p| p.ends_with(format!("{pin}{}", lab.veth.a_if))),
+        "{removed:?}"
     );
     assert!(!Dataplane::is_egress_pinned(&lab.veth.a_if, &lab.pins.0));
     // The kernel releases an unpinned link after an RCU grace period: wait for the
-    // TCX egress chain to be empty before sending again.
+    // egress chain to be empty before sending again.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !tcx_egress(&lab).is_empty() {
+    while !egress_programs(&lab).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
-            "TCX program still attached after detach"
+            "egress program still attached after detach"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -306,8 +323,32 @@ fn egress_link_is_reused_and_detach_removes_it() {
     );
 }
 
-/// Names of the programs in the TCX egress chain of the lab's DRA-side veth.
-fn tcx_egress(lab: &Lab) -> Vec<String> {
+/// Names of the programs on the egress of the lab's DRA-side veth: its TCX chain, or
+/// on a kernel without TCX the BPF filters of its clsact qdisc (as `tc` lists them:
+/// "... bpf chain 0 handle 0xd7a dra_tc_egress direct-action ...").
+fn egress_programs(lab: &Lab) -> Vec<String> {
+    if !KernelFeatures::probe_tcx() {
+        let out = netlab::sh(&[
+            "tc",
+            "-n",
+            &lab.dra.name,
+            "filter",
+            "show",
+            "dev",
+            &lab.veth.a_if,
+            "egress",
+        ])
+        .unwrap();
+        return out
+            .lines()
+            .filter(|l| l.contains(" bpf "))
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let h = w.iter().position(|x| *x == "handle")?;
+                w.get(h + 2).map(|s| s.to_string())
+            })
+            .collect();
+    }
     let (_, progs) = lab
         .dra
         .enter(|| {

@@ -15,6 +15,7 @@ mod results;
 mod storm;
 mod style;
 mod toolchain;
+mod vm;
 
 use std::{
     path::{Path, PathBuf},
@@ -26,12 +27,16 @@ use anyhow::{Result, bail};
 const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
-  setup            install what is missing (eBPF toolchain, test tools); silent when done
+  setup            install what is missing (eBPF toolchain, test tools, qemu and the
+                   kernel matrix's kernels); silent when done
   build            build the agent and the eBPF programs (release)
   test             rustfmt --check, Rust lines <= 100 columns, clippy (userspace +
                    eBPF), unit + property tests, package test (dpkg -x into a scratch
                    root, systemd-analyze verify, dra --version), fuzz smoke,
-                   privileged netns tests (root)
+                   privileged netns tests (root), then the kernel matrix: Debian's
+                   kernels booted in qemu run the fast path's tests (xtask/src/vm/)
+  kernels [NAME..]  only the kernel matrix (or the named kernels of it): `dra verify`
+                   and the fast path's privileged tests in qemu guests (root)
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   package [--check]  release build, then target/package/dra_<version>_<arch>.deb: dra,
                    dra-loadgen, systemd unit, /etc/dra/dra.toml, man pages
@@ -229,12 +234,15 @@ fn test() -> Result<()> {
         "build dra and dra-loadgen (for the privileged tests)",
         cargo().args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]),
     )?;
+    let dra_bin = workspace_root().join("target/debug/dra");
     step(
-        "privileged tests (netns, real BPF, real TCP)",
+        "privileged tests (netns, real BPF, real TCP) on this machine's kernel",
         cargo()
             .args(["test", "-p", "dra-tests", "--", "--test-threads=1"])
-            .env("DRA_BIN", workspace_root().join("target/debug/dra")),
+            .env("DRA_BIN", &dra_bin),
     )?;
+    toolchain::ensure_vm(&workspace_root())?;
+    vm::run(&workspace_root(), &dra_bin, &[])?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
@@ -258,7 +266,8 @@ fn real_main() -> Result<()> {
     match cmd {
         "setup" => {
             toolchain::ensure()?;
-            toolchain::ensure_fuzz()
+            toolchain::ensure_fuzz()?;
+            toolchain::ensure_vm(&workspace_root())
         }
         "build" => {
             toolchain::ensure()?;
@@ -273,6 +282,22 @@ fn real_main() -> Result<()> {
             let mut c = Command::new(bin);
             c.arg("run").args(rest);
             step("dra run", &mut c)
+        }
+        "kernels" => {
+            toolchain::ensure()?;
+            toolchain::ensure_vm(&workspace_root())?;
+            if !is_root() {
+                bail!("the kernel matrix loads eBPF programs in its guests: run it as root");
+            }
+            step(
+                "build dra (for the kernel matrix)",
+                cargo().args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]),
+            )?;
+            vm::run(
+                &workspace_root(),
+                &workspace_root().join("target/debug/dra"),
+                rest,
+            )
         }
         "package" => {
             toolchain::ensure()?;

@@ -76,15 +76,33 @@ fn cargo_bin() -> PathBuf {
     home.join("bin")
 }
 
-fn missing_apt() -> Vec<&'static (&'static str, &'static str)> {
-    let names: Vec<&str> = APT_PACKAGES.iter().map(|(n, _)| *n).collect();
+/// Debian packages the kernel matrix needs (`cargo xtask test`, xtask/src/vm/) and why.
+const VM_APT_PACKAGES: &[(&str, &str)] = &[
+    (
+        "qemu-system-x86",
+        "the kernel matrix boots Debian's kernels in qemu (KVM if usable, else TCG)",
+    ),
+    (
+        "busybox-static",
+        "the matrix guests' initramfs: mounts the host's filesystem over 9p",
+    ),
+    (
+        "kmod",
+        "depmod indexes the matrix kernels' modules; modprobe loads them in the guest",
+    ),
+];
+
+fn missing_apt(
+    packages: &'static [(&'static str, &'static str)],
+) -> Vec<&'static (&'static str, &'static str)> {
+    let names: Vec<&str> = packages.iter().map(|(n, _)| *n).collect();
     let out = quiet(
         Command::new("dpkg-query")
             .args(["-W", "-f=${Package} ${db:Status-Status}\\n"])
             .args(&names),
     )
     .unwrap_or_default();
-    APT_PACKAGES
+    packages
         .iter()
         .filter(|(n, _)| !out.lines().any(|l| l == format!("{n} installed")))
         .collect()
@@ -121,7 +139,7 @@ pub(crate) fn run(what: &str, cmd: &mut Command) -> Result<()> {
 
 /// Ensures the eBPF toolchain and test tools are present; installs what is missing.
 pub fn ensure() -> Result<()> {
-    let apt = missing_apt();
+    let apt = missing_apt(APT_PACKAGES);
     let sysroot = nightly_sysroot();
     let rust_src = sysroot.as_deref().is_some_and(|s| {
         s.join("lib/rustlib/src/rust/library/core/Cargo.toml")
@@ -132,36 +150,7 @@ pub fn ensure() -> Result<()> {
         return Ok(());
     }
 
-    if !apt.is_empty() {
-        let names: Vec<&str> = apt.iter().map(|(n, _)| *n).collect();
-        for (n, why) in &apt {
-            eprintln!("setup: installing {n} (apt): {why}");
-        }
-        if !is_root() {
-            bail!(
-                "setup: missing Debian packages and not root. Run:\n  \
-                 sudo apt-get update && sudo apt-get install -y {}\nthen run this command again.",
-                names.join(" ")
-            );
-        }
-        if quiet(Command::new("apt-get").arg("--version")).is_none() {
-            bail!(
-                "setup: apt-get not found; install {} by hand (Debian 12 is the supported host)",
-                names.join(" ")
-            );
-        }
-        run(
-            "apt-get update",
-            Command::new("apt-get").args(["update", "-qq"]),
-        )?;
-        run(
-            "apt-get install",
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&names)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-    }
+    install_apt(&apt)?;
 
     if sysroot.is_none() {
         eprintln!("setup: installing the nightly toolchain (rustup): eBPF needs -Z build-std");
@@ -221,6 +210,49 @@ pub fn ensure() -> Result<()> {
         ))?;
     }
     Ok(())
+}
+
+/// Installs `apt` (missing packages, each with why) with apt-get, as root.
+fn install_apt(apt: &[&(&str, &str)]) -> Result<()> {
+    if apt.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = apt.iter().map(|(n, _)| *n).collect();
+    for (n, why) in apt {
+        eprintln!("setup: installing {n} (apt): {why}");
+    }
+    if !is_root() {
+        bail!(
+            "setup: missing Debian packages and not root. Run:\n  \
+                 sudo apt-get update && sudo apt-get install -y {}\nthen run this command again.",
+            names.join(" ")
+        );
+    }
+    if quiet(Command::new("apt-get").arg("--version")).is_none() {
+        bail!(
+            "setup: apt-get not found; install {} by hand (Debian 12 is the supported host)",
+            names.join(" ")
+        );
+    }
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-qq"]),
+    )?;
+    run(
+        "apt-get install",
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&names)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    Ok(())
+}
+
+/// The kernel matrix's tools (qemu, busybox, kmod) and kernels (downloaded into
+/// target/vm/): installed when missing, silent when there.
+pub fn ensure_vm(root: &Path) -> Result<()> {
+    install_apt(&missing_apt(VM_APT_PACKAGES))?;
+    crate::vm::ensure_kernels(root)
 }
 
 /// PATH with ~/.cargo/bin in front, so a freshly installed bpf-linker is found.

@@ -209,6 +209,11 @@ pub struct ClosedReport {
     /// Answers to requests sent inside the window, received inside it, by Result-Code
     /// (Experimental-Result-Code when there is no Result-Code; 0 when neither).
     pub answered: BTreeMap<u32, u64>,
+    /// Answers to requests sent inside the window whenever they arrived (the drain
+    /// included), by Result-Code: what the other end decided of the window's requests,
+    /// which a slow answer at the window's end does not take out (a limit's admitted
+    /// rate is this over the window's length).
+    pub answered_of_sent: BTreeMap<u32, u64>,
     /// Latency (send → answer, µs) of the answers in `answered`.
     pub latency_us: Histogram<u64>,
     /// Requests sent over the whole run (warm-up, window, none after it).
@@ -229,6 +234,7 @@ impl ClosedReport {
             measured,
             sent: 0,
             answered: BTreeMap::new(),
+            answered_of_sent: BTreeMap::new(),
             latency_us: new_histogram(),
             total_sent: 0,
             total_answered: BTreeMap::new(),
@@ -242,6 +248,9 @@ impl ClosedReport {
         self.sent += other.sent;
         for (rc, n) in &other.answered {
             *self.answered.entry(*rc).or_default() += n;
+        }
+        for (rc, n) in &other.answered_of_sent {
+            *self.answered_of_sent.entry(*rc).or_default() += n;
         }
         // Both histograms have the same bounds: adding cannot fail.
         let _ = self.latency_us.add(&other.latency_us);
@@ -261,6 +270,12 @@ impl ClosedReport {
     /// Answers counted in the window with this Result-Code.
     pub fn answered_with(&self, rc: u32) -> u64 {
         self.answered.get(&rc).copied().unwrap_or(0)
+    }
+
+    /// Answers with Result-Code `rc` to requests sent inside the window, whenever they
+    /// arrived ([`ClosedReport::answered_of_sent`]).
+    pub fn decided_with(&self, rc: u32) -> u64 {
+        self.answered_of_sent.get(&rc).copied().unwrap_or(0)
     }
 
     /// Answers in the window per second of the window.
@@ -293,6 +308,7 @@ impl ClosedReport {
             "requests_per_s": (self.requests_per_s() * 10.0).round() / 10.0,
             "sent": self.sent,
             "answered": codes(&self.answered),
+            "answered_of_sent": codes(&self.answered_of_sent),
             "p50_ms": self.latency_ms(0.50),
             "p90_ms": self.latency_ms(0.90),
             "p99_ms": self.latency_ms(0.99),
@@ -548,6 +564,9 @@ impl ClosedPeer {
         };
         let rc = answer_result_code(frame);
         *self.report.total_answered.entry(rc).or_default() += 1;
+        if sent >= self.window.from {
+            *self.report.answered_of_sent.entry(rc).or_default() += 1;
+        }
         if self.window.counts(sent, now) {
             *self.report.answered.entry(rc).or_default() += 1;
             let us = now
@@ -923,6 +942,8 @@ mod tests {
         let r = p.into_report();
         assert_eq!(r.sent, 2);
         assert_eq!(r.answered, BTreeMap::from([(5030, 1)]));
+        // r3's answer came after the window, to a request sent inside it.
+        assert_eq!(r.answered_of_sent, BTreeMap::from([(2001, 1), (5030, 1)]));
         assert_eq!(r.latency_us.len(), 1);
         assert!(
             (29_900..=30_100).contains(&r.latency_us.max()),

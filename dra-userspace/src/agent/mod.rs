@@ -150,6 +150,9 @@ pub struct AgentOptions {
     /// every message before decoding), or the fast path, whose out-of-band marks the
     /// readers apply ([`crate::oob`]).
     pub ingress: io::Ingress,
+    /// Who that is, and why, in words (`dra status`): "XDP on eth0", "the agent (no
+    /// fast path interface)", or the agent with the reason this kernel cannot load XDP.
+    pub ingress_by: String,
     /// The agent's limiter for the connections the fast path cannot read (TLS): their
     /// ingress limits are enforced here even when XDP is attached. `None`: the limiter
     /// of [`AgentOptions::ingress`] when it is one, else nobody.
@@ -199,6 +202,7 @@ impl Default for AgentOptions {
             max_awaiting_cer: 1024,
             max_awaiting_cer_per_source: 32,
             ingress: io::Ingress::None,
+            ingress_by: "nobody (no ingress limits)".to_owned(),
             limiter: None,
             reload: None,
             config_info: None,

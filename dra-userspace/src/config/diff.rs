@@ -309,6 +309,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             "egress_interface",
             of.egress_interface != nf.egress_interface,
         ),
+        ("fallback", of.fallback != nf.fallback),
     ] {
         if changed {
             refuse(&format!("[fast_path] {key}"), attach);

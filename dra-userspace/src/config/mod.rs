@@ -122,6 +122,22 @@ pub struct FastPath {
     /// Where the TC egress program attaches (with or without XDP); `None` = no egress
     /// program (the agent's RLF still applies the groups' overall egress limits).
     pub egress_interface: Option<String>,
+    /// What `dra run` does when the kernel cannot load the XDP programs.
+    pub fallback: Fallback,
+}
+
+/// `[fast_path] fallback`: what `dra run` does when this kernel cannot load the XDP
+/// programs (a feature they need is missing: `dra verify` names it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Fallback {
+    /// Refuse to start, naming the missing feature: a host that looks limited is never
+    /// left unlimited.
+    #[default]
+    None,
+    /// Start without XDP: the agent's own limiter enforces the ingress limits (said
+    /// once in the log and in `dra status`); a limit only XDP can enforce (a
+    /// connection guard) is refused as without an interface.
+    Userspace,
 }
 
 /// XDP attach mode.
@@ -633,6 +649,7 @@ pub trait ConfigName: Copy + 'static {
 
 config_names!(UnknownPeer { Pass => "pass", Drop => "drop" });
 config_names!(XdpMode { Auto => "auto", Native => "native", Skb => "skb" });
+config_names!(Fallback { None => "none", Userspace => "userspace" });
 config_names!(Transport { Tcp => "tcp" });
 config_names!(StoreKind { Memory => "memory", Redis => "redis", RedisCluster => "redis_cluster" });
 config_names!(StoreWrite { BeforeForward => "before_forward", Async => "async" });
@@ -740,6 +757,10 @@ pub enum Setup {
         /// The `--iface` given.
         iface: Option<String>,
     },
+    /// `dra run` on a kernel that cannot load the XDP programs, with `[fast_path]
+    /// fallback = "userspace"`: the agent's limiter enforces the ingress limits,
+    /// whatever the interface.
+    Fallback,
 }
 
 /// A config that passed [`parse_for`]: valid, and every limit enforced by its setup.

@@ -84,6 +84,7 @@ pub(super) struct RawFastPath {
     pub interface: Option<S<String>>,
     pub xdp_mode: Option<S<String>>,
     pub egress_interface: Option<S<String>>,
+    pub fallback: Option<S<String>>,
 }
 
 #[derive(Deserialize, Default)]

@@ -76,10 +76,11 @@ pub(super) fn render(c: &Config) -> String {
     );
     let _ = writeln!(
         o,
-        "fast path: interface {}, xdp mode {}, egress interface {}",
+        "fast path: interface {}, xdp mode {}, egress interface {}, fallback {}",
         or_dash(c.fast_path.interface.clone()),
         c.fast_path.xdp_mode.name(),
         or_dash(c.fast_path.egress_interface.clone()),
+        c.fast_path.fallback.name(),
     );
     let st = &c.session_store;
     let _ = match st.kind {

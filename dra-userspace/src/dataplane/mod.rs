@@ -3,8 +3,10 @@
 //! attached, bucket state survives), write the plan into the maps, read the stats.
 
 pub mod events;
+pub mod kernel;
 pub mod plan;
 pub mod remap;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 
@@ -12,9 +14,9 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap, LpmTrie, Map, MapData, PerCpuArray, lpm_trie::Key},
     programs::{
-        LinkOrder, SchedClassifier, Xdp, XdpMode,
+        Link as _, LinkOrder, SchedClassifier, Xdp, XdpMode,
         links::FdLink,
-        tc::{TcAttachOptions, TcAttachType},
+        tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcAttachType, TcHandle},
     },
 };
 use dra_common::{
@@ -27,6 +29,15 @@ use dra_common::{
 use ipnet::IpNet;
 
 pub use plan::{Plan, PlanError, PlannedEgress, Slot};
+
+/// How [`Dataplane::attach_egress`] left the TC egress program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgressAttach {
+    /// Through TCX (else a clsact qdisc's netlink filter).
+    pub tcx: bool,
+    /// An earlier run's attachment, reused.
+    pub reused: bool,
+}
 
 /// The eBPF object built by build.rs from dra-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dra"));
@@ -101,11 +112,12 @@ pub enum DataplaneError {
         #[source]
         source: aya::programs::ProgramError,
     },
-    #[error("attaching TC egress (TCX) to {iface}")]
+    #[error("attaching TC egress to {iface} ({how})")]
     AttachEgress {
         iface: String,
+        how: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     #[error("XDP on {iface} is not a bpf_link (kernel too old for pinning)")]
     Link {
@@ -279,6 +291,48 @@ fn link_pin(dir: &Path, iface: &str) -> PathBuf {
 
 fn egress_link_pin(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("link_egress_{iface}"))
+}
+
+/// On a kernel without TCX the TC egress program is attached by a netlink filter on the
+/// interface's clsact qdisc, which holds the program after the agent exits: the
+/// program is pinned here to say so (a later run reuses it, `dra detach` removes the
+/// filter by its priority and handle).
+fn egress_prog_pin(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("prog_egress_{iface}"))
+}
+
+/// The netlink filter's priority and handle (fixed: a later run or `dra detach` finds
+/// the filter by them).
+const TC_FILTER_PRIORITY: u16 = 0xd7a;
+const TC_FILTER_HANDLE: TcHandle = TcHandle::new(0, 0xd7a);
+
+/// Removes the netlink filter of [`egress_prog_pin`] from `iface`, which must be in this
+/// process's network namespace. A filter or an interface that is gone already is fine
+/// (an interface's filters go with it).
+fn detach_egress_filter(iface: &str) -> Result<(), DataplaneError> {
+    let err = |source: std::io::Error| DataplaneError::Io {
+        path: PathBuf::from(format!("tc filter on {iface}")),
+        source,
+    };
+    let Ok(link) = SchedClassifierLink::attached(
+        iface,
+        TcAttachType::Egress,
+        TC_FILTER_PRIORITY,
+        TC_FILTER_HANDLE,
+        None,
+    ) else {
+        // The interface is gone, and its qdisc and filter with it.
+        return Ok(());
+    };
+    match link.detach() {
+        Ok(()) => Ok(()),
+        Err(aya::programs::ProgramError::NetlinkError(e))
+            if e.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(err(std::io::Error::other(crate::error_chain(&e)))),
+    }
 }
 
 /// The fast path's maps, from a fresh load or from the pins of an earlier run.
@@ -573,15 +627,15 @@ impl Dataplane {
         for name in PINNED_MAPS {
             let _ = std::fs::remove_file(pin_dir.join(name));
         }
-        // A TC egress link of that run uses its maps, not these: remove it, so that
-        // `attach_egress` (called after this) attaches afresh on the new maps.
+        // A TC egress attachment of that run uses its maps, not these: remove it, so
+        // that `attach_egress` (called after this) attaches afresh on the new maps.
         if let Ok(rd) = std::fs::read_dir(pin_dir) {
             for entry in rd.flatten() {
-                if entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("link_egress_")
-                {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(i) = name.strip_prefix("prog_egress_") {
+                    detach_egress_filter(i)?;
+                }
+                if name.starts_with("link_egress_") || name.starts_with("prog_egress_") {
                     let _ = std::fs::remove_file(entry.path());
                 }
             }
@@ -635,13 +689,18 @@ impl Dataplane {
         for entry in rd.flatten() {
             let p = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            let is_link = name.starts_with("link_");
+            let is_link = name.starts_with("link_") || name.starts_with("prog_egress_");
             if is_link
                 && iface.is_some_and(|i| {
-                    name != format!("link_{i}") && name != format!("link_egress_{i}")
+                    name != format!("link_{i}")
+                        && name != format!("link_egress_{i}")
+                        && name != format!("prog_egress_{i}")
                 })
             {
                 continue;
+            }
+            if let Some(i) = name.strip_prefix("prog_egress_") {
+                detach_egress_filter(i)?;
             }
             std::fs::remove_file(&p).map_err(|source| DataplaneError::Io {
                 path: p.clone(),
@@ -653,17 +712,29 @@ impl Dataplane {
         Ok(removed)
     }
 
-    /// Attaches the TC egress program to `iface` through TCX (egress, last in the
-    /// TCX chain) and pins its link as `link_egress_<iface>` in `pin_dir`, or reuses
-    /// the link an earlier run pinned. The program uses the maps pinned in `pin_dir`
-    /// (those of [`Dataplane::attach`], which must come first when both are used;
-    /// missing pins are created), so one [`Maps`] reads and writes both directions.
-    /// Returns true when an earlier run's link was reused. [`Dataplane::detach`]
-    /// removes the link (detaching the program).
-    pub fn attach_egress(iface: &str, pin_dir: &Path) -> Result<bool, DataplaneError> {
+    /// Attaches the TC egress program to `iface` — through TCX (egress, last in the
+    /// TCX chain) where the kernel has it (6.6+), its link pinned as
+    /// `link_egress_<iface>` in `pin_dir`; else through the interface's clsact qdisc
+    /// (added if missing) and a netlink filter, the program pinned as
+    /// `prog_egress_<iface>` — or reuses what an earlier run attached. The program uses
+    /// the maps pinned in `pin_dir` (those of [`Dataplane::attach`], which must come
+    /// first when both are used; missing pins are created), so one [`Maps`] reads and
+    /// writes both directions. Returns how it is attached and whether an earlier run's
+    /// attachment was reused. [`Dataplane::detach`] removes it.
+    pub fn attach_egress(iface: &str, pin_dir: &Path) -> Result<EgressAttach, DataplaneError> {
         let link = egress_link_pin(pin_dir, iface);
         if link.exists() {
-            return Ok(true);
+            return Ok(EgressAttach {
+                tcx: true,
+                reused: true,
+            });
+        }
+        let prog_pin = egress_prog_pin(pin_dir, iface);
+        if prog_pin.exists() {
+            return Ok(EgressAttach {
+                tcx: false,
+                reused: true,
+            });
         }
         if EBPF_OBJECT.is_empty() {
             return Err(DataplaneError::NoObject);
@@ -682,26 +753,61 @@ impl Dataplane {
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(DataplaneError::Load)?;
         load_tc(&mut ebpf)?;
         let prog: &mut SchedClassifier = program_mut(&mut ebpf, TC_PROGRAM)?;
-        let id = prog
-            .attach_with_options(
-                iface,
-                TcAttachType::Egress,
-                TcAttachOptions::TcxOrder(LinkOrder::default()),
-            )
-            .map_err(|source| DataplaneError::AttachEgress {
+        let attach_err = |how: &'static str| {
+            move |source| DataplaneError::AttachEgress {
                 iface: iface.into(),
+                how,
+                source: Box::new(source),
+            }
+        };
+        let tcx = kernel::KernelFeatures::probe_tcx();
+        if tcx {
+            let id = prog
+                .attach_with_options(
+                    iface,
+                    TcAttachType::Egress,
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .map_err(attach_err("TCX"))?;
+            let tc_link = prog
+                .take_link(id)
+                .map_err(DataplaneError::program(TC_PROGRAM))?;
+            pin_link(tc_link, iface, &link)?;
+        } else {
+            // An interface that has a clsact qdisc already keeps it (EEXIST).
+            if let Err(e) = aya::programs::tc::qdisc_add_clsact(iface) {
+                let exists = matches!(&e, aya::programs::tc::TcError::NetlinkError(n)
+                    if n.raw_os_error() == Some(libc::EEXIST));
+                if !exists {
+                    return Err(attach_err("clsact qdisc")(e.into()));
+                }
+            }
+            let opts = NlOptions {
+                priority: TC_FILTER_PRIORITY,
+                handle: TC_FILTER_HANDLE,
+                classid: None,
+            };
+            let id = prog
+                .attach_with_options(iface, TcAttachType::Egress, TcAttachOptions::Netlink(opts))
+                .map_err(attach_err("netlink filter"))?;
+            prog.pin(&prog_pin).map_err(|source| DataplaneError::Pin {
+                path: prog_pin.clone(),
                 source,
             })?;
-        let tc_link = prog
-            .take_link(id)
-            .map_err(DataplaneError::program(TC_PROGRAM))?;
-        pin_link(tc_link, iface, &link)?;
-        Ok(false)
+            let filter = prog
+                .take_link(id)
+                .map_err(DataplaneError::program(TC_PROGRAM))?;
+            // The filter stays when this process exits (a link dropped here would
+            // remove it): `dra detach` removes it by its priority and handle.
+            std::mem::forget(filter);
+        }
+        Ok(EgressAttach { tcx, reused: false })
     }
 
-    /// Whether a pinned TC egress link for `iface` exists.
+    /// Whether a pinned TC egress attachment (TCX link or netlink filter's program)
+    /// for `iface` exists.
     pub fn is_egress_pinned(iface: &str, pin_dir: &Path) -> bool {
-        egress_link_pin(pin_dir, iface).exists()
+        egress_link_pin(pin_dir, iface).exists() || egress_prog_pin(pin_dir, iface).exists()
     }
 
     /// The interfaces whose XDP link is pinned in `pin_dir` (an earlier run's, still

@@ -34,6 +34,7 @@ impl Core {
             self.conns.len()
         );
         self.config_status(&mut o);
+        let _ = writeln!(o, "ingress limits: {}", self.opts.ingress_by);
         let _ = writeln!(
             o,
             "requests in {}  answered locally {} (marked {})  relayed {}  generated {}  \

@@ -40,6 +40,9 @@ enum Xdp<'a> {
     On(&'a str),
     /// Nowhere: the agent's limiter enforces the ingress limits.
     Off,
+    /// Nowhere because this kernel cannot load it, and `fallback = "userspace"`: the
+    /// agent's limiter enforces the ingress limits.
+    Unloadable,
     /// Not known yet (`dra check-config` without `[fast_path] interface`: `dra run
     /// --iface` may add one).
     Maybe,
@@ -115,6 +118,7 @@ fn member(t: &Target, p: &Peer) -> String {
 /// every limit enforced only under conditions the file cannot state.
 pub(super) fn check(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, setup: &Setup) {
     let xdp = match (setup, cfg.fast_path.interface.as_deref()) {
+        (Setup::Fallback, _) => Xdp::Unloadable,
         (Setup::Run { iface: Some(i) }, _) => Xdp::On(i.as_str()),
         (_, Some(i)) => Xdp::On(i),
         (Setup::Run { iface: None }, None) => Xdp::Off,
@@ -177,7 +181,7 @@ fn ingress(e: &mut Errors<'_>, cfg: &Config, p: &Profile<'_>, xdp: Xdp<'_>, tc: 
         match xdp {
             Xdp::On(_) => e.at(&span, why),
             Xdp::Maybe => e.warn(&span, format!("{why} (if dra run is given --iface)")),
-            Xdp::Off => {}
+            Xdp::Off | Xdp::Unloadable => {}
         }
     }
     for m in members(cfg, p.target) {
@@ -302,8 +306,27 @@ fn connection_guards(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, xdp: Xdp
             );
             continue;
         }
+        let fallback = cfg.fast_path.fallback == crate::config::Fallback::Userspace;
         match xdp {
+            Xdp::On(_) | Xdp::Maybe if fallback => e.warn(
+                &span,
+                format!(
+                    "connection_rate of peer \"{}\" is enforced only by XDP: on a kernel that \
+                     cannot load the XDP programs, fallback = \"userspace\" makes dra run \
+                     refuse to start with it",
+                    peer.name
+                ),
+            ),
             Xdp::On(_) => {}
+            Xdp::Unloadable => e.at(
+                &span,
+                format!(
+                    "connection_rate of peer \"{}\" is enforced only by XDP, which this kernel \
+                     cannot load (fallback = \"userspace\" enforces the other ingress limits \
+                     in the agent); remove it, or run on a kernel `dra verify` accepts",
+                    peer.name
+                ),
+            ),
             Xdp::Off => e.at(
                 &span,
                 format!(

@@ -7,8 +7,8 @@ use super::unique;
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawConfig, S};
 use crate::config::{
-    Control, DEFAULT_DIAMETER_PORT, DEFAULT_PRODUCT_NAME, FastPath, Global, Listener, Metrics,
-    Transport, UnknownPeer, XdpMode,
+    Control, DEFAULT_DIAMETER_PORT, DEFAULT_PRODUCT_NAME, Fallback, FastPath, Global, Listener,
+    Metrics, Transport, UnknownPeer, XdpMode,
 };
 use crate::transport::tls::DIAMETERS_PORT;
 
@@ -80,6 +80,7 @@ pub(super) fn settings(e: &mut Errors<'_>, raw: &RawConfig) -> (FastPath, Metric
             interface: interface(e, "interface", &f.interface),
             xdp_mode: choice_or(e, "xdp_mode", &f.xdp_mode, XdpMode::Auto),
             egress_interface: interface(e, "egress_interface", &f.egress_interface),
+            fallback: choice_or(e, "fallback", &f.fallback, Fallback::None),
         },
         None => FastPath::default(),
     };
