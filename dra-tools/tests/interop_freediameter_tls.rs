@@ -18,7 +18,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use dra_tools::loadgen::dial;
 use dra_tools::loadgen::script::{ScriptedPeer, ScriptedServer, cc, ccr, scripted_config};
 use dra_tools::pki::{TestCa, TlsFiles, Validity};
 use support::agent::GX;
+use support::freediameter::FreeDiameter;
 use support::tls_lab::{
     DRA_HOST, DRA_IP, Lab, METRICS, SIM_IP, connector, metric, scrape, until, with_lab,
 };
@@ -42,40 +42,9 @@ const SRV2_PORT: u16 = 3882;
 /// Gx sessions per direction (CCR-I, CCR-U, CCR-T each).
 const SESSIONS: usize = 20;
 
-/// A freeDiameterd in the simulators' namespace, killed on drop; output in `log`.
-struct FreeDiameter {
-    child: Child,
-    log: PathBuf,
-}
-
-impl FreeDiameter {
-    fn start(lab: &Lab, conf: &Path) -> FreeDiameter {
-        let log = conf.with_extension("log");
-        let out = std::fs::File::create(&log).expect("log");
-        let mut cmd = Command::new("freeDiameterd");
-        cmd.arg("-c")
-            .arg(conf)
-            .arg("-d")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup"))
-            .stderr(out);
-        let child = lab
-            .sim_ns
-            .spawn(&mut cmd)
-            .expect("spawn freeDiameterd (package freediameterd; `cargo xtask setup`)");
-        FreeDiameter { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for FreeDiameter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A freeDiameterd with `conf` in the simulators' namespace (output next to it).
+fn start_fd(lab: &Lab, conf: &Path) -> FreeDiameter {
+    FreeDiameter::start(&lab.sim_ns, conf, conf.with_extension("log"))
 }
 
 /// One freeDiameter: identity, realm, plain port, TLS port (0: none), Tw, its
@@ -287,7 +256,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
         // fdr1: the gateway side. gwa reaches it over plain TCP; it dials the agent
         // over TLS and sends it pcrf.test.example; Tw 6 s (it sends the DWRs).
         let fdr1_tls = issue(&lab.ca, FDR1_HOST);
-        let fdr1 = FreeDiameter::start(
+        let fdr1 = start_fd(
             lab,
             &fd_conf(
                 &dir,
@@ -311,7 +280,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
         // fdr2: the server side, accepting the agent over TLS only (acl_wl without a
         // flag), relaying far.test.example to srv2; Tw 60 s (the agent sends the DWRs).
         let fdr2_tls = issue(&lab.ca, FDR2_HOST);
-        let fdr2 = FreeDiameter::start(
+        let fdr2 = start_fd(
             lab,
             &fd_conf(
                 &dir,
@@ -353,7 +322,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             ),
             ("fdx.test.example", &fdx_tls, 3874, ""),
         ] {
-            bad.push(FreeDiameter::start(
+            bad.push(start_fd(
                 lab,
                 &fd_conf(
                     &dir,
@@ -373,7 +342,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
         // (freeDiameter will not start with an expired certificate, so it cannot be the
         // one presenting it): freeDiameter refuses it, the agent counts the refusal.
         let fdsrv_tls = issue(&lab.ca, "fdsrv.test.example");
-        let fdsrv = FreeDiameter::start(
+        let fdsrv = start_fd(
             lab,
             &fd_conf(
                 &dir,
@@ -435,7 +404,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             let fds = [&fdr1, &fdr2];
             let logs = || {
                 fds.iter()
-                    .map(|f| f.log())
+                    .map(|f| f.log_text())
                     .collect::<Vec<_>>()
                     .join("\n----\n")
             };
@@ -539,8 +508,8 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             // Watchdogs both ways over TLS: fdr1 (Tw 6 s) sends DWRs to the agent; the
             // agent (Tw 30 s, ±2 s) sends its DWR to fdr2 (Tw 60 s) after 30 s idle.
             until(lab, "DWR/DWA both ways", Duration::from_secs(45), || {
-                let (_, _, s1, a1) = watchdogs(&fdr1.log());
-                let (r2, s2, _, _) = watchdogs(&fdr2.log());
+                let (_, _, s1, a1) = watchdogs(&fdr1.log_text());
+                let (r2, s2, _, _) = watchdogs(&fdr2.log_text());
                 s1 >= 1 && a1 >= 1 && r2 >= 1 && s2 >= 1
             })
             .await;
@@ -556,7 +525,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
                 let series =
                     format!("dra_tls_refused_total{{side=\"accepted\",reason=\"{series}\"}}");
                 let tls: Vec<&str> = page.lines().filter(|l| l.starts_with("dra_tls")).collect();
-                let fd_logs: Vec<String> = bad.iter().map(|b| b.log()).collect();
+                let fd_logs: Vec<String> = bad.iter().map(|b| b.log_text()).collect();
                 assert!(
                     metric(&page, &series) >= 1.0,
                     "{what} not refused: {series}\n{tls:?}\n{}\n{}",
@@ -568,9 +537,9 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             let series = "dra_tls_refused_total{side=\"dialled\",reason=\"peer_refused\"}";
             assert!(metric(&page, series) >= 1.0, "not counted: {}", lab.log());
             assert!(
-                fdsrv.log().to_ascii_lowercase().contains("expired"),
+                fdsrv.log_text().to_ascii_lowercase().contains("expired"),
                 "fdsrv did not say why: {}",
-                fdsrv.log()
+                fdsrv.log_text()
             );
             assert_eq!(metric(&page, &open("fdsrv")), 0.0);
         });
@@ -583,8 +552,12 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             );
         }
         for b in &bad {
-            assert!(!b.log().contains("STATE_OPEN"), "{}", b.log());
+            assert!(!b.log_text().contains("STATE_OPEN"), "{}", b.log_text());
         }
-        assert!(fdr1.log().contains("STATE_OPEN"), "{}", fdr1.log());
+        assert!(
+            fdr1.log_text().contains("STATE_OPEN"),
+            "{}",
+            fdr1.log_text()
+        );
     });
 }

@@ -10,6 +10,7 @@ mod shared;
 pub mod agent;
 #[path = "../../../dra-userspace/tests/diameter_fixtures/mod.rs"]
 pub mod diameter_fixtures;
+pub mod freediameter;
 #[path = "../../../dra-userspace/tests/peer_support/mod.rs"]
 pub mod peer;
 pub mod tls_lab;

@@ -133,8 +133,8 @@ pub(super) struct Core {
     awaiting_cer: HashMap<std::net::IpAddr, usize>,
     /// Connections refused since the last refusal was logged (logged once a second).
     refused_since_log: u64,
-    /// The same for TLS refusals (`tls`).
-    tls_refused_since_log: u64,
+    /// The same for TLS refusals, per (side, reason): each kind is logged once a second.
+    tls_refused_since_log: HashMap<(&'static str, &'static str), u64>,
     /// Acceptor and handshake bound of each TLS listener (`tls`), rebuilt by a reload.
     tls_listeners: HashMap<std::net::SocketAddr, (crate::transport::tls::Acceptor, Duration)>,
     /// Connections that can no longer be read (broken framing), closed once the requests
@@ -240,7 +240,7 @@ impl Core {
             to_abort: Vec::new(),
             awaiting_cer: HashMap::new(),
             refused_since_log: 0,
-            tls_refused_since_log: 0,
+            tls_refused_since_log: HashMap::new(),
             tls_listeners: tls::listeners(&cfg),
             draining: HashMap::new(),
             io_tx,
@@ -419,13 +419,16 @@ impl Core {
             );
         }
         self.refused_since_log = 0;
-        if self.tls_refused_since_log > 1 {
-            warn!(
-                refused = self.tls_refused_since_log - 1,
-                "TLS connections refused in the last second (dra_tls_refused_total has why)"
-            );
+        for ((side, reason), n) in std::mem::take(&mut self.tls_refused_since_log) {
+            if n > 1 {
+                warn!(
+                    refused = n - 1,
+                    side,
+                    reason,
+                    "more TLS connections refused in the last second (dra_tls_refused_total)"
+                );
+            }
         }
-        self.tls_refused_since_log = 0;
         self.metrics
             .set_connections_awaiting_cer(self.awaiting_cer.values().sum::<usize>() as u64);
         for (i, s) in self.slots.iter_mut().enumerate() {

@@ -151,8 +151,8 @@ impl Core {
         Ok(named)
     }
 
-    /// Counts and logs a refused TLS connection (at most one line a second; the
-    /// others are summed up by the housekeeping).
+    /// Counts and logs a refused TLS connection (at most one line a second for each
+    /// side and reason; the others are summed up by the housekeeping).
     pub(super) fn tls_refused(
         &mut self,
         side: &'static str,
@@ -161,7 +161,12 @@ impl Core {
         peer: Option<&str>,
     ) {
         self.metrics.inc_tls_refused(side, r.label());
-        if self.tls_refused_since_log == 0 {
+        let seen = self
+            .tls_refused_since_log
+            .entry((side, r.label()))
+            .or_insert(0);
+        *seen += 1;
+        if *seen == 1 {
             let remote = remote.map_or("-".to_owned(), |a| a.to_string());
             warn!(
                 %remote,
@@ -169,10 +174,9 @@ impl Core {
                 side,
                 reason = r.label(),
                 "TLS connection refused: {r} (counted in dra_tls_refused_total; logged once \
-                 per second at most)"
+                 per second at most for each reason)"
             );
         }
-        self.tls_refused_since_log += 1;
     }
 
     /// A TLS connection that the peer ends before it opened: with TLS 1.3 the client's
