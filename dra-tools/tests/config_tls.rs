@@ -360,3 +360,42 @@ fn a_rewritten_certificate_is_a_change_a_reload_applies() {
         "{d}"
     );
 }
+
+/// The ```toml blocks of a document that name certificate files under /etc/dra/tls/.
+fn tls_examples(doc: &str) -> Vec<String> {
+    doc.split("```toml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap().to_owned())
+        .filter(|b| b.contains("/etc/dra/tls/"))
+        .collect()
+}
+
+#[test]
+fn the_tls_examples_of_the_docs_are_valid() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ca = TestCa::new("docs").expect("CA");
+    let dir = ca.dir().to_path_buf();
+    ca.issue("dra", &["dra.test.example"]).expect("cert");
+    for name in ["ca.crt", "cloud-ca.crt"] {
+        std::fs::copy(ca.ca_path(), dir.join(name)).expect("copy");
+    }
+    let at = |b: &str| b.replace("/etc/dra/tls/", &format!("{}/", dir.display()));
+    let global = "[global]\norigin_host = \"dra.lab.example\"\norigin_realm = \"lab.example\"\n\n";
+    let mut checked = 0;
+    for (doc, whole) in [("docs/config.md", true), ("README.md", false)] {
+        let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+        for (i, b) in tls_examples(&text).iter().enumerate() {
+            // README shows the TLS part of a config only.
+            let b = if whole {
+                at(b)
+            } else {
+                format!("{global}{}", at(b))
+            };
+            let cfg = parse(&b, &format!("{doc} TLS example {}", i + 1))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(cfg.peers.iter().any(|p| p.tls.is_some()), "{doc}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2, "one TLS example in each document");
+}
