@@ -32,6 +32,7 @@ use support::tls_lab::{
 const TLS_PORT: u16 = dra::transport::tls::DIAMETERS_PORT;
 const PLAIN_PORT: u16 = 3868;
 const SRV_PORT: u16 = 5869;
+const SRV9_PORT: u16 = 5870;
 const PGW1: &str = "pgw1.test.example";
 const SRV1: &str = "srv1.pcrf.test.example";
 
@@ -156,8 +157,25 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
             .issue_with("pgw1-expired", &[PGW1], Validity::Expired)
             .expect("cert");
         let other_host = lab.ca.issue("pgw9", &["pgw9.test.example"]).expect("cert");
-        let text = config(lab, &agent, "");
+        // srv9, a server the agent dials, presents a certificate for another host.
+        let srv9_extra = format!(
+            "\n[[peer]]\nname = \"srv9\"\norigin_host = \"srv9.pcrf.test.example\"\n\
+             realm = \"pcrf.test.example\"\nrole = \"server\"\ngroup = \"spare\"\n\
+             connect = \"{SIM_IP}:{SRV9_PORT}\"\ntls = {}\n\n[[peer_group]]\nname = \"spare\"\n",
+            agent.toml()
+        );
+        let text = config(lab, &agent, &srv9_extra);
         let srv = lab.in_sim(srv1(&lab.ca));
+        let _srv9 = lab.in_sim(async {
+            let files = lab
+                .ca
+                .issue("srv9", &["srv8.pcrf.test.example"])
+                .expect("cert");
+            let addr = format!("{SIM_IP}:{SRV9_PORT}").parse().unwrap();
+            let mut cfg = ServerConfig::new(addr, "srv9.pcrf.test.example", "pcrf.test.example");
+            cfg.tls = Some(creds(&files).acceptor());
+            server::run(cfg).await.expect("srv9")
+        });
         lab.start_dra(&text, &[]);
         lab.in_sim(async {
             wait_srv1(lab, &srv).await;
@@ -240,15 +258,34 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
                 1.0
             );
             assert_eq!(metric(&page, "dra_connections_awaiting_cer"), 0.0, "{page}");
+            // The agent refused srv9's certificate (it names srv8) and never opened it.
+            assert_eq!(
+                metric(
+                    &page,
+                    "dra_tls_refused_total{side=\"dialled\",reason=\"not_for_peer\"}"
+                ),
+                1.0
+            );
+            assert_eq!(
+                metric(&page, "dra_peer_state{peer=\"srv9\",state=\"open\"}"),
+                0.0
+            );
         });
         let log = lab.log();
         for reason in ["unknown_ca", "expired", "not_for_peer", "plain_tcp"] {
             let lines: Vec<&str> = log
                 .lines()
                 .filter(|l| l.contains("TLS connection refused") && l.contains(reason))
+                .filter(|l| l.contains("side=\"accepted\""))
                 .collect();
             assert_eq!(lines.len(), 1, "one log line for {reason}:\n{log}");
         }
+        assert!(
+            log.lines().any(|l| l.contains("TLS connection refused")
+                && l.contains("side=\"dialled\"")
+                && l.contains("peer=\"srv9\"")),
+            "{log}"
+        );
         // None of the refused connections got as far as a CER being read.
         assert_eq!(
             log.matches("capabilities exchanged: open").count(),
