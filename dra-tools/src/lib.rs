@@ -10,9 +10,11 @@
 //! - [`netns`]: network namespaces joined by veth pairs (the relay benchmark, the
 //!   freeDiameter interop test).
 //! - [`freediameter`]: what freeDiameter needs to run beside the agent (its certificate).
+//! - [`pki`]: a test CA and certificates generated at run time, for TLS peers.
 
 pub mod freediameter;
 pub mod loadgen;
 pub mod netns;
 pub mod pcap;
+pub mod pki;
 pub mod sim;

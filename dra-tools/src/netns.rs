@@ -59,10 +59,10 @@ pub fn enter(file: &File) -> io::Result<()> {
 }
 
 /// Joins `a` and `b` with a veth pair: `a_addr` on `a`'s end, `b_addr` on `b`'s (with
-/// their prefix length, e.g. `198.18.0.1/30`), both up.
-pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> io::Result<()> {
-    netlab::VethPair::new(&a.0, a_addr, &b.0, b_addr).map_err(io_error)?;
-    Ok(())
+/// their prefix length, e.g. `198.18.0.1/30`), both up; returns the two interfaces'
+/// names (removed with the namespaces).
+pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> io::Result<netlab::VethPair> {
+    netlab::VethPair::new(&a.0, a_addr, &b.0, b_addr).map_err(io_error)
 }
 
 fn io_error(e: anyhow::Error) -> io::Error {

@@ -14,7 +14,6 @@
 mod support;
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,6 +22,7 @@ use dra_tools::freediameter::self_signed_cert;
 use dra_tools::netns::{self, Netns};
 use support::TempDir;
 use support::agent::{GX, SimServer, agent_config, peer_state, sim_config};
+use support::freediameter::FreeDiameter;
 
 const AGENT_IP: &str = "198.18.0.1";
 const FD_IP: &str = "198.18.0.2";
@@ -54,44 +54,6 @@ async fn gx_server(port: u16, host: &str, realm: &str, peer: &str) -> SimServer 
     )
     .await
     .expect(host)
-}
-
-/// A freeDiameterd process in a namespace, killed on drop; its output goes to `log`.
-struct FreeDiameter {
-    child: Child,
-    log: PathBuf,
-}
-
-impl FreeDiameter {
-    fn start(ns: &Netns, conf: &Path, log: PathBuf) -> FreeDiameter {
-        let out = File::create(&log).expect("log file");
-        let mut cmd = Command::new("freeDiameterd");
-        cmd.arg("-c")
-            .arg(conf)
-            .arg("-d")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup"))
-            .stderr(out);
-        let child = ns
-            .spawn(&mut cmd)
-            .expect("spawn freeDiameterd (package freediameterd; `cargo xtask setup` installs it)");
-        FreeDiameter { child, log }
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-}
-
-impl Drop for FreeDiameter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// freeDiameter's config: plain TCP on [`FD_IP`], watchdog interval `tw` seconds,

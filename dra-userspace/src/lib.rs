@@ -15,6 +15,7 @@ pub mod relay;
 pub mod routing;
 pub mod run;
 pub mod session;
+pub mod transport;
 
 /// An error and its sources, "a: b: c", for logs.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -8,6 +8,8 @@
 //! Who enforces the ingress limits: with an interface (`--iface` or `[fast_path]
 //! interface`) the XDP program; without one the agent itself ([`crate::limiter`],
 //! built from the same [`Plan`], same semantics), so configured limits always apply.
+//! TLS peers' limits are the agent's limiter's in either case (XDP cannot read TLS
+//! records; it keeps their connection guard and the unknown-source drop).
 //! Either way the dynamic controller rewrites the rates and the counters are published
 //! as the `dra_fastpath_*` metrics.
 //!
@@ -142,8 +144,10 @@ struct Shared {
     maps: Option<Maps>,
     /// The readers' out-of-band marks, when XDP is attached.
     oob: Option<Arc<crate::oob::OobInbox>>,
-    /// The agent's own limiter, when no fast path is attached.
+    /// The agent's own limiter: every peer's without XDP, the TLS peers' with it.
     limiter: Option<Arc<Limiter>>,
+    /// XDP is attached (the limiter then takes only the TLS peers).
+    xdp: bool,
     plan: Plan,
     metrics: Metrics,
     /// The running agent's DOIC reporting node follows the throttle (set once the
@@ -158,18 +162,33 @@ impl Shared {
     /// Copies the fast path's (or the userspace limiter's) counters into the metrics.
     /// With the limiter and TC egress both running (no XDP), the ingress counters are
     /// the limiter's and the egress ones the maps'.
+    /// With XDP the TLS peers' class counters are the limiter's, the rest the maps'.
     fn publish_fastpath(&self) {
         let mut classes = Vec::new();
+        let tls_slots: Vec<&crate::dataplane::Slot> = self
+            .plan
+            .slots
+            .iter()
+            .filter(|s| self.plan.is_tls_slot(s))
+            .collect();
         if let Some(l) = &self.limiter {
-            self.metrics.set_fastpath_global(&l.global_counters());
-            classes.extend(l.class_counters());
+            if self.xdp {
+                for s in &tls_slots {
+                    if let Some(c) = l.slot_counters(s.index) {
+                        classes.push((s.owner.clone(), s.class_label.clone(), c));
+                    }
+                }
+            } else {
+                self.metrics.set_fastpath_global(&l.global_counters());
+                classes.extend(l.class_counters());
+            }
         }
         if let Some(o) = &self.oob {
             let st = o.stats();
             self.metrics
                 .set_oob_marks(st.received, st.applied, st.expired);
         }
-        let egress_only = self.limiter.is_some();
+        let egress_only = !self.xdp;
         if let Some(maps) = &self.maps {
             if let Ok(mut stats) = maps.stats() {
                 if egress_only {
@@ -179,6 +198,9 @@ impl Shared {
             }
             for s in &self.plan.slots {
                 if egress_only && !s.class_label.starts_with("egress:") {
+                    continue;
+                }
+                if tls_slots.iter().any(|t| t.index == s.index) {
                     continue;
                 }
                 if let Ok(c) = maps.slot_counters(s.index) {
@@ -280,14 +302,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         m.write_plan(&plan).map_err(RunError::Dataplane)?;
     }
     let xdp = iface.is_some();
-    // Without XDP the agent enforces the same ingress limits itself (before decoding).
+    // Without XDP the agent enforces the same ingress limits itself (before decoding);
+    // with XDP it still enforces the TLS peers' (XDP cannot read their requests).
     let ingress_by = match (&iface, &opts.fallback) {
         (Some(i), _) => format!("XDP on {i}"),
         (None, Some(u)) => format!("the agent (fallback = \"userspace\": {u})"),
         (None, None) => "the agent (no fast path interface)".to_owned(),
     };
-    let limiter = if xdp {
-        None
+    if xdp {
+        if plan.peers.iter().any(|p| p.tls) {
+            info!("TLS peers: the agent enforces their ingress limits in userspace");
+        }
     } else {
         match &opts.fallback {
             Some(u) => warn!(
@@ -298,8 +323,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
                 info!("no fast path interface: the agent enforces the ingress limits in userspace")
             }
         }
-        Some(Arc::new(Limiter::new(&plan)))
-    };
+    }
+    let limiter = Some(Arc::new(Limiter::new(&plan)));
     // With XDP: the readers apply the requests it marked out of band.
     let oob = if xdp {
         Some(Arc::new(
@@ -318,6 +343,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         maps,
         oob,
         limiter: limiter.clone(),
+        xdp,
         plan,
         metrics: metrics.clone(),
         doic: None,
@@ -362,6 +388,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let agent_opts = crate::agent::AgentOptions {
             ingress,
             ingress_by,
+            limiter: limiter.clone(),
             reload: Some(reload_tx),
             config_info: Some(info.clone()),
             ..Default::default()

@@ -215,6 +215,11 @@ fn examples_in_the_config_reference_are_valid() {
         .collect();
     assert!(!blocks.is_empty(), "docs/config.md has no toml example");
     for (i, block) in blocks.iter().enumerate() {
+        // TLS examples name certificate files: dra-tools/tests/config_tls.rs checks them
+        // with certificates it makes at those names.
+        if block.contains("/etc/dra/tls/") {
+            continue;
+        }
         let name = format!("docs/config.md example {}", i + 1);
         let cfg = config::parse(block, &name).unwrap_or_else(|e| panic!("{e}"));
         assert!(!cfg.peers.is_empty());

@@ -54,7 +54,8 @@ usage: cargo xtask <command> [args]
                    DOIC table)
   bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
   bench relay [ARGS]  P2: relayed requests/s, p50/p99, CPU/request: `dra run` vs
-                   freeDiameter and an Erlang/OTP relay, 100 in flight, 3 alternating rounds
+                   freeDiameter and an Erlang/OTP relay, and `dra run` over TLS vs plain
+                   TCP (goal ≥ 0.5), 100 in flight, 3 alternating rounds
                    (`bench relay -- --help`); writes bench/results/relay-latest.json
   bench storm [--dra PATH]  P3, P4 on the lab with dra run + dra-loadgen (~10 min;
                    refuses to run while a lab is up): CCR-I admitted-rate error under a 10x

@@ -87,9 +87,10 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
 pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
     let rps = |prefixes: &[&str]| {
         let name_is = |r: &&Value| {
-            r.get("relay")
-                .and_then(Value::as_str)
-                .is_some_and(|n| prefixes.iter().any(|p| n.starts_with(p)))
+            r.get("relay").and_then(Value::as_str).is_some_and(|n| {
+                // "dra run (TLS)" and "dra run (B)" are rows of their own.
+                !n.ends_with(')') && prefixes.iter().any(|p| n.starts_with(p))
+            })
         };
         if let Some(summary) = relay.get("summary").and_then(Value::as_array) {
             summary
@@ -133,6 +134,44 @@ pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
         met,
     };
     Ok((row, met, q))
+}
+
+/// The TLS goal: over TLS `dra run` relays at least this share of its plain TCP rate.
+pub const GOAL_TLS_MIN_RATIO: f64 = 0.5;
+
+/// The TLS row from the relay-bench JSON: `ratio_tls_to_plain` (requests/s, medians)
+/// and `ratio_tls_to_plain_cpu_per_request`. A missing figure is an error.
+pub fn tls_row(relay: &Value) -> Result<TableRow> {
+    let ratio = |k: &str| {
+        relay
+            .get(k)
+            .and_then(Value::as_f64)
+            .with_context(|| format!("relay results: no {k} (did the TLS relay run?)"))
+    };
+    let (rps, cpu) = (
+        ratio("ratio_tls_to_plain")?,
+        ratio("ratio_tls_to_plain_cpu_per_request")?,
+    );
+    let median = |name: &str| {
+        relay
+            .get("summary")
+            .and_then(Value::as_array)
+            .and_then(|s| {
+                s.iter()
+                    .find(|r| r.get("relay").and_then(Value::as_str) == Some(name))
+            })
+            .and_then(|r| r.pointer("/requests_per_s/median").and_then(Value::as_f64))
+            .with_context(|| format!("relay results: no median for {name}"))
+    };
+    let (tls, plain) = (median("dra run (TLS)")?, median("dra run")?);
+    Ok(TableRow {
+        metric: "TLS relayed req/s: dra over TLS ÷ plain TCP".into(),
+        measured: format!(
+            "{rps:.2}× ({tls:.0} vs {plain:.0} req/s); CPU per request {cpu:.2}× plain"
+        ),
+        goal: format!("≥ {GOAL_TLS_MIN_RATIO}×"),
+        met: Some(rps >= GOAL_TLS_MIN_RATIO),
+    })
 }
 
 fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
@@ -180,6 +219,7 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let mut table = p1_rows(&xdp)?;
     let (p2row, p2met, p2q) = p2_row(&relay)?;
     table.push(p2row);
+    table.push(tls_row(&relay)?);
     table.extend(stored_rows(
         &storm,
         "table",
@@ -376,5 +416,25 @@ mod tests {
              Kernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"
         ));
         assert!(md.contains("\nP5: both runs limited\n"));
+    }
+
+    #[test]
+    fn tls_row_reads_the_ratio_and_refuses_a_missing_one() {
+        let relay: Value = serde_json::from_str(
+            r#"{"summary":[{"relay":"dra run","requests_per_s":{"median":60000.0}},
+                {"relay":"dra run (TLS)","requests_per_s":{"median":45000.0}}],
+                "ratio_tls_to_plain":0.75,"ratio_tls_to_plain_cpu_per_request":1.3}"#,
+        )
+        .unwrap();
+        let row = tls_row(&relay).unwrap();
+        assert_eq!(row.met, Some(true));
+        assert_eq!(
+            row.measured,
+            "0.75× (45000 vs 60000 req/s); CPU per request 1.30× plain"
+        );
+        let (p2, _, _) = p2_row(&relay).unwrap();
+        assert!(p2.measured.contains("60000"), "{}", p2.measured);
+        let missing: Value = serde_json::from_str(r#"{"summary":[]}"#).unwrap();
+        assert!(tls_row(&missing).is_err());
     }
 }

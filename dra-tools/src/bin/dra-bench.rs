@@ -9,7 +9,13 @@
 //!   ns "sim" 198.18.0.1                         ns "relay" 198.18.0.2
 //!   clients (closed loop, W in flight each) ──▶ dra run :3869, freeDiameterd :3868
 //!   servers (answer 2001 at once)           ◀── or the OTP relay :3870 (one at a time)
+//!                                               or dra run over TLS :5868
 //! ```
+//!
+//! "dra run (TLS)" is the same agent, clients and servers with every connection TLS
+//! from the first byte (mutual authentication, certificates from a CA made at start,
+//! [`dra_tools::pki`]); its ratio to plain `dra run` is reported as
+//! `ratio_tls_to_plain` (requests/s) and `ratio_tls_to_plain_cpu_per_request`.
 //!
 //! The simulators are `dra-loadgen`'s: clients are [`dra_tools::loadgen::closed`] peers,
 //! servers are [`dra_tools::loadgen::server`] servers with zero latency (answered inline).
@@ -40,6 +46,7 @@ use dra_tools::netns::{self, Netns};
 const SIM_IP: &str = "198.18.0.1";
 const RELAY_IP: &str = "198.18.0.2";
 const AGENT_PORT: u16 = 3869;
+const AGENT_TLS_PORT: u16 = dra::transport::tls::DIAMETERS_PORT;
 const FD_PORT: u16 = 3868;
 const OTP_PORT: u16 = 3870;
 const OTP_HOST: &str = "otp.test.example";
@@ -105,7 +112,7 @@ impl Drop for TempDir {
 /// 2001 at once (zero latency: answered inline, no per-request task or timer), no Load
 /// AVP in CCAs (as a plain server), and lenient about sessions: freeDiameter's
 /// `rt_default` spreads a session's CCR-I and CCR-T over both servers.
-async fn start_servers(args: &Args) -> Result<Vec<ServerHandle>> {
+async fn start_servers(args: &Args, tls: Option<&Pki>) -> Result<Vec<ServerHandle>> {
     let mut servers = Vec::new();
     for i in 1..=args.servers {
         let host = format!("srv{i}.{SERVER_REALM}");
@@ -115,6 +122,7 @@ async fn start_servers(args: &Args) -> Result<Vec<ServerHandle>> {
         cfg.strict_sessions = false;
         cfg.load_in_answers = false;
         cfg.seed = i as u64;
+        cfg.tls = tls.map(|p| p.servers.acceptor());
         servers.push(
             server::run(cfg)
                 .await
@@ -149,6 +157,8 @@ async fn stop_servers(servers: Vec<ServerHandle>) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Relay {
     Agent,
+    /// The same agent with every connection TLS.
+    AgentTls,
     /// A second `dra` binary (`--dra-b`): another build, for an A/B comparison.
     AgentB,
     FreeDiameter,
@@ -156,11 +166,17 @@ enum Relay {
 }
 
 impl Relay {
-    const ALL: [Relay; 3] = [Relay::Agent, Relay::FreeDiameter, Relay::Otp];
+    const ALL: [Relay; 4] = [
+        Relay::Agent,
+        Relay::AgentTls,
+        Relay::FreeDiameter,
+        Relay::Otp,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Relay::Agent => "dra run",
+            Relay::AgentTls => "dra run (TLS)",
             Relay::AgentB => "dra run (B)",
             Relay::FreeDiameter => "freeDiameter 1.2.1",
             Relay::Otp => "Erlang/OTP diameter",
@@ -170,6 +186,7 @@ impl Relay {
     fn port(self) -> u16 {
         match self {
             Relay::Agent | Relay::AgentB => AGENT_PORT,
+            Relay::AgentTls => AGENT_TLS_PORT,
             Relay::FreeDiameter => FD_PORT,
             Relay::Otp => OTP_PORT,
         }
@@ -181,9 +198,12 @@ impl FromStr for Relay {
     fn from_str(s: &str) -> Result<Relay> {
         match s {
             "agent" => Ok(Relay::Agent),
+            "agent-tls" => Ok(Relay::AgentTls),
             "freediameter" => Ok(Relay::FreeDiameter),
             "otp" => Ok(Relay::Otp),
-            _ => bail!("--only: agent, freediameter, otp or all (comma-separated), not {s:?}"),
+            _ => bail!(
+                "--only: agent, agent-tls, freediameter, otp or all (comma-separated), not {s:?}"
+            ),
         }
     }
 }
@@ -218,8 +238,10 @@ async fn load(
     relay: Relay,
     round: usize,
     pid: u32,
+    tls: Option<&Pki>,
 ) -> Result<RelayResult> {
     let mut cfg = ClosedConfig::new(addr, args.clients, args.window);
+    cfg.tls = tls.map(|p| p.clients.connector(AGENT_HOST).expect("a DNS name"));
     cfg.origin_host_pattern = format!("client{{n}}.{REALM}");
     cfg.origin_realm = REALM.to_owned();
     cfg.destination_realm = SERVER_REALM.to_owned();
@@ -286,24 +308,74 @@ fn tree_cpu_s(pid: u32) -> f64 {
     ticks as f64 / hz
 }
 
+// ---------------------------------------------------------------- TLS
+
+/// The TLS relay's certificates, one CA for all: the agent's, one naming every client,
+/// one naming every server (made at start; no key is kept).
+struct Pki {
+    _ca: dra_tools::pki::TestCa,
+    agent: dra_tools::pki::TlsFiles,
+    clients: dra::transport::tls::Credentials,
+    servers: dra::transport::tls::Credentials,
+}
+
+impl Pki {
+    fn new(args: &Args) -> Result<Pki> {
+        let ca = dra_tools::pki::TestCa::new("bench")?;
+        let agent = ca.issue("agent", &[AGENT_HOST])?;
+        let load = |f: &dra_tools::pki::TlsFiles| {
+            dra_tools::loadgen::tls_credentials(&f.cert, &f.key, &f.ca)
+        };
+        let client_names: Vec<String> = (1..=args.clients)
+            .map(|i| format!("client{i}.{REALM}"))
+            .collect();
+        let server_names: Vec<String> = (1..=args.servers)
+            .map(|i| format!("srv{i}.{SERVER_REALM}"))
+            .collect();
+        let clients = load(&ca.issue("clients", &names(&client_names))?)?;
+        let servers = load(&ca.issue("servers", &names(&server_names))?)?;
+        Ok(Pki {
+            _ca: ca,
+            agent,
+            clients,
+            servers,
+        })
+    }
+}
+
+fn names(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 // ---------------------------------------------------------------- the agent
 
-fn agent_toml(args: &Args, servers: &[ServerHandle]) -> String {
+/// The agent's config: plain TCP, or (`tls`) TLS on every connection.
+fn agent_toml(args: &Args, servers: &[ServerHandle], tls: Option<&Pki>) -> String {
+    let (port, listener_tls, peer_tls, server_tls) = match tls {
+        None => (AGENT_PORT, String::new(), String::new(), String::new()),
+        Some(p) => (
+            AGENT_TLS_PORT,
+            format!("tls = {}\n", p.agent.toml()),
+            "tls = {}\n".to_owned(),
+            format!("tls = {}\n", p.agent.toml()),
+        ),
+    };
     let mut t = format!(
         "[global]\norigin_host = \"{AGENT_HOST}\"\norigin_realm = \"{REALM}\"\n\
-         diameter_ports = [{AGENT_PORT}]\n\n\
-         [[listener]]\naddress = \"{RELAY_IP}:{AGENT_PORT}\"\ntransport = \"tcp\"\n\n"
+         diameter_ports = [{port}]\n\n\
+         [[listener]]\naddress = \"{RELAY_IP}:{port}\"\ntransport = \"tcp\"\n{listener_tls}\n"
     );
     for i in 1..=args.clients {
         t.push_str(&format!(
             "[[peer]]\nname = \"client{i}\"\norigin_host = \"client{i}.{REALM}\"\n\
-             realm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n\n"
+             realm = \"{REALM}\"\naddresses = []\nrole = \"client\"\n{peer_tls}\n"
         ));
     }
     for (i, s) in servers.iter().enumerate() {
         t.push_str(&format!(
             "[[peer]]\nname = \"srv{}\"\norigin_host = \"{}\"\nrealm = \"{SERVER_REALM}\"\n\
-             addresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{}\"\n\n",
+             addresses = []\nrole = \"server\"\ngroup = \"pcrf\"\nconnect = \"{}\"\n\
+             {server_tls}\n",
             i + 1,
             s.origin_host(),
             s.local_addr()
@@ -495,7 +567,11 @@ fn main() -> Result<()> {
             .context("dra-bench has no directory")?
             .join("dra"),
     };
-    if relays.contains(&Relay::Agent) && !dra.is_file() {
+    if relays
+        .iter()
+        .any(|r| matches!(r, Relay::Agent | Relay::AgentTls))
+        && !dra.is_file()
+    {
         bail!(
             "{}: no dra binary (build it: cargo build --release -p dra-userspace, or --dra)",
             dra.display()
@@ -519,6 +595,7 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let pki = Pki::new(&args)?;
     let results = rt.block_on(async {
         let mut results = Vec::new();
         for round in 1..=args.rounds {
@@ -527,7 +604,7 @@ fn main() -> Result<()> {
                     (Relay::AgentB, Some(b)) => b.as_path(),
                     _ => dra.as_path(),
                 };
-                results.push(run_one(&args, relay, round, &relay_ns, &dir.0, bin).await?);
+                results.push(run_one(&args, relay, round, &relay_ns, &dir.0, bin, &pki).await?);
             }
         }
         anyhow::Ok(results)
@@ -543,11 +620,13 @@ async fn run_one(
     ns: &Netns,
     dir: &Path,
     dra: &Path,
+    pki: &Pki,
 ) -> Result<RelayResult> {
-    let servers = start_servers(args).await?;
+    let tls = (relay == Relay::AgentTls).then_some(pki);
+    let servers = start_servers(args, tls).await?;
     let (proc, log) = match relay {
-        Relay::Agent | Relay::AgentB => (
-            start_agent(ns, dra, dir, &agent_toml(args, &servers))?,
+        Relay::Agent | Relay::AgentB | Relay::AgentTls => (
+            start_agent(ns, dra, dir, &agent_toml(args, &servers, tls))?,
             dir.join("dra.log"),
         ),
         Relay::FreeDiameter => {
@@ -567,7 +646,7 @@ async fn run_one(
         "round {round}, {name}: {} clients × {} in flight …",
         args.clients, args.window
     );
-    let r = load(addr, args, relay, round, proc.pid()).await;
+    let r = load(addr, args, relay, round, proc.pid(), tls).await;
     drop(proc);
     let answered = stop_servers(servers).await;
     match r {
@@ -608,6 +687,35 @@ fn stats(results: &[RelayResult], relay: Relay, f: impl Fn(&RelayResult) -> f64)
 
 /// The P2 goal: dra run relays at least this many times freeDiameter's rate.
 const GOAL_RATIO: f64 = 3.0;
+/// The TLS goal: over TLS dra run relays at least this share of its plain TCP rate.
+const GOAL_TLS_RATIO: f64 = 0.5;
+
+/// The TLS row: (requests/s TLS ÷ plain, CPU per request TLS ÷ plain), medians of the
+/// rounds; `None` when either relay did not run. A CPU figure that could not be read
+/// is an error, not a zero.
+fn tls_ratios(results: &[RelayResult], relays: &[Relay]) -> Result<Option<(f64, f64)>> {
+    if !(relays.contains(&Relay::Agent) && relays.contains(&Relay::AgentTls)) {
+        return Ok(None);
+    }
+    let rps = |r| stats(results, r, |x| x.rps)[0];
+    let cpu = |r: Relay| -> Result<f64> {
+        let mut v = Vec::new();
+        for x in results.iter().filter(|x| x.relay == r) {
+            v.push(x.cpu_us_per_request().with_context(|| {
+                format!(
+                    "{} round {}: no CPU per request (no CCR answered)",
+                    r.name(),
+                    x.round
+                )
+            })?);
+        }
+        Ok(median(&mut v))
+    };
+    Ok(Some((
+        rps(Relay::AgentTls) / rps(Relay::Agent),
+        cpu(Relay::AgentTls)? / cpu(Relay::Agent)?,
+    )))
+}
 
 fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) -> Result<()> {
     let in_flight = args.clients * args.window;
@@ -689,6 +797,18 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
     if let Some(x) = ratio_b {
         println!("dra run / dra run (B) (medians): {x:.3}× (A/B, no goal)");
     }
+    let tls = tls_ratios(results, relays)?;
+    if let Some((rps, cpu)) = tls {
+        println!(
+            "TLS: dra run (TLS) / dra run (medians): {rps:.2}× requests/s (goal ≥ \
+             {GOAL_TLS_RATIO}×): {}; CPU per request {cpu:.2}×",
+            if rps >= GOAL_TLS_RATIO {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+    }
     let json = serde_json::json!({
         "in_flight": in_flight,
         "clients": args.clients,
@@ -719,6 +839,10 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
         "ratio_agent_to_otp": ratio_otp.map(|x| (x * 100.0).round() / 100.0),
         "goal_min_ratio": GOAL_RATIO,
         "met": met,
+        "ratio_tls_to_plain": tls.map(|t| (t.0 * 1000.0).round() / 1000.0),
+        "ratio_tls_to_plain_cpu_per_request": tls.map(|t| (t.1 * 1000.0).round() / 1000.0),
+        "goal_min_ratio_tls_to_plain": GOAL_TLS_RATIO,
+        "met_tls": tls.map(|t| t.0 >= GOAL_TLS_RATIO),
     });
     let out = args.out.clone().unwrap_or_else(|| {
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));

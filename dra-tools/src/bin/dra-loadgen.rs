@@ -37,8 +37,53 @@ enum Mode {
     Server(ServerArgs),
 }
 
+/// TLS from the first byte (RFC 6733 §13.1; IANA's port is 5868): all three files,
+/// or none for plain TCP.
+#[derive(clap::Args, Debug)]
+struct TlsArgs {
+    /// Certificate (PEM) naming every Origin-Host of these peers as a DNS name.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA certificate (PEM) the other side's certificate must chain to.
+    #[arg(long, requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// Gateways: the name the DRA's certificate must carry (required with --tls-cert).
+    #[arg(long)]
+    tls_name: Option<String>,
+}
+
+impl TlsArgs {
+    fn credentials(&self) -> anyhow::Result<Option<dra::transport::tls::Credentials>> {
+        let (Some(c), Some(k), Some(a)) = (&self.tls_cert, &self.tls_key, &self.tls_ca) else {
+            return Ok(None);
+        };
+        Ok(Some(
+            dra_tools::loadgen::tls_credentials(c, k, a).context("loading the TLS files")?,
+        ))
+    }
+
+    /// The connector of a gateway mode.
+    fn connector(&self) -> anyhow::Result<Option<dra::transport::tls::Connector>> {
+        let Some(c) = self.credentials()? else {
+            return Ok(None);
+        };
+        let name = self
+            .tls_name
+            .as_deref()
+            .context("--tls-name: the name the DRA's certificate must carry")?;
+        Ok(Some(c.connector(name).with_context(|| {
+            format!("--tls-name {name}: not a DNS name")
+        })?))
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct ClientArgs {
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
@@ -95,6 +140,8 @@ struct ClientArgs {
 
 #[derive(clap::Args, Debug)]
 struct ClosedArgs {
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
@@ -143,6 +190,8 @@ struct ClosedArgs {
 
 #[derive(clap::Args, Debug)]
 struct ServerArgs {
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3869")]
     listen: SocketAddr,
@@ -238,6 +287,7 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     cfg.seed = a.seed;
     cfg.drain = a.drain.map(Duration::from_secs_f64);
     cfg.doic = a.doic;
+    cfg.tls = a.tls.connector()?;
     // SIGINT/SIGTERM end the scenario early; the summary still covers what ran.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     cfg.stop = Some(stop_rx);
@@ -280,6 +330,7 @@ async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
     cfg.drain = seconds("drain", a.drain)?;
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;
+    cfg.tls = a.tls.connector()?;
     let report = closed::run(cfg).await?;
     let json = serde_json::to_string_pretty(&report.to_json())?;
     match a.summary_json {
@@ -295,6 +346,7 @@ async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
 
 async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(a.listen, &a.origin_host, &a.origin_realm);
+    cfg.tls = a.tls.credentials()?.map(|c| c.acceptor());
     cfg.allowed_hosts = a.allow_hosts;
     cfg.latency = a.latency;
     cfg.max_concurrent = a.max_concurrent;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dra::transport::Connection;
 use dra_common::wire::cmd;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -64,6 +64,9 @@ pub struct ClientConfig {
     pub secondary: Option<SocketAddr>,
     /// How a gateway with a [`ClientConfig::secondary`] uses its two DRAs.
     pub dra_mode: DraMode,
+    /// TLS towards the DRA (its certificate must carry the connector's name); `None`:
+    /// plain TCP.
+    pub tls: Option<dra::transport::tls::Connector>,
 }
 
 impl ClientConfig {
@@ -86,6 +89,7 @@ impl ClientConfig {
             doic: false,
             secondary: None,
             dra_mode: DraMode::Primary,
+            tls: None,
         }
     }
 
@@ -192,6 +196,8 @@ struct PeerCtx {
     seed: u64,
     /// The gateway's DOIC reacting node, kept across reconnections.
     doic: Option<Arc<std::sync::Mutex<super::doic::GatewayReactor>>>,
+    /// TLS towards the DRA.
+    tls: Option<dra::transport::tls::Connector>,
 }
 
 impl PeerCtx {
@@ -248,6 +254,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             origin_host: host.clone(),
             origin_realm: cfg.origin_realm.clone(),
             connect: cfg.connect,
+            tls: cfg.tls.clone(),
             secondary: cfg.secondary,
             dra_mode: cfg.dra_mode,
             bind: cfg.bind,
@@ -538,10 +545,11 @@ async fn peer_task(
     }
 }
 
-/// A TCP connection to `addr` from `ctx.bind`; `None` when it fails or takes over 5 s.
-async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<TcpStream> {
+/// A connection (TCP, or TLS) to `addr` from `ctx.bind`; `None` when it fails or
+/// takes over 5 s.
+async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<Connection> {
     tokio::select! {
-        s = super::connect_from(ctx.bind, addr) => s.ok(),
+        s = super::dial(ctx.bind, addr, None, ctx.tls.as_ref()) => s.ok(),
         _ = tokio::time::sleep(Duration::from_secs(5)) => None,
     }
 }
@@ -607,15 +615,12 @@ fn close(link: &mut Link, now: Duration) {
 
 async fn connection(
     ctx: &PeerCtx,
-    stream: TcpStream,
+    stream: Connection,
     n: u64,
     rx: &mut mpsc::UnboundedReceiver<Cmd>,
     ev: &mpsc::UnboundedSender<Ev>,
 ) -> End {
-    let local_ip = stream
-        .local_addr()
-        .map(|a| a.ip())
-        .unwrap_or(ctx.connect.ip());
+    let local_ip = stream.local.ip();
     let cfg = Arc::new(loadgen_peer_config(
         &ctx.origin_host,
         &ctx.origin_realm,
@@ -1020,12 +1025,12 @@ async fn link_connection(
     ctx: &PeerCtx,
     link: usize,
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: Connection,
     n: u64,
     rx: &mut mpsc::UnboundedReceiver<LinkCmd>,
     ev: &mpsc::UnboundedSender<LinkEv>,
 ) -> bool {
-    let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(addr.ip());
+    let local_ip = stream.local.ip();
     let cfg = Arc::new(loadgen_peer_config(
         &ctx.origin_host,
         &ctx.origin_realm,

@@ -25,9 +25,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dra::transport::Connection;
 use dra_common::wire::{HEADER_LEN, app, avp as avp_code, cmd, flags};
 use hdrhistogram::Histogram;
-use tokio::net::TcpStream;
 
 use super::conn::{Exit, Flow, Link, Mode, drive};
 use super::{AllowList, loadgen_peer_config};
@@ -78,6 +78,8 @@ pub struct ClosedConfig {
     pub tw: Duration,
     /// Seed for the Hop-by-Hop / End-to-End identifiers.
     pub seed: u64,
+    /// TLS towards the DRA; `None`: plain TCP.
+    pub tls: Option<dra::transport::tls::Connector>,
 }
 
 impl ClosedConfig {
@@ -100,6 +102,7 @@ impl ClosedConfig {
             connect_timeout: Duration::from_secs(10),
             tw: Duration::from_secs(30),
             seed: 1,
+            tls: None,
         }
     }
 
@@ -638,15 +641,17 @@ pub async fn run(cfg: ClosedConfig) -> Result<ClosedReport, ClosedError> {
     }
 }
 
-/// Connects to `to` (from `bind` when given), retrying refusals until `timeout`.
+/// Connects to `to` (from `bind` when given; TLS with `tls`), retrying failures until
+/// `timeout`.
 async fn connect(
     to: SocketAddr,
     bind: Option<IpAddr>,
     timeout: Duration,
-) -> std::io::Result<TcpStream> {
+    tls: Option<&dra::transport::tls::Connector>,
+) -> std::io::Result<Connection> {
     let t0 = Instant::now();
     loop {
-        match super::connect_from(bind, to).await {
+        match super::dial(bind, to, None, tls).await {
             Ok(s) => return Ok(s),
             Err(e) if t0.elapsed() >= timeout => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -662,7 +667,7 @@ async fn peer(
     window: Window,
 ) -> Result<ClosedReport, ClosedError> {
     let host = cfg.origin_host(idx);
-    let stream = connect(cfg.connect, cfg.bind, cfg.connect_timeout)
+    let stream = connect(cfg.connect, cfg.bind, cfg.connect_timeout, cfg.tls.as_ref())
         .await
         .map_err(|source| ClosedError::Connect {
             origin_host: host.clone(),
@@ -673,8 +678,7 @@ async fn peer(
         origin_host: host.clone(),
         source,
     };
-    stream.set_nodelay(true).map_err(io)?;
-    let local = stream.local_addr().map_err(io)?.ip();
+    let local = stream.local.ip();
     let start = Instant::now();
     let pc = PeerConnection::new(
         Role::Initiator,

@@ -1,5 +1,6 @@
-//! One driver for a [`PeerConnection`] over a TCP stream, used by every mode (client,
-//! closed loop, scripted peers and servers, server). It follows the driving table of
+//! One driver for a [`PeerConnection`] over a transport connection
+//! ([`dra::transport`]: TCP, or TLS over TCP), used by every mode (client, closed loop,
+//! scripted peers and servers, server). It follows the driving table of
 //! [`dra::diameter::peer`]:
 //!
 //! ```text
@@ -27,9 +28,8 @@ use std::time::{Duration, Instant};
 
 use dra::diameter::peer::{Handled, PeerConnection, PeerEvent};
 use dra::diameter::{Framer, FramingError, Message, encode_into};
+use dra::transport::{Connection, ReadHalf, WriteHalf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 enum Writer {
     /// In the driving task, `write_all` of everything queued once per turn: the fewest
     /// copies and wake-ups (closed loop, scripted peers; exact write boundaries).
-    Direct(OwnedWriteHalf),
+    Direct(WriteHalf),
     /// Through a writer task fed by a channel, so a peer that does not read never
     /// blocks the driver (client), and other tasks can answer on the connection
     /// (server: answers after a service time).
@@ -65,7 +65,7 @@ pub(crate) struct Link {
     /// that turn (see [`Mode::transmit`]).
     pub out: Vec<u8>,
     start: Instant,
-    rd: OwnedReadHalf,
+    rd: ReadHalf,
     writer: Writer,
     read_size: usize,
 }
@@ -76,11 +76,15 @@ const BATCH: usize = 16 * 1024;
 const READ_SIZE: usize = 64 * 1024;
 
 impl Link {
-    /// A connection over `stream` (Nagle off) that writes in the driving task, its
-    /// clock starting at `start`, reading up to `read_size` bytes at once.
-    pub fn direct(stream: TcpStream, pc: PeerConnection, start: Instant, read_size: usize) -> Link {
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
+    /// A connection over `stream` that writes in the driving task, its clock starting
+    /// at `start`, reading up to `read_size` bytes at once.
+    pub fn direct(
+        stream: Connection,
+        pc: PeerConnection,
+        start: Instant,
+        read_size: usize,
+    ) -> Link {
+        let (rd, wr) = stream.split();
         Link {
             pc,
             out: Vec::with_capacity(read_size),
@@ -94,12 +98,11 @@ impl Link {
     /// As [`Link::direct`], but writing through a writer task; also returns the task's
     /// channel, for answers other tasks write on this connection.
     pub fn with_writer(
-        stream: TcpStream,
+        stream: Connection,
         pc: PeerConnection,
         start: Instant,
     ) -> (Link, mpsc::UnboundedSender<Vec<u8>>) {
-        let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = stream.split();
         let (tx, task) = spawn_writer(wr);
         let link = Link {
             pc,
@@ -127,7 +130,11 @@ impl Link {
         }
         match &mut self.writer {
             Writer::Direct(wr) => {
-                let r = wr.write_all(&self.out).await;
+                // TLS holds records until flushed; TCP's flush is a no-op.
+                let r = match wr.write_all(&self.out).await {
+                    Ok(()) => wr.flush().await,
+                    e => e,
+                };
                 self.out.clear();
                 r
             }
@@ -144,7 +151,10 @@ impl Link {
     pub async fn write_now(&mut self, bytes: Vec<u8>) -> io::Result<()> {
         self.flush().await?;
         match &mut self.writer {
-            Writer::Direct(wr) => wr.write_all(&bytes).await,
+            Writer::Direct(wr) => {
+                wr.write_all(&bytes).await?;
+                wr.flush().await
+            }
             Writer::Task { tx, .. } => {
                 let _ = tx.send(bytes);
                 Ok(())
@@ -366,7 +376,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// Spawns the writer half: everything sent on the channel is written in order.
-fn spawn_writer(mut wr: OwnedWriteHalf) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandle<()>) {
+fn spawn_writer(mut wr: WriteHalf) -> (mpsc::UnboundedSender<Vec<u8>>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let h = tokio::spawn(async move {
         while let Some(mut buf) = rx.recv().await {
@@ -377,7 +387,7 @@ fn spawn_writer(mut wr: OwnedWriteHalf) -> (mpsc::UnboundedSender<Vec<u8>>, Join
                     break;
                 }
             }
-            if wr.write_all(&buf).await.is_err() {
+            if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
         }

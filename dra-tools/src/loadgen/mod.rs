@@ -43,6 +43,8 @@ use dra::diameter::peer::{
     ApplicationId, KnownPeer, PeerConfig, PeerDirectory, Rejection, VendorSpecificApplicationId,
 };
 use dra::routing::PeerId;
+use dra::transport::Connection;
+use dra::transport::tls::Connector;
 
 /// Connects to `to`, from local address `bind` (port chosen by the system) when given:
 /// a DRA tells peers apart by source address, so gateways sharing a host bind their own.
@@ -86,6 +88,40 @@ pub async fn connect_with(
         sock.bind(std::net::SocketAddr::new(ip, 0))?;
     }
     sock.connect(to).await
+}
+
+/// Connects to `to` (from `bind` when given) and, with `tls`, makes the TLS handshake
+/// (bounded by [`dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT`]): the connection every
+/// gateway mode starts from.
+pub async fn dial(
+    bind: Option<IpAddr>,
+    to: std::net::SocketAddr,
+    congestion: Option<&str>,
+    tls: Option<&Connector>,
+) -> std::io::Result<Connection> {
+    let tcp = connect_with(bind, to, congestion).await?;
+    match tls {
+        None => Connection::tcp(tcp),
+        Some(c) => c
+            .connect(tcp, dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT)
+            .await
+            .map_err(|r| std::io::Error::other(format!("TLS: {r}"))),
+    }
+}
+
+/// A TLS side for dra-loadgen from three PEM files: the certificate (with every
+/// Origin-Host its peers use as a DNS name), its key, and the CA the other side's
+/// certificate must chain to.
+pub fn tls_credentials(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    ca: &std::path::Path,
+) -> std::io::Result<dra::transport::tls::Credentials> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+    };
+    dra::transport::tls::Credentials::from_pem(&read(cert)?, &read(key)?, &read(ca)?)
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// Origin-Host of peer `i` (0-based) from a pattern where `{n}` is 1..=peers.

@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::net::{TcpListener, TcpStream};
+use dra::transport::Connection;
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Flow, Link, Mode, drive};
@@ -219,12 +220,24 @@ impl ScriptedPeer {
     ) -> Result<ScriptedPeer, u32> {
         let stream = super::connect_with(bind, addr, congestion)
             .await
+            .and_then(Connection::tcp)
             .map_err(|_| 0u32)?;
+        Self::open(stream, cfg, remote_host, tap).await
+    }
+
+    /// As [`ScriptedPeer::connect`], over a connection already made (TLS, e.g.
+    /// [`super::dial`]): CER/CEA on it.
+    pub async fn open(
+        stream: Connection,
+        cfg: PeerConfig,
+        remote_host: &str,
+        tap: Option<Tap>,
+    ) -> Result<ScriptedPeer, u32> {
         let pc = PeerConnection::new(
             Role::Initiator,
             Arc::new(cfg),
             directory(remote_host),
-            addr.ip(),
+            stream.remote.ip(),
             ConnectionOptions::new(u64::from(next_e2e()), 1_700_000_000),
         )
         .map_err(|_| 0u32)?;
@@ -273,7 +286,7 @@ impl ScriptedPeer {
 }
 
 fn spawn_driver(
-    stream: TcpStream,
+    stream: Connection,
     pc: PeerConnection,
     handler: Option<Handler>,
     tap: Option<Tap>,
@@ -281,10 +294,7 @@ fn spawn_driver(
     arrivals: Option<(ArrivalLog, usize)>,
 ) -> ScriptedPeer {
     let (tx, rx) = mpsc::channel(1024);
-    let key = match (stream.peer_addr(), stream.local_addr()) {
-        (Ok(r), Ok(l)) => dra::oob::flow_key(r, l),
-        _ => dra_common::maps::FlowKey::default(),
-    };
+    let key = dra::oob::flow_key(stream.remote, stream.local);
     let mut link = Link::direct(stream, pc, Instant::now(), 64 * 1024);
     let mut conn = Conn {
         rx: Some(rx),
@@ -535,7 +545,9 @@ impl ScriptedServer {
         let task = tokio::spawn(async move {
             let mut index = 0usize;
             let mut seed = 1u64;
-            while let Ok((s, remote)) = lst.accept().await {
+            while let Ok((s, _)) = lst.accept().await {
+                let Ok(s) = Connection::tcp(s) else { continue };
+                let remote = s.remote;
                 seed += 1;
                 let Ok(pc) = PeerConnection::new(
                     Role::Responder,

@@ -27,9 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dra::transport::Connection;
 use dra_common::wire::{app, cmd};
 use serde::Serialize;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -189,6 +190,9 @@ pub struct ServerConfig {
     pub seed: u64,
     /// DOIC reporting node (`super::doic`): OLRs in answers to DOIC requests.
     pub doic: Option<Arc<super::doic::ServerReporter>>,
+    /// TLS from the first byte (the client's certificate must chain to the acceptor's
+    /// CA); `None`: plain TCP.
+    pub tls: Option<dra::transport::tls::Acceptor>,
 }
 
 impl ServerConfig {
@@ -213,6 +217,7 @@ impl ServerConfig {
             load_in_answers: true,
             seed: 1,
             doic: None,
+            tls: None,
         }
     }
 }
@@ -679,11 +684,22 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
         tokio::select! {
             _ = stop.changed() => break,
             r = listener.accept() => {
-                let Ok((stream, remote)) = r else { continue };
+                let Ok((tcp, _)) = r else { continue };
                 n += 1;
-                shared.stats.lock().expect("stats").connections += 1;
-                let conn = serve_conn(stream, remote.ip(), shared.clone(), stop.clone(), n);
-                conns.push(tokio::spawn(conn));
+                let (shared, stop) = (shared.clone(), stop.clone());
+                conns.push(tokio::spawn(async move {
+                    let stream = match &shared.cfg.tls {
+                        None => Connection::tcp(tcp).ok(),
+                        Some(a) => a
+                            .accept(tcp, dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT)
+                            .await
+                            .ok(),
+                    };
+                    let Some(stream) = stream else { return };
+                    shared.stats.lock().expect("stats").connections += 1;
+                    let remote = stream.remote.ip();
+                    serve_conn(stream, remote, shared, stop, n).await;
+                }));
                 conns.retain(|h: &JoinHandle<()>| !h.is_finished());
             }
         }
@@ -694,7 +710,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
 }
 
 async fn serve_conn(
-    stream: TcpStream,
+    stream: Connection,
     remote: IpAddr,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,

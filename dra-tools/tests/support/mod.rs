@@ -10,8 +10,10 @@ mod shared;
 pub mod agent;
 #[path = "../../../dra-userspace/tests/diameter_fixtures/mod.rs"]
 pub mod diameter_fixtures;
+pub mod freediameter;
 #[path = "../../../dra-userspace/tests/peer_support/mod.rs"]
 pub mod peer;
+pub mod tls_lab;
 
 #[allow(unused_imports)]
 pub use shared::*;

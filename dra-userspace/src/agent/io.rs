@@ -1,5 +1,6 @@
-//! Per-connection I/O tasks: a reader (TCP → Framer → decode → core) and a writer
-//! (bounded queue → TCP). No protocol logic: the core owns every `PeerConnection`.
+//! Per-connection I/O tasks: a reader (transport → Framer → decode → core) and a writer
+//! (bounded queue → transport), the same for every transport ([`crate::transport`]).
+//! No protocol logic: the core owns every `PeerConnection`.
 //!
 //! The reader of an accepted connection applies the ingress verdicts before decoding
 //! each framed message ([`Ingress`]):
@@ -15,14 +16,13 @@
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 use tracing::{Instrument, debug};
 
 use crate::diameter::{DecodeError, Framer, FramingError, Message, decode};
 use crate::limiter::{Filter, Limiter, Source};
 use crate::oob::{self, OobInbox};
+use crate::transport::{Connection, ReadHalf, WriteHalf};
 
 /// Who enforces the ingress limits on an accepted connection (see the module docs).
 #[derive(Clone, Debug, Default)]
@@ -94,15 +94,14 @@ enum Verdicts {
 /// (for the connection's source: remote address, local port), or XDP.
 pub fn spawn(
     conn: ConnId,
-    stream: TcpStream,
+    stream: Connection,
     events: mpsc::Sender<IoEvent>,
     max_message_size: usize,
     write_queue: usize,
     ingress: Ingress,
     span: tracing::Span,
-) -> std::io::Result<ConnIo> {
-    let remote = stream.peer_addr()?;
-    let local = stream.local_addr()?;
+) -> ConnIo {
+    let (remote, local) = (stream.remote, stream.local);
     let verdicts = match ingress {
         Ingress::None => Verdicts::None,
         Ingress::Limiter(l) => match l.source(remote.ip(), local.port()) {
@@ -111,18 +110,17 @@ pub fn spawn(
         },
         Ingress::FastPath(o) => Verdicts::FastPath(o, oob::flow_key(remote, local)),
     };
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = stream.split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
     let reader =
         tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
-    Ok(ConnIo { tx, reader })
+    ConnIo { tx, reader }
 }
 
 async fn reader(
     conn: ConnId,
-    mut rd: OwnedReadHalf,
+    mut rd: ReadHalf,
     events: mpsc::Sender<IoEvent>,
     max: usize,
     verdicts: Verdicts,
@@ -178,7 +176,7 @@ async fn reader(
     let _ = events.send(IoEvent::Closed { conn, why }).await;
 }
 
-async fn writer(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+async fn writer(wr: WriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
     let mut w = BufWriter::with_capacity(64 * 1024, wr);
     while let Some(bytes) = rx.recv().await {
         if w.write_all(&bytes).await.is_err() {

@@ -153,6 +153,10 @@ pub struct AgentOptions {
     /// Who that is, and why, in words (`dra status`): "XDP on eth0", "the agent (no
     /// fast path interface)", or the agent with the reason this kernel cannot load XDP.
     pub ingress_by: String,
+    /// The agent's limiter for the connections the fast path cannot read (TLS): their
+    /// ingress limits are enforced here even when XDP is attached. `None`: the limiter
+    /// of [`AgentOptions::ingress`] when it is one, else nobody.
+    pub limiter: Option<std::sync::Arc<crate::limiter::Limiter>>,
     /// Where `dra reload` requests arriving on the control socket go (`dra run`'s
     /// reload loop, [`crate::reload`]); `None`: refused.
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
@@ -199,6 +203,7 @@ impl Default for AgentOptions {
             max_awaiting_cer_per_source: 32,
             ingress: io::Ingress::None,
             ingress_by: "nobody (no ingress limits)".to_owned(),
+            limiter: None,
             reload: None,
             config_info: None,
         }
@@ -266,10 +271,19 @@ impl AgentStats {
 }
 
 enum Ctl {
-    Accepted(tokio::net::TcpStream),
+    /// A connection accepted by the listener configured at `listener`.
+    Accepted {
+        stream: tokio::net::TcpStream,
+        listener: SocketAddr,
+    },
+    /// The TLS handshake of an accepted connection ended.
+    Handshaken {
+        remote: SocketAddr,
+        result: Result<crate::transport::Connection, crate::transport::tls::Refusal>,
+    },
     Connected {
         peer: usize,
-        result: std::io::Result<tokio::net::TcpStream>,
+        result: Result<crate::transport::Connection, core::DialError>,
     },
     Status(oneshot::Sender<String>),
     Stats(oneshot::Sender<AgentStats>),
@@ -422,8 +436,9 @@ async fn bind_listener(
         let (mut failed, mut logged) = (0u64, None);
         loop {
             match lst.accept().await {
-                Ok((s, _)) => {
-                    if tx.send(Ctl::Accepted(s)).await.is_err() {
+                Ok((stream, _)) => {
+                    let listener = address;
+                    if tx.send(Ctl::Accepted { stream, listener }).await.is_err() {
                         return;
                     }
                 }

@@ -56,6 +56,9 @@ pub struct ConfigDiff {
     pub fast_path_global_changed: bool,
     pub listeners_added: Vec<SocketAddr>,
     pub listeners_removed: Vec<SocketAddr>,
+    /// Listeners that stay whose `tls` changed (a certificate, key or CA rewritten in
+    /// place included): new connections use the new one, open ones keep theirs.
+    pub listeners_tls_changed: Vec<SocketAddr>,
     /// The metrics address, old → new.
     pub metrics: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
 }
@@ -83,7 +86,7 @@ impl ConfigDiff {
             || self.peers_changed.iter().any(|c| {
                 c.keys
                     .iter()
-                    .any(|k| ["addresses", "group", "connect"].contains(k))
+                    .any(|k| ["addresses", "group", "connect", "tls"].contains(k))
             })
     }
 
@@ -105,6 +108,7 @@ impl ConfigDiff {
             ("limits-", self.limits_removed.len()),
             ("listeners+", self.listeners_added.len()),
             ("listeners-", self.listeners_removed.len()),
+            ("listeners tls~", self.listeners_tls_changed.len()),
         ];
         let mut parts: Vec<String> = counts
             .iter()
@@ -160,6 +164,12 @@ impl fmt::Display for ConfigDiff {
         }
         lines(f, "+ listener", &self.listeners_added)?;
         lines(f, "- listener", &self.listeners_removed)?;
+        for l in &self.listeners_tls_changed {
+            writeln!(
+                f,
+                "~ listener {l}: tls (new connections; open ones keep theirs)"
+            )?;
+        }
         if let Some((old, new)) = &self.metrics {
             let s = |a: &Option<SocketAddr>| a.map_or("none".to_owned(), |a| a.to_string());
             writeln!(f, "~ metrics address {} -> {}", s(old), s(new))?;
@@ -267,6 +277,7 @@ fn peer_keys(o: &Peer, n: &Peer) -> Vec<&'static str> {
         ("connection_rate", o.connection_guard != n.connection_guard),
         ("weight", o.weight != n.weight),
         ("doic", o.doic != n.doic),
+        ("tls", o.tls != n.tls),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))
@@ -413,6 +424,16 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let lb: Vec<SocketAddr> = new.listeners.iter().map(|l| l.address).collect();
     d.listeners_added = minus(&lb, &la);
     d.listeners_removed = minus(&la, &lb);
+    d.listeners_tls_changed = new
+        .listeners
+        .iter()
+        .filter(|n| {
+            old.listeners
+                .iter()
+                .any(|o| o.address == n.address && o.tls != n.tls)
+        })
+        .map(|n| n.address)
+        .collect();
     if old.metrics.address != new.metrics.address {
         d.metrics = Some((old.metrics.address, new.metrics.address));
     }

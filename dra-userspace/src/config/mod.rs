@@ -254,12 +254,42 @@ pub struct Control {
 }
 
 /// `[[listener]]`: where clients connect.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Listener {
     /// Listening address.
     pub address: SocketAddr,
     /// Transport.
     pub transport: Transport,
+    /// TLS from the first byte (RFC 6733 §13.1): its certificate, key and the CA the
+    /// clients' certificates must chain to. `None`: plain TCP.
+    pub tls: Option<Tls>,
+}
+
+/// `tls = { ... }` of a listener or of a peer (docs/config.md, "TLS").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tls {
+    /// `cert`, `key`, `ca` as written: a listener's, or a peer's the agent dials.
+    /// `None` for a peer that connects to the agent (its listener's are used).
+    pub files: Option<TlsFiles>,
+    /// What the files hold, read and checked when the config was loaded (a reload
+    /// reads them again: new connections use the new ones).
+    pub credentials: Option<crate::transport::tls::Credentials>,
+    /// Peers: the name the peer's certificate must carry as a DNS subject alternative
+    /// name; `None` = its `origin_host`.
+    pub identity: Option<String>,
+    /// Bound on the TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+/// The three files of a `tls` table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM, end entity first).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// CA certificates the other side's certificate must chain to (PEM).
+    pub ca: PathBuf,
 }
 
 /// Transport of a listener.
@@ -295,6 +325,18 @@ pub struct Peer {
     /// DOIC towards this gateway (`doic = true`; clients only): the agent reports its
     /// own overload to it (docs/doic.md).
     pub doic: Option<Doic>,
+    /// The peer speaks TLS (RFC 6733 §13.1): only over TLS, with a certificate that
+    /// names it. `None`: plain TCP only.
+    pub tls: Option<Tls>,
+}
+
+impl Peer {
+    /// The name a TLS peer's certificate must carry: its `identity`, else its
+    /// Origin-Host. `None` for a plain peer.
+    pub fn tls_name(&self) -> Option<&str> {
+        let t = self.tls.as_ref()?;
+        Some(t.identity.as_deref().unwrap_or(&self.origin_host))
+    }
 }
 
 /// A gateway's DOIC settings (`doic`, `doic_algorithms`, `doic_validity`).
@@ -661,6 +703,39 @@ impl Config {
     /// DB CPU profile, routes.
     pub fn summary(&self) -> String {
         summary::render(self)
+    }
+
+    /// Every limit and the part that enforces it (docs/config.md, "Which part enforces
+    /// a limit"), one `(limit, part)` each: `xdp` attached (`Some(true)`), not
+    /// (`Some(false)`), or not known (`None`: `dra check-config` on a file without
+    /// `[fast_path] interface`).
+    pub fn enforced_by(&self, xdp: Option<bool>) -> Vec<(String, &'static str)> {
+        let name = |t: &Target| match t {
+            Target::Peer(n) => n.clone(),
+            Target::Group(n) => format!("group {n}"),
+        };
+        let part = |t: &Target, d: Direction, overall: bool| {
+            let group_overall = overall && matches!(t, Target::Group(_));
+            validate::enforcement::part(self, t, d, group_overall, xdp)
+        };
+        let overall = self.peer_rate_limits.iter().map(|p| {
+            (
+                format!("{} {} overall", p.direction.name(), name(&p.target)),
+                part(&p.target, p.direction, true),
+            )
+        });
+        let class = self.message_rate_limits.iter().map(|m| {
+            (
+                format!("{} {} {}", m.direction.name(), name(&m.target), m.class),
+                part(&m.target, m.direction, false),
+            )
+        });
+        let guards = self
+            .peers
+            .iter()
+            .filter(|p| p.connection_guard.is_some())
+            .map(|p| (format!("connection_rate {}", p.name), "XDP"));
+        overall.chain(class).chain(guards).collect()
     }
 
     /// Valid but probably unintended settings, one line each (printed by `dra

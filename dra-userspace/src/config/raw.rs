@@ -119,6 +119,21 @@ pub(super) struct RawControl {
 pub(super) struct RawListener {
     pub address: S<String>,
     pub transport: Option<S<String>>,
+    /// Deserialized on its own (see [`RawTls`]); `None` = key absent, `Some(None)` =
+    /// it failed.
+    #[serde(skip)]
+    pub tls: Option<Option<Item<RawTls>>>,
+}
+
+/// `tls = { ... }` of a listener or a peer.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub cert: Option<S<String>>,
+    pub key: Option<S<String>>,
+    pub ca: Option<S<String>>,
+    pub identity: Option<S<String>>,
+    pub handshake_timeout: Option<S<String>>,
 }
 
 #[derive(Deserialize)]
@@ -137,6 +152,9 @@ pub(super) struct RawPeer {
     pub doic: Option<S<bool>>,
     pub doic_algorithms: Option<S<Vec<S<String>>>>,
     pub doic_validity: Option<S<String>>,
+    /// As [`RawListener::tls`].
+    #[serde(skip)]
+    pub tls: Option<Option<Item<RawTls>>>,
 }
 
 #[derive(Deserialize)]
@@ -498,6 +516,25 @@ fn nothing<'i, T>(_: &mut Spanned<DeValue<'i>>, _: &mut Errors<'_>) -> Finish<'i
     Box::new(|_| {})
 }
 
+/// Takes an entry's `tls` inline table out, to deserialize it on its own.
+fn tls_of(
+    entry: &mut Spanned<DeValue<'_>>,
+    errors: &mut Errors<'_>,
+) -> Option<Option<Item<RawTls>>> {
+    take(entry, "tls").map(|v| {
+        if v.get_ref().is_table() {
+            one(v, "tls", errors)
+        } else {
+            errors.at(
+                &v.span(),
+                "tls must be a table like { cert = \"/etc/dra/tls/dra.crt\", \
+                 key = \"/etc/dra/tls/dra.key\", ca = \"/etc/dra/tls/ca.crt\" }",
+            );
+            None
+        }
+    })
+}
+
 impl RawConfig {
     /// Splits the parsed document into its tables, deserializing each on its own.
     pub(super) fn from_document(doc: Spanned<DeTable<'_>>, errors: &mut Errors<'_>) -> RawConfig {
@@ -537,10 +574,24 @@ impl RawConfig {
                         p.v.source = source;
                     }
                 }
-                "listener" => raw.listeners = array(k, value, errors, None, nothing).0,
+                "listener" => {
+                    raw.listeners = array(k, value, errors, None, |entry, errors| {
+                        let tls = tls_of(entry, errors);
+                        Box::new(move |l: &mut RawListener| l.tls = tls)
+                    })
+                    .0
+                }
                 "peer" => {
-                    (raw.peers, raw.peers_failed) =
-                        array(k, value, errors, Some(&mut raw.peer_names), nothing)
+                    (raw.peers, raw.peers_failed) = array(
+                        k,
+                        value,
+                        errors,
+                        Some(&mut raw.peer_names),
+                        |entry, errors| {
+                            let tls = tls_of(entry, errors);
+                            Box::new(move |p: &mut RawPeer| p.tls = tls)
+                        },
+                    )
                 }
                 "peer_group" => {
                     raw.peer_groups = array(k, value, errors, Some(&mut raw.group_names), nothing).0

@@ -99,7 +99,10 @@ pub(super) fn render(c: &Config) -> String {
     let listeners: Vec<String> = c
         .listeners
         .iter()
-        .map(|l| format!("{} {}", l.address, l.transport.name()))
+        .map(|l| {
+            let tls = if l.tls.is_some() { "+tls" } else { "" };
+            format!("{} {}{tls}", l.address, l.transport.name())
+        })
         .collect();
     let _ = writeln!(
         o,
@@ -133,6 +136,9 @@ pub(super) fn render(c: &Config) -> String {
         }
         if p.weight != 1 {
             let _ = write!(line, "  weight {}", p.weight);
+        }
+        if let Some(n) = p.tls_name() {
+            let _ = write!(line, "  tls {n}");
         }
         let _ = writeln!(o, "{line}");
     }
@@ -180,6 +186,19 @@ pub(super) fn render(c: &Config) -> String {
                 m.class,
                 limit(&m.limit)
             );
+        }
+    }
+
+    let enforced = c.enforced_by(c.fast_path.interface.as_ref().map(|_| true));
+    if !enforced.is_empty() {
+        let _ = writeln!(o, "enforced by:");
+        let w = enforced
+            .iter()
+            .map(|(l, _)| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        for (limit, part) in &enforced {
+            let _ = writeln!(o, "  {limit:w$}  {part}");
         }
     }
 

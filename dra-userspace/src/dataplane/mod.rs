@@ -452,8 +452,9 @@ impl Maps {
                 .set(s.index, s.bucket_at(None), 0)
                 .map_err(DataplaneError::map(names::BUCKET_CONFIG))?;
         }
-        let peers = by_family(plan.peers.iter().map(|p| (&p.prefixes[..], p.info)));
-        self.ingress.sync(peers, plan.class_entries())?;
+        // A TLS peer's limits are the agent's limiter's: XDP keeps its guard only.
+        let peers = by_family(plan.xdp_peers());
+        self.ingress.sync(peers, plan.xdp_class_entries())?;
         self.write_egress(plan)?;
         self.global
             .set(0, plan.global, 0)

@@ -13,7 +13,13 @@
 //!   CC-Request-Type of its command that has no more specific profile;
 //! * classes a DRL profile names always have a slot (they are what the controller
 //!   rewrites);
-//! * a connection guard (`connection_rate`) gets a slot per peer.
+//! * a connection guard (`connection_rate`) gets a slot per peer;
+//! * a TLS peer gets the same slots (the agent's limiter, laid out from this plan,
+//!   enforces its limits: XDP cannot read TLS records), but what XDP is given for it
+//!   ([`Plan::xdp_peers`], [`Plan::xdp_class_entries`]) keeps only its connection
+//!   guard: no overall or "other" slot and no class slots, so XDP charges and marks
+//!   nothing of its traffic (a request is never charged twice, ciphertext is never
+//!   taken for a request) while unknown sources are still dropped before the stack.
 //!
 //! Egress (TC, after every ingress slot so ingress indices do not move):
 //! * every destination — a server peer, or a peer an egress profile names directly
@@ -67,6 +73,8 @@ pub struct PlannedPeer {
     pub name: String,
     pub info: PeerInfo,
     pub prefixes: Vec<IpNet>,
+    /// A TLS peer: its limits are the agent's limiter's (module docs).
+    pub tls: bool,
 }
 
 /// A destination as planned for the TC egress program.
@@ -241,6 +249,7 @@ impl Plan {
                     conn_slot,
                 },
                 prefixes: peer.addresses.clone(),
+                tls: peer.tls.is_some(),
             });
         }
         // ---- egress ----
@@ -385,6 +394,52 @@ impl Plan {
         self.egress_class_slots
             .iter()
             .map(|((peer, (a, c, rt)), s)| (BucketKey::new(*peer, MsgClass::new(*a, *c, *rt)), *s))
+    }
+
+    /// The peers as XDP's peer tries hold them: a TLS peer keeps only its id and its
+    /// connection guard (module docs).
+    pub fn xdp_peers(&self) -> impl Iterator<Item = (&[IpNet], PeerInfo)> + '_ {
+        self.peers.iter().map(|p| {
+            let info = if p.tls {
+                PeerInfo {
+                    overall_slot: NO_SLOT,
+                    other_slot: NO_SLOT,
+                    ..p.info
+                }
+            } else {
+                p.info
+            };
+            (&p.prefixes[..], info)
+        })
+    }
+
+    /// The class-slot map entries XDP is given: none of a TLS peer's.
+    pub fn xdp_class_entries(&self) -> impl Iterator<Item = (BucketKey, u32)> + '_ {
+        let tls: Vec<u32> = self
+            .peers
+            .iter()
+            .filter(|p| p.tls)
+            .map(|p| p.info.peer_id)
+            .collect();
+        self.class_entries()
+            .filter(move |(k, _)| !tls.contains(&k.peer))
+    }
+
+    /// Whether the slot is one of a TLS peer's ingress slots (enforced and counted by
+    /// the agent's limiter, never by XDP).
+    pub fn is_tls_slot(&self, slot: &Slot) -> bool {
+        let of = |p: &PlannedPeer| {
+            [p.info.overall_slot, p.info.other_slot]
+                .into_iter()
+                .chain(
+                    self.class_slots
+                        .iter()
+                        .filter(|((id, _), _)| *id == p.info.peer_id)
+                        .map(|(_, s)| *s),
+                )
+                .any(|s| s == slot.index)
+        };
+        self.peers.iter().any(|p| p.tls && of(p))
     }
 
     /// The class-slot map entries.

@@ -50,7 +50,11 @@
 //! - `dra_connections_refused_total` (counter; `reason`): connections closed at accept:
 //!   `cer_backlog` (too many waiting for their CER), `cer_backlog_per_source` (too many from one
 //!   address)
-//! - `dra_connections_awaiting_cer` (gauge): accepted connections waiting for their CER
+//! - `dra_tls_refused_total` (counter; `side`, `reason`): TLS connections refused before or at
+//!   CER: `side` `accepted` (by a TLS listener) or `dialled` (to a TLS server); `reason` one of
+//!   [`crate::transport::tls::Refusal::LABELS`]
+//! - `dra_connections_awaiting_cer` (gauge): accepted connections waiting for their CER (TLS
+//!   ones from their handshake on)
 //! - `dra_answers_total` (counter; `peer`, `result_code`): answers sent to a peer, relayed or
 //!   generated (e.g. 3002 for a marked request)
 //! - `dra_pending_requests` (gauge; `peer`): requests sent to the peer, not yet answered

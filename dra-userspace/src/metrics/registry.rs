@@ -119,6 +119,7 @@ struct Inner {
     peer_state: Arc<PeerStateCollector>,
     unanswered_violations: Counter,
     connections_refused: Family<ReasonLabels, Counter>,
+    tls_refused: Family<TlsLabels, Counter>,
     connections_awaiting_cer: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     store: StoreFamilies,
@@ -196,6 +197,12 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsLabels {
+    side: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -247,6 +254,7 @@ impl Metrics {
         let peer_state = Arc::new(PeerStateCollector::default());
         let unanswered_violations = Counter::default();
         let connections_refused = Family::<ReasonLabels, Counter>::default();
+        let tls_refused = Family::<TlsLabels, Counter>::default();
         let connections_awaiting_cer = Gauge::default();
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let store = StoreFamilies {
@@ -309,6 +317,11 @@ impl Metrics {
             connections_refused => "dra_connections_refused",
                 "Connections closed at accept, by reason (cer_backlog: too many connections \
                  waiting for their CER; cer_backlog_per_source: too many from one address)";
+            tls_refused => "dra_tls_refused",
+                "TLS connections refused before or at CER, by side (accepted, dialled) and \
+                 reason (unknown_ca, expired, not_yet_valid, not_for_peer, no_certificate, \
+                 bad_certificate, peer_refused, handshake_timeout, plain_tcp, cer_identity, \
+                 handshake, io)";
             config_reloads => "dra_config_reloads",
                 "Config reloads (dra reload, SIGHUP) by outcome: applied, unchanged, dry_run, \
                  invalid (validation errors), refused (a change that needs a restart), failed";
@@ -359,6 +372,7 @@ impl Metrics {
                 peer_state,
                 unanswered_violations,
                 connections_refused,
+                tls_refused,
                 connections_awaiting_cer,
                 config_reloads,
                 store,
@@ -475,6 +489,15 @@ impl Metrics {
         self.inner
             .connections_refused
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a TLS connection refused (`side`: `accepted` by a TLS listener, or
+    /// `dialled` to a TLS server; `reason`: [`crate::transport::tls::Refusal::label`]).
+    pub fn inc_tls_refused(&self, side: &'static str, reason: &'static str) {
+        self.inner
+            .tls_refused
+            .get_or_create(&TlsLabels { side, reason })
             .inc();
     }
 

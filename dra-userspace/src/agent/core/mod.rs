@@ -41,6 +41,9 @@ mod peers;
 mod react;
 mod reload;
 mod report;
+mod tls;
+
+pub(super) use tls::DialError;
 
 /// Housekeeping period: metrics gauges, rates, invariant check, purges.
 const TICK: Duration = Duration::from_secs(1);
@@ -55,6 +58,9 @@ struct Conn {
     awaiting_from: Option<std::net::IpAddr>,
     /// Undecodable messages ignored on it (only the first is logged).
     ignored: u64,
+    /// TLS: the configured peers its certificate named (the one we dialled, or those
+    /// an accepted client's certificate names); `None` for plain TCP.
+    tls_peers: Option<Vec<PeerId>>,
 }
 
 #[derive(Default)]
@@ -127,6 +133,10 @@ pub(super) struct Core {
     awaiting_cer: HashMap<std::net::IpAddr, usize>,
     /// Connections refused since the last refusal was logged (logged once a second).
     refused_since_log: u64,
+    /// The same for TLS refusals, per (side, reason): each kind is logged once a second.
+    tls_refused_since_log: HashMap<(&'static str, &'static str), u64>,
+    /// Acceptor and handshake bound of each TLS listener (`tls`), rebuilt by a reload.
+    tls_listeners: HashMap<std::net::SocketAddr, (crate::transport::tls::Acceptor, Duration)>,
     /// Connections that can no longer be read (broken framing), closed once the requests
     /// relayed from them are answered, or at the deadline.
     draining: HashMap<ConnId, Duration>,
@@ -230,6 +240,8 @@ impl Core {
             to_abort: Vec::new(),
             awaiting_cer: HashMap::new(),
             refused_since_log: 0,
+            tls_refused_since_log: HashMap::new(),
+            tls_listeners: tls::listeners(&cfg),
             draining: HashMap::new(),
             io_tx,
             io_rx: Some(io_rx),
@@ -326,7 +338,8 @@ impl Core {
 
     fn on_ctl(&mut self, c: Ctl) {
         match c {
-            Ctl::Accepted(stream) => self.accepted(stream),
+            Ctl::Accepted { stream, listener } => self.accepted(stream, listener),
+            Ctl::Handshaken { remote, result } => self.handshaken(remote, result),
             Ctl::Connected { peer, result } => self.connected(peer, result),
             Ctl::Status(tx) => {
                 let _ = tx.send(self.status());
@@ -406,6 +419,16 @@ impl Core {
             );
         }
         self.refused_since_log = 0;
+        for ((side, reason), n) in std::mem::take(&mut self.tls_refused_since_log) {
+            if n > 1 {
+                warn!(
+                    refused = n - 1,
+                    side,
+                    reason,
+                    "more TLS connections refused in the last second (dra_tls_refused_total)"
+                );
+            }
+        }
         self.metrics
             .set_connections_awaiting_cer(self.awaiting_cer.values().sum::<usize>() as u64);
         for (i, s) in self.slots.iter_mut().enumerate() {

@@ -2,6 +2,8 @@
 //! inputs (I/O events) and outputs (messages to write, events), CER and election,
 //! peer slots and their state metric, writing with a bounded queue.
 
+use std::net::IpAddr;
+
 use super::*;
 
 impl Core {
@@ -26,16 +28,12 @@ impl Core {
         ConnectionOptions::new(seed, self.start_secs).reopen(reopen)
     }
 
-    pub(super) fn accepted(&mut self, stream: tokio::net::TcpStream) {
-        if self.shutdown.is_some() {
-            return;
-        }
-        let Ok(remote) = stream.peer_addr() else {
-            return;
-        };
+    /// Whether one more accepted connection from `ip` may wait for its CER (the caps
+    /// of [`AgentOptions::max_awaiting_cer`]); a refusal is counted and logged once a
+    /// second at most. Dropping the stream then closes it (RST if data is pending).
+    pub(super) fn cer_wait_admits(&mut self, remote: std::net::SocketAddr, ip: IpAddr) -> bool {
         // Connections that have not sent their CER yet cost a task and a timer each: a
         // peer (or anyone) opening many at once is refused beyond the caps.
-        let ip = remote.ip().to_canonical();
         let total: usize = self.awaiting_cer.values().sum();
         let from_ip = self.awaiting_cer.get(&ip).copied().unwrap_or(0);
         let refuse = if total >= self.opts.max_awaiting_cer {
@@ -45,42 +43,55 @@ impl Core {
         } else {
             None
         };
-        if let Some(reason) = refuse {
-            // Dropping the stream closes it (RST if data is pending).
-            self.metrics.inc_connection_refused(reason);
-            if self.refused_since_log == 0 {
-                warn!(
-                    %remote,
-                    reason,
-                    waiting = total,
-                    from_source = from_ip,
-                    "connection refused: too many connections waiting for a CER (counted; \
-                     logged once per second at most)"
-                );
-            }
-            self.refused_since_log += 1;
-            return;
+        let Some(reason) = refuse else {
+            return true;
+        };
+        self.metrics.inc_connection_refused(reason);
+        if self.refused_since_log == 0 {
+            warn!(
+                %remote,
+                reason,
+                waiting = total,
+                from_source = from_ip,
+                "connection refused: too many connections waiting for a CER (counted; \
+                 logged once per second at most)"
+            );
         }
+        self.refused_since_log += 1;
+        false
+    }
+
+    /// Opens an accepted connection (plain, or TLS after its handshake).
+    pub(super) fn open_accepted(&mut self, stream: crate::transport::Connection) -> Option<ConnId> {
         // Inbound connections are usually clients: they start with our current load.
         let opts = self.options(false).own_load(self.own_load);
-        let span = self.span(self.next_conn, remote, None);
+        let span = self.span(self.next_conn, stream.remote, None);
+        if let Some(info) = &stream.tls {
+            span.in_scope(|| debug!(version = info.version, "TLS handshake done"));
+        }
         // Accepted connections come to a Diameter port: the ingress limits apply when
-        // the agent enforces them itself.
-        let ingress = self.opts.ingress.clone();
-        if let Some(id) = self.open_conn(stream, remote, None, opts, ingress, span)
-            && let Some(c) = self.conns.get_mut(&id)
-            && !c.pc.is_open()
-        {
-            c.awaiting_from = Some(ip);
-            *self.awaiting_cer.entry(ip).or_insert(0) += 1;
+        // the agent enforces them itself (always for TLS: XDP cannot read it).
+        let ingress = self.ingress_for(stream.kind());
+        self.open_conn(stream, None, opts, ingress, span)
+    }
+
+    /// Connection `id` from `ip` waits for its CER; `count`: not yet counted (a TLS
+    /// connection was counted from its accept on).
+    pub(super) fn cer_wait_begins(&mut self, id: ConnId, ip: IpAddr, count: bool) {
+        match self.conns.get_mut(&id) {
+            Some(c) if !c.pc.is_open() => {
+                c.awaiting_from = Some(ip);
+                if count {
+                    *self.awaiting_cer.entry(ip).or_insert(0) += 1;
+                }
+            }
+            _ if !count => self.cer_wait_released(ip),
+            _ => {}
         }
     }
 
-    /// The connection stops waiting for its CER (it opened, or it closed).
-    pub(super) fn cer_wait_over(&mut self, id: ConnId) {
-        let Some(ip) = self.conns.get_mut(&id).and_then(|c| c.awaiting_from.take()) else {
-            return;
-        };
+    /// One connection from `ip` stops waiting for its CER.
+    pub(super) fn cer_wait_released(&mut self, ip: IpAddr) {
         if let Some(n) = self.awaiting_cer.get_mut(&ip) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -89,13 +100,19 @@ impl Core {
         }
     }
 
+    /// The connection stops waiting for its CER (it opened, or it closed).
+    pub(super) fn cer_wait_over(&mut self, id: ConnId) {
+        if let Some(ip) = self.conns.get_mut(&id).and_then(|c| c.awaiting_from.take()) {
+            self.cer_wait_released(ip);
+        }
+    }
+
     /// Sets up a connection: its `PeerConnection` (responder for an accepted one,
     /// initiator when `peer` is the server we dialled), its I/O tasks, and starts it.
     /// `None` (logged) if either could not be created.
     pub(super) fn open_conn(
         &mut self,
-        stream: tokio::net::TcpStream,
-        remote: std::net::SocketAddr,
+        stream: crate::transport::Connection,
         peer: Option<PeerId>,
         opts: ConnectionOptions,
         ingress: io::Ingress,
@@ -108,7 +125,8 @@ impl Core {
             None => Role::Responder,
             Some(_) => Role::Initiator,
         };
-        let pc = PeerConnection::new(role, cfg, dir, remote.ip(), opts);
+        let kind = stream.kind();
+        let pc = PeerConnection::new(role, cfg, dir, stream.remote.ip(), opts);
         let pc = match pc {
             Ok(pc) => pc,
             Err(e) => {
@@ -116,7 +134,7 @@ impl Core {
                 return None;
             }
         };
-        let io = match io::spawn(
+        let io = io::spawn(
             id,
             stream,
             self.io_tx.clone(),
@@ -124,17 +142,13 @@ impl Core {
             self.opts.write_queue,
             ingress,
             span.clone(),
-        ) {
-            Ok(io) => io,
-            Err(e) => {
-                span.in_scope(|| warn!(error = %e, "connection unusable"));
-                return None;
-            }
-        };
+        );
         span.in_scope(|| match peer {
             None => debug!("accepted"),
             Some(_) => info!("connected, sending CER"),
         });
+        // A server we dialled over TLS was named by its certificate (rustls checked).
+        let tls_peers = (kind == crate::transport::Kind::Tls).then(|| peer.into_iter().collect());
         self.conns.insert(
             id,
             Conn {
@@ -144,6 +158,7 @@ impl Core {
                 span,
                 awaiting_from: None,
                 ignored: 0,
+                tls_peers,
             },
         );
         let now = self.now();
@@ -166,15 +181,9 @@ impl Core {
         slot.reconnect_at = None;
         let tx = self.ctl_tx.clone();
         let timeout = self.opts.connect_timeout;
+        let tls = tls::connector(&self.cfg.peers[peer]);
         tokio::spawn(async move {
-            let result =
-                match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    )),
-                };
+            let result = tls::dial(addr, timeout, tls).await;
             let _ = tx.send(Ctl::Connected { peer, result }).await;
         });
     }
@@ -204,22 +213,26 @@ impl Core {
     pub(super) fn connected(
         &mut self,
         peer: usize,
-        result: std::io::Result<tokio::net::TcpStream>,
+        result: Result<crate::transport::Connection, tls::DialError>,
     ) {
         self.slots[peer].connecting = false;
         let stream = match result {
             Ok(s) if self.shutdown.is_none() => s,
             Ok(_) => return,
             Err(e) => {
-                warn!(peer = %self.cfg.peers[peer].name, error = %e, "connect failed");
+                let name = self.cfg.peers[peer].name.clone();
+                match &e {
+                    tls::DialError::Tls(r) => {
+                        let addr = self.cfg.peers[peer].connect;
+                        self.tls_refused("dialled", *r, addr, Some(&name));
+                    }
+                    tls::DialError::Io(_) => warn!(peer = %name, error = %e, "connect failed"),
+                }
                 self.schedule_reconnect(peer, None);
                 return;
             }
         };
-        let Ok(remote) = stream.peer_addr() else {
-            self.schedule_reconnect(peer, None);
-            return;
-        };
+        let remote = stream.remote;
         let reopen = self.slots[peer].ever_connected;
         let opts = self.options(reopen);
         let span = self.span(
@@ -229,14 +242,7 @@ impl Core {
         );
         // Our own outbound connections: the fast path sees their traffic arrive on an
         // ephemeral port, never limited; so does the agent's limiter.
-        match self.open_conn(
-            stream,
-            remote,
-            Some(PeerId(peer)),
-            opts,
-            io::Ingress::None,
-            span,
-        ) {
+        match self.open_conn(stream, Some(PeerId(peer)), opts, io::Ingress::None, span) {
             Some(id) => self.slots[peer].initiator = Some(id),
             None => self.schedule_reconnect(peer, None),
         }
@@ -258,6 +264,10 @@ impl Core {
                         warn!(error = %e, "broken framing: answering it, then closing")
                     }
                 });
+                self.tls_closed_before_open(conn, &why);
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
                 match why {
                     CloseCause::Framing(e, head) => self.framing_error(now, conn, &e, &head),
                     _ => {
@@ -412,6 +422,9 @@ impl Core {
     }
 
     pub(super) fn cer_received(&mut self, now: Duration, conn: ConnId, peer: PeerId) {
+        if !self.cer_transport_ok(now, conn, peer) {
+            return;
+        }
         let slot = &self.slots[peer.0];
         let other_open = slot
             .conn

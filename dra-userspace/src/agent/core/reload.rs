@@ -44,6 +44,7 @@ impl Core {
                     t.connect = None;
                     t.doic = None;
                     t.connection_guard = None;
+                    t.tls = None;
                     merged.peers.push(t);
                 }
             }
@@ -139,6 +140,9 @@ impl Core {
         for (i, r) in retired.iter().enumerate() {
             self.slots[i].retired = *r;
         }
+        // New TLS connections use the certificate, key and CA just read; the open ones
+        // keep the session they have.
+        self.tls_listeners = super::tls::listeners(&merged);
         self.cfg = merged;
 
         // Peers: the removed ones get DPR, those dialled elsewhere re-dial, the new ones

@@ -51,8 +51,8 @@ impl Core {
         );
         let _ = writeln!(
             o,
-            "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
-            "peer", "role", "state", "req_in", "req_out", "in/s", "out/s", "pending", "load"
+            "{:<12} {:<6} {:<8} {:<5} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
+            "peer", "role", "state", "tx", "req_in", "req_out", "in/s", "out/s", "pending", "load"
         );
         for (i, p) in self.cfg.peers.iter().enumerate() {
             if self.is_removed(i) {
@@ -71,6 +71,11 @@ impl Core {
                 CfgRole::Client => "client",
                 CfgRole::Server => "server",
             };
+            let tx = sl
+                .conn
+                .or(sl.initiator)
+                .and_then(|c| self.conns.get(&c))
+                .map_or("-", |c| if c.tls_peers.is_some() { "tls" } else { "tcp" });
             let pending = if p.role == CfgRole::Server {
                 self.pipeline.outstanding(PeerId(i))
             } else {
@@ -78,10 +83,11 @@ impl Core {
             };
             let _ = writeln!(
                 o,
-                "{:<12} {:<6} {:<8} {:>9} {:>9} {:>8.0} {:>8.0} {:>8} {:>6}",
+                "{:<12} {:<6} {:<8} {:<5} {:>9} {:>9} {:>8.0} {:>8.0} {:>8} {:>6}",
                 p.name,
                 role,
                 state,
+                tx,
                 sl.requests_in,
                 sl.requests_out,
                 sl.rate_in,
@@ -89,6 +95,11 @@ impl Core {
                 pending,
                 load
             );
+        }
+        // Where each limit is enforced (docs/config.md, "Which part enforces a limit").
+        let xdp = matches!(self.opts.ingress, super::io::Ingress::FastPath(_));
+        for (limit, part) in self.cfg.enforced_by(Some(xdp)) {
+            let _ = writeln!(o, "limit {limit}: {part}");
         }
         for (i, p) in self.cfg.peers.iter().enumerate() {
             // DOIC reports in force (docs/doic.md).

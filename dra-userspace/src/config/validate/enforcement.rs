@@ -10,6 +10,11 @@
 //!   address of connections *to* a Diameter port: a peer without `addresses` is never
 //!   recognised, and the requests of a server the agent dials (`connect`) arrive on a
 //!   connection *from* a Diameter port, which neither looks at.
+//! - **TLS peers** (`tls = { ... }`): XDP cannot read a request inside a TLS record,
+//!   so their ingress limits are the agent's limiter's in every setup (XDP keeps their
+//!   connection guard and drops unknown sources). One limit is enforced by one part:
+//!   a group limit whose members mix TLS and plain TCP peers would be two buckets with
+//!   XDP attached, and is refused then.
 //! - **The connection guard** (`connection_rate`) exists only in XDP.
 //! - **The agent's egress limiter** (StarOS RLF, `relay/rlf.rs`) enforces a group's
 //!   overall egress limit, `reject` or `drop`, in every setup.
@@ -164,6 +169,21 @@ pub(super) fn check(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, setup: &S
 /// address of its connections to a Diameter port.
 fn ingress(e: &mut Errors<'_>, cfg: &Config, p: &Profile<'_>, xdp: Xdp<'_>, tc: Option<&str>) {
     let span = p.target_span();
+    let all = members(cfg, p.target);
+    let tls = all.iter().filter(|m| m.tls.is_some()).count();
+    if tls > 0 && tls < all.len() {
+        let why = format!(
+            "{} covers TLS and plain TCP members: the agent's limiter enforces it for the TLS \
+             ones (XDP cannot read TLS) and XDP for the others, as two buckets; put them in \
+             groups of one transport",
+            p.describe()
+        );
+        match xdp {
+            Xdp::On(_) => e.at(&span, why),
+            Xdp::Maybe => e.warn(&span, format!("{why} (if dra run is given --iface)")),
+            Xdp::Off | Xdp::Unloadable => {}
+        }
+    }
     for m in members(cfg, p.target) {
         if let Some(c) = m.connect {
             e.at(
@@ -323,6 +343,34 @@ fn connection_guards(e: &mut Errors<'_>, raw: &RawConfig, cfg: &Config, xdp: Xdp
                     peer.name
                 ),
             ),
+        }
+    }
+}
+
+/// Which part of `dra` enforces a limit on `target` in `direction` (`group_overall`:
+/// a group's overall limit), for `dra check-config`'s summary and `dra status`.
+/// `xdp`: XDP attached (`Some(true)`), not (`Some(false)`), not known yet (`None`:
+/// a file without `[fast_path] interface`).
+pub(crate) fn part(
+    cfg: &Config,
+    target: &Target,
+    direction: Direction,
+    group_overall: bool,
+    xdp: Option<bool>,
+) -> &'static str {
+    match direction {
+        Direction::Egress if group_overall => "agent RLF",
+        Direction::Egress => "TC egress",
+        Direction::Ingress => {
+            let all = members(cfg, target);
+            if !all.is_empty() && all.iter().all(|m| m.tls.is_some()) {
+                return "agent limiter (TLS: XDP cannot read it)";
+            }
+            match xdp {
+                Some(true) => "XDP",
+                Some(false) => "agent limiter (no XDP)",
+                None => "XDP (with dra run --iface), else agent limiter",
+            }
         }
     }
 }

@@ -16,6 +16,8 @@
 //! - `session_store.rs`: `[session_store]`;
 //! - `db_cpu.rs`: `[dynamic_throttling_db_cpu_profile]`;
 //! - `routes.rs`: `[[route]]`;
+//! - `tls.rs`: the `tls` tables of `[[listener]]` and `[[peer]]` (their files are read
+//!   and checked);
 //! - `enforcement.rs`: which part of `dra` enforces each limit in the setup it runs
 //!   with (only for [`super::parse_for`]: `dra check-config`, `dra run`);
 //! - `syntax.rs`: the value syntaxes the tables share (durations, socket addresses,
@@ -32,13 +34,14 @@ use super::raw::{RawConfig, S};
 use super::{Config, Setup, Target};
 
 mod db_cpu;
-mod enforcement;
+pub(super) mod enforcement;
 mod limits;
 mod peers;
 mod routes;
 mod scalars;
 mod session_store;
 pub(super) mod syntax;
+mod tls;
 
 type Span = Range<usize>;
 

@@ -176,6 +176,29 @@ pub(super) fn peers(
             addresses.push(net);
         }
         let doic = doic(e, p, role);
+        let tls = p.tls.as_ref().and_then(|t| {
+            let t = t.as_ref()?;
+            let owner = if connect.is_some() || p.connect.is_some() {
+                super::tls::Owner::Dialled
+            } else {
+                if !raw
+                    .listeners
+                    .iter()
+                    .any(|l| l.v.tls.as_ref().is_some_and(Option::is_some))
+                {
+                    e.at(
+                        &t.span,
+                        format!(
+                            "peer \"{}\" connects to the agent over TLS, but no [[listener]] \
+                             has tls",
+                            p.name.get_ref()
+                        ),
+                    );
+                }
+                super::tls::Owner::Accepted
+            };
+            super::tls::tls(e, t, owner, origin_host.as_deref())
+        });
         if let (Some(name), Some(origin_host), Some(realm), Some(role)) =
             (peer_name, origin_host, realm, role)
         {
@@ -190,6 +213,7 @@ pub(super) fn peers(
                 weight,
                 connection_guard,
                 doic,
+                tls,
             });
         }
     }

@@ -10,6 +10,7 @@ use crate::config::{
     Control, DEFAULT_DIAMETER_PORT, DEFAULT_PRODUCT_NAME, Fallback, FastPath, Global, Listener,
     Metrics, Transport, UnknownPeer, XdpMode,
 };
+use crate::transport::tls::DIAMETERS_PORT;
 
 /// Longest Unix socket path (sun_path is 108 bytes including the NUL).
 const MAX_SOCKET_PATH: usize = 107;
@@ -27,6 +28,10 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
             });
             let mut diameter_ports = Vec::new();
             match &g.diameter_ports {
+                // A TLS listener's usual port (IANA "diameters") is watched too.
+                None if raw.listeners.iter().any(|l| l.v.tls.is_some()) => {
+                    diameter_ports.extend([DEFAULT_DIAMETER_PORT, DIAMETERS_PORT]);
+                }
                 None => diameter_ports.push(DEFAULT_DIAMETER_PORT),
                 Some(list) if list.get_ref().is_empty() => {
                     e.at(&list.span(), "diameter_ports must list at least one port");
@@ -141,7 +146,15 @@ pub(super) fn listeners(
                 ),
             );
         }
-        listeners.push(Listener { address, transport });
+        let tls = l
+            .tls
+            .as_ref()
+            .and_then(|t| super::tls::tls(e, t.as_ref()?, super::tls::Owner::Listener, None));
+        listeners.push(Listener {
+            address,
+            transport,
+            tls,
+        });
     }
     listeners
 }
