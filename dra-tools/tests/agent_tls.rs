@@ -128,7 +128,7 @@ async fn refused_before_cer(files: &TlsFiles) {
     let c = connector(files);
     // TLS 1.3 completes the client's side of the handshake before the server has
     // checked the client's certificate: the refusal then arrives as an alert.
-    let Ok(conn) = dial(None, tls_addr(), None, Some(&c)).await else {
+    let Ok(conn) = dial(None, tls_addr(), None, Some(&c), None).await else {
         return;
     };
     let r = tokio::time::timeout(
@@ -180,7 +180,7 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
         lab.in_sim(async {
             wait_srv1(lab, &srv).await;
             // Mutual TLS both ways: pgw1 → agent → srv1, every CCR answered by srv1.
-            let conn = dial(None, tls_addr(), None, Some(&connector(&good)))
+            let conn = dial(None, tls_addr(), None, Some(&connector(&good)), None)
                 .await
                 .expect("TLS to the agent");
             let info = conn.tls.clone().expect("TLS");
@@ -306,7 +306,7 @@ fn a_reload_swaps_the_certificate_for_new_connections_and_keeps_the_old_ones() {
         lab.in_sim(async {
             wait_srv1(lab, &srv).await;
             let open = |files: TlsFiles| async move {
-                let conn = dial(None, tls_addr(), None, Some(&connector(&files)))
+                let conn = dial(None, tls_addr(), None, Some(&connector(&files)), None)
                     .await
                     .expect("TLS to the agent");
                 let cert = conn.tls.as_ref().unwrap().peer_certificate.clone().unwrap();

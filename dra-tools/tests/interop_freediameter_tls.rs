@@ -461,6 +461,7 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
                 format!("{DRA_IP}:{TLS_PORT}").parse().unwrap(),
                 None,
                 Some(&connector(&pgw1_tls)),
+                None,
             )
             .await
             .expect("pgw1: TLS to the agent");

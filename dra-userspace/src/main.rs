@@ -159,6 +159,15 @@ fn main() -> anyhow::Result<ExitCode> {
                 for w in cfg.warnings() {
                     eprintln!("warning: {w}");
                 }
+                let sctp = cfg.sctp_users();
+                if !sctp.is_empty()
+                    && let Err(e) = dra::transport::sctp::supported()
+                {
+                    eprintln!(
+                        "warning: {} use SCTP, and on this host {e}: dra run would not start here",
+                        sctp.join(", ")
+                    );
+                }
                 print!("{}", cfg.summary());
                 Ok(ExitCode::SUCCESS)
             }
@@ -201,6 +210,17 @@ fn main() -> anyhow::Result<ExitCode> {
                     dra::config::XdpMode::Skb => AttachMode::Skb,
                 },
             };
+            // SCTP listeners and peers need the kernel's SCTP (exit code 3 as below).
+            let sctp = cfg.sctp_users();
+            if !sctp.is_empty()
+                && let Err(e) = dra::transport::sctp::supported()
+            {
+                tracing::error!(
+                    "dra run: not started: {} use SCTP, and {e}",
+                    sctp.join(", ")
+                );
+                return Ok(ExitCode::from(3));
+            }
             // What this kernel can load, before anything is: a refusal names the missing
             // feature (exit code 3: restarting on the same kernel would not help).
             let xdp_iface = iface.clone().or_else(|| cfg.fast_path.interface.clone());

@@ -55,6 +55,26 @@ struct TlsArgs {
     tls_name: Option<String>,
 }
 
+/// SCTP instead of TCP (RFC 6733 §2.1.1; the kernel's one-to-one sockets).
+#[derive(clap::Args, Debug)]
+struct SctpArgs {
+    /// Speak Diameter over SCTP.
+    #[arg(long, conflicts_with = "tls_cert")]
+    sctp: bool,
+    /// With --sctp: a further local address of the association (multihoming; repeat
+    /// for more): a gateway binds it beside --bind, a server listens on it too.
+    #[arg(long, requires = "sctp")]
+    sctp_multihome: Vec<std::net::IpAddr>,
+}
+
+impl SctpArgs {
+    fn sctp(&self) -> Option<dra_tools::loadgen::Sctp> {
+        self.sctp.then(|| dra_tools::loadgen::Sctp {
+            multihome: self.sctp_multihome.clone(),
+        })
+    }
+}
+
 impl TlsArgs {
     fn credentials(&self) -> anyhow::Result<Option<dra::transport::tls::Credentials>> {
         let (Some(c), Some(k), Some(a)) = (&self.tls_cert, &self.tls_key, &self.tls_ca) else {
@@ -84,6 +104,8 @@ impl TlsArgs {
 struct ClientArgs {
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    sctp: SctpArgs,
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
@@ -142,6 +164,8 @@ struct ClientArgs {
 struct ClosedArgs {
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    sctp: SctpArgs,
     /// Address of the DRA (or a server) to connect to.
     #[arg(long, default_value = "127.0.0.1:3868")]
     connect: SocketAddr,
@@ -192,6 +216,8 @@ struct ClosedArgs {
 struct ServerArgs {
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    sctp: SctpArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3869")]
     listen: SocketAddr,
@@ -288,6 +314,7 @@ async fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     cfg.drain = a.drain.map(Duration::from_secs_f64);
     cfg.doic = a.doic;
     cfg.tls = a.tls.connector()?;
+    cfg.sctp = a.sctp.sctp();
     // SIGINT/SIGTERM end the scenario early; the summary still covers what ran.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     cfg.stop = Some(stop_rx);
@@ -331,6 +358,7 @@ async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
     cfg.tw = Duration::from_secs(a.tw);
     cfg.seed = a.seed;
     cfg.tls = a.tls.connector()?;
+    cfg.sctp = a.sctp.sctp();
     let report = closed::run(cfg).await?;
     let json = serde_json::to_string_pretty(&report.to_json())?;
     match a.summary_json {
@@ -347,6 +375,7 @@ async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
 async fn run_server(a: ServerArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(a.listen, &a.origin_host, &a.origin_realm);
     cfg.tls = a.tls.credentials()?.map(|c| c.acceptor());
+    cfg.sctp = a.sctp.sctp();
     cfg.allowed_hosts = a.allow_hosts;
     cfg.latency = a.latency;
     cfg.max_concurrent = a.max_concurrent;

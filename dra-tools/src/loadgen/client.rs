@@ -67,6 +67,8 @@ pub struct ClientConfig {
     /// TLS towards the DRA (its certificate must carry the connector's name); `None`:
     /// plain TCP.
     pub tls: Option<dra::transport::tls::Connector>,
+    /// SCTP towards the DRA instead of TCP.
+    pub sctp: Option<super::Sctp>,
 }
 
 impl ClientConfig {
@@ -90,6 +92,7 @@ impl ClientConfig {
             secondary: None,
             dra_mode: DraMode::Primary,
             tls: None,
+            sctp: None,
         }
     }
 
@@ -198,6 +201,8 @@ struct PeerCtx {
     doic: Option<Arc<std::sync::Mutex<super::doic::GatewayReactor>>>,
     /// TLS towards the DRA.
     tls: Option<dra::transport::tls::Connector>,
+    /// SCTP towards the DRA.
+    sctp: Option<super::Sctp>,
 }
 
 impl PeerCtx {
@@ -255,6 +260,7 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
             origin_realm: cfg.origin_realm.clone(),
             connect: cfg.connect,
             tls: cfg.tls.clone(),
+            sctp: cfg.sctp.clone(),
             secondary: cfg.secondary,
             dra_mode: cfg.dra_mode,
             bind: cfg.bind,
@@ -545,11 +551,11 @@ async fn peer_task(
     }
 }
 
-/// A connection (TCP, or TLS) to `addr` from `ctx.bind`; `None` when it fails or
+/// A connection (TCP, TLS or SCTP) to `addr` from `ctx.bind`; `None` when it fails or
 /// takes over 5 s.
 async fn connect(ctx: &PeerCtx, addr: SocketAddr) -> Option<Connection> {
     tokio::select! {
-        s = super::dial(ctx.bind, addr, None, ctx.tls.as_ref()) => s.ok(),
+        s = super::dial(ctx.bind, addr, None, ctx.tls.as_ref(), ctx.sctp.as_ref()) => s.ok(),
         _ = tokio::time::sleep(Duration::from_secs(5)) => None,
     }
 }

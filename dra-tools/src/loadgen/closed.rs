@@ -80,6 +80,8 @@ pub struct ClosedConfig {
     pub seed: u64,
     /// TLS towards the DRA; `None`: plain TCP.
     pub tls: Option<dra::transport::tls::Connector>,
+    /// SCTP towards the DRA instead of TCP.
+    pub sctp: Option<super::Sctp>,
 }
 
 impl ClosedConfig {
@@ -103,6 +105,7 @@ impl ClosedConfig {
             tw: Duration::from_secs(30),
             seed: 1,
             tls: None,
+            sctp: None,
         }
     }
 
@@ -641,17 +644,19 @@ pub async fn run(cfg: ClosedConfig) -> Result<ClosedReport, ClosedError> {
     }
 }
 
-/// Connects to `to` (from `bind` when given; TLS with `tls`), retrying failures until
+/// Connects to `to` (from `bind` when given; TLS with `tls`, SCTP with `sctp`),
+/// retrying failures until
 /// `timeout`.
 async fn connect(
     to: SocketAddr,
     bind: Option<IpAddr>,
     timeout: Duration,
     tls: Option<&dra::transport::tls::Connector>,
+    sctp: Option<&super::Sctp>,
 ) -> std::io::Result<Connection> {
     let t0 = Instant::now();
     loop {
-        match super::dial(bind, to, None, tls).await {
+        match super::dial(bind, to, None, tls, sctp).await {
             Ok(s) => return Ok(s),
             Err(e) if t0.elapsed() >= timeout => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -667,13 +672,19 @@ async fn peer(
     window: Window,
 ) -> Result<ClosedReport, ClosedError> {
     let host = cfg.origin_host(idx);
-    let stream = connect(cfg.connect, cfg.bind, cfg.connect_timeout, cfg.tls.as_ref())
-        .await
-        .map_err(|source| ClosedError::Connect {
-            origin_host: host.clone(),
-            addr: cfg.connect,
-            source,
-        })?;
+    let stream = connect(
+        cfg.connect,
+        cfg.bind,
+        cfg.connect_timeout,
+        cfg.tls.as_ref(),
+        cfg.sctp.as_ref(),
+    )
+    .await
+    .map_err(|source| ClosedError::Connect {
+        origin_host: host.clone(),
+        addr: cfg.connect,
+        source,
+    })?;
     let io = |source| ClosedError::Io {
         origin_host: host.clone(),
         source,

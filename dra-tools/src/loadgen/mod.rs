@@ -90,15 +90,33 @@ pub async fn connect_with(
     sock.connect(to).await
 }
 
+/// SCTP instead of TCP (RFC 6733 §2.1.1): a gateway's association from `bind` and
+/// these further local addresses, a server listening on its address and these
+/// (multihoming; the same port).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sctp {
+    pub multihome: Vec<IpAddr>,
+}
+
 /// Connects to `to` (from `bind` when given) and, with `tls`, makes the TLS handshake
-/// (bounded by [`dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT`]): the connection every
-/// gateway mode starts from.
+/// (bounded by [`dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT`]), or with `sctp` sets
+/// up an SCTP association instead: the connection every gateway mode starts from.
 pub async fn dial(
     bind: Option<IpAddr>,
     to: std::net::SocketAddr,
     congestion: Option<&str>,
     tls: Option<&Connector>,
+    sctp: Option<&Sctp>,
 ) -> std::io::Result<Connection> {
+    if let Some(s) = sctp {
+        let local: Vec<std::net::SocketAddr> = bind
+            .into_iter()
+            .chain(s.multihome.iter().copied())
+            .map(|ip| std::net::SocketAddr::new(ip, 0))
+            .collect();
+        let a = dra::transport::sctp::SctpStream::connect(&local, &[to]).await?;
+        return Connection::sctp(a);
+    }
     let tcp = connect_with(bind, to, congestion).await?;
     match tls {
         None => Connection::tcp(tcp),

@@ -193,6 +193,8 @@ pub struct ServerConfig {
     /// TLS from the first byte (the client's certificate must chain to the acceptor's
     /// CA); `None`: plain TCP.
     pub tls: Option<dra::transport::tls::Acceptor>,
+    /// SCTP instead of TCP (`listen` and these further addresses).
+    pub sctp: Option<super::Sctp>,
 }
 
 impl ServerConfig {
@@ -218,6 +220,7 @@ impl ServerConfig {
             seed: 1,
             doic: None,
             tls: None,
+            sctp: None,
         }
     }
 }
@@ -621,16 +624,28 @@ pub async fn run(cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
     if cfg.max_concurrent == 0 || cfg.max_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         return Err(ServerError::Capacity);
     }
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+    let bind_err = |source| ServerError::Bind {
         addr: cfg.listen,
         source,
-    })?;
+    };
+    let (listener, addr) = match &cfg.sctp {
+        None => {
+            let l = TcpListener::bind(cfg.listen).await.map_err(bind_err)?;
+            let addr = l.local_addr().map_err(bind_err)?;
+            (Listener::Tcp(l), addr)
+        }
+        Some(s) => {
+            let mut addrs = vec![cfg.listen];
+            addrs.extend(
+                s.multihome
+                    .iter()
+                    .map(|ip| SocketAddr::new(*ip, cfg.listen.port())),
+            );
+            let l = dra::transport::sctp::SctpListener::bind(&addrs).map_err(bind_err)?;
+            let addr = l.local_addrs().first().copied().unwrap_or(cfg.listen);
+            (Listener::Sctp(l), addr)
+        }
+    };
     let redis = match cfg.redis {
         Some(a) => Some(
             RespClient::connect(a)
@@ -677,20 +692,42 @@ pub async fn run(cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
     })
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// Where the server accepts.
+enum Listener {
+    Tcp(TcpListener),
+    Sctp(dra::transport::sctp::SctpListener),
+}
+
+/// One accepted connection, before TLS.
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Sctp(Connection),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Listener::Tcp(l) => Ok(Accepted::Tcp(l.accept().await?.0)),
+            Listener::Sctp(l) => Ok(Accepted::Sctp(Connection::sctp(l.accept().await?)?)),
+        }
+    }
+}
+
+async fn accept_loop(listener: Listener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut conns = Vec::new();
     let mut n = 0u64;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             r = listener.accept() => {
-                let Ok((tcp, _)) = r else { continue };
+                let Ok(accepted) = r else { continue };
                 n += 1;
                 let (shared, stop) = (shared.clone(), stop.clone());
                 conns.push(tokio::spawn(async move {
-                    let stream = match &shared.cfg.tls {
-                        None => Connection::tcp(tcp).ok(),
-                        Some(a) => a
+                    let stream = match (accepted, &shared.cfg.tls) {
+                        (Accepted::Sctp(c), _) => Some(c),
+                        (Accepted::Tcp(tcp), None) => Connection::tcp(tcp).ok(),
+                        (Accepted::Tcp(tcp), Some(a)) => a
                             .accept(tcp, dra::transport::tls::DEFAULT_HANDSHAKE_TIMEOUT)
                             .await
                             .ok(),

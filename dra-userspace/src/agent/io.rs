@@ -85,8 +85,9 @@ enum Verdicts {
     None,
     /// The agent's limiter, for this connection's source.
     Limiter(Arc<Limiter>, Source),
-    /// The fast path's out-of-band marks, for this connection's flow.
-    FastPath(Arc<OobInbox>, dra_common::maps::FlowKey),
+    /// The fast path's out-of-band marks, for this connection's flows: its TCP flow,
+    /// or each path (pair of addresses) of its SCTP association.
+    FastPath(Arc<OobInbox>, Vec<dra_common::maps::FlowKey>),
 }
 
 /// Spawns the reader and writer tasks of `stream`. `ingress` says who enforces the
@@ -102,13 +103,25 @@ pub fn spawn(
     span: tracing::Span,
 ) -> ConnIo {
     let (remote, local) = (stream.remote, stream.local);
+    let flows = match &stream.sctp {
+        None => vec![oob::flow_key(remote, local)],
+        Some(p) => p
+            .remote
+            .iter()
+            .flat_map(|r| {
+                p.local
+                    .iter()
+                    .map(move |l| oob::flow_key_of(oob::IPPROTO_SCTP, *r, *l))
+            })
+            .collect(),
+    };
     let verdicts = match ingress {
         Ingress::None => Verdicts::None,
         Ingress::Limiter(l) => match l.source(remote.ip(), local.port()) {
             Source::NotDiameter => Verdicts::None,
             src => Verdicts::Limiter(l, src),
         },
-        Ingress::FastPath(o) => Verdicts::FastPath(o, oob::flow_key(remote, local)),
+        Ingress::FastPath(o) => Verdicts::FastPath(o, flows),
     };
     let (rd, wr) = stream.split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
@@ -144,8 +157,8 @@ async fn reader(
                 Ok(Some(mut frame)) => {
                     match &verdicts {
                         Verdicts::None => {}
-                        Verdicts::FastPath(o, key) => {
-                            o.apply(key, &mut frame);
+                        Verdicts::FastPath(o, keys) => {
+                            keys.iter().any(|k| o.apply(k, &mut frame));
                         }
                         Verdicts::Limiter(l, src) => match l.filter(src, &mut frame, l.now_ns()) {
                             Filter::Pass => {}
@@ -170,8 +183,10 @@ async fn reader(
         }
     };
     debug!(?why, "reader done");
-    if let Verdicts::FastPath(o, key) = &verdicts {
-        o.forget(key);
+    if let Verdicts::FastPath(o, keys) = &verdicts {
+        for k in keys {
+            o.forget(k);
+        }
     }
     let _ = events.send(IoEvent::Closed { conn, why }).await;
 }

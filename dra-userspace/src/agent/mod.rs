@@ -276,6 +276,10 @@ enum Ctl {
         stream: tokio::net::TcpStream,
         listener: SocketAddr,
     },
+    /// An SCTP association accepted by an SCTP listener.
+    AcceptedSctp {
+        conn: crate::transport::Connection,
+    },
     /// The TLS handshake of an accepted connection ended.
     Handshaken {
         remote: SocketAddr,
@@ -394,7 +398,7 @@ pub async fn start(
     let (ctl_tx, ctl_rx) = mpsc::channel(1024);
     let mut listeners = Vec::new();
     for l in &cfg.listeners {
-        let (bound, task) = bind_listener(l.address, ctl_tx.clone()).await?;
+        let (bound, task) = bind_listener(l, ctl_tx.clone()).await?;
         listeners.push((l.address, bound, task));
     }
     let mut control_path = None;
@@ -423,41 +427,79 @@ pub async fn start(
 
 /// Binds a listener and spawns its accept loop (accepted connections go to the core).
 async fn bind_listener(
-    address: SocketAddr,
+    l: &crate::config::Listener,
     tx: mpsc::Sender<Ctl>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), AgentError> {
+    let address = l.address;
+    let listen = |source| AgentError::Listen { address, source };
+    if l.transport == crate::config::Transport::Sctp {
+        let mut addrs = vec![address];
+        addrs.extend(
+            l.multihome
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, address.port())),
+        );
+        let lst = crate::transport::sctp::SctpListener::bind(&addrs).map_err(listen)?;
+        let bound = lst.local_addrs().first().copied().unwrap_or(address);
+        let lst = std::sync::Arc::new(lst);
+        let task = tokio::spawn(accept_loop(move || {
+            let (lst, tx) = (lst.clone(), tx.clone());
+            async move {
+                let conn = lst
+                    .accept()
+                    .await
+                    .and_then(crate::transport::Connection::sctp)?;
+                Ok(tx.send(Ctl::AcceptedSctp { conn }).await.is_ok())
+            }
+        }));
+        return Ok((bound, task));
+    }
     let lst = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|source| AgentError::Listen { address, source })?;
-    let bound = lst
-        .local_addr()
-        .map_err(|source| AgentError::Listen { address, source })?;
-    let task = tokio::spawn(async move {
-        let (mut failed, mut logged) = (0u64, None);
-        loop {
-            match lst.accept().await {
-                Ok((stream, _)) => {
-                    let listener = address;
-                    if tx.send(Ctl::Accepted { stream, listener }).await.is_err() {
-                        return;
-                    }
+        .map_err(listen)?;
+    let bound = lst.local_addr().map_err(listen)?;
+    let lst = std::sync::Arc::new(lst);
+    let task = tokio::spawn(accept_loop(move || {
+        let (lst, tx) = (lst.clone(), tx.clone());
+        async move {
+            let (stream, _) = lst.accept().await?;
+            Ok(tx
+                .send(Ctl::Accepted {
+                    stream,
+                    listener: address,
+                })
+                .await
+                .is_ok())
+        }
+    }));
+    Ok((bound, task))
+}
+
+/// Accepts until the core is gone: `accept` takes one connection and hands it over
+/// (false: the core is gone). A failed accept is retried every 100 ms (e.g. out of
+/// file descriptors), logged once, then once a minute while it lasts.
+async fn accept_loop<F, Fut>(mut accept: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<bool>>,
+{
+    let (mut failed, mut logged) = (0u64, None);
+    loop {
+        match accept().await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                failed += 1;
+                if logged
+                    .is_none_or(|t: tokio::time::Instant| t.elapsed() >= Duration::from_secs(60))
+                {
+                    tracing::warn!(error = %e, failed, "accept failed");
+                    logged = Some(tokio::time::Instant::now());
                 }
-                Err(e) => {
-                    // Retried every 100 ms (e.g. out of file descriptors): logged
-                    // once, then once a minute while it lasts.
-                    failed += 1;
-                    if logged.is_none_or(|t: tokio::time::Instant| {
-                        t.elapsed() >= Duration::from_secs(60)
-                    }) {
-                        tracing::warn!(error = %e, failed, "accept failed");
-                        logged = Some(tokio::time::Instant::now());
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-    });
-    Ok((bound, task))
+    }
 }
 
 /// Connects to a control socket and returns the status text (`dra status`).

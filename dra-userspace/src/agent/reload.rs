@@ -15,7 +15,10 @@ impl AgentHandle {
     pub async fn reload(&mut self, cfg: Config, diff: &ConfigDiff) -> Result<(), String> {
         let mut bound = Vec::new();
         for a in &diff.listeners_added {
-            match bind_listener(*a, self.ctl.clone()).await {
+            let Some(l) = cfg.listeners.iter().find(|l| l.address == *a) else {
+                continue;
+            };
+            match bind_listener(l, self.ctl.clone()).await {
                 Ok((b, task)) => bound.push((*a, b, task)),
                 Err(e) => {
                     for (_, _, t) in bound {

@@ -315,6 +315,17 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             refuse(&format!("[fast_path] {key}"), attach);
         }
     }
+    for n in &new.listeners {
+        if let Some(o) = old.listeners.iter().find(|o| o.address == n.address)
+            && (o.transport != n.transport || o.multihome != n.multihome)
+        {
+            refuse(
+                &format!("listener {} transport or multihome", n.address),
+                "its socket is bound at start; remove the listener and add one at another \
+                 address, or restart",
+            );
+        }
+    }
     if old.control.socket != new.control.socket {
         refuse(
             "[control] socket",
@@ -340,6 +351,12 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
                 refuse(
                     &format!("peer {} role", n.name),
                     "remove it and add it under a new name",
+                );
+            }
+            if o.transport != n.transport {
+                refuse(
+                    &format!("peer {} transport", n.name),
+                    "its connections are of the old one; remove it and add it under a new name",
                 );
             }
         }

@@ -34,7 +34,7 @@ mod summary;
 mod validate;
 pub mod values;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -260,6 +260,9 @@ pub struct Listener {
     pub address: SocketAddr,
     /// Transport.
     pub transport: Transport,
+    /// SCTP: the further local addresses the association may use (multihoming), on
+    /// `address`'s port; empty for one address (and for TCP).
+    pub multihome: Vec<IpAddr>,
     /// TLS from the first byte (RFC 6733 §13.1): its certificate, key and the CA the
     /// clients' certificates must chain to. `None`: plain TCP.
     pub tls: Option<Tls>,
@@ -292,11 +295,14 @@ pub struct TlsFiles {
     pub ca: PathBuf,
 }
 
-/// Transport of a listener.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Transport of a listener or a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Transport {
     /// TCP (RFC 6733 §2.1).
+    #[default]
     Tcp,
+    /// SCTP (RFC 6733 §2.1.1): one-to-one sockets, multihomed, PPID 46.
+    Sctp,
 }
 
 /// `[[peer]]`: a Diameter peer the agent knows.
@@ -328,6 +334,10 @@ pub struct Peer {
     /// The peer speaks TLS (RFC 6733 §13.1): only over TLS, with a certificate that
     /// names it. `None`: plain TCP only.
     pub tls: Option<Tls>,
+    /// How the peer connects or is dialled: TCP (also under TLS) or SCTP. A server
+    /// dialled over SCTP is offered `connect` and its other host `addresses` on
+    /// `connect`'s port (multihoming).
+    pub transport: Transport,
 }
 
 impl Peer {
@@ -650,7 +660,7 @@ pub trait ConfigName: Copy + 'static {
 config_names!(UnknownPeer { Pass => "pass", Drop => "drop" });
 config_names!(XdpMode { Auto => "auto", Native => "native", Skb => "skb" });
 config_names!(Fallback { None => "none", Userspace => "userspace" });
-config_names!(Transport { Tcp => "tcp" });
+config_names!(Transport { Tcp => "tcp", Sctp => "sctp" });
 config_names!(StoreKind { Memory => "memory", Redis => "redis", RedisCluster => "redis_cluster" });
 config_names!(StoreWrite { BeforeForward => "before_forward", Async => "async" });
 config_names!(StoreOnError { Local => "local", Reject => "reject" });
@@ -665,6 +675,24 @@ config_names!(Selection {
 config_names!(Direction { Ingress => "ingress", Egress => "egress" });
 config_names!(Action { Reject => "reject", Drop => "drop" });
 config_names!(OnMissing { Hold => "hold", Release => "release" });
+
+impl Config {
+    /// What of this config speaks SCTP ("listener 198.18.1.1:3868", "peer \"pcrf1\""),
+    /// which the kernel must support.
+    pub fn sctp_users(&self) -> Vec<String> {
+        let listeners = self
+            .listeners
+            .iter()
+            .filter(|l| l.transport == Transport::Sctp)
+            .map(|l| format!("listener {}", l.address));
+        let dialled = self
+            .peers
+            .iter()
+            .filter(|p| p.transport == Transport::Sctp && p.connect.is_some())
+            .map(|p| format!("peer \"{}\"", p.name));
+        listeners.chain(dialled).collect()
+    }
+}
 
 impl Config {
     /// The peer with this name.

@@ -119,6 +119,7 @@ pub(super) struct RawControl {
 pub(super) struct RawListener {
     pub address: S<String>,
     pub transport: Option<S<String>>,
+    pub multihome: Option<S<Vec<S<String>>>>,
     /// Deserialized on its own (see [`RawTls`]); `None` = key absent, `Some(None)` =
     /// it failed.
     #[serde(skip)]
@@ -152,6 +153,7 @@ pub(super) struct RawPeer {
     pub doic: Option<S<bool>>,
     pub doic_algorithms: Option<S<Vec<S<String>>>>,
     pub doic_validity: Option<S<String>>,
+    pub transport: Option<S<String>>,
     /// As [`RawListener::tls`].
     #[serde(skip)]
     pub tls: Option<Option<Item<RawTls>>>,

@@ -9,6 +9,8 @@
 //!  Kind::Tcp            connect / accept                  Connection { remote, local, kind }
 //!  Kind::Tls (TLS/TCP)  connect / accept, then handshake  the same, and `tls`: version and the
 //!                       (tls::Connector, tls::Acceptor)   peer's certificate
+//!  Kind::Sctp           connectx / accept, multihomed     the same, and `sctp`: both sides'
+//!                       (sctp::SctpStream, SctpListener)  addresses of the association
 //!                                                         .split() -> (ReadHalf, WriteHalf)
 //! ```
 //!
@@ -27,6 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+pub mod sctp;
 pub mod tls;
 
 type TlsStream = tokio_rustls::TlsStream<TcpStream>;
@@ -38,6 +41,8 @@ pub enum Kind {
     Tcp,
     /// TLS over TCP (RFC 6733 §13.1), from the first byte.
     Tls,
+    /// SCTP (RFC 6733 §2.1.1), one-to-one style, multihomed.
+    Sctp,
 }
 
 impl Kind {
@@ -46,6 +51,7 @@ impl Kind {
         match self {
             Kind::Tcp => "tcp",
             Kind::Tls => "tls",
+            Kind::Sctp => "sctp",
         }
     }
 }
@@ -59,13 +65,23 @@ pub struct Connection {
     pub local: SocketAddr,
     /// What the TLS handshake established (TLS only).
     pub tls: Option<tls::TlsInfo>,
+    /// Every address of the association on each side (SCTP only).
+    pub sctp: Option<SctpPaths>,
     stream: Stream,
+}
+
+/// An SCTP association's addresses (multihoming), read when it was set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SctpPaths {
+    pub local: Vec<SocketAddr>,
+    pub remote: Vec<SocketAddr>,
 }
 
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
     Tls(Box<TlsStream>),
+    Sctp(sctp::SctpStream),
 }
 
 impl Connection {
@@ -79,7 +95,24 @@ impl Connection {
             remote,
             local,
             tls: None,
+            sctp: None,
             stream: Stream::Tcp(stream),
+        })
+    }
+
+    /// An SCTP association: `remote` and `local` are its primary path.
+    pub fn sctp(stream: sctp::SctpStream) -> io::Result<Connection> {
+        let (remote, local) = stream.primary()?;
+        let paths = SctpPaths {
+            local: stream.local_addrs(),
+            remote: stream.peer_addrs(),
+        };
+        Ok(Connection {
+            remote,
+            local,
+            tls: None,
+            sctp: Some(paths),
+            stream: Stream::Sctp(stream),
         })
     }
 
@@ -89,6 +122,7 @@ impl Connection {
             remote,
             local,
             tls: Some(info),
+            sctp: None,
             stream: Stream::Tls(Box::new(s)),
         }
     }
@@ -98,6 +132,7 @@ impl Connection {
         match self.stream {
             Stream::Tcp(_) => Kind::Tcp,
             Stream::Tls(_) => Kind::Tls,
+            Stream::Sctp(_) => Kind::Sctp,
         }
     }
 
@@ -114,6 +149,10 @@ impl Connection {
                 let (r, w) = tokio::io::split(*s);
                 (ReadHalf(Read::Tls(r)), WriteHalf(Write::Tls(w)))
             }
+            Stream::Sctp(s) => {
+                let (r, w) = s.split();
+                (ReadHalf(Read::Sctp(r)), WriteHalf(Write::Sctp(w)))
+            }
         }
     }
 }
@@ -126,6 +165,7 @@ pub struct ReadHalf(Read);
 enum Read {
     Tcp(OwnedReadHalf),
     Tls(tokio::io::ReadHalf<TlsStream>),
+    Sctp(sctp::SctpRead),
 }
 
 /// The writing half of a [`Connection`]; `shutdown` closes our direction.
@@ -136,6 +176,7 @@ pub struct WriteHalf(Write);
 enum Write {
     Tcp(OwnedWriteHalf),
     Tls(tokio::io::WriteHalf<TlsStream>),
+    Sctp(sctp::SctpWrite),
 }
 
 impl AsyncRead for ReadHalf {
@@ -147,6 +188,7 @@ impl AsyncRead for ReadHalf {
         match &mut self.get_mut().0 {
             Read::Tcp(r) => Pin::new(r).poll_read(cx, buf),
             Read::Tls(r) => Pin::new(r).poll_read(cx, buf),
+            Read::Sctp(r) => Pin::new(r).poll_read(cx, buf),
         }
     }
 }
@@ -160,6 +202,7 @@ impl AsyncWrite for WriteHalf {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_write(cx, buf),
             Write::Tls(w) => Pin::new(w).poll_write(cx, buf),
+            Write::Sctp(w) => Pin::new(w).poll_write(cx, buf),
         }
     }
 
@@ -171,6 +214,7 @@ impl AsyncWrite for WriteHalf {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_write_vectored(cx, bufs),
             Write::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            Write::Sctp(w) => Pin::new(w).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -178,6 +222,7 @@ impl AsyncWrite for WriteHalf {
         match &self.0 {
             Write::Tcp(w) => w.is_write_vectored(),
             Write::Tls(w) => w.is_write_vectored(),
+            Write::Sctp(_) => false,
         }
     }
 
@@ -185,6 +230,7 @@ impl AsyncWrite for WriteHalf {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_flush(cx),
             Write::Tls(w) => Pin::new(w).poll_flush(cx),
+            Write::Sctp(w) => Pin::new(w).poll_flush(cx),
         }
     }
 
@@ -192,6 +238,7 @@ impl AsyncWrite for WriteHalf {
         match &mut self.get_mut().0 {
             Write::Tcp(w) => Pin::new(w).poll_shutdown(cx),
             Write::Tls(w) => Pin::new(w).poll_shutdown(cx),
+            Write::Sctp(w) => Pin::new(w).poll_shutdown(cx),
         }
     }
 }

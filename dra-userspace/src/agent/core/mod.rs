@@ -339,6 +339,7 @@ impl Core {
     fn on_ctl(&mut self, c: Ctl) {
         match c {
             Ctl::Accepted { stream, listener } => self.accepted(stream, listener),
+            Ctl::AcceptedSctp { conn } => self.accepted_sctp(conn),
             Ctl::Handshaken { remote, result } => self.handshaken(remote, result),
             Ctl::Connected { peer, result } => self.connected(peer, result),
             Ctl::Status(tx) => {

@@ -120,7 +120,17 @@ impl Core {
     ) -> Option<ConnId> {
         let id = self.next_conn;
         self.next_conn += 1;
-        let (cfg, dir) = (self.peer_cfg.clone(), self.dir.clone());
+        let dir = self.dir.clone();
+        // Over SCTP the CER and CEA name the association's own addresses (all its
+        // paths, RFC 6733 §2.1.1); over TCP the listeners'.
+        let cfg = match &stream.sctp {
+            Some(p) if !p.local.is_empty() => {
+                let mut c = (*self.peer_cfg).clone();
+                c.identity.host_ip_addresses = crate::transport::sctp::ips(&p.local);
+                std::sync::Arc::new(c)
+            }
+            _ => self.peer_cfg.clone(),
+        };
         let role = match peer {
             None => Role::Responder,
             Some(_) => Role::Initiator,
@@ -181,9 +191,16 @@ impl Core {
         slot.reconnect_at = None;
         let tx = self.ctl_tx.clone();
         let timeout = self.opts.connect_timeout;
-        let tls = tls::connector(&self.cfg.peers[peer]);
+        let p = &self.cfg.peers[peer];
+        let how = match p.transport {
+            crate::config::Transport::Sctp => tls::Dial::Sctp(sctp_remotes(p, addr)),
+            crate::config::Transport::Tcp => match tls::connector(p) {
+                Some(c) => tls::Dial::Tls(c),
+                None => tls::Dial::Tcp,
+            },
+        };
         tokio::spawn(async move {
-            let result = tls::dial(addr, timeout, tls).await;
+            let result = tls::dial(addr, timeout, how).await;
             let _ = tx.send(Ctl::Connected { peer, result }).await;
         });
     }
@@ -667,4 +684,19 @@ impl Core {
             self.drive(now, id);
         }
     }
+}
+
+/// The addresses an SCTP server is dialled at: `connect`, then its other host
+/// addresses on `connect`'s port (multihoming: the association may use every one).
+fn sctp_remotes(
+    p: &crate::config::Peer,
+    connect: std::net::SocketAddr,
+) -> Vec<std::net::SocketAddr> {
+    let mut v = vec![connect];
+    for net in &p.addresses {
+        if net.prefix_len() == net.max_prefix_len() && net.addr() != connect.ip() {
+            v.push(std::net::SocketAddr::new(net.addr(), connect.port()));
+        }
+    }
+    v
 }

@@ -88,6 +88,20 @@ impl Core {
         }
     }
 
+    /// An accepted SCTP association: it opens at once (SCTP listeners have no TLS).
+    pub(super) fn accepted_sctp(&mut self, conn: Connection) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let ip = conn.remote.ip().to_canonical();
+        if !self.cer_wait_admits(conn.remote, ip) {
+            return;
+        }
+        if let Some(id) = self.open_accepted(conn) {
+            self.cer_wait_begins(id, ip, true);
+        }
+    }
+
     /// The handshake of an accepted TLS connection ended.
     pub(super) fn handshaken(&mut self, remote: SocketAddr, result: Result<Connection, Refusal>) {
         let ip = remote.ip().to_canonical();
@@ -215,7 +229,8 @@ impl Core {
     /// limiter's even when XDP is attached (DESIGN §12).
     pub(super) fn ingress_for(&self, kind: Kind) -> io::Ingress {
         match (kind, &self.opts.limiter, &self.opts.ingress) {
-            (Kind::Tcp, _, i) => i.clone(),
+            // XDP reads SCTP's chunks as it reads TCP's segments.
+            (Kind::Tcp | Kind::Sctp, _, i) => i.clone(),
             (Kind::Tls, Some(l), _) => io::Ingress::Limiter(l.clone()),
             (Kind::Tls, None, io::Ingress::Limiter(l)) => io::Ingress::Limiter(l.clone()),
             (Kind::Tls, None, _) => io::Ingress::None,
@@ -261,20 +276,41 @@ pub(super) fn connector(p: &crate::config::Peer) -> Option<(t::Connector, Durati
     Some((c, tls.handshake_timeout))
 }
 
-/// TCP connect (bounded by `timeout`), then the TLS handshake when `tls` is given.
+/// How a server is dialled.
+pub(super) enum Dial {
+    Tcp,
+    /// TCP, then the TLS handshake (bounded by its duration).
+    Tls((t::Connector, Duration)),
+    /// An SCTP association to these addresses (the first is `connect`).
+    Sctp(Vec<SocketAddr>),
+}
+
+/// Connects (bounded by `timeout`) over TCP, TLS or SCTP.
 pub(super) async fn dial(
     addr: SocketAddr,
     timeout: Duration,
-    tls: Option<(t::Connector, Duration)>,
+    how: Dial,
 ) -> Result<Connection, DialError> {
+    let timed_out = || {
+        DialError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connect timed out",
+        ))
+    };
+    let tls = match how {
+        Dial::Tcp => None,
+        Dial::Tls(c) => Some(c),
+        Dial::Sctp(remotes) => {
+            let s = crate::transport::sctp::SctpStream::connect(&[], &remotes);
+            return match tokio::time::timeout(timeout, s).await {
+                Ok(r) => r.and_then(Connection::sctp).map_err(DialError::Io),
+                Err(_) => Err(timed_out()),
+            };
+        }
+    };
     let tcp = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(r) => r.map_err(DialError::Io)?,
-        Err(_) => {
-            return Err(DialError::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timed out",
-            )));
-        }
+        Err(_) => return Err(timed_out()),
     };
     match tls {
         None => Connection::tcp(tcp).map_err(DialError::Io),

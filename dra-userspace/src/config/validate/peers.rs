@@ -10,11 +10,14 @@ use super::syntax::{
     choice, choice_or, duration, identity, int_in, name, positive_duration, socket_addr, u32_in,
 };
 use super::{Refs, Span, unique};
+use crate::config::ConfigName as _;
 use crate::config::error::Errors;
 use crate::config::raw::RawPeer;
 use crate::config::raw::{Item, RawConfig};
 use crate::config::values;
-use crate::config::{Doic, Global, Limit, Peer, PeerGroup, Role, Selection, default_burst};
+use crate::config::{
+    Doic, Global, Limit, Peer, PeerGroup, Role, Selection, Transport, default_burst,
+};
 use crate::doic::Algorithm;
 
 /// `[[peer_group]]`.
@@ -199,6 +202,34 @@ pub(super) fn peers(
             };
             super::tls::tls(e, t, owner, origin_host.as_deref())
         });
+        let transport = choice_or(e, "transport", &p.transport, Transport::Tcp);
+        if transport == Transport::Sctp
+            && let Some(t) = p.tls.as_ref().and_then(|t| t.as_ref())
+        {
+            e.at(
+                &t.span,
+                "tls over SCTP (DTLS, RFC 6083) is not supported: use transport = \"tcp\" \
+                 with tls, or SCTP without it",
+            );
+        }
+        if transport == Transport::Sctp
+            && connect.is_none()
+            && !raw.listeners.iter().any(|l| {
+                l.v.transport
+                    .as_ref()
+                    .is_some_and(|t| t.get_ref() == Transport::Sctp.name())
+            })
+            && let Some(t) = &p.transport
+        {
+            e.at(
+                &t.span(),
+                format!(
+                    "peer \"{}\" connects to the agent over SCTP, but no [[listener]] has \
+                     transport = \"sctp\"",
+                    p.name.get_ref()
+                ),
+            );
+        }
         if let (Some(name), Some(origin_host), Some(realm), Some(role)) =
             (peer_name, origin_host, realm, role)
         {
@@ -214,6 +245,7 @@ pub(super) fn peers(
                 connection_guard,
                 doic,
                 tls,
+                transport,
             });
         }
     }

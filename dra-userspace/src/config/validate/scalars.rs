@@ -1,6 +1,7 @@
 //! `[global]`, `[fast_path]`, `[metrics]`, `[control]` and `[[listener]]`.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use super::syntax::{absolute_path, choice_or, identity, int_in, socket_addr, text_or};
 use super::unique;
@@ -150,9 +151,45 @@ pub(super) fn listeners(
             .tls
             .as_ref()
             .and_then(|t| super::tls::tls(e, t.as_ref()?, super::tls::Owner::Listener, None));
+        let mut multihome = Vec::new();
+        if let Some(m) = &l.multihome {
+            if transport != Transport::Sctp {
+                e.at(
+                    &m.span(),
+                    "multihome needs transport = \"sctp\" (a TCP listener has one address)",
+                );
+            }
+            for a in m.get_ref() {
+                match a.get_ref().parse::<IpAddr>() {
+                    Ok(ip) if ip == address.ip() || multihome.contains(&ip) => {
+                        e.at(&a.span(), format!("multihome address {ip} listed twice"))
+                    }
+                    Ok(ip) if ip.is_unspecified() || address.ip().is_unspecified() => e.at(
+                        &a.span(),
+                        "multihome lists further addresses of a listener on one address \
+                         (0.0.0.0 or :: already binds them all)",
+                    ),
+                    Ok(ip) => multihome.push(ip),
+                    Err(_) => e.at(
+                        &a.span(),
+                        format!("bad multihome address \"{}\": an IP address (the listener's port is used)", a.get_ref()),
+                    ),
+                }
+            }
+        }
+        if transport == Transport::Sctp
+            && let Some(t) = l.tls.as_ref().and_then(|t| t.as_ref())
+        {
+            e.at(
+                &t.span,
+                "tls over SCTP (DTLS, RFC 6083) is not supported: use transport = \"tcp\" \
+                 with tls, or SCTP without it",
+            );
+        }
         listeners.push(Listener {
             address,
             transport,
+            multihome,
             tls,
         });
     }
