@@ -48,9 +48,30 @@ pub fn flow_key(remote: SocketAddr, local: SocketAddr) -> FlowKey {
     flow_key_of(IPPROTO_TCP, remote, local)
 }
 
-/// As [`flow_key`], for transport `proto` (an SCTP association: one key per pair of
-/// its addresses, as each packet names one path).
+/// As [`flow_key`], for transport `proto`. An SCTP association's key leaves our
+/// address out (see [`sctp_key`]): one key per address of the peer.
 pub fn flow_key_of(proto: u8, remote: SocketAddr, local: SocketAddr) -> FlowKey {
+    let k = tcp_or_sctp_key(proto, remote, local);
+    if proto == IPPROTO_SCTP {
+        sctp_key(k)
+    } else {
+        k
+    }
+}
+
+/// The key a mark of an SCTP packet is kept under: its flow without the destination
+/// address. A multihomed association's packets reach any of our addresses (the peer
+/// picks the path; the kernel does not always list every local address of an
+/// accepted association), while the peer's address and port, with our port, name the
+/// association.
+pub fn sctp_key(mut k: FlowKey) -> FlowKey {
+    if k.proto & 0x7f == IPPROTO_SCTP & 0x7f {
+        k.daddr = [0; 4];
+    }
+    k
+}
+
+fn tcp_or_sctp_key(proto: u8, remote: SocketAddr, local: SocketAddr) -> FlowKey {
     fn words(ip: IpAddr) -> ([u32; 4], bool) {
         match ip.to_canonical() {
             IpAddr::V4(a) => ([u32::from_ne_bytes(a.octets()), 0, 0, 0], false),
@@ -180,7 +201,7 @@ impl OobInbox {
         let mut p = self.pending.lock().expect("oob table");
         for m in &got {
             p.by_conn
-                .entry(m.key)
+                .entry(sctp_key(m.key))
                 .or_default()
                 .push((m.hop_by_hop, m.end_to_end, now));
             p.total += 1;

@@ -105,14 +105,12 @@ pub fn spawn(
     let (remote, local) = (stream.remote, stream.local);
     let flows = match &stream.sctp {
         None => vec![oob::flow_key(remote, local)],
+        // Each of the peer's addresses (a mark names the path its packet took; our
+        // side of it is not kept, see `oob`).
         Some(p) => p
             .remote
             .iter()
-            .flat_map(|r| {
-                p.local
-                    .iter()
-                    .map(move |l| oob::flow_key_of(oob::IPPROTO_SCTP, *r, *l))
-            })
+            .map(|r| oob::flow_key_of(oob::IPPROTO_SCTP, *r, local))
             .collect(),
     };
     let verdicts = match ingress {

@@ -114,7 +114,21 @@ struct StepResult {
 
 /// Runs the matrix's guests (the host's row is the privileged tests run before this),
 /// or only the kernels named in `only`; fails if a step of any of them fails.
+/// `only`: kernel names, and `--steps a,b` to run only those steps of each (a
+/// developer's shortcut; `cargo xtask test` runs everything).
 pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
+    let mut steps_only: Option<Vec<String>> = None;
+    let mut names = Vec::new();
+    let mut it = only.iter();
+    while let Some(a) = it.next() {
+        if a == "--steps" {
+            let list = it.next().context("--steps needs a comma-separated list")?;
+            steps_only = Some(list.split(',').map(str::to_owned).collect());
+        } else {
+            names.push(a.clone());
+        }
+    }
+    let only = &names[..];
     if let Some(n) = only
         .iter()
         .find(|n| !MATRIX.iter().any(|k| k.name == n.as_str()))
@@ -152,7 +166,7 @@ pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
             }
             Source::Deb { .. } => {}
         }
-        let (results, rel) = run_guest(root, k, accel, dra_bin, &bins)?;
+        let (results, rel) = run_guest(root, k, accel, dra_bin, &bins, steps_only.as_deref())?;
         let bad: Vec<&StepResult> = results.iter().filter(|r| !step_ok(k, r)).collect();
         let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
         if bad.is_empty() {
@@ -199,6 +213,7 @@ fn run_guest(
     accel: qemu::Accel,
     dra_bin: &Path,
     bins: &BTreeMap<String, PathBuf>,
+    steps_only: Option<&[String]>,
 ) -> Result<(Vec<StepResult>, String)> {
     let vm = vm_dir(root);
     let kern = kernel::ensure(&vm, k.name, &k.source)?.context("a guest kernel")?;
@@ -236,6 +251,19 @@ fn run_guest(
             }
         }
     }
+    // `name` or `name:filter` (the filter goes to the test binary).
+    if let Some(only) = steps_only {
+        steps.retain_mut(|s| {
+            only.iter().any(|o| {
+                let (name, filter) = o.split_once(':').unwrap_or((o, ""));
+                let hit = name == s.name;
+                if hit && !filter.is_empty() {
+                    s.argv.push(filter.into());
+                }
+                hit
+            })
+        });
+    }
     let env = guest::JobEnv {
         kernel: &kern,
         workspace: root,
@@ -243,6 +271,8 @@ fn run_guest(
             ("DRA_BIN", dra_bin.display().to_string()),
             ("DRA_TEST_TIME_SCALE", accel.time_scale().to_string()),
             ("DRA_EXPECT_FAST_PATH", k.fast_path.env().to_owned()),
+            // Every Debian kernel has SCTP (a module, loaded before the first step).
+            ("DRA_EXPECT_SCTP", "yes".to_owned()),
             ("RUST_BACKTRACE", "1".to_owned()),
         ],
         step_timeout_s: STEP_TIMEOUT.as_secs(),

@@ -172,7 +172,11 @@ pub(super) fn listeners(
                     Ok(ip) => multihome.push(ip),
                     Err(_) => e.at(
                         &a.span(),
-                        format!("bad multihome address \"{}\": an IP address (the listener's port is used)", a.get_ref()),
+                        format!(
+                            "bad multihome address \"{}\": an IP address \
+                             (the listener's port is used)",
+                            a.get_ref()
+                        ),
                     ),
                 }
             }
