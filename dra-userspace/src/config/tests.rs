@@ -678,3 +678,130 @@ fn doic_errors_name_file_line_column() {
         "{err}"
     );
 }
+
+/// `head()` with its listener over SCTP on two addresses and pgw1 over SCTP.
+fn sctp_head() -> String {
+    head()
+        .replace(
+            "address = \"198.18.1.1:3868\"\n",
+            "address = \"198.18.1.1:3868\"\ntransport = \"sctp\"\nmultihome = [\"198.18.5.1\"]\n",
+        )
+        .replace(
+            "role = \"client\"\n",
+            "role = \"client\"\ntransport = \"sctp\"\n",
+        )
+}
+
+#[test]
+fn sctp_listener_and_peer_take_their_transport_and_paths() {
+    let c = parse(&sctp_head(), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.listeners[0].transport, Transport::Sctp);
+    assert_eq!(
+        c.listeners[0].multihome,
+        ["198.18.5.1".parse::<IpAddr>().unwrap()]
+    );
+    let pgw1 = c.peers.iter().find(|p| p.name == "pgw1").unwrap();
+    assert_eq!(pgw1.transport, Transport::Sctp);
+    assert_eq!(c.sctp_users(), ["listener 198.18.1.1:3868"]);
+}
+
+#[test]
+fn a_reload_cannot_change_a_listeners_transport_or_paths() {
+    let old = parse(&sctp_head(), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    for new in [
+        sctp_head().replace(
+            "multihome = [\"198.18.5.1\"]",
+            "multihome = [\"198.18.5.9\"]",
+        ),
+        head(),
+    ] {
+        let new = parse(&new, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let d = super::diff::diff(&old, &new);
+        assert!(
+            d.refused
+                .iter()
+                .any(|r| r.starts_with("listener 198.18.1.1:3868 transport or multihome")),
+            "{:?}",
+            d.refused
+        );
+    }
+}
+
+/// Each SCTP misconfiguration, as (edit of `sctp_head()`, line:column, reason).
+#[test]
+fn sctp_misconfigurations_are_refused_at_their_value() {
+    let cases: [(&str, &str, &str, &str); 5] = [
+        (
+            "transport = \"sctp\"\nmultihome",
+            "multihome",
+            "t.toml:8:13",
+            "multihome needs transport = \"sctp\"",
+        ),
+        (
+            "multihome = [\"198.18.5.1\"]",
+            "multihome = [\"198.18.1.1\"]",
+            "t.toml:9:14",
+            "multihome address 198.18.1.1 listed twice",
+        ),
+        (
+            "multihome = [\"198.18.5.1\"]",
+            "multihome = [\"pgw1\"]",
+            "t.toml:9:14",
+            "bad multihome address \"pgw1\"",
+        ),
+        (
+            "multihome = [\"198.18.5.1\"]\n",
+            "multihome = [\"198.18.5.1\"]\ntls = { cert = \"/c\", key = \"/k\", ca = \"/a\" }\n",
+            "t.toml:10:7",
+            "tls over SCTP (DTLS, RFC 6083) is not supported",
+        ),
+        (
+            "transport = \"sctp\"\nmultihome = [\"198.18.5.1\"]\n",
+            "",
+            "t.toml:15:13",
+            "peer \"pgw1\" connects to the agent over SCTP, but no [[listener]] has \
+             transport = \"sctp\"",
+        ),
+    ];
+    for (from, to, at, reason) in cases {
+        let text = sctp_head().replacen(from, to, 1);
+        assert_ne!(text, sctp_head(), "{from}");
+        let e = parse(&text, "t.toml").expect_err(to);
+        let hit = e
+            .errors
+            .iter()
+            .find(|x| x.message.contains(reason))
+            .unwrap_or_else(|| panic!("no \"{reason}\" in:\n{e}"));
+        assert_eq!(
+            format!("{}:{}:{}", hit.file, hit.line, hit.column),
+            at,
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn the_sctp_example_of_the_reference_is_a_valid_config() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/config.md");
+    let doc = std::fs::read_to_string(path).expect(path);
+    let section = doc.split("\n## SCTP\n").nth(1).expect("an SCTP section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block in the SCTP section");
+    let c = parse(block, "docs/config.md SCTP").unwrap_or_else(|e| panic!("{e}"));
+    let users = c.sctp_users();
+    assert!(
+        c.listeners
+            .iter()
+            .any(|l| l.transport == Transport::Sctp && !l.multihome.is_empty())
+            && c.peers
+                .iter()
+                .any(|p| p.transport == Transport::Sctp && p.connect.is_some())
+            && c.peers
+                .iter()
+                .any(|p| p.transport == Transport::Sctp && p.connect.is_none()),
+        "the example shows a multihomed listener, a gateway and a dialled server: {users:?}"
+    );
+}
