@@ -657,20 +657,32 @@ fn relay_rate_over_sctp_and_over_tcp() {
     );
 }
 
-/// freeDiameter's config (`freeDiameterd -c`): SCTP and TCP on `ip`, the DCCA
-/// dictionaries, `acl_wl` admitting `admit`, `rt_default` sending `realm` to
-/// `next_hop`, which it dials at `connect` over SCTP only.
-fn fd_conf(
-    dir: &Path,
-    host: &str,
-    ip: &str,
-    port: u16,
-    admit: &str,
-    realm: &str,
-    next_hop: &str,
-    connect: (&str, u16),
+/// A freeDiameter node of the interop test: `host` listening on `ip` (SCTP and TCP,
+/// port 3868), admitting `admit`, sending `realm` to `next_hop`, which it dials at
+/// `connect` over SCTP (`sctp_next`) or TCP.
+struct FdNode<'a> {
+    host: &'a str,
+    ip: &'a str,
+    admit: &'a str,
+    realm: &'a str,
+    next_hop: &'a str,
+    connect: (&'a str, u16),
     sctp_next: bool,
-) -> std::path::PathBuf {
+}
+
+/// freeDiameter's config (`freeDiameterd -c`) of `n` in `dir`: the DCCA dictionaries,
+/// `acl_wl` for its admitted peer, `rt_default` for its route.
+fn fd_conf(dir: &Path, n: &FdNode) -> std::path::PathBuf {
+    let FdNode {
+        host,
+        ip,
+        admit,
+        realm,
+        next_hop,
+        connect,
+        sctp_next,
+    } = *n;
+    let port = 3868;
     let (crt, key) = dra_tools::freediameter::self_signed_cert(dir, host, host).expect("openssl");
     let acl = dir.join(format!("{host}.acl"));
     std::fs::write(&acl, format!("ALLOW_IPSEC {admit}\n")).unwrap();
@@ -723,36 +735,36 @@ fn freediameter_relays_over_sctp_on_either_side_of_the_agent() {
     );
     let fdr1 = fd_conf(
         &lab.tmp.0,
-        "fdr1.test.example",
-        "198.18.1.6",
-        3868,
-        "pgw1.lab.example",
-        PCRF_REALM,
-        "dra.lab.example",
-        (DRA_IP, SCTP_PORT),
-        true,
+        &FdNode {
+            host: "fdr1.test.example",
+            ip: "198.18.1.6",
+            admit: "pgw1.lab.example",
+            realm: PCRF_REALM,
+            next_hop: "dra.lab.example",
+            connect: (DRA_IP, SCTP_PORT),
+            sctp_next: true,
+        },
     );
     let fdr2 = fd_conf(
         &lab.tmp.0,
-        "fdr2.test.example",
-        "198.18.2.6",
-        3868,
-        "dra.lab.example",
-        "far.test.example",
-        "srv2.far.test.example",
-        ("198.18.2.7", 3868),
-        false,
+        &FdNode {
+            host: "fdr2.test.example",
+            ip: "198.18.2.6",
+            admit: "dra.lab.example",
+            realm: "far.test.example",
+            next_hop: "srv2.far.test.example",
+            connect: ("198.18.2.7", 3868),
+            sctp_next: false,
+        },
     );
     let cfg = config("")
-        + &format!(
-            "\n[[peer]]\nname = \"fdr1\"\norigin_host = \"fdr1.test.example\"\n\
+        + "\n[[peer]]\nname = \"fdr1\"\norigin_host = \"fdr1.test.example\"\n\
              realm = \"test.example\"\nrole = \"client\"\n\
              transport = \"sctp\"\n\n[[peer]]\nname = \"fdr2\"\norigin_host = \
              \"fdr2.test.example\"\nrealm = \"test.example\"\nrole = \"server\"\n\
              connect = \"198.18.2.6:3868\"\ntransport = \"sctp\"\ngroup = \"far\"\n\n\
              [[peer_group]]\nname = \"far\"\n\n[[route]]\nrealm = \"far.test.example\"\n\
-             group = \"far\"\n"
-        );
+             group = \"far\"\n";
     // freeDiameter first: the agent dials fdr2 at its start (then only every Tc), fdr1
     // retries every second.
     let fd1 = spawn_fd(&lab.net.gw, &fdr1, &lab.tmp.0.join("fdr1.log"));
