@@ -4,8 +4,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
 /// A network namespace with its loopback up, deleted on drop (with the veth ends in it).
@@ -24,7 +22,7 @@ impl Netns {
 
     /// Its file, for [`enter`] from another thread.
     pub fn file(&self) -> io::Result<File> {
-        File::open(format!("/run/netns/{}", self.name()))
+        netlab::open(self.name()).map_err(io_error)
     }
 
     /// Moves the calling thread into this namespace; the threads it creates afterwards
@@ -39,23 +37,15 @@ impl Netns {
     }
 }
 
-/// Spawns `cmd` in the network namespace `name` (made with `ip netns`). Only the network
-/// namespace is entered: `ip netns exec` would also give the process a private /sys, and
-/// so a private bpffs whose pins vanish with it.
+/// Spawns `cmd` in the network namespace `name` (made with `ip netns`), entering only
+/// the network namespace ([`netlab::command_in`]).
 pub fn spawn_in(name: &str, cmd: &mut Command) -> io::Result<Child> {
-    let file = File::open(format!("/run/netns/{name}"))?;
-    let fd = file.as_raw_fd();
-    // SAFETY: only setns(2) between fork and exec (async-signal-safe); `file` stays open
-    // in the parent until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || setns(fd));
-    }
-    cmd.spawn()
+    netlab::command_in(name, cmd).map_err(io_error)?.spawn()
 }
 
 /// Moves the calling thread into the namespace of `file` ([`Netns::file`]).
 pub fn enter(file: &File) -> io::Result<()> {
-    setns(file.as_raw_fd())
+    netlab::enter(file)
 }
 
 /// Joins `a` and `b` with a veth pair: `a_addr` on `a`'s end, `b_addr` on `b`'s (with
@@ -67,12 +57,4 @@ pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> io::Result
 
 fn io_error(e: anyhow::Error) -> io::Error {
     io::Error::other(format!("{e:#}"))
-}
-
-fn setns(fd: RawFd) -> io::Result<()> {
-    // SAFETY: setns(2) on a network namespace fd; it affects only the calling thread.
-    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -1,13 +1,19 @@
 //! Network-namespace primitives for xtask's labs and the privileged tests (crate
 //! `dra-tests`): run a command, `ip -n`, unique short names, namespaces and veth pairs,
-//! running code inside a namespace. Everything shells out to `ip` and needs root.
+//! running code and starting processes inside a namespace. Everything needs root.
+//!
+//! Entering a namespace means entering its network namespace only (`setns(2)`:
+//! [`enter`], [`command_in`]), never `ip netns exec`, which also gives the process a
+//! private /sys — and with it a private bpffs, whose pins vanish with the process.
 //!
 //! The labs keep their namespaces by name (they outlive the xtask process that made
 //! them: `lab up`, then `lab down`); a test holds a [`Netns`] guard, which deletes its
 //! namespace on drop, also when the test panics.
 
 use std::{
-    os::fd::AsRawFd,
+    fs::File,
+    os::fd::{AsRawFd, OwnedFd},
+    os::unix::process::CommandExt,
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -118,15 +124,40 @@ pub fn addr_up(ns: &str, dev: &str, addrs: &[impl AsRef<str>]) -> Result<()> {
     Ok(())
 }
 
-/// Moves the calling thread into the network namespace `ns`.
-fn setns(ns: &str) -> Result<()> {
-    let target = std::fs::File::open(format!("/run/netns/{ns}"))
-        .with_context(|| format!("open netns {ns}"))?;
-    // SAFETY: setns on a valid netns fd; affects only the calling thread.
-    if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!("setns into {ns}: {}", std::io::Error::last_os_error());
+/// Opens network namespace `ns` (made with `ip netns add`: `/run/netns/<ns>`).
+pub fn open(ns: &str) -> Result<File> {
+    File::open(format!("/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))
+}
+
+/// Moves the calling thread into the network namespace of `ns` ([`open`]); the threads
+/// it creates afterwards start there too.
+pub fn enter(ns: &File) -> std::io::Result<()> {
+    // SAFETY: setns(2) on an open namespace fd; it affects only the calling thread.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Makes `cmd` start in network namespace `ns`: the child enters it between fork and
+/// exec, and nothing else of it changes (its /sys and bpffs are the machine's).
+pub fn command_in<'a>(ns: &str, cmd: &'a mut Command) -> Result<&'a mut Command> {
+    let fd: OwnedFd = open(ns)?.into();
+    // SAFETY: only setns(2) between fork and exec (async-signal-safe); `fd` moves into
+    // the closure, so it stays open until the child has used it.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+fn setns(ns: &str) -> Result<()> {
+    enter(&open(ns)?).with_context(|| format!("setns into {ns}"))
 }
 
 /// Runs `f` on a thread that has entered network namespace `ns`.
@@ -165,21 +196,21 @@ impl Netns {
         }
     }
 
-    /// Runs a command inside the namespace (`ip netns exec`).
+    /// Runs the command `args` inside the namespace ([`command_in`]); its stdout.
     pub fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut v = vec!["ip", "netns", "exec", &self.name];
-        v.extend_from_slice(args);
-        sh(&v)
+        output(command_in(
+            &self.name,
+            Command::new(args[0]).args(&args[1..]),
+        )?)
     }
 
     /// Runs `f` with this thread inside the namespace, then returns to the original.
     pub fn enter<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
-        let orig = std::fs::File::open("/proc/thread-self/ns/net").context("open own netns")?;
+        let orig = File::open("/proc/thread-self/ns/net").context("open own netns")?;
         setns(&self.name)?;
         let r = f();
-        // SAFETY: setns on the thread's original namespace; affects only this thread.
-        if unsafe { libc::setns(orig.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            panic!("setns back failed: {}", std::io::Error::last_os_error());
+        if let Err(e) = enter(&orig) {
+            panic!("setns back failed: {e}");
         }
         Ok(r)
     }

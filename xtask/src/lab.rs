@@ -93,21 +93,12 @@ pub fn namespaces() -> Vec<String> {
 /// A command whose process runs inside network namespace `ns`, in its own session
 /// (so a Ctrl-C at the terminal reaches only xtask, which stops it in order).
 pub fn command_in(ns: &str, program: &Path) -> Result<Command> {
-    use std::os::fd::{AsRawFd, OwnedFd};
-    let f = std::fs::File::open(format!("/run/netns/{ns}"))
-        .with_context(|| format!("open netns {ns}"))?;
-    let fd: OwnedFd = f.into();
-    let raw = fd.as_raw_fd();
     let mut cmd = Command::new(program);
     cmd.stdin(Stdio::null());
-    // SAFETY: setns(2) and setsid(2) only, between fork and exec; both are
-    // async-signal-safe. `fd` is moved into the closure, so it stays open until exec.
+    netlab::command_in(ns, &mut cmd)?;
+    // SAFETY: setsid(2) only, between fork and exec (async-signal-safe).
     unsafe {
-        cmd.pre_exec(move || {
-            let _keep = &fd;
-            if libc::setns(raw, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+        cmd.pre_exec(|| {
             libc::setsid();
             Ok(())
         });

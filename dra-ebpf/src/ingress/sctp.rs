@@ -32,6 +32,7 @@
 //! * `drop`: the packet is dropped; the chunks before the dropped one stay charged
 //!   (the association is committed up to its TSN), so the retransmission is not
 //!   charged twice.
+//!
 //! INIT is the connection guard's SYN: over its limit it is dropped.
 
 use aya_ebpf::{
@@ -160,7 +161,9 @@ pub fn process(ctx: &XdpContext, sctp_off: usize, key: &FlowKey, peer: &PeerInfo
         STOP_PASS => PASS,
         _ => {
             if w.scanning != 0 || (w.off as usize) < ctx.data_end() - ctx.data() {
-                // More than one walk may take: resynchronise.
+                // More than one walk may take: resynchronise. (By reference: the key
+                // is not copied onto the stack.)
+                #[allow(clippy::needless_borrows_for_generic_args)]
                 let _ = SCTP_ASSOCS.remove(&w.akey);
                 count(Counter::Resync);
                 crate::events::flow(ctx, crate::events::Event::WalkBound, key);

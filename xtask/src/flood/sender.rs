@@ -266,8 +266,7 @@ impl Generator {
         let mut tids = Vec::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         for th in 0..threads.max(1) {
-            let netns = std::fs::File::open(format!("/run/netns/{ns}"))
-                .with_context(|| format!("open netns {ns}"))?;
+            let netns = netlab::open(ns)?;
             let frames = build_frames(t, POOL, th);
             let (stop, paused, sent) = (stop.clone(), paused.clone(), sent.clone());
             let ready = ready_tx.clone();
@@ -384,10 +383,8 @@ fn errno_ctx(what: &str) -> anyhow::Error {
 
 /// Enters `netns` (this thread only) and opens the sending socket on `ifname`.
 fn open_socket(netns: &std::fs::File, ifname: &str) -> Result<OwnedFd> {
-    // SAFETY: setns on a valid netns fd; affects only this thread, which only sends.
-    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(errno_ctx("setns"));
-    }
+    // This thread only sends.
+    netlab::enter(netns).context("setns")?;
     // SAFETY: plain socket(2); the fd is owned below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
