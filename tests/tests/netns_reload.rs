@@ -265,12 +265,30 @@ fn status(sock: &Path) -> String {
     out
 }
 
-/// The status table's row of `peer`: (state, req_out) — None if not listed.
+/// The status table's row of `peer`: (state, req_out) — None if not listed. The
+/// columns are found by the table's header; a row without a number there panics.
 fn peer_row(status: &str, peer: &str) -> Option<(String, u64)> {
+    let header: Vec<&str> = status
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"peer") && f.contains(&"req_out"))?;
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let (state, out) = (col("state"), col("req_out"));
     status.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() >= 5 && f[0] == peer && (f[1] == "client" || f[1] == "server"))
-            .then(|| (f[2].to_owned(), f[4].parse().unwrap_or(0)))
+        (f.len() == header.len() && f[0] == peer && (f[1] == "client" || f[1] == "server")).then(
+            || {
+                let n = f[out]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("req_out of {peer} is {:?}: {l}", f[out]));
+                (f[state].to_owned(), n)
+            },
+        )
     })
 }
 
