@@ -10,6 +10,8 @@
 //!   group; pgw2 Gx CCR-I 400/s over its 200/s limit, Gy CCR-I 100/s to
 //!   ocs.lab.example, which has no route yet). The reload lowers pgw2's CCR-I limit to
 //!   100/s, adds pcrf3 and a route for ocs.lab.example to it, and removes pcrf2.
+//!   Where the tests run slower (`DRA_TEST_TIME_SCALE` > 1: an emulated guest), pgw1
+//!   sends 40+40/s and pgw2's Gy 30/s; pgw2's CCR-I is the same.
 //!   Asserted: no connection but pcrf2's went down (agent log, the gateways' and
 //!   `dra status`'s counters), every request answered, pgw2's admitted CCR-I per second
 //!   (the pinned fast path's counters of its bucket, sampled every 50 ms) at 200 in
@@ -33,7 +35,7 @@ use dra_common::wire::MsgClass;
 use dra_tests::{
     agent::{Agent, dra_bin},
     netns::{GwDraSrv, Netns},
-    support::{Pins, TempDir},
+    support::{Pins, TempDir, time_scale},
 };
 
 fn loadgen_bin() -> PathBuf {
@@ -407,20 +409,22 @@ fn reload_under_traffic() {
     wait_open(&mut agent, &sock, &["pcrf1", "pcrf2"]);
     let maps = Maps::open_pinned(&lab.pins.0).expect("pinned maps");
 
-    let (g1, sum1) = gateway(
-        &lab,
-        "pgw1",
-        "198.18.72.2",
-        "gx_ccr_i = 300, gx_ccr_t = 300",
-        14,
-    );
-    let (g2, sum2) = gateway(
-        &lab,
-        "pgw2",
-        "198.18.72.3",
-        "gx_ccr_i = 400, gy_ccr_i = 100",
-        14,
-    );
+    // The traffic the limit is not about is lighter where the machine is slower (an
+    // emulated guest relays a few hundred requests a second): pgw2's CCR-I stays at
+    // twice its limit, then four times.
+    let (pgw1_rates, pgw2_rates) = if time_scale() > 1 {
+        (
+            "gx_ccr_i = 40, gx_ccr_t = 40",
+            "gx_ccr_i = 400, gy_ccr_i = 30",
+        )
+    } else {
+        (
+            "gx_ccr_i = 300, gx_ccr_t = 300",
+            "gx_ccr_i = 400, gy_ccr_i = 100",
+        )
+    };
+    let (g1, sum1) = gateway(&lab, "pgw1", "198.18.72.2", pgw1_rates, 14);
+    let (g2, sum2) = gateway(&lab, "pgw2", "198.18.72.3", pgw2_rates, 14);
     wait_open(&mut agent, &sock, &["pgw1", "pgw2", "pcrf1", "pcrf2"]);
     let st0 = status(&sock);
     assert_eq!(connections(&st0), 4, "{st0}");

@@ -35,9 +35,9 @@ usage: cargo xtask <command> [args]
                    root, systemd-analyze verify, dra --version), fuzz smoke,
                    privileged netns tests (root), then the kernel matrix: Debian's
                    kernels booted in qemu run the fast path's tests (xtask/src/vm/)
-  kernels [NAME..] [--steps A,B]  only the kernel matrix (or the named kernels of it,
-                   only steps A and B of each): `dra verify` and the fast path's
-                   privileged tests in qemu guests (root)
+  kernels [NAME..] [--steps A,B]  only the kernel matrix (or the named kernels of it;
+                   --steps: these instead of the matrix's — dra-verify, a test binary,
+                   NAME:FILTER, all): `dra verify` and privileged tests in qemu (root)
   run -- ARGS      build, then `dra run ARGS` (e.g. -- --config config/dra.toml --iface eth0)
   package [--check]  release build, then target/package/dra_<version>_<arch>.deb: dra,
                    dra-loadgen, systemd unit, /etc/dra/dra.toml, man pages

@@ -114,8 +114,8 @@ struct StepResult {
 
 /// Runs the matrix's guests (the host's row is the privileged tests run before this),
 /// or only the kernels named in `only`; fails if a step of any of them fails.
-/// `only`: kernel names, and `--steps a,b` to run only those steps of each (a
-/// developer's shortcut; `cargo xtask test` runs everything).
+/// `only`: kernel names, and `--steps a,b` to run those steps instead of the matrix's
+/// (a developer's shortcut: `dra-verify`, test binaries, `name:filter`, `all`).
 pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
     let mut steps_only: Option<Vec<String>> = None;
     let mut names = Vec::new();
@@ -231,38 +231,49 @@ fn run_guest(
             "--nocapture".into(),
         ],
     };
+    let verify = || guest::JobStep {
+        name: Step::VERIFY.to_owned(),
+        argv: vec![dra_bin.to_path_buf(), "verify".into()],
+    };
+    let tests = |file: &str| -> Result<guest::JobStep> {
+        let bin = bins
+            .get(file)
+            .with_context(|| format!("no test binary {file} in dra-tests"))?;
+        Ok(test_step(file, bin))
+    };
     let mut steps = Vec::new();
-    for s in k.steps {
-        match s {
-            Step::Verify => steps.push(guest::JobStep {
-                name: Step::VERIFY.to_owned(),
-                argv: vec![dra_bin.to_path_buf(), "verify".into()],
-            }),
-            Step::Tests(file) => {
-                let bin = bins
-                    .get(*file)
-                    .with_context(|| format!("no test binary {file} in dra-tests"))?;
-                steps.push(test_step(file, bin));
+    match steps_only {
+        // The matrix's steps for this kernel.
+        None => {
+            for s in k.steps {
+                steps.push(match s {
+                    Step::Verify => verify(),
+                    Step::Tests(file) => tests(file)?,
+                });
             }
-            Step::AllTests => {
-                for (name, bin) in bins {
-                    steps.push(test_step(name, bin));
+        }
+        // A developer's choice: `dra-verify`, a test binary's name, `name:filter` (the
+        // filter goes to the test binary), or `all` (every test binary).
+        Some(only) => {
+            for o in only {
+                let (name, filter) = o.split_once(':').unwrap_or((o, ""));
+                match name {
+                    Step::VERIFY => steps.push(verify()),
+                    "all" => {
+                        for name in bins.keys() {
+                            steps.push(tests(name)?);
+                        }
+                    }
+                    _ => {
+                        let mut step = tests(name)?;
+                        if !filter.is_empty() {
+                            step.argv.push(filter.into());
+                        }
+                        steps.push(step);
+                    }
                 }
             }
         }
-    }
-    // `name` or `name:filter` (the filter goes to the test binary).
-    if let Some(only) = steps_only {
-        steps.retain_mut(|s| {
-            only.iter().any(|o| {
-                let (name, filter) = o.split_once(':').unwrap_or((o, ""));
-                let hit = name == s.name;
-                if hit && !filter.is_empty() {
-                    s.argv.push(filter.into());
-                }
-                hit
-            })
-        });
     }
     let env = guest::JobEnv {
         kernel: &kern,
