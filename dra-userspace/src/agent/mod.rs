@@ -1,6 +1,6 @@
-//! The tokio shell of the Diameter agent (DESIGN.md §2, §6): TCP listeners for the
-//! gateways, outbound connections to the servers, one [`PeerConnection`] per transport
-//! connection, routing, relaying, marked-request answers and egress RLF.
+//! The tokio shell of the Diameter agent (docs/architecture.md §2, §6): TCP listeners
+//! for the gateways, outbound connections to the servers, one [`PeerConnection`] per
+//! transport connection, routing, relaying, marked-request answers and egress RLF.
 //!
 //! # Structure
 //!
@@ -61,7 +61,7 @@
 //!   servers that put Load in their answers give the selectors a live signal
 //!   (`docs/load-balancing.md`, "Live").
 //!
-//! # Session store (DESIGN §9)
+//! # Session store (docs/architecture.md §9)
 //!
 //! With `[session_store] kind = "redis" | "redis_cluster"` several DRA hosts share the
 //! bindings. The core never waits on the store: [`Sessions`] answers from its cache at

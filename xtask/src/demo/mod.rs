@@ -180,7 +180,7 @@ fn story(
     if !tty {
         println!(
             "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, \
-             seed 30 s), step {} %; CPU source = the lab's Redis",
+             seed scenario 30 s), step {} %; CPU source = the lab's Redis",
             profile.describe(),
             profile.hold,
             profile.step
