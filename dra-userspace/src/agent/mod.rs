@@ -158,7 +158,7 @@ pub struct AgentOptions {
     /// of [`AgentOptions::ingress`] when it is one, else nobody.
     pub limiter: Option<std::sync::Arc<crate::limiter::Limiter>>,
     /// Where `dra reload` requests arriving on the control socket go (`dra run`'s
-    /// reload loop, [`crate::reload`]); `None`: refused.
+    /// reload loop in [`crate::run`]); `None`: refused.
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
     /// The running config's hash, load time and last reload (`dra status`).
     pub config_info: Option<Arc<Mutex<ConfigInfo>>>,

@@ -61,7 +61,7 @@ pub enum Lookup {
     Miss,
     /// Asked the store: wait for this token.
     Wait(u64),
-    /// The store is down: follow [`Sessions::on_error`].
+    /// The store is down: follow `on_error` ([`StoreOnError`]).
     Failed,
 }
 
@@ -72,7 +72,7 @@ pub enum Write {
     Done,
     /// Written before forwarding: wait for this token.
     Wait(u64),
-    /// The store is down and the binding is new: follow [`Sessions::on_error`].
+    /// The store is down and the binding is new: follow `on_error` ([`StoreOnError`]).
     Failed,
 }
 

@@ -1,6 +1,6 @@
 //! `cargo xtask lab up|down|status --ha`: two DRA hosts sharing a Redis Cluster as their
 //! session store (docs/architecture.md §9), and `cargo xtask bench ha` on it
-//! ([`bench`]).
+//! ([`mod@bench`]).
 //!
 //! ```text
 //!  draha-gw (bridge draha-gbr)        draha-a  198.19.1.1:3868       draha-core (bridge)
