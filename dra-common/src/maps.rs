@@ -229,8 +229,8 @@ pub const MARK_RING: usize = 8;
 /// flow resynchronises. Longer than a few TCP RTO back-offs (0.2 + 0.4 + 0.8 + 1.6 s)
 /// so a real loss is always retransmitted into the hole first.
 pub const MAX_HOLE_AGE_NS: u64 = 5_000_000_000;
-/// Where one line of framing stands in a TCP byte stream (DESIGN.md §3). Sequence
-/// numbers are absolute TCP sequence numbers (compared modulo 2^32).
+/// Where one line of framing stands in a TCP byte stream (docs/architecture.md §3).
+/// Sequence numbers are absolute TCP sequence numbers (compared modulo 2^32).
 ///
 /// The message at `next_hdr` is *in progress* when `next_hdr` is before
 /// `processed_end`: some of its bytes have passed, its class is not known yet, and
@@ -260,14 +260,14 @@ pub const ISLAND_SHADOW: u32 = 1;
 /// and passed by the island from `start` on.
 pub const ISLAND_CHARGING: u32 = 2;
 
-/// A second line of framing after a request dropped over a `drop` limit (DESIGN.md §3,
-/// docs/fast-path.md "Islands"). Without it every byte after the hole is dropped until
-/// the hole is filled, so a sender's F-RTO probe (new data after the timeout's
-/// retransmission) is dropped too, draws no acknowledgement and costs a second
-/// retransmission timeout. With it, the probe is charged and passed: the receiver
-/// acknowledges it selectively and the sender retransmits the hole at once. Each request
-/// is still charged once: by the main line before `start`, by the island from `start`
-/// on; the main line takes the island's state over when it reaches `start`.
+/// A second line of framing after a request dropped over a `drop` limit
+/// (docs/architecture.md §3, docs/fast-path.md "Islands"). Without it every byte after
+/// the hole is dropped until the hole is filled, so a sender's F-RTO probe (new data
+/// after the timeout's retransmission) is dropped too, draws no acknowledgement and
+/// costs a second retransmission timeout. With it, the probe is charged and passed: the
+/// receiver acknowledges it selectively and the sender retransmits the hole at once.
+/// Each request is still charged once: by the main line before `start`, by the island
+/// from `start` on; the main line takes the island's state over when it reaches `start`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Island {
@@ -281,8 +281,8 @@ pub struct Island {
     pub line: Line,
 }
 
-/// TCP framing state of one flow (DESIGN.md §3): the main line of framing, what was
-/// marked, the current hole, and the island after a drop.
+/// TCP framing state of one flow (docs/architecture.md §3): the main line of framing,
+/// what was marked, the current hole, and the island after a drop.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpFlow {
@@ -325,9 +325,10 @@ pub struct OobMark {
 /// page size): 4,096 records of 56 bytes + 8 bytes of ring header.
 pub const OOB_RING_BYTES: u32 = 256 * 1024;
 
-/// SCTP association state (DESIGN.md §3): the next TSN to charge, and the Diameter
-/// message in progress — one whose first fragment (B flag) arrived but whose class
-/// was not known by the end of that fragment: its later fragments continue the scan.
+/// SCTP association state (docs/architecture.md §3): the next TSN to charge, and the
+/// Diameter message in progress — one whose first fragment (B flag) arrived but whose
+/// class was not known by the end of that fragment: its later fragments continue the
+/// scan.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SctpAssoc {

@@ -42,7 +42,8 @@ pub mod flags {
     /// The four reserved bits; RFC 6733 §3 says they MUST be zero on the wire.
     pub const RESERVED: u8 = 0x0f;
     /// The reserved bit the fast path sets in-band on an over-limit request, so that the
-    /// agent answers it at once (DESIGN.md §3, action `reject`). Never sent upstream.
+    /// agent answers it at once (docs/architecture.md §3, action `reject`). Never sent
+    /// upstream.
     pub const RATE_LIMIT_MARK: u8 = 0x01;
 }
 

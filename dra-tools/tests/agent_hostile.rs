@@ -1,4 +1,4 @@
-//! Hostile peers against the agent over real TCP (issue 14 items 1–3): Grouped AVPs
+//! Hostile peers against the agent over real TCP: Grouped AVPs
 //! nested far beyond the depth limit, byte streams that cannot be framed (bad version,
 //! bad length, over the size limit), connections that never send their CER, and
 //! undecodable messages before Open. The agent runs in this process (its real core,

@@ -1,4 +1,4 @@
-//! The agent's shared session store against real Redis (DESIGN §9, issue 13): the agent
+//! The agent's shared session store against real Redis (docs/architecture.md §9): the agent
 //! runs in process, over real TCP on 127.0.0.1, between PGW clients and strict PCRF
 //! simulators; the store is a real redis-server or a real six-node Redis Cluster
 //! (support/redis_server.rs; every process killed at the end, also on panic).

@@ -1,4 +1,4 @@
-//! The load-balancing simulator (`dra-sim lb`, DESIGN §7, seed 002): determinism, the
+//! The load-balancing simulator (`dra-sim lb`, docs/load-balancing.md): determinism, the
 //! queue model against queueing theory, docomo's comparison, and herding with stale load.
 //! Sizes are small so the tests run quickly in debug builds.
 
@@ -102,7 +102,7 @@ fn seed002_least_loaded_with_fresh_load_keeps_servers_within_one_signal() {
 
 #[test]
 fn seed002_reproduces_docomo_priority_worst_round_robin_middle_least_loaded_best() {
-    // docomo (seed 002): some clients 10× heavier, fixed priority vs round robin vs
+    // docomo's comparison: some clients 10× heavier, fixed priority vs round robin vs
     // load-aware on per-server signal count. Averaged over a few seeds because one run of
     // round robin can land on a perfectly even split by chance.
     let signals = 30_001;

@@ -18,14 +18,14 @@
 //!   message it sends is discarded);
 //! * classification is [`dra_common::wire::classify`], the scanner the kernel runs.
 //!
-//! Over-limit requests are marked with [`flags::RATE_LIMIT_MARK`] (action `reject`:
-//! the agent's marked path answers them) or held back (action `drop`): as XDP_DROP on
-//! TCP is back-pressure, not loss (the sender retransmits; DESIGN §3), the reader
+//! Over-limit requests are marked with [`flags::RATE_LIMIT_MARK`] (action `reject`: the
+//! agent's marked path answers them) or held back (action `drop`): as XDP_DROP on TCP is
+//! back-pressure, not loss (the sender retransmits; docs/architecture.md §3), the reader
 //! stops reading that connection until the buckets have room for the held request
 //! ([`Filter::Hold`], [`Limiter::retry`]), so TCP flow control slows the sender and
-//! nothing is lost. A held request counts once as `dropped`, and as seen/admitted
-//! when it passes. Userspace has no packets: each message is judged on its own (the
-//! kernel's "all-or-nothing per packet" has no equivalent). An unknown source under
+//! nothing is lost. A held request counts once as `dropped`, and as seen/admitted when
+//! it passes. Userspace has no packets: each message is judged on its own (the kernel's
+//! "all-or-nothing per packet" has no equivalent). An unknown source under
 //! `unknown_peer = "drop"` is the one case where messages are discarded.
 //!
 //! The DRL controller rewrites rates live with [`Limiter::set_rate`] (the slot keeps

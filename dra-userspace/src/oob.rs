@@ -1,4 +1,5 @@
-//! Requests the fast path marked out of band (DESIGN.md §3, `dra-ebpf/src/ingress/tcp.rs`).
+//! Requests the fast path marked out of band (docs/architecture.md §3,
+//! `dra-ebpf/src/ingress/tcp.rs`).
 //!
 //! A request over a `reject` limit is marked in its header (reserved bit 0x01) when the
 //! XDP program sees the header's flags byte in the segment that completes the

@@ -1,7 +1,7 @@
-//! Limits that nothing would enforce (issue 14 item 16): `dra check-config` refuses
-//! them with `file:line:column` and the reason, `dra run` refuses to start, and a
-//! limit that depends on a command-line flag is a warning for `check-config` and an
-//! error for a `dra run` without that flag. Each fixture under
+//! Limits that nothing would enforce (docs/config.md, "Which part enforces a limit"):
+//! `dra check-config` refuses them with `file:line:column` and the reason, `dra run`
+//! refuses to start, and a limit that depends on a command-line flag is a warning for
+//! `check-config` and an error for a `dra run` without that flag. Each fixture under
 //! `tests/fixtures/unenforced-configs/` is a valid file (`config::load` accepts it)
 //! whose `# expect: LINE:COLUMN fragment` lines are exactly the enforcement errors.
 

@@ -1,5 +1,5 @@
-//! The seed scenario of DESIGN.md §5 (Cisco CPS vDRA dynamic rate limiting), replayed
-//! second by second on a virtual clock.
+//! The seed scenario of docs/architecture.md §5 (Cisco CPS vDRA dynamic rate limiting),
+//! replayed second by second on a virtual clock.
 //!
 //! Static 1000/s, hold 30 s, step 20 %, rows 50→20, 55→30, 60→40, 65→50, one sample per
 //! second. Timeline (virtual seconds):

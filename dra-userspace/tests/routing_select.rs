@@ -1,5 +1,5 @@
-//! Route table and peer selection: seed 001 (StarOS routing text), Destination-Host,
-//! application filter, and every selection strategy (seed 002, RFC 8583).
+//! Route table and peer selection: StarOS realm routing (docs/architecture.md §6),
+//! Destination-Host, application filter, and every selection strategy (§7, RFC 8583).
 
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ fn request<'a>(realm: &'a str, app: u32, host: Option<&'a str>) -> RouteRequest<
     }
 }
 
-// ---------------------------------------------------------------- seed 001 ----------
+// ----------------------------------------------------------- StarOS routing ----------
 
 #[test]
 fn seed_001_abc_to_peer1_def_to_peer2_xyz_to_peer_default() {

@@ -1,8 +1,8 @@
 //! A flow's requests are counted on the slot of the plan in force, also after a new plan
 //! moved their class to another slot while the flow kept its state (BPF_PROG_TEST_RUN).
-//! Guards any per-flow caching of class slots (one was tried for the fast-path cost
-//! issue: it must refresh when the plan changes, and this test failed for a cache that
-//! did not).
+//! Guards any per-flow caching of class slots (one is measured in docs/fast-path.md,
+//! "Cost"): such a cache must refresh when the plan changes, and this test fails for a
+//! cache that does not.
 
 use dra::dataplane::Maps;
 use dra_common::wire::{MsgClass, app, cc_request_type as rt};

@@ -1,9 +1,10 @@
-//! Back-to-back requests through the real agent (issue 11): a gateway keeping 16 or 100
-//! requests in flight on one TCP connection (`dra_tools::loadgen::closed`) writes them back to
-//! back, so full segments carry several CCRs and one in every few straddles a segment
-//! boundary. `dra run` has XDP on its gateway-facing veth; the PCRF answers at once.
-//! Gx CCR-I and CCR-T are each limited to 50/s, far below what the gateway offers (also
-//! in an emulated guest of the kernel matrix, which offers a tenth of this machine).
+//! Back-to-back requests through the real agent (docs/architecture.md §3): a gateway
+//! keeping 16 or 100 requests in flight on one TCP connection
+//! (`dra_tools::loadgen::closed`) writes them back to back, so full segments carry
+//! several CCRs and one in every few straddles a segment boundary. `dra run` has XDP on
+//! its gateway-facing veth; the PCRF answers at once. Gx CCR-I and CCR-T are each
+//! limited to 50/s, far below what the gateway offers (also in an emulated guest of the
+//! kernel matrix, which offers a tenth of this machine).
 //!
 //! Admitted = answered by the PCRF: 2001, or 5002 for the CCR-T of a session whose CCR-I
 //! the DRA rejected (the PCRF never saw that session), counted over the requests sent

@@ -182,8 +182,8 @@ fn set_cpu(file: &std::path::Path, v: f64) {
     std::fs::write(file, format!("{v}\n")).unwrap();
 }
 
-/// DESIGN.md §5 table through `dra run`, hold 3 s: pgw1's effective CCR-I rate read
-/// back from the pinned bucket map at each row; pgw2 (no DRL) stays at 200/s.
+/// The docs/architecture.md §5 table through `dra run`, hold 3 s: pgw1's effective CCR-I
+/// rate read back from the pinned bucket map at each row; pgw2 (no DRL) stays at 200/s.
 #[test]
 fn seed_table_through_the_agent_and_the_pinned_maps() {
     let lab = DrlLab::new("r", 1000, 20, false);
@@ -216,7 +216,7 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
         );
         start.elapsed()
     };
-    // Row by row (DESIGN.md §5), hold 3 s instead of 30 s.
+    // Row by row (docs/architecture.md §5), hold 3 s instead of 30 s.
     wait_rate(1000.0, Duration::from_secs(2), "CPU below thresholds");
     set_cpu(&cpu, 62.0);
     wait_rate(600.0, Duration::from_secs(2), "CPU 62 %");

@@ -1,7 +1,7 @@
-//! TC egress without XDP (issue 14 item 16): `[fast_path] egress_interface` set, no
-//! `interface`, a per-peer, per-class egress `drop` limit — Gx CCR-I to pcrf1 at 100/s.
-//! Before, `dra run` attached nothing in this setup (ingress went to the agent's
-//! limiter, the TC program was never loaded) and the PCRF received ~9,700 CCR-I/s. Now
+//! TC egress without XDP (docs/config.md, "Which part enforces a limit"): `[fast_path]
+//! egress_interface` set, no `interface`, a per-peer, per-class egress `drop` limit — Gx
+//! CCR-I to pcrf1 at 100/s. Nothing else enforces it in this setup (ingress goes to the
+//! agent's limiter, and with no program attached the PCRF receives ~9,700 CCR-I/s):
 //! `dra run` attaches the TC egress program on its own and the kernel enforces the
 //! limit.
 //!

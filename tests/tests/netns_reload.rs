@@ -1,4 +1,4 @@
-//! Live reload (`dra reload`, issue 16, docs/operations.md "Reload") of a real `dra run`
+//! Live reload (`dra reload`, docs/operations.md "Reload") of a real `dra run`
 //! with XDP attached, under traffic from real `dra-loadgen` gateways to real
 //! `dra-loadgen` servers over TCP between network namespaces.
 //!

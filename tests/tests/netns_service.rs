@@ -1,4 +1,4 @@
-//! `dra run` as the systemd unit runs it (issue 16, docs/operations.md): uid 0 with only
+//! `dra run` as the systemd unit runs it (docs/operations.md): uid 0 with only
 //! the unit's capabilities (`CapabilityBoundingSet=` of packaging/dra.service, applied
 //! with `setpriv`), logs in JSON.
 //!

@@ -1,4 +1,4 @@
-//! The coalesced case of P3 (issue 11): back-to-back requests. A gateway keeping W Gx
+//! The coalesced case of P3: back-to-back requests. A gateway keeping W Gx
 //! requests in flight on one TCP connection (`dra-loadgen closed`, CCR-I and CCR-T in
 //! turn per slot) writes them back to back, so segments are full and one request in
 //! every few straddles a segment boundary — the traffic a gateway flush or any busy

@@ -22,7 +22,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [args]
@@ -30,11 +30,13 @@ usage: cargo xtask <command> [args]
   setup            install what is missing (eBPF toolchain, test tools, qemu and the
                    kernel matrix's kernels); silent when done
   build            build the agent and the eBPF programs (release)
-  test             rustfmt --check, Rust lines <= 100 columns, clippy (userspace +
-                   eBPF), unit + property tests, package test (dpkg -x into a scratch
-                   root, systemd-analyze verify, dra --version), fuzz smoke,
-                   privileged netns tests (root), then the kernel matrix: Debian's
-                   kernels booted in qemu run the fast path's tests (xtask/src/vm/)
+  test             rustfmt --check, Rust lines <= 100 columns, no references to
+                   documents outside the tree, clippy (userspace + eBPF), rustdoc
+                   (warnings are errors), unit + property tests, package test
+                   (dpkg -x into a scratch root, systemd-analyze verify, dra
+                   --version), fuzz smoke, privileged netns tests (root), then the
+                   kernel matrix: Debian's kernels booted in qemu run the fast path's
+                   tests (xtask/src/vm/)
   kernels [NAME..] [--steps A,B]  only the kernel matrix (or the named kernels of it;
                    --steps: these instead of the matrix's — dra-verify, a test binary,
                    NAME:FILTER, all): `dra verify` and privileged tests in qemu (root)
@@ -169,6 +171,20 @@ fn fuzz_smoke(secs: u64) -> Result<()> {
     Ok(())
 }
 
+/// rustdoc over the workspace with warnings as errors, so that a broken intra-doc link or
+/// a stray `<word>` in a doc comment fails the test. dra-ebpf is left out: it builds only
+/// on the nightly toolchain for bpfel-unknown-none (Cargo.toml), and its clippy step
+/// checks it.
+fn rustdoc() -> Result<()> {
+    step(
+        "rustdoc (cargo doc --no-deps, warnings are errors)",
+        cargo()
+            .args(["doc", "--no-deps", "--workspace", "--exclude", "dra-ebpf"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )
+    .context("rustdoc warnings (printed above) are errors: fix the doc comments they name")
+}
+
 fn test() -> Result<()> {
     toolchain::ensure()?;
     toolchain::ensure_fuzz()?;
@@ -189,6 +205,7 @@ fn test() -> Result<()> {
     style::ensure_rustfmt()?;
     step("rustfmt --check", cargo().args(["fmt", "--all", "--check"]))?;
     style::check_line_width(&workspace_root())?;
+    style::check_references(&workspace_root())?;
     step(
         "clippy (userspace)",
         cargo()
@@ -196,6 +213,7 @@ fn test() -> Result<()> {
             .args(&user_pkgs)
             .args(["--", "-D", "warnings"]),
     )?;
+    rustdoc()?;
     step(
         "clippy (eBPF, bpfel-unknown-none)",
         cargo_nightly()

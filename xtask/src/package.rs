@@ -185,7 +185,7 @@ pub fn package(root: &Path, profile: Profile, out_dir: &Path) -> Result<PathBuf>
 }
 
 /// `cargo xtask package [--check]`: release build, then
-/// target/package/dra_<version>_<arch>.deb; `--check` then runs the package test's
+/// `target/package/dra_<version>_<arch>.deb`; `--check` then runs the package test's
 /// checks on it.
 pub fn cmd(root: &Path, args: &[String]) -> Result<()> {
     let check_it = match args {

@@ -57,7 +57,7 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
             met: None,
         });
     }
-    // The goal of the fast-path cost issue, as xdp-bench judged it.
+    // P1's goal (ns per packet net of a bare XDP_PASS), as xdp-bench judged it.
     if let Some(g) = xdp.get("goal") {
         let net = g.get("net_ns").and_then(Value::as_f64);
         let max = g.get("max_net_ns").and_then(Value::as_f64);

@@ -15,7 +15,7 @@ use crate::lab;
 
 /// P1 output of `tests/src/bin/xdp-bench.rs`.
 pub const XDP_LATEST: &str = "bench/results/xdp-latest.json";
-/// P2 output of `dra-userspace/src/bin/dra-bench.rs`.
+/// P2 output of `dra-tools/src/bin/dra-bench.rs`.
 pub const RELAY_LATEST: &str = "bench/results/relay-latest.json";
 /// P3–P4 (and P3 coalesced) output of `cargo xtask bench storm`; `bench coalesced` merges
 /// its part into it.

@@ -1,4 +1,4 @@
-//! TCP framing with flow state (DESIGN.md §3): XDP sees segments, not messages.
+//! TCP framing with flow state (docs/architecture.md §3): XDP sees segments, not messages.
 //!
 //! Per flow (LRU, 5-tuple) we keep `processed_end` (every byte before it has been
 //! looked at and charged exactly once) and `next_hdr` (where the next Diameter header
@@ -37,7 +37,7 @@
 //!   (marks are re-applied) and judges the dropped one again. Nothing is charged
 //!   twice and nothing is admitted without a charge.
 //!
-//! So a verdict never depends on where the segments were cut (DESIGN.md §3).
+//! So a verdict never depends on where the segments were cut (docs/architecture.md §3).
 //!
 //! # Islands: the hole a `drop` leaves
 //!

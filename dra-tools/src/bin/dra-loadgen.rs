@@ -230,7 +230,7 @@ struct ServerArgs {
     /// Origin-Host allowed to connect (repeatable); none = any.
     #[arg(long = "allow-host")]
     allow_hosts: Vec<String>,
-    /// CCR service time: fixed:<d>, uniform:<min>:<max> or exp:<mean>; durations like
+    /// CCR service time: `fixed:<d>`, `uniform:<min>:<max>` or `exp:<mean>`; durations like
     /// 5ms, 1.5s, 200us.
     #[arg(long, default_value = "fixed:1ms")]
     latency: LatencyDist,
@@ -246,13 +246,13 @@ struct ServerArgs {
     /// Queue mode: answer 3004 when this many CCRs already wait.
     #[arg(long)]
     max_queue: Option<usize>,
-    /// Redis address: SET <prefix><Session-Id> on CCR-I, DEL on CCR-T.
+    /// Redis address: `SET <prefix><Session-Id>` on CCR-I, DEL on CCR-T.
     #[arg(long)]
     redis: Option<SocketAddr>,
     /// Redis key prefix.
     #[arg(long, default_value = "loadgen:session:")]
     redis_prefix: String,
-    /// Extra Redis commands per CCR (pipelined HINCRBY on <key>:state), to load the
+    /// Extra Redis commands per CCR (pipelined `HINCRBY` on `<key>:state`), to load the
     /// DB like a session store with several records per session. 0 = only SET/DEL.
     #[arg(long, default_value_t = 0)]
     redis_extra_ops: u32,

@@ -1,8 +1,8 @@
 //! `dra-sim`: simulations that use the agent's own routing code.
 //!
-//! `dra-sim lb` sweeps load-aware peer selection (DESIGN §7, seed 002): every strategy
-//! against the heartbeat period and the number of clients, in docomo's cumulative-count
-//! model and in a queueing model. See docs/load-balancing.md.
+//! `dra-sim lb` sweeps load-aware peer selection (docs/architecture.md §7): every
+//! strategy against the heartbeat period and the number of clients, in docomo's
+//! cumulative-count model and in a queueing model. See docs/load-balancing.md.
 
 use std::{fs, path::PathBuf, process::ExitCode};
 

@@ -1,5 +1,6 @@
 //! The load-balancing model: clients pick servers through the real [`Selector`] and see
-//! server load only as of their last heartbeat (DESIGN §7, seed 002, RFC 8583).
+//! server load only as of their last heartbeat (docomo's proposal, docs/architecture.md
+//! §7; RFC 8583).
 //!
 //! Time unit: the mean inter-arrival time of the aggregate request stream (IAT). Requests
 //! arrive as one Poisson process of rate 1; each request belongs to a client drawn with
@@ -41,7 +42,7 @@ pub const TICK: Duration = Duration::from_millis(1);
 /// Which server model to simulate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// docomo's setting (seed 002): a server's load is the number of requests it has
+    /// docomo's setting: a server's load is the number of requests it has
     /// received so far; no service, no queue.
     Seed002,
     /// Servers with capacities and FIFO queues; load is the number of requests in the
@@ -768,7 +769,7 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// The sweep of the issue: both variants, 1 / 10 / 100 clients, H = 0 … 1000 mean
+    /// The standard sweep: both variants, 1 / 10 / 100 clients, H = 0 … 1000 mean
     /// inter-arrival times, every strategy, with [`LbConfig::new`] defaults.
     pub fn standard() -> Self {
         Self {

@@ -1,5 +1,5 @@
-//! Deterministic discrete-event simulator for load-aware peer selection (DESIGN §7,
-//! seed 002, RFC 8583), behind `dra-sim lb`.
+//! Deterministic discrete-event simulator for load-aware peer selection
+//! (docs/architecture.md §7, RFC 8583), behind `dra-sim lb`.
 //!
 //! Simulated clients pick among K servers with the agent's own
 //! [`Selector`](dra::routing::Selector) (no copy of the strategies), each from its own

@@ -1,6 +1,6 @@
-//! The tokio shell of the Diameter agent (DESIGN.md §2, §6): TCP listeners for the
-//! gateways, outbound connections to the servers, one [`PeerConnection`] per transport
-//! connection, routing, relaying, marked-request answers and egress RLF.
+//! The tokio shell of the Diameter agent (docs/architecture.md §2, §6): TCP listeners
+//! for the gateways, outbound connections to the servers, one [`PeerConnection`] per
+//! transport connection, routing, relaying, marked-request answers and egress RLF.
 //!
 //! # Structure
 //!
@@ -61,7 +61,7 @@
 //!   servers that put Load in their answers give the selectors a live signal
 //!   (`docs/load-balancing.md`, "Live").
 //!
-//! # Session store (DESIGN §9)
+//! # Session store (docs/architecture.md §9)
 //!
 //! With `[session_store] kind = "redis" | "redis_cluster"` several DRA hosts share the
 //! bindings. The core never waits on the store: [`Sessions`] answers from its cache at
@@ -158,7 +158,7 @@ pub struct AgentOptions {
     /// of [`AgentOptions::ingress`] when it is one, else nobody.
     pub limiter: Option<std::sync::Arc<crate::limiter::Limiter>>,
     /// Where `dra reload` requests arriving on the control socket go (`dra run`'s
-    /// reload loop, [`crate::reload`]); `None`: refused.
+    /// reload loop in [`crate::run`]); `None`: refused.
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
     /// The running config's hash, load time and last reload (`dra status`).
     pub config_info: Option<Arc<Mutex<ConfigInfo>>>,

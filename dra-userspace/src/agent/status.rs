@@ -3,7 +3,7 @@
 //! - `status` (or nothing within a second: an older client): the status screen
 //!   (`dra status`).
 //! - `reload`, `reload --dry-run`: handed to `dra run`'s reload loop
-//!   ([`crate::reload`]); the reply starts with a line `OK` or `ERR`.
+//!   (in [`crate::run`]); the reply starts with a line `OK` or `ERR`.
 
 use std::time::Duration;
 

@@ -64,7 +64,7 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[control]`.
     pub control: Control,
-    /// `[session_store]`: where Gx/Gy session bindings live (DESIGN §9).
+    /// `[session_store]`: where Gx/Gy session bindings live (docs/architecture.md §9).
     pub session_store: SessionStore,
     /// `[[listener]]`, in file order.
     pub listeners: Vec<Listener>,

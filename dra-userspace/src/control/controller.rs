@@ -358,7 +358,7 @@ enum Hold {
 
 /// The dynamic rate-limit controller for one profile (one DB).
 ///
-/// Rules (DESIGN.md §5):
+/// Rules (docs/architecture.md §5):
 ///
 /// * **Threshold rule.** A sample at or above the lowest threshold sets the throttle to the
 ///   `throttle_pct` of the highest row whose threshold is not above the sample

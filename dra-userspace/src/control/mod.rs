@@ -2,8 +2,8 @@
 //! (by default Gx CCR-I and CCR-T) according to the session database's CPU.
 //!
 //! This is the operator documentation of DRL. The behaviour follows the Cisco CPS vDRA
-//! "Dynamic Throttling DB CPU Profile" (DESIGN.md §5); where that description is vague,
-//! the decisions below are ours and are tested.
+//! "Dynamic Throttling DB CPU Profile" (docs/architecture.md §5); where that description
+//! is vague, the decisions below are ours and are tested.
 //!
 //! # Inputs
 //!

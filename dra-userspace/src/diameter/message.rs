@@ -114,7 +114,7 @@ impl Message {
     }
 
     /// The fast path marked this request as over its rate limit (reserved bit 0x01,
-    /// DESIGN.md §3): answer it at once, never forward it.
+    /// docs/architecture.md §3): answer it at once, never forward it.
     pub fn is_marked(&self) -> bool {
         self.flags & flags::RATE_LIMIT_MARK != 0
     }

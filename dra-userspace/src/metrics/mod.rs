@@ -12,7 +12,7 @@
 //! `gy_ccr_u`, `all` for the peer's overall bucket, `other` for a caller's roll-up),
 //! `reason`, `result_code`, `state`, `direction`, `group`, `outcome`.
 //!
-//! ## Dynamic throttling (DESIGN.md §5)
+//! ## Dynamic throttling (docs/architecture.md §5)
 //!
 //! - `dra_db_cpu_percent` (gauge): last valid DB CPU sample; never NaN (invalid samples are not
 //!   stored)
@@ -66,7 +66,7 @@
 //! - `dra_unanswered_invariant_violations_total` (counter): requests that ended with no answer;
 //!   must stay 0
 //!
-//! ## Session store (DESIGN §9)
+//! ## Session store (docs/architecture.md §9)
 //!
 //! - `dra_session_store_up` (gauge): 1 while the store answers (the in-memory store always)
 //! - `dra_session_store_latency_seconds` (histogram; `op`): store call duration: `get`, `set`,

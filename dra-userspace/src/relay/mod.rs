@@ -1,5 +1,6 @@
-//! The relay's sans-IO cores (DESIGN.md §3, §4, §6): no sockets, no OS clock — time is
-//! a `Duration` since an arbitrary start, passed in. The tokio shell drives them.
+//! The relay's sans-IO cores (docs/architecture.md §3, §4, §6): no sockets, no OS
+//! clock — time is a `Duration` since an arbitrary start, passed in. The tokio shell
+//! drives them.
 //!
 //! - [`pending`]: [`Relay`] forwards requests upstream (fresh Hop-by-Hop id,
 //!   Route-Record, loop check, bounded pending table), maps answers back, retries once
@@ -7,8 +8,8 @@
 //!   gets exactly one outcome (RFC 6733 §6.1, §6.2, §5.5.4).
 //! - [`reject`]: requests marked by the fast path are answered at once
 //!   ([`reject_marked`]) with the most specific ingress profile ([`MarkedPolicy`]).
-//! - [`rlf`]: [`Rlf`], the egress token bucket per upstream peer group with queue,
-//!   delay tolerance, outstanding cap and back-pressure (StarOS RLF, seed 001).
+//! - [`rlf`]: [`Rlf`], the egress token bucket per upstream peer group with queue, delay
+//!   tolerance, outstanding cap and back-pressure (StarOS RLF, docs/architecture.md §4).
 //! - [`pipeline`]: [`Pipeline`] puts them together for the shell: relay core, then the
 //!   group's egress limiter, then pending upstream; one count of outstanding requests
 //!   per peer (the relay's), read by the limiter's cap and the selectors.

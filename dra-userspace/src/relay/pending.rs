@@ -406,7 +406,7 @@ impl Relay {
                 answer: Box::new(self.answer(&req, result_code::TOO_BUSY, &text)),
             });
         }
-        // The mark is the fast path's, in-band on this host only (DESIGN.md §3).
+        // The mark is the fast path's, in-band on this host only (docs/architecture.md §3).
         req.clear_mark();
         // RFC 6733 §6.1.8: append the identity of the peer the request came from.
         append_route_record(&mut req, from_host);

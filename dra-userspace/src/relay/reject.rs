@@ -1,5 +1,6 @@
 //! Requests the fast path marked as over their ingress limit (reserved header bit 0x01,
-//! DESIGN.md §3, action `reject`): answered at once, no routing, no DB, no upstream work.
+//! docs/architecture.md §3, action `reject`): answered at once, no routing, no DB, no
+//! upstream work.
 //!
 //! The fast path sets one bit and says nothing about which bucket overflowed, so
 //! [`MarkedPolicy`] finds the profile: the most specific ingress profile that matches

@@ -1,7 +1,7 @@
-//! Egress limits per upstream peer group: the StarOS Rate Limiting Function (seed 001,
-//! DESIGN.md §4). A token bucket in messages per second with a burst, a bounded FIFO
-//! with a delay tolerance, an optional cap on outstanding requests per peer, and
-//! back-pressure: [`Offer::Queued`] tells the application to slow down,
+//! Egress limits per upstream peer group: the StarOS Rate Limiting Function
+//! (docs/architecture.md §4). A token bucket in messages per second with a burst, a
+//! bounded FIFO with a delay tolerance, an optional cap on outstanding requests per
+//! peer, and back-pressure: [`Offer::Queued`] tells the application to slow down,
 //! [`Rlf::poll_ready`] tells it when it may send.
 //!
 //! Sans-IO and generic over the queued item `T` (the shell's request handle). Time is a

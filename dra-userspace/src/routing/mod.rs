@@ -1,4 +1,4 @@
-//! Realm routing, peer selection, session binding (DESIGN §6, §7; seeds 001, 002).
+//! Realm routing, peer selection, session binding (docs/architecture.md §6, §7).
 //!
 //! Pure code: no sockets and no OS clock. Time is a `Duration` since an arbitrary
 //! start, passed in by the caller. The agent and the load-balancing simulator call the

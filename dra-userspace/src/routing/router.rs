@@ -2,7 +2,7 @@
 //! peer selection — and the binding updates that go with it. Pure apart from the
 //! binding store the caller passes in.
 //!
-//! Order (DESIGN §6):
+//! Order (docs/architecture.md §6):
 //! 1. Destination-Host naming a peer in good state wins (RFC 6733 §6.1.5).
 //! 2. Gx/Gy sessions are sticky: a request of a bound Session-Id goes to the bound peer
 //!    while that peer is good.

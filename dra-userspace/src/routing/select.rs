@@ -1,9 +1,10 @@
-//! Peer selection among route candidates (seed 001 weight tiers, seed 002 load-aware).
+//! Peer selection among route candidates: StarOS weight tiers, docomo's load-aware
+//! selection (docs/architecture.md §6, §7).
 //!
-//! Tier rule (seed 001, DESIGN §6): only peers in good state count. The highest weight
-//! that has at least one good peer is the only tier used; a lower weight is used only
-//! when every peer of every higher weight is not good. Within the tier a [`Strategy`]
-//! picks the peer.
+//! Tier rule (StarOS, docs/architecture.md §6): only peers in good state count. The
+//! highest weight that has at least one good peer is the only tier used; a lower weight
+//! is used only when every peer of every higher weight is not good. Within the tier a
+//! [`Strategy`] picks the peer.
 //!
 //! Load direction: RFC 8583 §7.3 Load-Value, 0..=65535, **higher = less loaded**
 //! (65535 = idle, 0 = fully loaded); it is specified like a DNS SRV weight (RFC 2782),
@@ -33,12 +34,12 @@ pub enum Strategy {
     /// Fixed order: the first good peer in config order (docomo's "priority fixed
     /// connection" baseline).
     Priority,
-    /// Rotate among good peers (seed 001, StarOS default): N equal peers each get 1/N.
+    /// Rotate among good peers (the StarOS default): N equal peers each get 1/N.
     #[default]
     RoundRobin,
-    /// Highest reported Load-Value (lowest load, seed 002); ties rotate round-robin.
-    /// Note: with load refreshed only per heartbeat, every pick between two reports goes
-    /// to the same peer (herding) — the simulator measures this.
+    /// Highest reported Load-Value (lowest load, docomo's proposal); ties rotate
+    /// round-robin. Note: with load refreshed only per heartbeat, every pick between two
+    /// reports goes to the same peer (herding) — the simulator measures this.
     LeastLoaded,
     /// Random, proportional to Load-Value, like DNS SRV weights (RFC 8583 §7.3 →
     /// RFC 2782). A peer reporting 0 gets nothing while a tier peer has capacity.
@@ -171,7 +172,7 @@ impl Selector {
             }
             peers.view(id).filter(|v| v.good)
         };
-        // Seed 001: the highest weight that has a good peer.
+        // StarOS: the highest weight that has a good peer.
         let top = candidates
             .iter()
             .filter(|c| usable(c.peer).is_some())

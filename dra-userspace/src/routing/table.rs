@@ -1,4 +1,4 @@
-//! Realm-based route table (RFC 6733 §2.7 Realm-Based Routing Table; seed 001).
+//! Realm-based route table (RFC 6733 §2.7 Realm-Based Routing Table; StarOS realm routes).
 //!
 //! Entries map a Destination-Realm (or the wildcard `*`, StarOS "peer-default") and an
 //! optional application to a peer with a weight. Lookup order:
@@ -8,9 +8,9 @@
 //! 3. Only if step 2 matched nothing: wildcard entries whose application matches.
 //!
 //! A realm with matching exact entries never falls through to the wildcard entries, even
-//! when all its peers are down: "peer-default" serves "any other realm" (DESIGN §6), and
-//! sending abc.com traffic to another realm's servers would be wrong. Such a request is
-//! answered 3002 by the caller.
+//! when all its peers are down: "peer-default" serves "any other realm"
+//! (docs/architecture.md §6), and sending abc.com traffic to another realm's servers
+//! would be wrong. Such a request is answered 3002 by the caller.
 
 use std::{borrow::Cow, collections::HashMap};
 

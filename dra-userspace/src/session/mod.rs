@@ -1,5 +1,6 @@
 //! Gx/Gy session bindings for the agent: a bounded local cache in front of the store
-//! that several DRA hosts share (DESIGN §9, `[session_store]` in docs/config.md).
+//! that several DRA hosts share (docs/architecture.md §9, `[session_store]` in
+//! docs/config.md).
 //!
 //! [`Sessions`] is sans-IO like the rest of the core: it answers from the cache at once
 //! and otherwise hands out a token for a store call made by [`remote`]'s task; the
@@ -60,7 +61,7 @@ pub enum Lookup {
     Miss,
     /// Asked the store: wait for this token.
     Wait(u64),
-    /// The store is down: follow [`Sessions::on_error`].
+    /// The store is down: follow `on_error` ([`StoreOnError`]).
     Failed,
 }
 
@@ -71,7 +72,7 @@ pub enum Write {
     Done,
     /// Written before forwarding: wait for this token.
     Wait(u64),
-    /// The store is down and the binding is new: follow [`Sessions::on_error`].
+    /// The store is down and the binding is new: follow `on_error` ([`StoreOnError`]).
     Failed,
 }
 
@@ -463,7 +464,7 @@ impl std::fmt::Debug for Sessions {
 #[cfg(test)]
 mod tests {
     //! The binding path against a fake client task: the calls `Sessions` hands it are
-    //! read from its channel, its replies fed back as events (DESIGN §9).
+    //! read from its channel, its replies fed back as events (docs/architecture.md §9).
 
     use super::*;
     use tokio::sync::mpsc::error::TryRecvError;

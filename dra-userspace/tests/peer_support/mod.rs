@@ -174,7 +174,7 @@ impl Pair {
         }
     }
 
-    /// PGW → DRA, both knowing each other, default options (seeds 1 and 2).
+    /// PGW → DRA, both knowing each other, default options (random seeds 1 and 2).
     pub fn pgw_to_dra() -> Pair {
         Self::pgw_to_dra_with(
             pgw_config(),

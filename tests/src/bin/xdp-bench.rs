@@ -12,7 +12,7 @@
 //! output bytes are checked (an admitted request leaves the packet as it was; an
 //! over-limit one is marked in its flags byte). Needs root.
 //!
-//! Goal (P1, the fast-path cost issue): CCR-I through two buckets at most
+//! Goal (P1): CCR-I through two buckets at most
 //! [`GOAL_NET_NS`] ns per packet net of the bare XDP_PASS of the same run. Beside it,
 //! the floor: the same packet through `dra_xdp_floor` (dra-ebpf/src/floor.rs), which makes
 //! the goal case's lookups and bucket charges and nothing else; the difference is what

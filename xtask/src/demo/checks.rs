@@ -1,6 +1,6 @@
-//! The story checks of DESIGN.md §5 that need the whole run's time series: each says
-//! what it expected and what it saw, and each fails when its behaviour is broken (the
-//! unit tests below break each one).
+//! The story checks of docs/architecture.md §5 that need the whole run's time series:
+//! each says what it expected and what it saw, and each fails when its behaviour is
+//! broken (the unit tests below break each one).
 
 use std::fmt::Write as _;
 
@@ -59,7 +59,7 @@ fn cpu_groups(samples: &[Sample]) -> impl Iterator<Item = &[Sample]> {
 
 /// For every CPU sample at or above the lowest threshold, `peer`'s throttle must be the
 /// level of that sample's row by the last scrape that still shows the sample, i.e. within
-/// one sample period (DESIGN.md §5: "immediately, up or down").
+/// one sample period (docs/architecture.md §5: "immediately, up or down").
 pub(crate) fn follows_profile(samples: &[Sample], p: &Profile, peer: &str) -> Check {
     let mut per_row = vec![(0usize, 0usize); p.thresholds.len()];
     let mut misses = Vec::new();

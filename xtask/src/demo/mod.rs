@@ -6,7 +6,7 @@
 //! CCR-I/CCR-T storm, then steady traffic again. The agent's /metrics (fetched inside
 //! the dra namespace) is scraped every 250 ms over the whole run ([`series`]); a live
 //! view refreshes each second; at the end a summary, CSVs and a PNG in
-//! results/demo-<timestamp>/, and the story checks ([`checks`]) decide the exit code.
+//! `results/demo-<timestamp>/`, and the story checks ([`checks`]) decide the exit code.
 //! The lab is always removed (guard + SIGINT/SIGTERM handling). `--doic`: the same story
 //! with DOIC ([`doic`]): pgw2 a DOIC gateway, pcrf1 reporting overload.
 
@@ -180,7 +180,7 @@ fn story(
     if !tty {
         println!(
             "DRL profile (DEMO, lower CPU than the seed): {}; reversal hold {} (SHORTENED, \
-             seed 30 s), step {} %; CPU source = the lab's Redis",
+             seed scenario 30 s), step {} %; CPU source = the lab's Redis",
             profile.describe(),
             profile.hold,
             profile.step

@@ -139,7 +139,8 @@ impl Profile {
         self.thresholds.first().map_or(f64::INFINITY, |r| r.0)
     }
 
-    /// The row that applies at `cpu` (DESIGN.md §5: the highest threshold not above it).
+    /// The row that applies at `cpu` (docs/architecture.md §5: the highest threshold not
+    /// above it).
     pub(crate) fn row_for(&self, cpu: f64) -> Option<usize> {
         self.thresholds.iter().rposition(|r| r.0 <= cpu)
     }

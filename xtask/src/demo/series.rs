@@ -6,7 +6,7 @@
 //! effective-rate gauges, the fast-path counters and the upstream answer counts.
 //!
 //! The agent copies the fast-path counters into /metrics once per second
-//! ([`PUBLISH_PERIOD`], `publish_fastpath` in dra-userspace/src/run.rs); rates taken
+//! ([`PUBLISH_PERIOD_S`], `publish_fastpath` in dra-userspace/src/run.rs); rates taken
 //! between two arbitrary scrapes would alias with that. A [`Row`] therefore spans two
 //! consecutive publishes (seen as a change of the counters), so its rates are counts
 //! over whole publish periods.

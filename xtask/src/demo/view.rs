@@ -15,7 +15,7 @@ pub(crate) fn render(row: &Row, profile: &Profile, total_s: f64) -> String {
         s,
         "dra demo — t = {:>4.0} s of ~{:.0} s   phase: {}\n\
          DRL profile (DEMO, lower CPU than the seed): {}\n\
-         reversal hold {} (SHORTENED, seed 30 s), step {} %, CPU source = the lab's Redis \
+         reversal hold {} (SHORTENED, seed scenario 30 s), step {} %, CPU source = the lab's Redis \
          (INFO cpu)\n",
         row.t,
         total_s,

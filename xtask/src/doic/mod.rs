@@ -61,7 +61,7 @@ pub fn table_rows(doc: &serde_json::Value) -> Vec<TableRow> {
 }
 
 /// `cargo xtask bench doic` (after the release build): runs both parts, writes
-/// [`DOIC_LATEST`] and the run files under results/bench-doic-<timestamp>/, prints the
+/// [`DOIC_LATEST`] and the run files under `results/bench-doic-<timestamp>/`, prints the
 /// table.
 pub fn run(root: &Path) -> Result<()> {
     let plan = preflight(root)?;

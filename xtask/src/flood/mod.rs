@@ -216,7 +216,7 @@ pub fn preflight(root: &Path) -> Result<()> {
 }
 
 /// `cargo xtask bench flood` (after the release build): runs everything, writes
-/// [`FLOOD_LATEST`] and the run files under results/bench-flood-<timestamp>/.
+/// [`FLOOD_LATEST`] and the run files under `results/bench-flood-<timestamp>/`.
 pub fn run(root: &Path, opts: &Opts) -> Result<()> {
     preflight(root)?;
     let plan = plan(root)?;

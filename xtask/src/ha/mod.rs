@@ -1,5 +1,6 @@
 //! `cargo xtask lab up|down|status --ha`: two DRA hosts sharing a Redis Cluster as their
-//! session store (DESIGN.md §9), and `cargo xtask bench ha` on it ([`bench`]).
+//! session store (docs/architecture.md §9), and `cargo xtask bench ha` on it
+//! ([`mod@bench`]).
 //!
 //! ```text
 //!  draha-gw (bridge draha-gbr)        draha-a  198.19.1.1:3868       draha-core (bridge)
@@ -392,7 +393,7 @@ pub fn dra_config(d: &Dra, store: Store) -> String {
     if store == Store::RedisCluster {
         t.push_str(&format!(
             "# Shared with the other DRA host: a session bound here is routed there to the\n\
-             # same server (DESIGN.md §9).\n\
+             # same server (docs/architecture.md §9).\n\
              [session_store]\nkind = \"redis_cluster\"\naddresses = [{}]\n\
              timeout = \"200ms\"\nwrite = \"before_forward\"\non_error = \"local\"\n",
             cluster_addresses()

@@ -86,7 +86,8 @@ pub fn preflight(root: &Path) -> Result<Plan> {
 }
 
 /// `cargo xtask bench storm` (after the release build): runs everything, writes
-/// [`STORM_LATEST`] and the run files under results/bench-storm-<timestamp>/, prints the table.
+/// [`STORM_LATEST`] and the run files under `results/bench-storm-<timestamp>/`, prints the
+/// table.
 ///
 /// `dra`: another build's agent for an A/B comparison (`bench storm --dra PATH`): the same
 /// P3/P4 runs with it, no coalesced case, and [`STORM_LATEST`] is left alone (the results

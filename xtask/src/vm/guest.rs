@@ -129,8 +129,8 @@ pub struct JobEnv<'a> {
 }
 
 /// Writes `dir`/job.sh: the guest's mounts, modules, environment, then each step with
-/// its output in `dir`/<step>.log, announced on the console as "DRA-VM-STEP <name>
-/// <exit status> <seconds>".
+/// its output in `dir/<step>.log`, announced on the console as `DRA-VM-STEP <name>
+/// <exit status> <seconds>`.
 pub fn write_job(dir: &Path, env: &JobEnv<'_>, steps: &[JobStep]) -> Result<()> {
     let q = |p: &Path| shell_quote(&p.to_string_lossy());
     let mut s = String::new();

@@ -20,7 +20,7 @@ pub enum Source {
     /// The kernel this machine runs: the privileged tests run on it directly, all of them.
     Host,
     /// The newest Debian package named `prefix` + number + `suffix` in the private apt
-    /// sources ([`APT_SOURCES`]), e.g. `linux-image-6.1.0-57-amd64`: the generic flavour
+    /// sources ([`APT_SUITES`]), e.g. `linux-image-6.1.0-57-amd64`: the generic flavour
     /// (9p, veth, sctp and the BPF features as modules; `-cloud` has no 9p).
     Deb {
         prefix: &'static str,

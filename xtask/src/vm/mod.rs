@@ -2,7 +2,7 @@
 //! machine's is booted in qemu with this machine's filesystem (9p, read-only, a tmpfs
 //! layer on top) and runs its steps — `dra verify` and privileged test binaries built
 //! here — as root; the verdicts are read from the console and each step's log from the
-//! shared job directory (target/vm/<kernel>/job/). Tests scale their waits by
+//! shared job directory (`target/vm/<kernel>/job/`). Tests scale their waits by
 //! `DRA_TEST_TIME_SCALE`, never their assertions.
 
 mod guest;

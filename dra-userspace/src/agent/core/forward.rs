@@ -111,7 +111,7 @@ impl Core {
             .find(crate::diameter::avp_code::OC_SUPPORTED_FEATURES)
             .is_some();
         if req.is_marked() {
-            // DESIGN §3: over an ingress limit in the fast path → answer at once.
+            // docs/architecture.md §3: over an ingress limit in the fast path → answer at once.
             match self.marked.handle(from, &req) {
                 MarkedResponse::Answer(a) => {
                     self.stats.local_answers += 1;
@@ -405,9 +405,10 @@ impl Core {
         }
     }
 
-    /// The answer to a CCR-T ends its session: its binding goes (DESIGN §9), after
-    /// [`crate::session::ENDED_GRACE`] so that a CCR-T resent with the T flag through
-    /// another DRA host (the gateway lost this one with the answer) still finds its server.
+    /// The answer to a CCR-T ends its session: its binding goes (docs/architecture.md
+    /// §9), after [`crate::session::ENDED_GRACE`] so that a CCR-T resent with the T flag
+    /// through another DRA host (the gateway lost this one with the answer) still finds
+    /// its server.
     fn session_answered(&mut self, now: Duration, ans: &Message) {
         if ans.cc_request_type() != Some(u32::from(dra_common::wire::cc_request_type::TERMINATION))
         {

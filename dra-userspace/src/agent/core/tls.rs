@@ -226,7 +226,7 @@ impl Core {
 
     /// Who enforces the ingress limits of an accepted connection of this transport:
     /// XDP cannot read TLS records, so a TLS connection's limits are the agent's
-    /// limiter's even when XDP is attached (DESIGN §12).
+    /// limiter's even when XDP is attached (docs/architecture.md §12).
     pub(super) fn ingress_for(&self, kind: Kind) -> io::Ingress {
         match (kind, &self.opts.limiter, &self.opts.ingress) {
             // XDP reads SCTP's chunks as it reads TCP's segments.

@@ -43,8 +43,8 @@ fn limit(
         true
     };
     let burst = u32_in(e, "burst", &r.burst, 1, u32::MAX, 1);
-    // DESIGN §9: each DRA host a peer talks to enforces its share of a network-wide
-    // limit; this host's bucket is `host_share` percent of rate and burst.
+    // docs/architecture.md §9: each DRA host a peer talks to enforces its share of a
+    // network-wide limit; this host's bucket is `host_share` percent of rate and burst.
     let share = match &r.host_share {
         None => 100,
         Some(v) => int_in(

@@ -1,4 +1,4 @@
-//! `[session_store]`: where Gx/Gy session bindings live (DESIGN §9).
+//! `[session_store]`: where Gx/Gy session bindings live (docs/architecture.md §9).
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! A Redis Cluster: the same figure for every master (found with `CLUSTER NODES` from
 //! the first seed that answers), aggregated by max (default: the busiest shard limits
 //! the session DB) or mean. Every DRA host sampling the same cluster computes the same
-//! value, so all of them apply the same throttle (DESIGN §9).
+//! value, so all of them apply the same throttle (docs/architecture.md §9).
 
 use std::collections::HashMap;
 use std::io;

@@ -401,7 +401,7 @@ impl PeerConnection {
         self.watchdog.state()
     }
 
-    /// Open and watchdog OKAY: the routing layer's "good state" (DESIGN §6).
+    /// Open and watchdog OKAY: the routing layer's "good state" (docs/architecture.md §6).
     pub fn in_service(&self) -> bool {
         self.is_open() && self.watchdog.state() == WatchdogState::Okay
     }
