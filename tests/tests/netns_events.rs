@@ -26,35 +26,60 @@ const STRANGER: &str = "198.18.1.3";
 /// SYNs per burst.
 const BURST: usize = 300;
 
-/// SYNs sent back to back within a burst: well under the 256 frames a veth queues for
-/// its XDP program, so none is lost before the program sees it (an emulated guest's
-/// program drains the queue slowly).
-const CHUNK: usize = 50;
-
-/// `BURST` connection attempts from `STRANGER` to the DRA, in chunks of `CHUNK` 5 ms
-/// apart (scaled); the sockets are closed 300 ms later, before the kernel would send a
-/// SYN again (1 s).
+/// `BURST` connection attempts from `STRANGER` to the DRA, at once; the sockets are
+/// closed after 300 ms, before the kernel would send a SYN again (1 s).
 fn burst(net: &GwDraSrv) {
     net.gw
         .enter(|| {
             let to: SocketAddr = "198.18.1.1:3868".parse().unwrap();
             let from: SocketAddr = format!("{STRANGER}:0").parse().unwrap();
-            let mut socks: Vec<Socket> = Vec::with_capacity(BURST);
-            for i in 0..BURST {
-                if i > 0 && i % CHUNK == 0 {
-                    std::thread::sleep(scaled(Duration::from_millis(5)));
-                }
-                let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-                s.set_nonblocking(true).unwrap();
-                s.bind(&from.into()).unwrap();
-                // Non-blocking: EINPROGRESS once the SYN is out.
-                let _ = s.connect(&to.into());
-                socks.push(s);
-            }
+            let socks: Vec<Socket> = (0..BURST)
+                .map(|_| {
+                    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    s.bind(&from.into()).unwrap();
+                    // Non-blocking: EINPROGRESS once the SYN is out.
+                    let _ = s.connect(&to.into());
+                    s
+                })
+                .collect();
             std::thread::sleep(Duration::from_millis(300));
             drop(socks);
         })
         .unwrap();
+}
+
+/// Has the gateway's namespace resolve the DRA's address (one UDP datagram, which
+/// XDP passes) and waits until it has: SYNs sent while the address is unresolved wait
+/// in the neighbour's queue, which holds fewer than a burst (an emulated guest resolves
+/// slowly enough for that to matter).
+fn resolve_dra(net: &GwDraSrv) {
+    net.gw
+        .enter(|| {
+            let s = std::net::UdpSocket::bind(format!("{STRANGER}:0")).unwrap();
+            s.send_to(b"x", "198.18.1.1:9").unwrap();
+        })
+        .unwrap();
+    let deadline = Instant::now() + scaled(Duration::from_secs(5));
+    loop {
+        let out = dra_neighbour(net);
+        if ["REACHABLE", "STALE", "DELAY", "PROBE", "PERMANENT"]
+            .iter()
+            .any(|st| out.contains(st))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "198.18.1.1 never resolved: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The gateway namespace's neighbour entry of the DRA's address (`ip neigh show`).
+fn dra_neighbour(net: &GwDraSrv) -> String {
+    netlab::ipn(&net.gw.name, &["neigh", "show", "198.18.1.1"]).unwrap_or_default()
 }
 
 #[test]
@@ -93,6 +118,7 @@ fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
     let link = pins.0.join(format!("link_{}", net.client.b_if));
     let up = agent.wait_until(Duration::from_secs(20), || link.exists());
     assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
+    resolve_dra(&net);
     let maps = Maps::open_pinned(&pins.0).unwrap();
     let before = maps.stat(Counter::UnknownPeerDrop).unwrap();
 

@@ -403,6 +403,9 @@ fn sctp_gateways_get_exactly_the_limit_in_reject_and_no_more_in_drop() {
         let mut agent = lab.agent(action, &config(&limits(action)), "peer up peer=pcrf1");
         let maps = Maps::open_pinned(&lab.pins.0).unwrap();
         let stats_before = maps.stats().unwrap();
+        let oob_before = maps
+            .stat(dra_common::stats::Counter::MarkedOutOfBand)
+            .unwrap();
         let pins = lab.pins.0.clone();
         let sampler = std::thread::spawn(move || {
             let maps = Maps::open_pinned(&pins).unwrap();
@@ -434,9 +437,11 @@ fn sctp_gateways_get_exactly_the_limit_in_reject_and_no_more_in_drop() {
         let admitted = (decided(&r, 2001) + decided(&r, 5002)) as f64 / secs;
         let rejected = decided(&r, 3002);
         let (sent, answered, unanswered) = sent_answered(&r);
+        // This run's (the pins, and so the counters, outlive the agent).
         let oob = maps
             .stat(dra_common::stats::Counter::MarkedOutOfBand)
-            .unwrap();
+            .unwrap()
+            - oob_before;
         // The agent publishes its counters once a second: after the gateways closed.
         std::thread::sleep(Duration::from_millis(2500));
         let metrics = scrape(&lab.net.dra, "dra_fastpath_oob_marks_total");
