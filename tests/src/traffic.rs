@@ -17,78 +17,89 @@ pub fn in_ns<T: Send + 'static>(
     ns: &Netns,
     f: impl std::future::Future<Output = T> + Send + 'static,
 ) -> T {
-    let name = ns.name.clone();
-    std::thread::spawn(move || {
-        Netns::attach_existing(&name)
-            .enter(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(f)
-            })
+    let ns = Netns::attach_existing(&ns.name);
+    std::thread::spawn(move || in_this_thread(&ns, f))
+        .join()
+        .unwrap()
+}
+
+/// Runs `f` on a current-thread runtime with this thread inside `ns`.
+fn in_this_thread<T>(ns: &Netns, f: impl std::future::Future<Output = T>) -> T {
+    ns.enter(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
             .unwrap()
+            .block_on(f)
     })
-    .join()
     .unwrap()
 }
 
-/// A PCRF (`pcrf1.pcrf.lab.example`) answering at once on `addr` in its namespace,
-/// until dropped.
-pub struct Pcrf {
+/// A `dra-loadgen` server (`config`) on a thread inside its namespace, until stopped or
+/// dropped.
+pub struct Server {
     stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<u64>>,
 }
 
-impl Pcrf {
+impl Server {
     /// Starts it and waits until it listens.
-    pub fn start(ns: &Netns, addr: SocketAddr) -> Pcrf {
+    pub fn start(ns: &Netns, config: ServerConfig) -> Server {
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-        let name = ns.name.clone();
-        let t = std::thread::spawn(move || {
-            Netns::attach_existing(&name)
-                .enter(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        let mut c =
-                            ServerConfig::new(addr, "pcrf1.pcrf.lab.example", "pcrf.lab.example");
-                        c.latency = LatencyDist::Fixed(Duration::ZERO);
-                        c.max_concurrent = 100_000;
-                        let h = server::run(c).await.expect("pcrf listens");
-                        ready_tx.send(()).unwrap();
-                        // Wait for the stop signal without blocking the runtime.
-                        while matches!(
-                            stop_rx.try_recv(),
-                            Err(std::sync::mpsc::TryRecvError::Empty)
-                        ) {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        h.shutdown().await;
-                    });
+        let t = std::thread::spawn({
+            let ns = Netns::attach_existing(&ns.name);
+            move || {
+                in_this_thread(&ns, async move {
+                    let h = server::run(config).await.expect("server listens");
+                    ready_tx.send(()).unwrap();
+                    // Wait for the stop signal without blocking the runtime.
+                    while matches!(
+                        stop_rx.try_recv(),
+                        Err(std::sync::mpsc::TryRecvError::Empty)
+                    ) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    h.shutdown().await.answered.values().sum::<u64>()
                 })
-                .unwrap();
+            }
         });
         ready_rx
             .recv_timeout(crate::support::scaled(Duration::from_secs(10)))
-            .expect("pcrf ready");
-        Pcrf {
+            .expect("server ready");
+        Server {
             stop: Some(stop_tx),
             thread: Some(t),
         }
     }
+
+    /// Stops it; the requests it answered.
+    pub fn stop(mut self) -> u64 {
+        drop(self.stop.take());
+        self.thread.take().expect("running").join().unwrap()
+    }
 }
 
-impl Drop for Pcrf {
+impl Drop for Server {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// The PCRF of the tests: `pcrf1.pcrf.lab.example` on `addr`, answering at once.
+pub fn pcrf_config(addr: SocketAddr) -> ServerConfig {
+    let mut c = ServerConfig::new(addr, "pcrf1.pcrf.lab.example", "pcrf.lab.example");
+    c.latency = LatencyDist::Fixed(Duration::ZERO);
+    c.max_concurrent = 100_000;
+    c
+}
+
+/// A PCRF ([`pcrf_config`]) in `ns`, until dropped.
+pub fn pcrf(ns: &Netns, addr: SocketAddr) -> Server {
+    Server::start(ns, pcrf_config(addr))
 }
 
 /// A closed-loop gateway `pgw1.lab.example` from `bind` in `ns` to the agent at `dra`:

@@ -22,7 +22,7 @@ use dra_tests::{
     agent::{Agent, dra_bin},
     netns::GwDraSrv,
     support::{Pins, TempDir, gw_dra_srv_config},
-    traffic::{Pcrf, closed_loop},
+    traffic::{self, closed_loop},
 };
 
 /// The probe, checked against what the matrix expects of this kernel.
@@ -170,7 +170,7 @@ fn without_a_fallback_dra_run_attaches_xdp_or_refuses_naming_the_missing_feature
 fn with_the_userspace_fallback_the_limit_holds_whichever_part_enforces_it() {
     let k = kernel();
     let lab = Lab::new();
-    let _pcrf = Pcrf::start(&lab.net.srv, "198.18.2.2:3868".parse().unwrap());
+    let _pcrf = traffic::pcrf(&lab.net.srv, "198.18.2.2:3868".parse().unwrap());
     let mut agent = lab.agent("userspace");
     let log = || agent_log(&lab, "userspace");
     let up = agent.wait_until(Duration::from_secs(20), || {

@@ -29,7 +29,7 @@ use dra_common::{
     wire::{MsgClass, cc_request_type as rt},
 };
 use dra_tests::support::{Pins, TempDir, gw_dra_srv_config};
-use dra_tests::traffic::{Pcrf, closed_loop};
+use dra_tests::traffic::{self, closed_loop};
 use dra_tests::{agent::Agent, netns::GwDraSrv};
 use dra_tools::loadgen::closed::ClosedReport;
 
@@ -181,7 +181,7 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
 #[test]
 fn back_to_back_requests_get_exactly_the_limit() {
     let lab = Lab::new();
-    let pcrf = Pcrf::start(&lab.net.srv, "198.18.2.2:3868".parse().unwrap());
+    let pcrf = traffic::pcrf(&lab.net.srv, "198.18.2.2:3868".parse().unwrap());
     let limit = 2.0 * LIMIT;
     let mut failures = Vec::new();
     for window in [16, 100] {

@@ -33,13 +33,13 @@ use dra_tests::{
     agent::{Agent, dra_bin},
     netns::{GwDraSrv, Netns},
     support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins, TempDir, scaled},
-    traffic::in_ns,
+    traffic::{self, Server, in_ns},
 };
 use dra_tools::loadgen::{
     self, Sctp,
     closed::{self, ClosedConfig, ClosedReport},
     script::{ScriptedPeer, ccr, scripted_config},
-    server::{self, LatencyDist, ServerConfig},
+    server::{LatencyDist, ServerConfig},
 };
 
 /// Whether this kernel has SCTP; a guest of the matrix must.
@@ -230,60 +230,11 @@ fn limits(action: &str) -> String {
         .join("\n")
 }
 
-/// A PCRF answering at once, over SCTP (or TCP), in `ns` until dropped.
-struct Pcrf(
-    Option<std::sync::mpsc::Sender<()>>,
-    Option<std::thread::JoinHandle<()>>,
-);
-
-impl Pcrf {
-    fn start(ns: &Netns, over_sctp: bool) -> Pcrf {
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let name = ns.name.clone();
-        let t = std::thread::spawn(move || {
-            Netns::attach_existing(&name)
-                .enter(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        let mut c = ServerConfig::new(
-                            PCRF.parse().unwrap(),
-                            "pcrf1.pcrf.lab.example",
-                            PCRF_REALM,
-                        );
-                        c.latency = LatencyDist::Fixed(Duration::ZERO);
-                        c.max_concurrent = 100_000;
-                        c.sctp = over_sctp.then(Sctp::default);
-                        let h = server::run(c).await.expect("pcrf listens");
-                        ready_tx.send(()).unwrap();
-                        while matches!(
-                            stop_rx.try_recv(),
-                            Err(std::sync::mpsc::TryRecvError::Empty)
-                        ) {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        h.shutdown().await;
-                    });
-                })
-                .unwrap();
-        });
-        ready_rx
-            .recv_timeout(scaled(Duration::from_secs(10)))
-            .expect("pcrf ready");
-        Pcrf(Some(stop_tx), Some(t))
-    }
-}
-
-impl Drop for Pcrf {
-    fn drop(&mut self) {
-        drop(self.0.take());
-        if let Some(t) = self.1.take() {
-            let _ = t.join();
-        }
-    }
+/// The PCRF (`PCRF`), answering at once, over SCTP (or TCP), in `ns` until dropped.
+fn pcrf(ns: &Netns, over_sctp: bool) -> Server {
+    let mut c = traffic::pcrf_config(PCRF.parse().unwrap());
+    c.sctp = over_sctp.then(Sctp::default);
+    Server::start(ns, c)
 }
 
 /// Closed loops from the gateways at `binds` (each its own Origin-Host pgwN), `window`
@@ -391,7 +342,7 @@ fn without_kernel_sctp_dra_run_refuses_an_sctp_listener_naming_it() {
 fn sctp_gateways_get_exactly_the_limit_in_reject_and_no_more_in_drop() {
     need_sctp!();
     let lab = Lab::new("sl");
-    let _pcrf = Pcrf::start(&lab.net.srv, true);
+    let _pcrf = pcrf(&lab.net.srv, true);
     let plan =
         Plan::new(&dra::config::parse(&config(&limits("reject")), "t.toml").unwrap()).unwrap();
     let slot_i = plan.slot_of("pgw1", MsgClass::gx_ccr(rt::INITIAL)).unwrap();
@@ -591,7 +542,7 @@ fn over_limit_answer(gw: &str) -> Option<String> {
 fn a_multihomed_association_keeps_serving_when_its_primary_path_goes() {
     need_sctp!();
     let lab = Lab::new("sm");
-    let _pcrf = Pcrf::start(&lab.net.srv, true);
+    let _pcrf = pcrf(&lab.net.srv, true);
     let mut agent = lab.agent("multihome", &config(""), "peer up peer=pcrf1");
     let gw_if = lab.net.client.a_if.clone();
     let gw_name = lab.net.gw.name.clone();
@@ -666,7 +617,7 @@ fn relay_rate_over_sctp_and_over_tcp() {
     let lab = Lab::new("sr");
     let mut rates = Vec::new();
     for over_sctp in [true, false] {
-        let _pcrf = Pcrf::start(&lab.net.srv, true);
+        let _pcrf = pcrf(&lab.net.srv, true);
         let mut agent = lab.agent("rate", &config(""), "peer up peer=pcrf1");
         let binds = [(1, GATEWAYS[0].parse().unwrap(), Vec::new())];
         let r = gateways(&lab.net.gw, &binds, 100, over_sctp, WARMUP, MEASURE);
@@ -757,7 +708,7 @@ fn freediameter_relays_over_sctp_on_either_side_of_the_agent() {
     ] {
         netlab::ipn(&ns.name, &["addr", "add", ip, "dev", dev]).unwrap();
     }
-    let _srv1 = Pcrf::start(&lab.net.srv, true);
+    let _srv1 = pcrf(&lab.net.srv, true);
     let srv2 = sim_server(
         &lab.net.srv,
         "198.18.2.7:3868",
@@ -910,54 +861,10 @@ impl Drop for FdGuard {
 
 /// A plain-TCP loadgen server `host` of `realm` at `addr` in `ns`; `stop` returns the
 /// requests it answered.
-struct SimServer(
-    Option<std::sync::mpsc::Sender<()>>,
-    Option<std::thread::JoinHandle<u64>>,
-);
-
-impl SimServer {
-    fn stop(mut self) -> u64 {
-        drop(self.0.take());
-        self.1.take().map(|t| t.join().unwrap()).unwrap_or(0)
-    }
-}
-
-fn sim_server(ns: &Netns, addr: &str, host: &str, realm: &str) -> SimServer {
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (name, addr, host, realm) = (
-        ns.name.clone(),
-        addr.parse().unwrap(),
-        host.to_owned(),
-        realm.to_owned(),
-    );
-    let t = std::thread::spawn(move || {
-        Netns::attach_existing(&name)
-            .enter(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    let mut c = ServerConfig::new(addr, &host, &realm);
-                    c.latency = LatencyDist::Fixed(Duration::ZERO);
-                    c.strict_sessions = false;
-                    let h = server::run(c).await.expect("server listens");
-                    ready_tx.send(()).unwrap();
-                    while matches!(
-                        stop_rx.try_recv(),
-                        Err(std::sync::mpsc::TryRecvError::Empty)
-                    ) {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    let s = h.shutdown().await;
-                    s.answered.values().sum::<u64>()
-                })
-            })
-            .unwrap()
-    });
-    ready_rx
-        .recv_timeout(scaled(Duration::from_secs(10)))
-        .expect("server ready");
-    SimServer(Some(stop_tx), Some(t))
+/// A server `host` of `realm` on `addr` in `ns` answering at once, whatever the session.
+fn sim_server(ns: &Netns, addr: &str, host: &str, realm: &str) -> Server {
+    let mut c = ServerConfig::new(addr.parse().unwrap(), host, realm);
+    c.latency = LatencyDist::Fixed(Duration::ZERO);
+    c.strict_sessions = false;
+    Server::start(ns, c)
 }
