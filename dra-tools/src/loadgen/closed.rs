@@ -227,6 +227,10 @@ pub struct ClosedReport {
     pub unanswered: u64,
     /// The most requests one peer ever had in flight (never above `window`).
     pub max_in_flight: usize,
+    /// The longest time inside the window in which one peer sent nothing (from the
+    /// window's start to its first request, between two requests, from its last request
+    /// to the window's end): a sender that stalls offers nothing a limiter could admit.
+    pub longest_send_gap: Duration,
 }
 
 impl ClosedReport {
@@ -243,6 +247,7 @@ impl ClosedReport {
             total_answered: BTreeMap::new(),
             unanswered: 0,
             max_in_flight: 0,
+            longest_send_gap: Duration::ZERO,
         }
     }
 
@@ -263,6 +268,7 @@ impl ClosedReport {
         }
         self.unanswered += other.unanswered;
         self.max_in_flight = self.max_in_flight.max(other.max_in_flight);
+        self.longest_send_gap = self.longest_send_gap.max(other.longest_send_gap);
     }
 
     /// Answers counted in the window, whatever their Result-Code.
@@ -320,6 +326,7 @@ impl ClosedReport {
             "total_answered": codes(&self.total_answered),
             "unanswered": self.unanswered,
             "max_in_flight": self.max_in_flight,
+            "longest_send_gap_ms": self.longest_send_gap.as_secs_f64() * 1000.0,
         })
     }
 
@@ -444,6 +451,8 @@ pub struct ClosedPeer {
     /// Hop-by-Hop → (slot, sent at).
     pending: HashMap<u32, (usize, Instant)>,
     window: Window,
+    /// The last request sent inside the window.
+    last_sent: Option<Instant>,
     report: ClosedReport,
 }
 
@@ -488,6 +497,7 @@ impl ClosedPeer {
             slots,
             pending: HashMap::with_capacity(window * 2),
             window: measured,
+            last_sent: None,
             report: ClosedReport::empty(1, window, measured.to.duration_since(measured.from)),
         }
     }
@@ -532,7 +542,17 @@ impl ClosedPeer {
         self.report.total_sent += 1;
         if now >= self.window.from && now < self.window.to {
             self.report.sent += 1;
+            self.note_gap(now);
+            self.last_sent = Some(now);
         }
+    }
+
+    /// Takes the time since the previous request in the window (or since its start)
+    /// as a gap in the sending.
+    fn note_gap(&mut self, now: Instant) {
+        let since = self.last_sent.unwrap_or(self.window.from);
+        let gap = now.saturating_duration_since(since);
+        self.report.longest_send_gap = self.report.longest_send_gap.max(gap);
     }
 
     /// Fills every slot (once the connection is open). Nothing is sent after the
@@ -589,6 +609,9 @@ impl ClosedPeer {
     /// The measurements; requests still in flight count as unanswered.
     pub fn into_report(mut self) -> ClosedReport {
         self.report.unanswered = self.pending.len() as u64;
+        // The window's tail: nothing sent from the last request to its end.
+        let to = self.window.to;
+        self.note_gap(to);
         self.report
     }
 }
@@ -965,6 +988,9 @@ mod tests {
         assert_eq!(r.total_answered, BTreeMap::from([(2001, 2), (5030, 1)]));
         assert_eq!(r.unanswered, 0);
         assert_eq!(r.max_in_flight, 1);
+        // Nothing sent from the window's start (100 ms) to r2 (150 ms): the longest
+        // gap; r2 → r3 is 30 ms, r3 → the end 20 ms.
+        assert_eq!(r.longest_send_gap, ms(50));
         assert!((r.requests_per_s() - 10.0).abs() < 1e-9);
     }
 
