@@ -178,7 +178,7 @@ async fn run_strategy(
         .zip(CONCURRENCY)
         .map(|(r, c)| *r as f64 / c as f64)
         .collect();
-    let c = report.class(Class::GxCcrI);
+    let c = report.class(Class::GxCcrI.name());
     Run {
         label,
         util_cv: cv(&util),

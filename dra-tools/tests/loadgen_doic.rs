@@ -35,7 +35,7 @@ async fn run(doic_gateways: bool) -> (Report, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doic_gateways_shed_what_the_server_reports() {
     let (with, sent_with) = run(true).await;
-    let i = with.class(Class::GxCcrI);
+    let i = with.class(Class::GxCcrI.name());
     eprintln!(
         "with DOIC: sent {} shed {} answered {} (server OLRs {sent_with})",
         i.sent,
@@ -55,7 +55,7 @@ async fn doic_gateways_shed_what_the_server_reports() {
     );
 
     let (without, sent_without) = run(false).await;
-    let i = without.class(Class::GxCcrI);
+    let i = without.class(Class::GxCcrI.name());
     assert_eq!(
         sent_without, 0,
         "reports only to requests that announce DOIC"

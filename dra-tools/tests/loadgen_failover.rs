@@ -95,7 +95,7 @@ async fn stats(servers: Vec<ServerHandle>) -> Vec<ServerStats> {
 /// Every request answered, none lost, none timed out.
 fn assert_all_answered(r: &Report) {
     for c in [Class::GxCcrI, Class::GxCcrU, Class::GxCcrT] {
-        let s = r.class(c);
+        let s = r.class(c.name());
         assert!(s.sent > 0, "{c:?} sent nothing\n{}", r.to_text());
         assert_eq!(s.timeouts, 0, "{c:?} timeouts\n{}", r.to_text());
         assert_eq!(s.unanswered, 0, "{c:?} lost\n{}", r.to_text());
@@ -149,8 +149,8 @@ async fn killing_the_primary_dra_resends_pending_requests_with_t_and_misroutes_n
     // No misroute: no server saw a CCR-U/T of a session it never had.
     let misrouted: u64 = st.iter().map(|s| s.unknown_session).sum();
     assert_eq!(misrouted, 0, "{st:?}");
-    assert_eq!(r.class(Class::GxCcrU).answered_with(5002), 0);
-    assert_eq!(r.class(Class::GxCcrT).answered_with(5002), 0);
+    assert_eq!(r.class(Class::GxCcrU.name()).answered_with(5002), 0);
+    assert_eq!(r.class(Class::GxCcrT.name()).answered_with(5002), 0);
     assert_eq!(r.sessions.server_switches, 0, "{:?}", r.sessions);
 }
 

@@ -56,7 +56,7 @@ async fn session_keys_appear_on_ccr_i_and_vanish_on_ccr_t() {
     }
     assert!(seen_hold);
     let report = run.await.unwrap().unwrap();
-    assert_eq!(report.class(Class::GxCcrT).answered_with(2001), 100);
+    assert_eq!(report.class(Class::GxCcrT.name()).answered_with(2001), 100);
     assert!(keys(&db).await.is_empty());
     let stats = srv.shutdown().await;
     assert_eq!(

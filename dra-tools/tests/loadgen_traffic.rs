@@ -90,7 +90,7 @@ gy_ccr_t = 50
         (Class::GyCcrT, 250.0),
     ];
     for (class, n) in expect {
-        let c = report.class(class);
+        let c = report.class(class.name());
         assert!(
             within(c.sent, n, 0.03),
             "{class:?}: sent {} expected {n}",
@@ -123,11 +123,14 @@ async fn gateway_flush_sends_one_ccr_t_per_open_session() {
         r#"name = "flush", duration_s = 1, flush = "gx""#,
     ]);
     let (report, stats) = run_against(server_cfg("pcrf1.lab.example"), 3, scenario).await;
-    let gx_opened = report.class(Class::GxCcrI).answered_with(2001);
+    let gx_opened = report.class(Class::GxCcrI.name()).answered_with(2001);
     assert_eq!(gx_opened, 300, "{report:#?}");
-    assert_eq!(report.class(Class::GxCcrT).sent, gx_opened);
+    assert_eq!(report.class(Class::GxCcrT.name()).sent, gx_opened);
     assert_eq!(report.sessions.flush_ccr_t, gx_opened);
-    assert_eq!(report.class(Class::GxCcrT).answered_with(2001), gx_opened);
+    assert_eq!(
+        report.class(Class::GxCcrT.name()).answered_with(2001),
+        gx_opened
+    );
     assert_eq!(report.open_sessions_at_end["gx"], 0);
     // Gy untouched.
     assert_eq!(report.open_sessions_at_end["gy"], 75);
@@ -147,7 +150,7 @@ async fn over_capacity_the_server_answers_3004_or_queues() {
     cfg.latency = LatencyDist::Fixed(Duration::from_millis(50));
     cfg.overload = Overload::Reject;
     let (report, stats) = run_against(cfg.clone(), 2, scenario.clone()).await;
-    let c = report.class(Class::GxCcrI);
+    let c = report.class(Class::GxCcrI.name());
     assert_eq!(c.sent, 800);
     assert_eq!(c.answered_total(), 800);
     let ok = c.answered_with(2001);
@@ -162,7 +165,7 @@ async fn over_capacity_the_server_answers_3004_or_queues() {
 
     cfg.overload = Overload::Queue;
     let (report, stats) = run_against(cfg, 2, scenario).await;
-    let c = report.class(Class::GxCcrI);
+    let c = report.class(Class::GxCcrI.name());
     assert_eq!(c.answered_with(2001), 800);
     // Queueing: 800 requests through 200/s take ~4 s, so the tail waits ~2 s.
     assert!(c.latency.p99_ms > 1000.0, "{:?}", c.latency);
@@ -180,10 +183,10 @@ async fn latency_follows_the_configured_distribution() {
         let mut cfg = server_cfg("ocs1.lab.example");
         cfg.latency = dist.parse().unwrap();
         let (report, _) = run_against(cfg, 1, scenario.clone()).await;
-        let l = report.class(Class::GyCcrI).latency;
+        let l = report.class(Class::GyCcrI.name()).latency;
         assert!(l.p50_ms >= lo && l.p50_ms <= hi, "{dist}: {l:?}");
         if dist.starts_with("fixed") || dist.starts_with("uniform") {
-            assert!(report.class(Class::GyCcrI).latency.p50_ms >= 10.0);
+            assert!(report.class(Class::GyCcrI.name()).latency.p50_ms >= 10.0);
         }
     }
 }

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
-use serde_json::Value;
+use dra_report::client::{Report, Row};
 
 use crate::{
     lab::{self, Bins},
@@ -197,12 +197,31 @@ impl ClientFiles {
         }
     }
 
-    /// The client's summary (it writes it when it finishes by itself).
-    pub(crate) fn summary(&self) -> Result<Value> {
-        std::fs::read_to_string(&self.summary)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .with_context(|| format!("no client summary; log {}", self.log.display()))
+    /// The client's summary (it writes it when it finishes by itself); a field missing
+    /// or renamed is an error naming it.
+    pub(crate) fn summary(&self) -> Result<Report> {
+        let text = std::fs::read_to_string(&self.summary).with_context(|| {
+            format!(
+                "no client summary {}; log {}",
+                self.summary.display(),
+                self.log.display()
+            )
+        })?;
+        Ok(dra_report::parse(
+            &text,
+            &self.summary.display().to_string(),
+        )?)
+    }
+
+    /// The client's per-second rows (complete once it finished by itself); a line that
+    /// does not parse is an error naming it.
+    pub(crate) fn rows(&self) -> Result<Vec<Row>> {
+        let text = std::fs::read_to_string(&self.rows)
+            .with_context(|| format!("no client rows {}", self.rows.display()))?;
+        Ok(dra_report::parse_lines(
+            &text,
+            &self.rows.display().to_string(),
+        )?)
     }
 }
 
@@ -364,4 +383,38 @@ pub(crate) fn run_dir(root: &Path, bench: &str) -> Result<PathBuf> {
         .join(format!("bench-{bench}-{}", crate::results::timestamp()));
     std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway's summary as `dra-loadgen client` wrote it in a storm bench run (the
+    /// first run's `client_summary` of bench/results/storm-latest.json).
+    fn recorded_summary() -> String {
+        let path = crate::workspace_root().join("bench/results/storm-latest.json");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        serde_json::to_string_pretty(&doc["runs"][0]["client_summary"]).unwrap()
+    }
+
+    #[test]
+    fn a_renamed_field_in_a_client_summary_fails_the_bench_naming_it() {
+        let dir = std::env::temp_dir().join(format!("xtask-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = ClientFiles::new(&dir, "pgw1");
+        let text = recorded_summary();
+        std::fs::write(&files.summary, &text).unwrap();
+        let r = files.summary().expect("the recorded summary parses");
+        assert!(r.class("gx_ccr_i").sent > 0, "{r:?}");
+        std::fs::write(
+            &files.summary,
+            text.replace("\"timeouts\"", "\"time_outs\""),
+        )
+        .unwrap();
+        let e = format!("{:#}", files.summary().unwrap_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.contains("pgw1-summary.json"), "{e}");
+        assert!(e.contains("time_outs"), "{e}");
+    }
 }

@@ -21,6 +21,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, ensure};
+use dra_report::closed::ClosedSummary;
 use serde_json::{Value, json};
 
 use crate::{
@@ -139,8 +140,10 @@ fn one(
     let b = metrics::scrape()?;
     run.client_finished(Instant::now() + Duration::from_secs(60))?;
     run.stop_agent()?;
-    let client: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).context("gateway report")?)?;
+    let client: ClosedSummary = dra_report::parse(
+        &std::fs::read_to_string(&report).context("gateway report")?,
+        &report.display().to_string(),
+    )?;
     let limit = 2.0 * CLASS_RATE;
     let secs = (TO_S - FROM_S) as f64;
     let admitted_per_s = admitted(&a, &b) / secs;
@@ -150,37 +153,16 @@ fn one(
     } else {
         error_pct <= 100.0 * GOAL_MAX_ERROR
     };
-    let code = |k: &str| {
-        client
-            .pointer(&format!("/answered/{k}"))
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0)
-    };
-    let measured = client
-        .get("measured_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(MEASURE_S as f64);
-    let by_pcrf_per_s = (code("2001") + code("5002")) / measured;
-    let sent = client
-        .get("total_sent")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let answered: u64 = client
-        .get("total_answered")
-        .and_then(Value::as_object)
-        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
-    let unanswered = client
-        .get("unanswered")
-        .and_then(Value::as_u64)
-        .unwrap_or(u64::MAX);
+    let by_pcrf_per_s =
+        (client.answered_with(2001) + client.answered_with(5002)) as f64 / client.measured_s;
+    let sent = client.total_sent;
+    let answered: u64 = client.total_answered.values().sum();
+    let unanswered = client.unanswered;
     eprintln!(
         "xtask: coalesced {mode}, {depth} in flight: admitted {admitted_per_s:.1}/s of \
          {limit:.0} ({error_pct:+.2} %), gateway saw {by_pcrf_per_s:.1}/s answered by the \
          PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
-        client
-            .get("requests_per_s")
-            .and_then(Value::as_f64)
-            .unwrap_or(f64::NAN),
+        client.requests_per_s,
     );
     Ok(json!({
         "mode": mode,
@@ -198,9 +180,9 @@ fn one(
         ),
         "gateway": {
             "answered_by_pcrf_per_s": by_pcrf_per_s,
-            "answered_in_window": client.get("answered"),
-            "offered_per_s": client.get("requests_per_s"),
-            "p50_ms": client.get("p50_ms"), "p99_ms": client.get("p99_ms"),
+            "answered_in_window": client.answered,
+            "offered_per_s": client.requests_per_s,
+            "p50_ms": client.p50_ms, "p99_ms": client.p99_ms,
             "total_sent": sent, "total_answered": answered, "unanswered": unanswered,
             "every_request_answered_once": unanswered == 0 && answered == sent,
         },

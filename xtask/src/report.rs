@@ -242,7 +242,8 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
         .collect();
     table.extend(coalesced);
     let ha = read_fresh(root, crate::ha::bench::HA_LATEST, since)?;
-    table.extend(crate::ha::bench::table_rows(&ha));
+    let ha_head = crate::ha::bench::HaHeadline::of(&ha, crate::ha::bench::HA_LATEST)?;
+    table.extend(crate::ha::bench::table_rows(&ha_head));
     let doic = read_fresh(root, crate::doic::DOIC_LATEST, since)?;
     table.extend(crate::doic::table_rows(&doic));
     let machine = machine(root);

@@ -360,7 +360,7 @@ async fn run_closed(a: ClosedArgs) -> anyhow::Result<()> {
     cfg.tls = a.tls.connector()?;
     cfg.sctp = a.sctp.sctp();
     let report = closed::run(cfg).await?;
-    let json = serde_json::to_string_pretty(&report.to_json())?;
+    let json = serde_json::to_string_pretty(&report.summary())?;
     match a.summary_json {
         Some(p) if p.as_os_str() == "-" => println!("{json}"),
         Some(p) => {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use dra::transport::Connection;
 use dra_common::wire::{HEADER_LEN, app, avp as avp_code, cmd, flags};
+use dra_report::closed::ClosedSummary;
 use hdrhistogram::Histogram;
 
 use super::conn::{Exit, Flow, Link, Mode, drive};
@@ -302,32 +303,28 @@ impl ClosedReport {
         self.latency_us.value_at_quantile(q) as f64 / 1000.0
     }
 
-    /// The report as JSON (requests/s, latency quantiles in ms, counts).
-    pub fn to_json(&self) -> serde_json::Value {
-        let codes = |m: &BTreeMap<u32, u64>| {
-            m.iter()
-                .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
-                .collect::<serde_json::Map<_, _>>()
-        };
-        serde_json::json!({
-            "peers": self.peers,
-            "window": self.window,
-            "in_flight": self.peers * self.window,
-            "measured_s": self.measured.as_secs_f64(),
-            "requests_per_s": (self.requests_per_s() * 10.0).round() / 10.0,
-            "sent": self.sent,
-            "answered": codes(&self.answered),
-            "answered_of_sent": codes(&self.answered_of_sent),
-            "p50_ms": self.latency_ms(0.50),
-            "p90_ms": self.latency_ms(0.90),
-            "p99_ms": self.latency_ms(0.99),
-            "max_ms": self.latency_ms(1.0),
-            "total_sent": self.total_sent,
-            "total_answered": codes(&self.total_answered),
-            "unanswered": self.unanswered,
-            "max_in_flight": self.max_in_flight,
-            "longest_send_gap_ms": self.longest_send_gap.as_secs_f64() * 1000.0,
-        })
+    /// The report's summary (requests/s, latency quantiles in ms, counts): what
+    /// `dra-loadgen closed` writes.
+    pub fn summary(&self) -> ClosedSummary {
+        ClosedSummary {
+            peers: self.peers,
+            window: self.window,
+            in_flight: self.peers * self.window,
+            measured_s: self.measured.as_secs_f64(),
+            requests_per_s: (self.requests_per_s() * 10.0).round() / 10.0,
+            sent: self.sent,
+            answered: self.answered.clone(),
+            answered_of_sent: self.answered_of_sent.clone(),
+            p50_ms: self.latency_ms(0.50),
+            p90_ms: self.latency_ms(0.90),
+            p99_ms: self.latency_ms(0.99),
+            max_ms: self.latency_ms(1.0),
+            total_sent: self.total_sent,
+            total_answered: self.total_answered.clone(),
+            unanswered: self.unanswered,
+            max_in_flight: self.max_in_flight,
+            longest_send_gap_ms: self.longest_send_gap.as_secs_f64() * 1000.0,
+        }
     }
 
     /// A short human summary.
@@ -1057,8 +1054,8 @@ mod tests {
         assert_eq!(r.unanswered, 4, "two in flight per peer");
         assert_eq!(r.max_in_flight, 2);
         assert_eq!(r.latency_us.len(), 2);
-        let j = r.to_json();
-        assert_eq!(j["answered"]["3004"], 1);
-        assert_eq!(j["in_flight"], 4);
+        let j = r.summary();
+        assert_eq!(j.answered_with(3004), 1);
+        assert_eq!(j.in_flight, 4);
     }
 }

@@ -22,10 +22,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use dra_common::wire::flags;
-use serde::Serialize;
 
 use super::scenario::Class;
 use super::session::SessionKey;
+pub use dra_report::client::FailoverCounts;
 
 /// Offset of the command flags in a Diameter header (RFC 6733 §3).
 const FLAGS_AT: usize = 4;
@@ -49,39 +49,6 @@ impl FromStr for DraMode {
             "split" => Ok(DraMode::Split),
             _ => Err(format!("{s:?}: expected primary or split")),
         }
-    }
-}
-
-/// Failover counters (summed over the gateways in the client's report).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct FailoverCounts {
-    /// A DRA carrying traffic left service while the other was in service: its traffic
-    /// and pending requests moved to the other.
-    pub failovers: u64,
-    /// A DRA that had failed over came back into service and carries traffic again.
-    pub failbacks: u64,
-    /// Pending requests sent again to the other DRA with the T flag.
-    pub resent_with_t: u64,
-    /// Pending requests lost because no other DRA was in service.
-    pub lost_no_dra: u64,
-    /// Answers received through each DRA (index 0: `--connect`, 1: `--secondary`).
-    pub answers_via: [u64; 2],
-    /// For each failover: time from the last answer through the DRA that failed to the
-    /// first answer through the other, ms.
-    pub failover_gaps_ms: Vec<f64>,
-}
-
-impl FailoverCounts {
-    /// Adds another gateway's counters.
-    pub fn merge(&mut self, o: &FailoverCounts) {
-        self.failovers += o.failovers;
-        self.failbacks += o.failbacks;
-        self.resent_with_t += o.resent_with_t;
-        self.lost_no_dra += o.lost_no_dra;
-        for k in 0..2 {
-            self.answers_via[k] += o.answers_via[k];
-        }
-        self.failover_gaps_ms.extend_from_slice(&o.failover_gaps_ms);
     }
 }
 

@@ -19,7 +19,7 @@
 //! DRA sees the queue per answer and not only once per Tw of silence (RFC 8583 §5: a
 //! reporting node may put Load in any answer).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use dra::transport::Connection;
 use dra_common::wire::{app, cmd};
-use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -44,6 +43,7 @@ use dra::diameter::peer::{
 };
 use dra::diameter::{FramingError, Message, answer_for, result_code};
 use dra::routing::SplitMix64;
+pub use dra_report::server::ServerStats;
 
 /// Service-time distribution of a CCR.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -254,40 +254,6 @@ pub enum ServerError {
     /// `max_concurrent` is 0 or `max_rate` not positive.
     #[error("capacity: max_concurrent must be ≥ 1 and max_rate > 0")]
     Capacity,
-}
-
-/// Server counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ServerStats {
-    /// TCP connections accepted.
-    pub connections: u64,
-    /// CERs answered with success.
-    pub cer_accepted: u64,
-    /// DWRs received (each answered with a DWA carrying the Load AVP).
-    pub dwr_received: u64,
-    /// CCRs received, by CC-Request-Type (1, 2, 3).
-    pub ccr_received: BTreeMap<u32, u64>,
-    /// CCAs sent, by Result-Code.
-    pub answered: BTreeMap<u32, u64>,
-    /// CCR-U/T for a session this server does not know.
-    pub unknown_session: u64,
-    /// CCR-I for a session that already exists.
-    pub duplicate_session: u64,
-    /// CCRs received with the T flag (potentially retransmitted, RFC 6733 §3).
-    pub t_flagged: u64,
-    /// T-flagged CCRs this server had already answered (same Origin-Host and
-    /// End-to-End): answered again with the same Result-Code, not applied twice.
-    pub duplicates: u64,
-    /// Sessions open now.
-    pub sessions_open: u64,
-    /// Redis SETs / DELs done, and failures.
-    pub redis_set: u64,
-    /// Redis DELs done.
-    pub redis_del: u64,
-    /// Redis commands that failed (answered 5012).
-    pub redis_errors: u64,
-    /// Highest number of CCRs in service plus queued seen.
-    pub max_busy: u64,
 }
 
 struct Shared {

@@ -9,6 +9,7 @@ use dra::routing::SplitMix64;
 use dra_common::wire::cmd;
 
 use super::scenario::{App, Class, Flush, Kind};
+pub use dra_report::client::SessionCounts;
 
 /// Session key inside the pool.
 pub type SessionKey = u64;
@@ -32,22 +33,6 @@ pub struct Session {
     pub open: bool,
     /// Flushed: a CCR-T is owed as soon as it is idle.
     pub terminate: bool,
-}
-
-/// Counters about sessions, for the report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SessionCounts {
-    /// Sessions opened (CCA-I 2001).
-    pub opened: u64,
-    /// Sessions closed (CCR-T answered or timed out).
-    pub closed: u64,
-    /// CCR-I that did not open a session (error answer, timeout, lost).
-    pub failed_initial: u64,
-    /// CCR-T sent because of a gateway flush.
-    pub flush_ccr_t: u64,
-    /// Answers from a server other than the one that answered the session's CCR-I
-    /// (answers the DRA generated itself are not server answers and do not count).
-    pub server_switches: u64,
 }
 
 /// What the pool needs to send.

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
-use serde::Serialize;
-
-use super::failover::FailoverCounts;
 use super::scenario::Class;
-use super::session::SessionCounts;
+pub use dra_report::client::{
+    ClassRow, ClassSummary, FailoverCounts, LatencySummary, PeerSummary, Report, Row, SessionCounts,
+};
+use hdrhistogram::Histogram;
 
 /// Highest latency recorded (longer values are clamped): 1 hour in µs.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
@@ -38,221 +37,6 @@ impl Counters {
             doic_shed: 0,
             latency: histogram(),
         }
-    }
-}
-
-/// One class in a per-second row.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ClassRow {
-    /// Requests sent in this second.
-    pub sent: u64,
-    /// Answers received in this second, by Result-Code.
-    pub answered: BTreeMap<String, u64>,
-    /// Median latency of this second's answers, ms.
-    pub p50_ms: f64,
-    /// 99th percentile latency, ms.
-    pub p99_ms: f64,
-    /// Requests that timed out in this second.
-    pub timeouts: u64,
-    /// Requests lost in this second because their connection dropped.
-    pub unanswered: u64,
-    /// Requests in flight at the end of the second.
-    pub in_flight: u64,
-    /// New sessions the gateways shed in this second as DOIC reacting nodes (`--doic`).
-    pub doic_shed: u64,
-}
-
-/// One JSON line per second.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Row {
-    /// Seconds since the start (the row covers `t-1..t`).
-    pub t: u64,
-    /// Phase running at the end of the second.
-    pub phase: String,
-    /// Classes with any activity.
-    pub classes: BTreeMap<String, ClassRow>,
-    /// Open sessions per application at the end of the second.
-    pub open_sessions: BTreeMap<String, u64>,
-    /// Peers with an open connection.
-    pub peers_up: u64,
-}
-
-/// Latency summary, ms.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct LatencySummary {
-    /// Median.
-    pub p50_ms: f64,
-    /// 90th percentile.
-    pub p90_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Maximum.
-    pub max_ms: f64,
-    /// Mean.
-    pub mean_ms: f64,
-}
-
-/// Totals of one class for the run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ClassSummary {
-    /// Requests sent.
-    pub sent: u64,
-    /// Answers by Result-Code.
-    pub answered: BTreeMap<String, u64>,
-    /// Requests without an answer within the timeout.
-    pub timeouts: u64,
-    /// Requests lost when their connection dropped (reconnect storms, failures).
-    pub unanswered: u64,
-    /// Requests the scenario asked for that could not be sent (no open session, no peer
-    /// up) by the end.
-    pub not_sent: u64,
-    /// New sessions (CCR-I) the gateways shed as DOIC reacting nodes (`--doic`): not
-    /// sent, not in `sent`.
-    pub doic_shed: u64,
-    /// Latency of answered requests.
-    pub latency: LatencySummary,
-}
-
-impl ClassSummary {
-    /// Answers with `result_code`.
-    pub fn answered_with(&self, result_code: u32) -> u64 {
-        self.answered
-            .get(&result_code.to_string())
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// Every answer.
-    pub fn answered_total(&self) -> u64 {
-        self.answered.values().sum()
-    }
-}
-
-/// Peer (connection) counters.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct PeerSummary {
-    /// Successful capabilities exchanges (first connects and reconnects).
-    pub opened: u64,
-    /// Connections that went down (storms, failures).
-    pub dropped: u64,
-    /// Peers up at the end.
-    pub up_at_end: u64,
-    /// DWAs answered to our DWRs... and other load reports: the last RFC 8583 Load-Value
-    /// each server reported, by server Origin-Host.
-    pub load_reports: BTreeMap<String, u16>,
-    /// Answers that came after their request had timed out.
-    pub late_answers: u64,
-    /// Gateway failover between two DRAs (all zero with one DRA).
-    pub failover: FailoverCounts,
-}
-
-/// The final summary of a client run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Report {
-    /// Scenario name.
-    pub scenario: String,
-    /// Wall time of the run, seconds.
-    pub duration_s: f64,
-    /// Per class, by name.
-    pub classes: BTreeMap<String, ClassSummary>,
-    /// Sessions.
-    pub sessions: SessionCounts,
-    /// Open sessions per application at the end.
-    pub open_sessions_at_end: BTreeMap<String, u64>,
-    /// Connections.
-    pub peers: PeerSummary,
-    /// Answers per server Origin-Host (relayed answers: not the connected peer's own).
-    pub servers: BTreeMap<String, u64>,
-    /// Answers the connected peer generated itself (Origin-Host of its CEA: the DRA's
-    /// own answers, e.g. 3002 or 3004), by Result-Code. Not in [`Report::servers`] and
-    /// not counted as server switches.
-    pub own_answers: BTreeMap<String, u64>,
-}
-
-impl Report {
-    /// The summary of `class` (all zero when it had no traffic).
-    pub fn class(&self, class: Class) -> ClassSummary {
-        self.classes.get(class.name()).cloned().unwrap_or_default()
-    }
-
-    /// Human-readable table for stdout.
-    pub fn to_text(&self) -> String {
-        use std::fmt::Write;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "scenario {:?}: {:.1} s, peers opened {} dropped {}, sessions opened {} closed {} \
-             flush CCR-T {} server switches {}",
-            self.scenario,
-            self.duration_s,
-            self.peers.opened,
-            self.peers.dropped,
-            self.sessions.opened,
-            self.sessions.closed,
-            self.sessions.flush_ccr_t,
-            self.sessions.server_switches
-        );
-        let _ = writeln!(
-            s,
-            "{:<9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  answers by Result-Code",
-            "class", "sent", "answered", "timeout", "lost", "not_sent", "p50 ms", "p99 ms"
-        );
-        for (name, c) in &self.classes {
-            let codes: Vec<String> = c.answered.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-            let _ = writeln!(
-                s,
-                "{:<9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9.2} {:>9.2}  {}",
-                name,
-                c.sent,
-                c.answered_total(),
-                c.timeouts,
-                c.unanswered,
-                c.not_sent,
-                c.latency.p50_ms,
-                c.latency.p99_ms,
-                codes.join(" ")
-            );
-        }
-        let shed: Vec<String> = self
-            .classes
-            .iter()
-            .filter(|(_, c)| c.doic_shed > 0)
-            .map(|(k, c)| format!("{k}:{}", c.doic_shed))
-            .collect();
-        if !shed.is_empty() {
-            let _ = writeln!(s, "shed by the gateways (DOIC): {}", shed.join(" "));
-        }
-        for (host, n) in &self.servers {
-            let _ = writeln!(s, "server {host}: {n} answers");
-        }
-        if !self.own_answers.is_empty() {
-            let codes: Vec<String> = self
-                .own_answers
-                .iter()
-                .map(|(k, v)| format!("{k}:{v}"))
-                .collect();
-            let _ = writeln!(
-                s,
-                "answered by the connected peer itself (not a server): {}",
-                codes.join(" ")
-            );
-        }
-        let f = &self.peers.failover;
-        if f.answers_via[1] > 0 || f.failovers > 0 || f.lost_no_dra > 0 {
-            let gap = f.failover_gaps_ms.iter().copied().fold(0.0, f64::max);
-            let _ = writeln!(
-                s,
-                "failover: answers via DRA 1 {} / DRA 2 {}, failovers {} failbacks {} \
-                 resent with T {} lost (no DRA) {} longest gap {gap:.1} ms",
-                f.answers_via[0],
-                f.answers_via[1],
-                f.failovers,
-                f.failbacks,
-                f.resent_with_t,
-                f.lost_no_dra
-            );
-        }
-        s
     }
 }
 
@@ -502,7 +286,7 @@ mod tests {
             BTreeMap::new(),
             [0; 6],
         );
-        assert_eq!(r.class(Class::GxCcrT).answered_total(), 3);
+        assert_eq!(r.class(Class::GxCcrT.name()).answered_total(), 3);
         assert_eq!(r.servers.get("pcrf1"), Some(&1));
         assert_eq!(r.servers.len(), 1);
         assert_eq!(r.own_answers.get("3002"), Some(&1));

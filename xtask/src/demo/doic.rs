@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use dra_report::client::{ClassSummary, Report};
 
 use super::checks::Check;
 use crate::{lab::Server, metrics::Snap};
@@ -39,24 +39,19 @@ pub(super) fn server_args(s: &Server) -> Vec<String> {
     }
 }
 
-fn class_n(clients: &BTreeMap<String, Value>, peer: &str, class: &str, key: &str) -> u64 {
+/// `peer`'s totals of `class` (all zero when the peer sent none of it).
+fn class_of(clients: &BTreeMap<String, Report>, peer: &str, class: &str) -> ClassSummary {
     clients
         .get(peer)
-        .and_then(|v| v.pointer(&format!("/classes/{class}/{key}")))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-}
-
-fn answered(clients: &BTreeMap<String, Value>, peer: &str, class: &str, code: &str) -> u64 {
-    class_n(clients, peer, class, &format!("answered/{code}"))
+        .map(|r| r.class(class))
+        .unwrap_or_default()
 }
 
 /// The DOIC checks, from the agent's last scrape and the gateways' summaries.
-pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Value>) -> Vec<Check> {
-    let shed = class_n(clients, GATEWAY, "gx_ccr_i", "doic_shed");
-    let sent = class_n(clients, GATEWAY, "gx_ccr_i", "sent");
-    let ok_2001 = answered(clients, GATEWAY, "gx_ccr_i", "2001");
-    let rej = answered(clients, GATEWAY, "gx_ccr_i", "3002");
+pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Check> {
+    let i = class_of(clients, GATEWAY, "gx_ccr_i");
+    let (shed, sent) = (i.doic_shed, i.sent);
+    let (ok_2001, rej) = (i.answered_with(2001), i.answered_with(3002));
     // What its static limit would have rejected without DOIC: everything offered that
     // was not admitted.
     let excess = (sent + shed).saturating_sub(ok_2001);
@@ -66,7 +61,7 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Value>) -> Vec<Chec
         f64::NAN
     };
     let olrs = |peer: &str| last.sum("dra_doic_olrs_sent_total", &[("peer", peer)]);
-    let other_shed = class_n(clients, "pgw1", "gx_ccr_i", "doic_shed");
+    let other_shed = class_of(clients, "pgw1", "gx_ccr_i").doic_shed;
     let applied = last.sum(
         "dra_doic_olrs_received_total",
         &[("peer", REPORTER), ("result", "applied")],
@@ -149,13 +144,17 @@ mod tests {
     fn the_reject_share_check_fails_when_the_gateway_does_not_shed() {
         let snap = Snap { series: Vec::new() };
         let v = |shed: u64, rej: u64| {
-            let mut m = BTreeMap::new();
-            m.insert(
-                GATEWAY.to_owned(),
-                serde_json::json!({"classes": {"gx_ccr_i": {"sent": 1000 - shed,
-                    "doic_shed": shed, "answered": {"2001": 500, "3002": rej}}}}),
+            let mut r = Report::default();
+            r.classes.insert(
+                "gx_ccr_i".into(),
+                ClassSummary {
+                    sent: 1000 - shed,
+                    doic_shed: shed,
+                    answered: [("2001".to_owned(), 500), ("3002".to_owned(), rej)].into(),
+                    ..ClassSummary::default()
+                },
             );
-            checks(&snap, &m)
+            checks(&snap, &BTreeMap::from([(GATEWAY.to_owned(), r)]))
         };
         assert!(v(450, 50)[2].ok && v(450, 50)[0].ok);
         assert!(!v(0, 500)[2].ok && !v(0, 500)[0].ok);

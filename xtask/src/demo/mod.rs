@@ -74,7 +74,7 @@ struct Outcome {
     /// Fast-path rates per publish period.
     rows: Vec<Row>,
     last: Snap,
-    clients: BTreeMap<String, serde_json::Value>,
+    clients: BTreeMap<String, dra_report::client::Report>,
 }
 
 /// `cargo xtask demo [--doic]` (after the toolchain bootstrap and the release build).
@@ -230,15 +230,13 @@ fn story(
     for (c, (peer, _, _)) in clients.iter_mut().zip(GATEWAYS) {
         let st = c.exited();
         let path = out.join(format!("{peer}-summary.json"));
-        let v: serde_json::Value = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .with_context(|| {
-                format!(
-                    "{peer}: no summary ({st:?}); log {}",
-                    out.join(format!("{peer}.log")).display()
-                )
-            })?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "{peer}: no summary ({st:?}); log {}",
+                out.join(format!("{peer}.log")).display()
+            )
+        })?;
+        let v: dra_report::client::Report = dra_report::parse(&text, &path.display().to_string())?;
         client_reports.insert(peer.to_owned(), v);
     }
     // Stop the agent (DPR to its peers, detach), then the servers (they print stats).
@@ -336,36 +334,27 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
     );
     let mut lost = 0u64;
     for (peer, v) in &o.clients {
-        if let Some(classes) = v.get("classes").and_then(|c| c.as_object()) {
-            for (class, c) in classes {
-                let n = |k: &str| c.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-                let code = |k: &str| {
-                    c.get("answered")
-                        .and_then(|a| a.get(k))
-                        .and_then(|x| x.as_u64())
-                        .unwrap_or(0)
-                };
-                if n("sent") == 0 {
-                    continue;
-                }
-                lost += n("timeouts") + n("unanswered");
-                let p99 = c
-                    .get("latency")
-                    .and_then(|l| l.get("p99_ms"))
-                    .and_then(|x| x.as_f64())
-                    .unwrap_or(f64::NAN);
-                let _ = writeln!(
-                    s,
-                    "{peer:<6} {class:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8.1}",
-                    n("sent"),
-                    code("2001"),
-                    code("3002"),
-                    n("timeouts"),
-                    n("unanswered"),
-                    n("not_sent"),
-                    p99
-                );
+        for (class, c) in &v.classes {
+            if c.sent == 0 {
+                continue;
             }
+            lost += c.timeouts + c.unanswered;
+            let p99 = if c.answered_total() > 0 {
+                c.latency.p99_ms
+            } else {
+                f64::NAN
+            };
+            let _ = writeln!(
+                s,
+                "{peer:<6} {class:<9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8.1}",
+                c.sent,
+                c.answered_with(2001),
+                c.answered_with(3002),
+                c.timeouts,
+                c.unanswered,
+                c.not_sent,
+                p99
+            );
         }
     }
     let pgw1 = |s: &Sample| s.throttle_of("pgw1").unwrap_or(0.0);

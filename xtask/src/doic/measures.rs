@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use dra_report::client::{Report, Row};
 use serde_json::{Value, json};
 
 use super::run::{RunOutput, SKIP_FIRST, SKIP_LAST};
@@ -35,31 +36,19 @@ impl Second {
     }
 }
 
-/// Per second of `measure`: `class` in the client's rows (a second without it: zeros).
-pub fn seconds(rows: &str, class: &str) -> Vec<Second> {
-    rows.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r.get("phase").and_then(Value::as_str) == Some(PHASE))
+/// Per second of `measure`: `class` in the client's rows (a second without it: zeros,
+/// since the client leaves a class without activity out of its row).
+pub fn seconds(rows: &[Row], class: &str) -> Vec<Second> {
+    rows.iter()
+        .filter(|r| r.phase == PHASE)
         .map(|r| {
-            let c = r.get("classes").and_then(|c| c.get(class));
-            let n = |k: &str| {
-                c.and_then(|c| c.get(k))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-            };
-            Second {
-                sent: n("sent"),
-                shed: n("doic_shed"),
-                answered: c
-                    .and_then(|c| c.get("answered"))
-                    .and_then(Value::as_object)
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            }
+            r.classes
+                .get(class)
+                .map_or_else(Second::default, |c| Second {
+                    sent: c.sent,
+                    shed: c.doic_shed,
+                    answered: c.answered.clone(),
+                })
         })
         .collect()
 }
@@ -73,39 +62,28 @@ fn interior(secs: &[Second], f: impl Fn(&Second) -> u64) -> Option<f64> {
 /// Every request of the run answered exactly once, from the client's summary: per class
 /// answered = sent, no timeout, no request lost, no late answer. Offered = sent + shed
 /// at the gateway.
-pub fn accounting(summary: &Value) -> (bool, Value) {
-    let mut ok = true;
+pub fn accounting(summary: &Report) -> (bool, Value) {
     let mut classes = serde_json::Map::new();
-    if let Some(cs) = summary.get("classes").and_then(Value::as_object) {
-        for (name, c) in cs {
-            let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
-            let answered: u64 = c
-                .get("answered")
-                .and_then(Value::as_object)
-                .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
-            let good = answered == n("sent") && n("timeouts") == 0 && n("unanswered") == 0;
-            ok &= good;
-            classes.insert(
-                name.clone(),
-                json!({
-                    "offered": n("sent") + n("doic_shed"),
-                    "sent": n("sent"),
-                    "shed_at_gateway": n("doic_shed"),
-                    "answered": answered,
-                    "timeouts": n("timeouts"),
-                    "unanswered": n("unanswered"),
-                    "not_sent_no_session": n("not_sent"),
-                    "answered_exactly_once": good,
-                }),
-            );
-        }
-    } else {
-        ok = false;
+    let mut ok = !summary.classes.is_empty();
+    for (name, c) in &summary.classes {
+        let answered = c.answered_total();
+        let good = answered == c.sent && c.timeouts == 0 && c.unanswered == 0;
+        ok &= good;
+        classes.insert(
+            name.clone(),
+            json!({
+                "offered": c.sent + c.doic_shed,
+                "sent": c.sent,
+                "shed_at_gateway": c.doic_shed,
+                "answered": answered,
+                "timeouts": c.timeouts,
+                "unanswered": c.unanswered,
+                "not_sent_no_session": c.not_sent,
+                "answered_exactly_once": good,
+            }),
+        );
     }
-    let late = summary
-        .pointer("/peers/late_answers")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let late = summary.peers.late_answers;
     ok &= late == 0;
     (
         ok,
@@ -113,11 +91,9 @@ pub fn accounting(summary: &Value) -> (bool, Value) {
     )
 }
 
-fn answered_code(summary: &Value, class: &str, code: &str) -> u64 {
-    summary
-        .pointer(&format!("/classes/{class}/answered/{code}"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+/// Answers of `class` with `code` over the run (none of that class or code: 0 of it).
+fn answered_code(summary: &Report, class: &str, code: u32) -> u64 {
+    summary.class(class).answered_with(code)
 }
 
 fn fmt(v: Option<f64>, d: usize) -> String {
@@ -135,8 +111,8 @@ fn storm_side(r: &RunOutput) -> Value {
         "shed_at_gateway_per_s": interior(&s, |x| x.shed),
         "admitted_2001_per_s": interior(&s, |x| x.code("2001")),
         "rejected_3002_per_s": interior(&s, |x| x.code("3002")),
-        "rejected_3002_whole_run": answered_code(&r.summary, "gx_ccr_i", "3002"),
-        "ccr_u_p99_ms": r.summary.pointer("/classes/gx_ccr_u/latency/p99_ms"),
+        "rejected_3002_whole_run": answered_code(&r.summary, "gx_ccr_i", 3002),
+        "ccr_u_p99_ms": r.summary.classes.get("gx_ccr_u").map(|c| c.latency.p99_ms),
         "answered_exactly_once": ok,
         "accounting": acc,
         "files": r.files,
@@ -243,11 +219,11 @@ fn servers_side(r: &RunOutput, reporter: &str) -> Value {
             "dra_doic_server_reduction_percent", &[("peer", reporter)]),
         "olrs_applied": r.end.sum(
             "dra_doic_olrs_received_total", &[("peer", reporter), ("result", "applied")]),
-        "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", "3004"),
+        "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", 3004),
         // A shed CCR-T of a bound session is answered 5012 (RFC 7683 §8), else 3004.
-        "ccr_t_shed": answered_code(&r.summary, "gx_ccr_t", "3004")
-            + answered_code(&r.summary, "gx_ccr_t", "5012"),
-        "answered_by_server": r.summary.get("servers"),
+        "ccr_t_shed": answered_code(&r.summary, "gx_ccr_t", 3004)
+            + answered_code(&r.summary, "gx_ccr_t", 5012),
+        "answered_by_server": r.summary.servers,
         "answered_exactly_once": ok,
         "accounting": acc,
         "files": r.files,
@@ -332,15 +308,15 @@ mod tests {
 
     #[test]
     fn seconds_read_the_shed_and_the_answers_of_the_measure_phase() {
-        let rows = concat!(
-            r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":9,"answered":{}}}}"#,
-            "\n",
-            r#"{"t":6,"phase":"measure","classes":{"gx_ccr_i":{"sent":500,"doic_shed":4500,"#,
-            r#""answered":{"2001":498,"3002":2}}}}"#,
-            "\n",
-            r#"{"t":7,"phase":"measure","classes":{"gx_ccr_u":{"sent":1}}}"#,
-        );
-        let s = seconds(rows, "gx_ccr_i");
+        use crate::storm::rows::tests::row;
+        let mut shed = row(6, "measure", "gx_ccr_i", 500, &[("2001", 498), ("3002", 2)]);
+        shed.classes.get_mut("gx_ccr_i").unwrap().doic_shed = 4500;
+        let rows = [
+            row(5, "open", "gx_ccr_i", 9, &[]),
+            shed,
+            row(7, "measure", "gx_ccr_u", 1, &[]),
+        ];
+        let s = seconds(&rows, "gx_ccr_i");
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].sent, s[0].shed, s[0].code("3002")), (500, 4500, 2));
         assert_eq!(s[1], Second::default());
@@ -348,21 +324,33 @@ mod tests {
 
     #[test]
     fn accounting_fails_on_a_timeout_a_lost_request_or_a_missing_answer() {
-        let good = json!({"classes": {"gx_ccr_i": {"sent": 10, "doic_shed": 90,
-            "answered": {"2001": 8, "3002": 2}, "timeouts": 0, "unanswered": 0}},
-            "peers": {"late_answers": 0}});
+        use dra_report::client::ClassSummary;
+        let mut good = Report::default();
+        good.classes.insert(
+            "gx_ccr_i".into(),
+            ClassSummary {
+                sent: 10,
+                doic_shed: 90,
+                answered: [("2001".to_owned(), 8), ("3002".to_owned(), 2)].into(),
+                ..ClassSummary::default()
+            },
+        );
         let (ok, v) = accounting(&good);
         assert!(ok);
         assert_eq!(v["classes"]["gx_ccr_i"]["offered"], 100);
         let mut t = good.clone();
-        t["classes"]["gx_ccr_i"]["timeouts"] = json!(1);
+        t.classes.get_mut("gx_ccr_i").unwrap().timeouts = 1;
         assert!(!accounting(&t).0);
         let mut m = good.clone();
-        m["classes"]["gx_ccr_i"]["answered"]["2001"] = json!(7);
+        m.classes
+            .get_mut("gx_ccr_i")
+            .unwrap()
+            .answered
+            .insert("2001".into(), 7);
         assert!(!accounting(&m).0);
         let mut l = good;
-        l["peers"]["late_answers"] = json!(1);
+        l.peers.late_answers = 1;
         assert!(!accounting(&l).0);
-        assert!(!accounting(&json!({})).0);
+        assert!(!accounting(&Report::default()).0);
     }
 }

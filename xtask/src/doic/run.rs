@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Result;
-use serde_json::Value;
+use dra_report::client::{Report, Row};
 
 use super::plan::RunSpec;
 use crate::{
@@ -25,10 +25,10 @@ pub const SKIP_LAST: u64 = 1;
 /// What one run produced.
 pub struct RunOutput {
     pub name: &'static str,
-    /// The client's per-second rows (JSON lines).
-    pub rows: String,
+    /// The client's per-second rows.
+    pub rows: Vec<Row>,
     /// The client's summary.
-    pub summary: Value,
+    pub summary: Report,
     /// The agent's metrics at the start and end of the interior of `measure`.
     pub interior: (Snap, Snap),
     /// Seconds between the two scrapes.
@@ -82,7 +82,7 @@ pub fn run_one(
     LAB.detach_left(bins, spec.name)?;
     Ok(RunOutput {
         name: spec.name,
-        rows: std::fs::read_to_string(&files.rows).unwrap_or_default(),
+        rows: files.rows()?,
         summary,
         interior: (snap0, snap1),
         interior_s: (at1 - at0).as_secs_f64(),

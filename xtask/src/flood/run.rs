@@ -440,12 +440,11 @@ pub(super) fn run_one(
     .into_iter()
     .map(|r| (r, (fp(&b.metrics, r) - fp(&a.metrics, r)) / window_s))
     .collect();
-    let ccr_u = summary
-        .pointer("/classes/gx_ccr_u")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let ccr_u_p99_ms = ccr_u.pointer("/latency/p99_ms").and_then(Value::as_f64);
-    let rows = std::fs::read_to_string(&files.rows).unwrap_or_default();
+    let ccr_u = summary.classes.get("gx_ccr_u");
+    let ccr_u_p99_ms = ccr_u
+        .filter(|c| c.answered_total() > 0)
+        .map(|c| c.latency.p99_ms);
+    let rows = files.rows()?;
     let u_p99 = crate::storm::rows::rows_p99(&rows, MEASURE, "gx_ccr_u");
     let per_s = |v: f64| v / window_s;
     let json = json!({

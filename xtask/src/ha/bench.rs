@@ -27,6 +27,10 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
+use dra_report::client::{ClassSummary, Report};
+use dra_report::closed::ClosedSummary;
+use dra_report::server::ServerStats;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
@@ -105,17 +109,20 @@ fn scrape(d: &Dra) -> Result<crate::metrics::Snap> {
     })
 }
 
-/// The last JSON object a `dra-loadgen server --stats-every 1` printed.
-fn server_stats(name: &str) -> Result<Value> {
-    let log = std::fs::read_to_string(log_file(name))?;
-    log.lines()
+/// The last counters a `dra-loadgen server --stats-every 1` printed (its log's last
+/// line that is a JSON object; the log's other lines are text).
+fn server_stats(name: &str) -> Result<ServerStats> {
+    let path = log_file(name);
+    let log = std::fs::read_to_string(&path)?;
+    let line = log
+        .lines()
         .rev()
-        .find_map(|l| {
-            serde_json::from_str::<Value>(l)
-                .ok()
-                .filter(Value::is_object)
-        })
-        .with_context(|| format!("no stats line in {}", log_file(name).display()))
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("no stats line in {}", path.display()))?;
+    Ok(dra_report::parse(
+        line,
+        &format!("{}, last stats line", path.display()),
+    )?)
 }
 
 /// A Redis master, its replica's port and id (from `CLUSTER NODES`).
@@ -202,8 +209,8 @@ fn restart_node(port: u16) -> Result<()> {
 /// What the failover run measured.
 #[derive(Default)]
 struct Failover {
-    summaries: Vec<Value>,
-    servers: Vec<Value>,
+    summaries: Vec<Report>,
+    servers: Vec<ServerStats>,
     store_errors: f64,
     killed_master_port: u16,
     redis_master_failover_ms: f64,
@@ -211,65 +218,48 @@ struct Failover {
     restart_a_at_s: f64,
 }
 
-fn n(v: &Value, p: &str) -> u64 {
-    v.pointer(p).and_then(Value::as_u64).unwrap_or(0)
-}
-
 impl Failover {
-    fn sum(&self, p: &str) -> u64 {
-        self.summaries.iter().map(|s| n(s, p)).sum()
+    /// `f` of every gateway's summary, summed.
+    fn sum(&self, f: impl Fn(&Report) -> u64) -> u64 {
+        self.summaries.iter().map(f).sum()
     }
 
-    fn classes_sum(&self, field: &str) -> u64 {
+    /// `f` of every class of every gateway's summary, summed.
+    fn classes_sum(&self, f: impl Fn(&ClassSummary) -> u64) -> u64 {
         self.summaries
             .iter()
-            .filter_map(|s| s.get("classes").and_then(Value::as_object))
-            .flat_map(|c| c.values())
-            .map(|c| n(c, &format!("/{field}")))
+            .flat_map(|s| s.classes.values())
+            .map(f)
             .sum()
     }
 
-    fn answered_with(&self, code: &str) -> u64 {
-        self.classes_sum(&format!("answered/{code}"))
+    fn answered_with(&self, code: u32) -> u64 {
+        self.classes_sum(|c| c.answered_with(code))
     }
 
+    /// `class` over both gateways.
     fn class(&self, class: &str) -> Value {
-        let f = |k: &str| -> u64 {
-            self.summaries
-                .iter()
-                .map(|s| n(s, &format!("/classes/{class}/{k}")))
-                .sum()
+        let f = |k: fn(&ClassSummary) -> u64| -> u64 {
+            self.summaries.iter().map(|s| k(&s.class(class))).sum()
         };
-        let answered: u64 = self
-            .summaries
-            .iter()
-            .filter_map(|s| s.pointer(&format!("/classes/{class}/answered")))
-            .filter_map(Value::as_object)
-            .flat_map(|m| m.values())
-            .filter_map(Value::as_u64)
-            .sum();
         json!({
-            "sent": f("sent"),
-            "answered": answered,
-            "answered_2001": self.summaries.iter()
-                .map(|s| n(s, &format!("/classes/{class}/answered/2001"))).sum::<u64>(),
-            "timeouts": f("timeouts"),
-            "unanswered": f("unanswered"),
-            "not_sent": f("not_sent"),
+            "sent": f(|c| c.sent),
+            "answered": f(ClassSummary::answered_total),
+            "answered_2001": f(|c| c.answered_with(2001)),
+            "timeouts": f(|c| c.timeouts),
+            "unanswered": f(|c| c.unanswered),
+            "not_sent": f(|c| c.not_sent),
         })
     }
 
     fn misrouted(&self) -> u64 {
-        self.servers.iter().map(|s| n(s, "/unknown_session")).sum()
+        self.servers.iter().map(|s| s.unknown_session).sum()
     }
 
     fn gaps(&self) -> Vec<f64> {
         self.summaries
             .iter()
-            .filter_map(|s| s.pointer("/peers/failover/failover_gaps_ms"))
-            .filter_map(Value::as_array)
-            .flatten()
-            .filter_map(Value::as_f64)
+            .flat_map(|s| s.peers.failover.failover_gaps_ms.iter().copied())
             .collect()
     }
 }
@@ -340,7 +330,8 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
         );
         let f = dir.join(format!("{}-summary.json", g.name));
         let text = std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?;
-        out.summaries.push(serde_json::from_str(&text)?);
+        out.summaries
+            .push(dra_report::parse(&text, &f.display().to_string())?);
     }
     for d in &DRAS {
         out.store_errors += scrape(d)
@@ -369,8 +360,19 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
     Ok(out)
 }
 
+/// One closed-loop measurement through DRA A with one store: both gateways together.
+#[derive(Serialize)]
+struct Relay {
+    store: &'static str,
+    requests_per_s: f64,
+    answered: u64,
+    answered_2001: u64,
+    p99_ms_max: f64,
+    clients: Vec<ClosedSummary>,
+}
+
 /// One closed-loop measurement through DRA A with `store`: requests/s of both gateways.
-fn relay(bins: &Bins, store: Store) -> Result<Value> {
+fn relay(bins: &Bins, store: Store) -> Result<Relay> {
     let a = start_dra(bins, &DRAS[0], store)?;
     let dir = Path::new(STATE_DIR);
     let mut clients = Vec::new();
@@ -424,14 +426,15 @@ fn relay(bins: &Bins, store: Store) -> Result<Value> {
             "{name} failed ({st:?}); log {}",
             log_file(name).display()
         );
-        let v: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json")))?)?;
-        rps += v["requests_per_s"].as_f64().unwrap_or(0.0);
-        ok += n(&v, "/answered/2001");
-        answered += v["answered"]
-            .as_object()
-            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum::<u64>());
-        p99 = p99.max(v["p99_ms"].as_f64().unwrap_or(0.0));
+        let path = dir.join(format!("{name}.json"));
+        let v: ClosedSummary = dra_report::parse(
+            &std::fs::read_to_string(&path)?,
+            &path.display().to_string(),
+        )?;
+        rps += v.requests_per_s;
+        ok += v.answered_with(2001);
+        answered += v.answered_total();
+        p99 = p99.max(v.p99_ms);
         per.push(v);
     }
     stop_child(
@@ -441,14 +444,14 @@ fn relay(bins: &Bins, store: Store) -> Result<Value> {
         Duration::from_secs(5),
     );
     ensure!(answered > 0, "{}: nothing answered", store.name());
-    Ok(json!({
-        "store": store.name(),
-        "requests_per_s": (rps * 10.0).round() / 10.0,
-        "answered": answered,
-        "answered_2001": ok,
-        "p99_ms_max": p99,
-        "clients": per,
-    }))
+    Ok(Relay {
+        store: store.name(),
+        requests_per_s: (rps * 10.0).round() / 10.0,
+        answered,
+        answered_2001: ok,
+        p99_ms_max: p99,
+        clients: per,
+    })
 }
 
 fn met(b: bool) -> &'static str {
@@ -498,27 +501,29 @@ pub fn run(root: &Path) -> Result<()> {
         }
         (f, relays)
     };
-    let sessions = f.sum("/sessions/opened");
+    let sessions = f.sum(|s| s.sessions.opened);
     let misrouted = f.misrouted();
-    let unanswered = f.classes_sum("timeouts") + f.classes_sum("unanswered");
-    let resent = f.sum("/peers/failover/resent_with_t");
+    let unanswered = f.classes_sum(|c| c.timeouts + c.unanswered);
+    let resent = f.sum(|s| s.peers.failover.resent_with_t);
     let gaps = f.gaps();
     let failover_ms = gaps.iter().copied().fold(0.0, f64::max);
-    let rps = |i: usize| relays[i]["requests_per_s"].as_f64().unwrap_or(0.0);
-    let (mem, cluster) = (rps(0), rps(1));
-    let ratio = if mem > 0.0 { cluster / mem } else { 0.0 };
-    let doc = json!({
+    let (mem, cluster) = (relays[0].requests_per_s, relays[1].requests_per_s);
+    // relay() refuses a run with nothing answered: mem > 0.
+    let ratio = cluster / mem;
+    let head = HaHeadline {
+        sessions,
+        misrouted,
+        unanswered,
+        resent_with_t: resent,
+        failover_ms: (failover_ms * 10.0).round() / 10.0,
+        store_errors: f.store_errors,
+        redis_master_failover_ms: f.redis_master_failover_ms.round(),
+        relay_rps_memory: mem,
+        relay_rps_redis_cluster: cluster,
+        cluster_to_memory_ratio: (ratio * 1000.0).round() / 1000.0,
+    };
+    let mut doc = json!({
         "machine": machine(root),
-        "sessions": sessions,
-        "misrouted": misrouted,
-        "unanswered": unanswered,
-        "resent_with_t": resent,
-        "failover_ms": (failover_ms * 10.0).round() / 10.0,
-        "store_errors": f.store_errors,
-        "redis_master_failover_ms": f.redis_master_failover_ms.round(),
-        "relay_rps_memory": mem,
-        "relay_rps_redis_cluster": cluster,
-        "cluster_to_memory_ratio": (ratio * 1000.0).round() / 1000.0,
         "goals": {
             "misrouted": 0, "unanswered": 0, "min_sessions": MIN_SESSIONS,
             "min_cluster_to_memory_ratio": GOAL_RATIO,
@@ -530,22 +535,22 @@ pub fn run(root: &Path) -> Result<()> {
             "cluster_to_memory_ratio": ratio >= GOAL_RATIO,
         },
         "details": {
-            "failovers": f.sum("/peers/failover/failovers"),
-            "failbacks": f.sum("/peers/failover/failbacks"),
-            "lost_no_dra": f.sum("/peers/failover/lost_no_dra"),
+            "failovers": f.sum(|s| s.peers.failover.failovers),
+            "failbacks": f.sum(|s| s.peers.failover.failbacks),
+            "lost_no_dra": f.sum(|s| s.peers.failover.lost_no_dra),
             "failover_gaps_ms": gaps,
-            "answers_via_a": f.sum("/peers/failover/answers_via/0"),
-            "answers_via_b": f.sum("/peers/failover/answers_via/1"),
-            "server_switches": f.sum("/sessions/server_switches"),
-            "answered_5002": f.answered_with("5002"),
-            "answered_3002": f.answered_with("3002"),
-            "late_answers": f.sum("/peers/late_answers"),
+            "answers_via_a": f.sum(|s| s.peers.failover.answers_via[0]),
+            "answers_via_b": f.sum(|s| s.peers.failover.answers_via[1]),
+            "server_switches": f.sum(|s| s.sessions.server_switches),
+            "answered_5002": f.answered_with(5002),
+            "answered_3002": f.answered_with(3002),
+            "late_answers": f.sum(|s| s.peers.late_answers),
             "gx_ccr_i": f.class("gx_ccr_i"),
             "gx_ccr_u": f.class("gx_ccr_u"),
             "gx_ccr_t": f.class("gx_ccr_t"),
             "servers": f.servers,
-            "server_duplicates": f.servers.iter().map(|s| n(s, "/duplicates")).sum::<u64>(),
-            "server_t_flagged": f.servers.iter().map(|s| n(s, "/t_flagged")).sum::<u64>(),
+            "server_duplicates": f.servers.iter().map(|s| s.duplicates).sum::<u64>(),
+            "server_t_flagged": f.servers.iter().map(|s| s.t_flagged).sum::<u64>(),
             "kill_a_at_s": f.kill_a_at_s,
             "restart_a_at_s": f.restart_a_at_s,
             "killed_redis_master_port": f.killed_master_port,
@@ -557,11 +562,15 @@ pub fn run(root: &Path) -> Result<()> {
         },
         "kernel": first_line(&["uname", "-r"]),
     });
+    // The headline's figures at the top level of the document, where the table reads them.
+    if let (Some(d), Value::Object(h)) = (doc.as_object_mut(), serde_json::to_value(&head)?) {
+        d.extend(h);
+    }
     let out = root.join(HA_LATEST);
     std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
         .with_context(|| format!("write {}", out.display()))?;
     println!("\nHA pair (docs/bench.md):");
-    for r in table_rows(&doc) {
+    for r in table_rows(&head) {
         println!(
             "  {:<44} {:<40} goal {:<10} {}",
             r.metric,
@@ -574,41 +583,59 @@ pub fn run(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The figures of `bench/results/ha-latest.json` the bench table reads (top-level
+/// fields of the document). Parsed as this type: a field missing from the file is an
+/// error naming it, never a zero that reads as "0 misrouted".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HaHeadline {
+    pub sessions: u64,
+    pub misrouted: u64,
+    pub unanswered: u64,
+    pub resent_with_t: u64,
+    pub failover_ms: f64,
+    pub store_errors: f64,
+    pub redis_master_failover_ms: f64,
+    pub relay_rps_memory: f64,
+    pub relay_rps_redis_cluster: f64,
+    pub cluster_to_memory_ratio: f64,
+}
+
+impl HaHeadline {
+    /// The headline of the HA results document `doc` (`what` names it in the error).
+    pub fn of(doc: &Value, what: &str) -> Result<HaHeadline> {
+        HaHeadline::deserialize(doc).with_context(|| format!("{what}: HA results"))
+    }
+}
+
 /// The rows of the HA results for the bench table.
-pub fn table_rows(ha: &Value) -> Vec<TableRow> {
-    let u = |k: &str| ha.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let f = |k: &str| ha.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    let ratio = f("cluster_to_memory_ratio");
+pub fn table_rows(h: &HaHeadline) -> Vec<TableRow> {
     vec![
         TableRow {
             metric: "HA sessions through the pair (faults)".into(),
-            measured: format!("{}", u("sessions")),
+            measured: format!("{}", h.sessions),
             goal: format!("≥ {MIN_SESSIONS}"),
-            met: Some(u("sessions") >= MIN_SESSIONS),
+            met: Some(h.sessions >= MIN_SESSIONS),
         },
         TableRow {
             metric: "HA misrouted (5002 from servers)".into(),
-            measured: format!("{}", u("misrouted")),
+            measured: format!("{}", h.misrouted),
             goal: "0".into(),
-            met: Some(u("misrouted") == 0),
+            met: Some(h.misrouted == 0),
         },
         TableRow {
             metric: "HA unanswered (timeouts + lost)".into(),
             measured: format!(
                 "{} ({} resent with T, failover {:.1} ms)",
-                u("unanswered"),
-                u("resent_with_t"),
-                f("failover_ms")
+                h.unanswered, h.resent_with_t, h.failover_ms
             ),
             goal: "0".into(),
-            met: Some(u("unanswered") == 0),
+            met: Some(h.unanswered == 0),
         },
         TableRow {
             metric: "HA Redis master failover (replica promoted)".into(),
             measured: format!(
                 "{:.0} ms, store errors {:.0}",
-                f("redis_master_failover_ms"),
-                f("store_errors")
+                h.redis_master_failover_ms, h.store_errors
             ),
             goal: "— (reported)".into(),
             met: None,
@@ -616,12 +643,11 @@ pub fn table_rows(ha: &Value) -> Vec<TableRow> {
         TableRow {
             metric: "HA relay req/s: redis_cluster ÷ memory".into(),
             measured: format!(
-                "{ratio:.2} ({:.0} vs {:.0} req/s)",
-                f("relay_rps_redis_cluster"),
-                f("relay_rps_memory")
+                "{:.2} ({:.0} vs {:.0} req/s)",
+                h.cluster_to_memory_ratio, h.relay_rps_redis_cluster, h.relay_rps_memory
             ),
             goal: format!("≥ {GOAL_RATIO}"),
-            met: Some(ratio >= GOAL_RATIO),
+            met: Some(h.cluster_to_memory_ratio >= GOAL_RATIO),
         },
     ]
 }
@@ -651,13 +677,27 @@ mod tests {
             "relay_rps_memory": 8000.0, "relay_rps_redis_cluster": 3000.0,
             "cluster_to_memory_ratio": 0.375,
         });
-        let r = table_rows(&doc);
+        let r = table_rows(&HaHeadline::of(&doc, "t").unwrap());
         let met: Vec<Option<bool>> = r.iter().map(|r| r.met).collect();
         assert_eq!(
             met,
             [Some(true), Some(true), Some(false), None, Some(false)]
         );
         assert_eq!(r[4].measured, "0.38 (3000 vs 8000 req/s)");
+    }
+
+    #[test]
+    fn a_missing_headline_figure_is_an_error_and_no_goal_is_judged() {
+        let path = crate::workspace_root().join(HA_LATEST);
+        let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(
+            HaHeadline::of(&doc, HA_LATEST).is_ok(),
+            "the recorded results parse"
+        );
+        doc.as_object_mut().unwrap().remove("misrouted");
+        let e = format!("{:#}", HaHeadline::of(&doc, HA_LATEST).unwrap_err());
+        assert!(e.contains("missing field `misrouted`"), "{e}");
+        assert!(e.contains("ha-latest.json"), "{e}");
     }
 
     #[test]

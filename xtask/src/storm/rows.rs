@@ -1,49 +1,38 @@
 //! The load generator's per-second rows (`dra-loadgen client --rows`, JSON lines) and the
 //! small statistics taken over them.
 
-use serde_json::Value;
+use dra_report::client::{ClassRow, Row};
 
-/// Per second of `phase` (client rows, JSON lines): (t, requests of `class` sent,
-/// answers of `class` with `code`).
-pub fn rows_per_second(rows: &str, phase: &str, class: &str, code: &str) -> Vec<(u64, u64, u64)> {
-    rows.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r.get("phase").and_then(Value::as_str) == Some(phase))
+/// `class` in `row`; `None`: the class had no activity in that second (the client
+/// leaves such classes out of a row), which is zero requests and zero answers.
+fn class_in<'a>(row: &'a Row, class: &str) -> Option<&'a ClassRow> {
+    row.classes.get(class)
+}
+
+/// Per second of `phase`: (t, requests of `class` sent, answers of `class` with
+/// `code`). A second without the class counts 0 sent, 0 answered ([`class_in`]); a
+/// code the second did not answer with counts 0 of it.
+pub fn rows_per_second(rows: &[Row], phase: &str, class: &str, code: &str) -> Vec<(u64, u64, u64)> {
+    rows.iter()
+        .filter(|r| r.phase == phase)
         .map(|r| {
-            let t = r.get("t").and_then(Value::as_u64).unwrap_or(0);
-            let c = r.get("classes").and_then(|c| c.get(class));
-            let sent = c
-                .and_then(|c| c.get("sent"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            let ok = c
-                .and_then(|c| c.get("answered"))
-                .and_then(|a| a.get(code))
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            (t, sent, ok)
+            let c = class_in(r, class);
+            // Zero is right: the class, or the code, did not occur in that second.
+            let sent = c.map_or(0, |c| c.sent);
+            let ok = c.and_then(|c| c.answered.get(code)).copied().unwrap_or(0);
+            (r.t, sent, ok)
         })
         .collect()
 }
 
 /// Per second of `phase`: the p99 latency (ms) the client rows give for `class`
-/// (seconds without answers of that class are left out).
-pub fn rows_p99(rows: &str, phase: &str, class: &str) -> Vec<f64> {
-    rows.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r.get("phase").and_then(Value::as_str) == Some(phase))
-        .filter_map(|r| {
-            let c = r.get("classes")?.get(class)?;
-            let answered: u64 = c
-                .get("answered")?
-                .as_object()?
-                .values()
-                .filter_map(Value::as_u64)
-                .sum();
-            (answered > 0)
-                .then(|| c.get("p99_ms").and_then(Value::as_f64))
-                .flatten()
-        })
+/// (seconds without answers of that class are left out: they have no latency).
+pub fn rows_p99(rows: &[Row], phase: &str, class: &str) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| r.phase == phase)
+        .filter_map(|r| class_in(r, class))
+        .filter(|c| c.answered.values().sum::<u64>() > 0)
+        .map(|c| c.p99_ms)
         .collect()
 }
 
@@ -81,25 +70,66 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const ROWS: &str = concat!(
-        r#"{"t":5,"phase":"open","classes":{"gx_ccr_i":{"sent":400,"answered":{"2001":400}}}}"#,
-        r#"
-{"t":6,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":510,"3002":4490}}}}
-{"t":7,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":502,"3002":4498}}}}
-{"t":8,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":498,"3002":4502}}}}
-{"t":9,"phase":"measure","classes":{"gx_ccr_i":{"sent":4990,"answered":{"2001":504,"3002":4486}}}}
-{"t":10,"phase":"measure","classes":{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000}}}}
-{"t":11,"phase":"measure","classes":{"gx_ccr_i":{"sent":5000,"answered":{"2001":300}}}}
-not json
-"#
-    );
+    /// A row at `t` of `phase` with `class`: `sent`, answers by code, p99.
+    pub(crate) fn row(
+        t: u64,
+        phase: &str,
+        class: &str,
+        sent: u64,
+        answered: &[(&str, u64)],
+    ) -> Row {
+        row_p99(t, phase, class, sent, answered, 0.0)
+    }
+
+    fn row_p99(
+        t: u64,
+        phase: &str,
+        class: &str,
+        sent: u64,
+        answered: &[(&str, u64)],
+        p99_ms: f64,
+    ) -> Row {
+        let c = ClassRow {
+            sent,
+            answered: answered
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+            p50_ms: 0.0,
+            p99_ms,
+            timeouts: 0,
+            unanswered: 0,
+            in_flight: 0,
+            doic_shed: 0,
+        };
+        Row {
+            t,
+            phase: phase.to_owned(),
+            classes: [(class.to_owned(), c)].into(),
+            open_sessions: Default::default(),
+            peers_up: 1,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        let i = "gx_ccr_i";
+        vec![
+            row(5, "open", i, 400, &[("2001", 400)]),
+            row(6, "measure", i, 5000, &[("2001", 510), ("3002", 4490)]),
+            row(7, "measure", i, 5000, &[("2001", 502), ("3002", 4498)]),
+            row(8, "measure", i, 5000, &[("2001", 498), ("3002", 4502)]),
+            row(9, "measure", i, 4990, &[("2001", 504), ("3002", 4486)]),
+            row(10, "measure", "gx_ccr_u", 1000, &[("2001", 1000)]),
+            row(11, "measure", i, 5000, &[("2001", 300)]),
+        ]
+    }
 
     #[test]
     fn admitted_rate_and_error_come_from_the_interior_of_the_phase() {
-        let ps = rows_per_second(ROWS, "measure", "gx_ccr_i", "2001");
+        let ps = rows_per_second(&rows(), "measure", "gx_ccr_i", "2001");
         assert_eq!(
             ps.len(),
             6,
@@ -120,23 +150,15 @@ not json
 
     #[test]
     fn per_second_p99_and_median() {
-        let rows = concat!(
-            r#"{"t":6,"phase":"measure","classes":"#,
-            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":990},"p99_ms":12.5}}}"#,
-            "\n",
-            r#"{"t":7,"phase":"measure","classes":"#,
-            r#"{"gx_ccr_u":{"sent":1000,"answered":{},"p99_ms":0.0}}}"#,
-            "\n",
-            r#"{"t":8,"phase":"measure","classes":"#,
-            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":80.0}}}"#,
-            "\n",
-            r#"{"t":9,"phase":"measure","classes":"#,
-            r#"{"gx_ccr_u":{"sent":1000,"answered":{"2001":1000},"p99_ms":11.0}}}"#,
-            "\n",
-            r#"{"t":5,"phase":"open","classes":"#,
-            r#"{"gx_ccr_u":{"sent":1,"answered":{"2001":1},"p99_ms":99.0}}}"#,
-        );
-        let v = rows_p99(rows, "measure", "gx_ccr_u");
+        let u = "gx_ccr_u";
+        let rows = [
+            row_p99(6, "measure", u, 1000, &[("2001", 990)], 12.5),
+            row_p99(7, "measure", u, 1000, &[], 0.0),
+            row_p99(8, "measure", u, 1000, &[("2001", 1000)], 80.0),
+            row_p99(9, "measure", u, 1000, &[("2001", 1000)], 11.0),
+            row_p99(5, "open", u, 1, &[("2001", 1)], 99.0),
+        ];
+        let v = rows_p99(&rows, "measure", "gx_ccr_u");
         assert_eq!(v, [12.5, 80.0, 11.0], "a second without answers has no p99");
         assert_eq!(median(&v), Some(12.5));
         assert_eq!(median(&[1.0, 4.0, 2.0, 3.0]), Some(2.5));

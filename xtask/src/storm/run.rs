@@ -8,6 +8,7 @@ use std::{
 };
 
 use anyhow::Result;
+use dra_report::client::{ClassSummary, Report};
 use serde_json::{Value, json};
 
 use super::{
@@ -34,23 +35,20 @@ pub(super) struct RunResult {
     /// Per family/outcome over the interior, from the agent's metrics (per second).
     pub(super) metrics_interior_per_s: BTreeMap<String, f64>,
     /// The client's summary, when it finished by itself.
-    summary: Value,
+    summary: Report,
     pub(super) json: Value,
 }
 
 impl RunResult {
-    pub(super) fn ccr_u(&self) -> Value {
-        self.summary
-            .get("classes")
-            .and_then(|c| c.get("gx_ccr_u"))
-            .cloned()
-            .unwrap_or(Value::Null)
+    /// The client's CCR-U totals; `None` when it sent none.
+    pub(super) fn ccr_u(&self) -> Option<&ClassSummary> {
+        self.summary.classes.get("gx_ccr_u")
     }
+    /// The p99 latency of the CCR-U answers; `None` without any.
     pub(super) fn ccr_u_p99(&self) -> Option<f64> {
         self.ccr_u()
-            .get("latency")
-            .and_then(|l| l.get("p99_ms"))
-            .and_then(Value::as_f64)
+            .filter(|c| c.answered_total() > 0)
+            .map(|c| c.latency.p99_ms)
     }
 }
 
@@ -104,7 +102,7 @@ pub(super) fn run_one(
     run.stop_agent()?;
     LAB.detach_left(bins, spec.name)?;
 
-    let rows = std::fs::read_to_string(&files.rows).unwrap_or_default();
+    let rows = files.rows()?;
     let per_second = rows_per_second(&rows, MEASURE, CLASS, "2001");
     let ok: Vec<f64> = per_second.iter().map(|r| r.2 as f64).collect();
     let sent: Vec<f64> = per_second.iter().map(|r| r.1 as f64).collect();
@@ -198,9 +196,9 @@ pub(super) fn run_one(
         offered_per_s.unwrap_or(f64::NAN),
         admitted_per_s.unwrap_or(f64::NAN),
         summary
-            .pointer("/classes/gx_ccr_u/latency/p99_ms")
-            .and_then(Value::as_f64)
-            .map_or("-".into(), |v| format!("{v:.2}"))
+            .classes
+            .get("gx_ccr_u")
+            .map_or("-".into(), |c| format!("{:.2}", c.latency.p99_ms))
     );
     Ok(RunResult {
         name: spec.name,
