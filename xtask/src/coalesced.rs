@@ -211,6 +211,7 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
                 format!(
                     "{}: {:+.2} %",
                     e["depth"],
+                    // Text only (one() always writes it; met is judged apart).
                     e["error_pct"].as_f64().unwrap_or(f64::NAN)
                 )
             })
@@ -222,6 +223,7 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
         let util = if action == "drop" {
             let u: Vec<String> = mine
                 .iter()
+                // Text only, as above.
                 .map(|e| format!("{:.0} %", e["utilization_pct"].as_f64().unwrap_or(f64::NAN)))
                 .collect();
             format!("; utilization {}", u.join(", "))

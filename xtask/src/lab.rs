@@ -542,6 +542,7 @@ pub fn status() -> Vec<String> {
         out.push(format!("recorded {name}: pid {pid} {state}{log}"));
     }
     if Path::new(PIN_DIR).exists() {
+        // Status text only: an unreadable pin directory lists as holding no pins.
         let n = std::fs::read_dir(PIN_DIR).map(|r| r.count()).unwrap_or(0);
         out.push(format!("pinned: {PIN_DIR} ({n} objects)"));
     } else {

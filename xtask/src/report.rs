@@ -29,7 +29,10 @@ pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
         .iter()
         .find(|c| c.get("ratio_to_pass").and_then(Value::as_f64) == Some(1.0))
         .and_then(|c| c.get("ns_per_packet").and_then(Value::as_f64));
-    let runs = xdp.get("runs").and_then(Value::as_u64).unwrap_or(0);
+    let runs = xdp
+        .get("runs")
+        .and_then(Value::as_u64)
+        .context("xdp results: no runs")?;
     let mut rows = Vec::new();
     for c in cases {
         let name = c

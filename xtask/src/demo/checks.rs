@@ -128,6 +128,7 @@ fn stretches(samples: &[Sample], lowest: f64, peer: &str) -> Vec<Stretch> {
     let mut cur: Option<Stretch> = None;
     for s in samples {
         let below = s.source_up && s.cpu < lowest;
+        // No gauge: NaN, equal to no throttle value: a change no reversal step allows.
         let thr = s.throttle_of(peer).unwrap_or(f64::NAN);
         match (&mut cur, below) {
             (Some(_), false) => out.extend(cur.take()),
@@ -374,6 +375,7 @@ pub(crate) fn admitted_is_effective(
     peer: &str,
 ) -> Check {
     let class = "gx_ccr_i";
+    // No static rate: NaN, which fails the check.
     let stat = p.static_rate(peer, class).unwrap_or(f64::NAN);
     let key = (peer.to_owned(), class.to_owned());
     // The gauges are set one after the other: a scrape may fall between them, the next

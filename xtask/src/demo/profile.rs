@@ -6,6 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
+/// The agent's `reversal_step` when the profile sets none (docs/config.md).
+const DEFAULT_REVERSAL_STEP: f64 = 20.0;
+
 /// The `[dynamic_throttling_db_cpu_profile]` and the limits the checks compare with.
 #[derive(Clone, Debug)]
 pub(crate) struct Profile {
@@ -118,7 +121,10 @@ pub(crate) fn read_profile(path: &Path) -> Result<Profile> {
         thresholds,
         hold,
         hold_s,
-        step: p.get("reversal_step").and_then(num).unwrap_or(0.0),
+        step: p
+            .get("reversal_step")
+            .and_then(num)
+            .unwrap_or(DEFAULT_REVERSAL_STEP),
         period_s,
         drl_peers,
         static_rates,

@@ -176,8 +176,11 @@ fn row(window: &[Sample], open: &Sample, close: &Sample, phase: &str) -> Row {
         t: close.t,
         secs,
         phase: phase.to_owned(),
+        // Plot and CSV: a missing gauge draws as unthrottled; the check "every
+        // gateway's throttle gauge" fails the demo when pgw1's is ever missing.
         throttle: close.throttle_of("pgw1").unwrap_or(0.0),
         cpu: close.cpu,
+        // Plot and CSV, as above: the effective-rate check fails the demo without it.
         eff_rate: close
             .eff
             .get(&("pgw1".to_owned(), "gx_ccr_i".to_owned()))

@@ -32,6 +32,7 @@ pub struct Second {
 
 impl Second {
     fn code(&self, c: &str) -> u64 {
+        // A code the second did not answer with: 0 answers of it.
         self.answered.get(c).copied().unwrap_or(0)
     }
 }
@@ -133,6 +134,7 @@ pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, Table
     let met = share
         .zip(diff)
         .map(|(s, d)| s <= GOAL_REJECT_SHARE && d <= GOAL_ADMITTED_DIFF && once);
+    // NaN: no figure; ratio() is None for it, so no goal reads as met.
     let p99 = ratio(
         f(&b, "ccr_u_p99_ms").unwrap_or(f64::NAN),
         f(&a, "ccr_u_p99_ms").unwrap_or(f64::NAN),
@@ -242,12 +244,15 @@ pub fn servers(
         servers_side(baseline, reporter),
         servers_side(report, reporter),
     );
+    // NaN: no figure; ratio() is None for it and every comparison false.
     let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
     let q = ratio(f(&b, "sent_to_pcrf1_per_s"), f(&a, "sent_to_pcrf1_per_s"));
     let sent = f(&b, "sent_to_pcrf1_per_s");
     let would = sent + f(&b, "abated_diverted_per_s") + f(&b, "abated_rejected_per_s");
     let share = ratio(sent, would);
-    let ccr_t_shed = b["ccr_t_shed"].as_u64().unwrap_or(0);
+    let ccr_t_shed = b["ccr_t_shed"]
+        .as_u64()
+        .expect("servers_side writes ccr_t_shed");
     let ccr_i_diverted = f(&b, "abated_diverted_per_s");
     let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
     let target = 1.0 - f64::from(reduction) / 100.0;

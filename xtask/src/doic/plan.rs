@@ -154,6 +154,7 @@ pub fn plan(root: &Path) -> Result<Plan> {
     );
     let (b_start, b_len, b_rates) =
         measure_phase(&read_toml(root, SERVERS_SCENARIO)?).context(SERVERS_SCENARIO)?;
+    // A class the phase does not name is offered at 0/s.
     let i = b_rates.get("gx_ccr_i").copied().unwrap_or(0.0);
     let t = b_rates.get("gx_ccr_t").copied().unwrap_or(0.0);
     // Round robin gives pcrf1 half of each; over its capacity, and CCR-I more than

@@ -190,6 +190,7 @@ fn plan(root: &Path) -> Result<Plan> {
         "{SCENARIO}: {MEASURE} too short or too early"
     );
     ensure!(
+        // Not named: 0/s, which fails the check.
         rates.get("gx_ccr_u").copied().unwrap_or(0.0) > 0.0,
         "{SCENARIO}: {MEASURE} needs steady CCR-U"
     );

@@ -303,7 +303,7 @@ pub fn link_counters(ns: &str, ifname: &str) -> Result<(u64, u64, u64)> {
     let g = |p: &str| {
         s.pointer(p)
             .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0)
+            .with_context(|| format!("ip -s -j link show dev {ifname}: no stats64{p}"))
     };
-    Ok((g("/rx/packets"), g("/tx/packets"), g("/tx/dropped")))
+    Ok((g("/rx/packets")?, g("/tx/packets")?, g("/tx/dropped")?))
 }

@@ -298,6 +298,7 @@ pub(super) fn start_server(bins: &Bins, latency: &str, log: &Path) -> Result<Pro
 
 fn deltas(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     b.iter()
+        // A counter series absent from the first scrape appeared since: it started at 0.
         .map(|(k, v)| (k.clone(), v - a.get(k).copied().unwrap_or(0.0)))
         .collect()
 }

@@ -144,6 +144,7 @@ fn cost(
     let toggle_pps = on_off(|s| s.flood_pps);
     let extra_busy = on_off(|s| s.busy);
     Cost {
+        // No on/off pair: no figure (NaN prints as such and meets no goal).
         ns_per_pkt: median(&pair_ns).unwrap_or(f64::NAN),
         pair_ns,
         extra_softirq: on_off(|s| s.softirq),

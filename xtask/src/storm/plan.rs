@@ -241,6 +241,7 @@ pub fn plan(root: &Path) -> Result<Plan> {
         "the scenarios must differ only in the {MEASURE} {CLASS} rate"
     );
     ensure!(
+        // Not named: 0/s, which fails the check.
         s_rates.get("gx_ccr_u").copied().unwrap_or(0.0) > 0.0,
         "{MEASURE} needs steady CCR-U (P4)"
     );

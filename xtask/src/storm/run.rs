@@ -193,6 +193,7 @@ pub(super) fn run_one(
         spec.name,
         cpu_s,
         window_s,
+        // A log line: no figure prints as NaN.
         offered_per_s.unwrap_or(f64::NAN),
         admitted_per_s.unwrap_or(f64::NAN),
         summary

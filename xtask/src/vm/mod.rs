@@ -322,6 +322,7 @@ fn run_guest(
                 let r = StepResult {
                     name: name.to_owned(),
                     status: rc.parse().unwrap_or(-1),
+                    // Shown, never judged (the status decides).
                     secs: secs.parse().unwrap_or(0),
                 };
                 report_step(k, &r, &job);
