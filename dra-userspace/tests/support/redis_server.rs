@@ -237,17 +237,32 @@ impl RedisCluster {
         self.index_of(line.split_whitespace().nth(1).expect("address"))
     }
 
-    /// Waits until the replica has everything its master has (same key count).
+    /// Waits until the replica has everything its master had at the call: its link to
+    /// the master is up and its replication offset reached the master's. (Key counts
+    /// are no measure: a replica in its first sync, or one that keeps keys its master
+    /// has expired until the master's DEL arrives, can differ for long.)
     pub fn wait_replicated(&self, master: usize, replica: usize) {
         let start = Instant::now();
-        let dbsize = |p| match command(p, &["DBSIZE"]) {
-            Ok(redis::Value::Int(n)) => n,
-            other => panic!("DBSIZE: {other:?}"),
+        let field = |port: u16, name: &str| -> Option<String> {
+            let info = command_text(port, &["INFO", "replication"])?;
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
         };
-        while dbsize(self.nodes[replica].port) != dbsize(self.nodes[master].port) {
+        let offset = |port: u16, name: &str| -> Option<u64> { field(port, name)?.parse().ok() };
+        let target = offset(self.nodes[master].port, "master_repl_offset")
+            .expect("master_repl_offset in the master's INFO replication");
+        loop {
+            let port = self.nodes[replica].port;
+            let up = field(port, "master_link_status").is_some_and(|s| s == "up");
+            let at = offset(port, "slave_repl_offset");
+            if up && at.is_some_and(|at| at >= target) {
+                return;
+            }
             assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "replication stuck"
+                start.elapsed() < Duration::from_secs(30),
+                "replica {replica} not caught up with master {master} after 30 s: link up \
+                 {up}, offset {at:?} of {target}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
