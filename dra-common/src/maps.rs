@@ -370,12 +370,9 @@ pub struct EgressPeer {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EgressFlow {
-    /// Where the next Diameter header starts.
-    pub next_hdr: u32,
-    /// Every byte before this has been looked at; its requests counted once.
-    pub processed_end: u32,
-    /// Classification of the message in progress.
-    pub cursor: ScanCursor,
+    /// The flow's line of framing: every request before its `processed_end` was counted
+    /// once.
+    pub line: Line,
 }
 
 #[cfg(feature = "user")]

@@ -478,18 +478,31 @@ impl ScanCursor {
 
     /// [`ScanCursor::step`] until the message is classified or the piece is used up.
     #[inline(always)]
-    pub fn advance<S: Source>(&mut self, src: &S, off: usize, start: u32, end: u32) -> Progress {
+    pub fn advance<S: Source>(&mut self, src: &S, off: usize, start: u32, end: u32) -> Scanned {
         // Bounded loop: one item per iteration, and a last look.
         let mut i = 0;
         while i <= MAX_SCAN_ITEMS {
             i += 1;
             match self.step(src, off, start, end) {
                 Progress::Read => {}
-                p => return p,
+                Progress::Done(c) => return Scanned::Done(c),
+                Progress::More => return Scanned::More,
+                Progress::Invalid(e) => return Scanned::Invalid(e),
             }
         }
-        Progress::More
+        Scanned::More
     }
+}
+
+/// Where [`ScanCursor::advance`] left a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scanned {
+    /// The message is classified.
+    Done(Classified),
+    /// The scan needs bytes beyond this piece.
+    More,
+    /// The bytes are not a valid message (or not where the cursor expected them).
+    Invalid(WireError),
 }
 
 /// A classified message.

@@ -1,7 +1,7 @@
 //! The wire scanner, run in userspace on exactly the code the XDP program runs.
 
 use dra_common::wire::{
-    self, Bytes, MAX_AVPS_SCANNED, MsgClass, MsgScan, Need, Progress, ReqTypeScan, ScanCursor,
+    self, Bytes, MAX_AVPS_SCANNED, MsgClass, MsgScan, Need, ReqTypeScan, ScanCursor, Scanned,
     WireError, app, avp, avp_flags, cc_request_type, cmd, flags, parse_header,
 };
 use proptest::prelude::*;
@@ -310,9 +310,9 @@ fn scan_in_pieces(m: &[u8], cuts: &[usize]) -> Result<wire::Classified, WireErro
     for &b in &bounds {
         let piece = &m[a..b];
         match cur.advance(&piece, 0, a as u32, b as u32) {
-            Progress::Done(c) => return Ok(c),
-            Progress::Invalid(e) => return Err(e),
-            Progress::More | Progress::Read => {}
+            Scanned::Done(c) => return Ok(c),
+            Scanned::Invalid(e) => return Err(e),
+            Scanned::More => {}
         }
         a = b;
     }

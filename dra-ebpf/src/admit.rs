@@ -5,9 +5,11 @@ use dra_common::maps::{Action, BucketKey, ClassCounters, PeerInfo};
 use dra_common::stats::Counter;
 use dra_common::wire::MsgClass;
 
+use aya_ebpf::maps::HashMap;
+
 use crate::{
     bucket::{self, Charge},
-    maps::{CLASS_SLOTS, SLOT_COUNTERS, count},
+    maps::{SLOT_COUNTERS, count},
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -17,19 +19,26 @@ pub enum Verdict {
     Drop,
 }
 
-/// Class slot used for counting (and charging) a message of `class`.
+/// Class slot on which a request of `class` from (or to) peer `peer_id` is counted and
+/// charged: its own in `slots` (ingress `CLASS_SLOTS`, egress `EGRESS_CLASS_SLOTS`), else
+/// the peer's `other_slot`.
 #[inline(always)]
-pub fn class_slot(peer: &PeerInfo, class: MsgClass) -> u32 {
-    let key = BucketKey::new(peer.peer_id, class);
+pub fn class_slot(
+    slots: &HashMap<BucketKey, u32>,
+    peer_id: u32,
+    other_slot: u32,
+    class: MsgClass,
+) -> u32 {
+    let key = BucketKey::new(peer_id, class);
     // SAFETY: read-only copy of a u32 value.
-    match unsafe { CLASS_SLOTS.get(key) } {
+    match unsafe { slots.get(key) } {
         Some(s) => *s,
-        None => peer.other_slot,
+        None => other_slot,
     }
 }
 
 #[inline(always)]
-fn verdict_of(action: Action) -> Verdict {
+pub fn verdict_of(action: Action) -> Verdict {
     match action {
         Action::Drop => Verdict::Drop,
         Action::Reject => Verdict::Mark,
@@ -59,8 +68,8 @@ pub fn decide(peer: &PeerInfo, slot: u32, now: u64) -> Verdict {
 /// the global counters.
 #[inline(always)]
 pub fn publish(peer: &PeerInfo, slot: u32, len: u32, v: Verdict) {
-    add(slot, len, v);
-    add(peer.overall_slot, len, v);
+    count_on(slot, len, v);
+    count_on(peer.overall_slot, len, v);
     match v {
         Verdict::Admit => count(Counter::Requests),
         Verdict::Mark => {
@@ -71,8 +80,10 @@ pub fn publish(peer: &PeerInfo, slot: u32, len: u32, v: Verdict) {
     }
 }
 
+/// Counts a decided request of `len` bytes on `slot` (none if `slot` is past the slots,
+/// as `NO_SLOT` is).
 #[inline(always)]
-fn add(slot: u32, len: u32, v: Verdict) {
+pub fn count_on(slot: u32, len: u32, v: Verdict) {
     let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else {
         return;
     };

@@ -11,21 +11,22 @@
 //!   here).
 //! * Destination address → [`EgressPeer`] through `EGRESS_PEERS_V4/V6` (LPM). Other
 //!   destinations pass untouched.
-//! * Framing with flow state (`EGRESS_FLOWS`, LRU, 5-tuple as sent), like ingress:
-//!   `processed_end` (bytes before it were looked at once) and `next_hdr` (where
-//!   the next header starts). Bytes before `processed_end` are retransmissions and
-//!   are never counted again. Every message whose class becomes known in this skb
-//!   is counted here: the same [`ScanCursor`] as on ingress classifies it across
-//!   skbs (its state kept in the flow when an skb ends first), and the request is
-//!   counted and judged in the skb that completes its class (its continuation is
-//!   what gets dropped when it is over the limit — the server only sees a message
-//!   once all of it arrived). The class never depends on where the skbs were cut.
+//! * Framing with flow state (`EGRESS_FLOWS`, LRU, 5-tuple as sent): the same line of
+//!   framing as ingress ([`crate::line`]): bytes before `processed_end` are
+//!   retransmissions and are never counted again; every message whose class becomes
+//!   known in this skb is counted here, classified by the same [`ScanCursor`] across
+//!   skbs (its state kept in the flow when an skb ends first); the request is counted
+//!   and judged in the skb that completes its class (its continuation is what gets
+//!   dropped when it is over the limit — the server only sees a message once all of
+//!   it arrived). The class never depends on where the skbs were cut.
+//!
+//!   [`ScanCursor`]: dra_common::wire::ScanCursor
 //! * skb data may be non-linear (GSO super-packets of up to 64 KiB, page frags):
 //!   every read goes through `bpf_skb_load_bytes`, which reads frags too, so no
 //!   `bpf_skb_pull_data` (it would linearise 64 KiB per packet) is needed.
 //! * Messages per skb: walked with `bpf_loop` (one scan item or one decision per
-//!   callback, up to [`MAX_STEPS_PER_SKB`]); the verifier checks the body once, not
-//!   per iteration.
+//!   callback, up to [`MAX_STEPS_PER_SKB`]: see [`Judge::ONE_ITEM_PER_STEP`]); the
+//!   verifier checks the body once, not per iteration.
 //!   More headers than that: the flow's state is dropped and it resynchronises.
 //! * Policing: each request is charged on every slot of its destination that has a
 //!   bucket (destination, group, class). Over a `drop` bucket: the skb is shot
@@ -50,20 +51,22 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use dra_common::{
-    maps::{Action, BucketKey, ClassCounters, EgressFlow, EgressPeer, FlowKey, NO_SLOT},
+    maps::{Action, EgressPeer, FlowKey},
     stats::Counter,
-    wire::{self, PART_BUF, Progress, ScanCursor, Source},
+    wire::{self, MsgClass, PART_BUF, Source},
 };
 
 use crate::{
+    admit::{Verdict, class_slot, count_on},
     bucket::{self, Charge},
     bytes::copy_bounds,
+    line::{self, Flow, Judge, LineWalk, Outcome},
     maps::{
         EGRESS_CLASS_SLOTS, EGRESS_FLOWS, EGRESS_PEERS_V4, EGRESS_PEERS_V6, EGRESS_SCRATCH,
-        GLOBAL_CONFIG, SLOT_COUNTERS, TC_WALK, count,
+        GLOBAL_CONFIG, TC_WALK, count,
     },
     parse::{self, IPPROTO_TCP, Packet, TCP_RST, TCP_SYN, Tcp, is_diameter_port, seq_le, seq_lt},
-    walk::{self, Steps},
+    walk::Steps,
 };
 
 /// Verdict that lets the packet go on (TCX: next program, then the stack).
@@ -89,30 +92,13 @@ impl Packet for TcContext {
     }
 }
 
-/// What the walk over one skb shares with its `bpf_loop` callback: in a per-CPU map
-/// value ([`TC_WALK`]), not on the stack (verifier workaround, as ingress/tcp.rs `Walk`); the
-/// skb pointer goes on the stack.
+/// What the walk over one skb shares with its `bpf_loop` callback: the line's walk and
+/// the destination, in a per-CPU map value ([`TC_WALK`], see [`LineWalk`]); the skb
+/// pointer goes on the stack.
 #[repr(C)]
 pub struct Walk {
     peer: EgressPeer,
-    now: u64,
-    /// Sequence number of the skb's first payload byte, and one past its last.
-    seq: u32,
-    seg_end: u32,
-    /// skb offset of the payload.
-    payload: u32,
-    /// First byte not looked at before (`processed_end` when the skb arrived).
-    fresh: u32,
-    /// Where the message being looked at starts.
-    pos: u32,
-    /// 1: the walk stopped with a message in progress.
-    carry_set: u32,
-    /// 1: the flow's state was dropped (invalid bytes).
-    lost: u32,
-    /// 1: a request was over a drop limit.
-    shot: u32,
-    /// Classification of the message at `pos`.
-    cur: ScanCursor,
+    line: LineWalk,
 }
 
 /// The `bpf_loop` callback's context (on the stack): pointers only.
@@ -167,7 +153,12 @@ fn try_egress(ctx: &TcContext) -> Option<i32> {
         return Some(PASS);
     }
     if tcp.flags & TCP_SYN != 0 {
-        new_flow(&key, tcp.seq.wrapping_add(1));
+        line::new_flow(
+            &EGRESS_FLOWS,
+            &EGRESS_SCRATCH,
+            &key,
+            tcp.seq.wrapping_add(1),
+        );
         return Some(PASS);
     }
     let payload = l4.off + tcp.doff;
@@ -191,8 +182,9 @@ fn segment(
 ) -> i32 {
     let seg_end = seq.wrapping_add(len);
     let skb = ctx.skb.skb;
-    let flow = match EGRESS_FLOWS.get_ptr_mut(key) {
-        Some(f) => f,
+    let fl = match EGRESS_FLOWS.get_ptr_mut(key) {
+        // SAFETY: the LRU value stays valid for this program run.
+        Some(f) => unsafe { &mut *f },
         None => {
             if !starts_with_header(skb, payload, len) {
                 count(Counter::EgressUnframed);
@@ -200,15 +192,13 @@ fn segment(
             }
             count(Counter::EgressResync);
             crate::events::flow(ctx, crate::events::Event::EgressResync, key);
-            match new_flow(key, seq) {
+            match line::new_flow(&EGRESS_FLOWS, &EGRESS_SCRATCH, key, seq) {
                 Some(f) => f,
                 None => return PASS,
             }
         }
     };
-    // SAFETY: the LRU value stays valid for this program run.
-    let fl = unsafe { &mut *flow };
-    let mut pe = fl.processed_end;
+    let pe = fl.line.processed_end;
     if seq_le(seg_end, pe) {
         count(Counter::EgressRetransmit);
         return PASS;
@@ -222,9 +212,7 @@ fn segment(
         }
         count(Counter::EgressResync);
         crate::events::flow(ctx, crate::events::Event::EgressResync, key);
-        fl.next_hdr = seq;
-        fl.processed_end = seq;
-        pe = seq;
+        fl.fresh(seq);
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -234,56 +222,28 @@ fn segment(
     // SAFETY: this CPU's scratch value; the program runs to completion.
     let w = unsafe { &mut *wp };
     w.peer = *peer;
-    w.now = now;
-    w.seq = seq;
-    w.seg_end = seg_end;
-    w.payload = payload;
-    w.fresh = pe;
-    w.pos = fl.next_hdr;
-    w.carry_set = 0;
-    w.lost = 0;
-    w.shot = 0;
-    let in_progress = seq_lt(fl.next_hdr, pe);
-    if in_progress {
-        w.cur.copy_from(&fl.cursor);
-    } else {
-        w.cur.reset();
-    }
+    let in_progress = w.line.begin(&fl.line, seq, seg_end, payload, now);
     let mut r = WalkRef { skb, w: wp };
-    walk::run(MAX_STEPS_PER_SKB, &mut r);
+    line::walk(MAX_STEPS_PER_SKB, &mut r);
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
     let w = unsafe { &*wp };
-    if w.lost != 0 {
-        let _ = EGRESS_FLOWS.remove(key);
-        return PASS;
-    }
-    if w.shot != 0 {
-        // Commit the requests before the dropped one; the resend judges the rest. If
-        // the dropped one is the message that was in progress, its state stays as it
-        // was.
-        if !(in_progress && w.pos == fl.next_hdr) {
-            fl.next_hdr = w.pos;
-            fl.processed_end = w.pos;
+    match line::commit(&mut fl.line, &w.line, in_progress) {
+        Outcome::Moved => PASS,
+        Outcome::Dropped => {
+            // The requests before the dropped one stay committed; the resend judges
+            // the rest.
+            count(Counter::EgressDropped);
+            SHOT
         }
-        count(Counter::EgressDropped);
-        return SHOT;
+        Outcome::Lost | Outcome::Bound => {
+            // Invalid bytes, or more headers than one walk may take: give up framing;
+            // the flow resyncs.
+            let _ = EGRESS_FLOWS.remove(key);
+            count(Counter::EgressResync);
+            PASS
+        }
     }
-    if w.carry_set != 0 {
-        fl.next_hdr = w.pos;
-        fl.processed_end = seg_end;
-        fl.cursor.copy_from(&w.cur);
-        return PASS;
-    }
-    if seq_lt(w.pos, seg_end) {
-        // More headers than one walk may take: give up framing; the flow resyncs.
-        let _ = EGRESS_FLOWS.remove(key);
-        count(Counter::EgressResync);
-        return PASS;
-    }
-    fl.next_hdr = w.pos;
-    fl.processed_end = seg_end;
-    PASS
 }
 
 #[inline(always)]
@@ -300,8 +260,44 @@ fn starts_with_header(skb: *mut __sk_buff, payload: u32, len: u32) -> bool {
 impl Steps for WalkRef {
     #[inline(always)]
     fn step(&mut self) -> bool {
+        line::step(self)
+    }
+}
+
+impl Judge for WalkRef {
+    const ONE_ITEM_PER_STEP: bool = true;
+    type Bytes = SkbSource;
+
+    #[inline(always)]
+    fn bytes(&self) -> SkbSource {
+        SkbSource(self.skb)
+    }
+
+    #[inline(always)]
+    fn walk(&mut self) -> &mut LineWalk {
         // SAFETY: the walk is this CPU's scratch value, valid for this program run.
-        step(self.skb, unsafe { &mut *self.w })
+        unsafe { &mut (*self.w).line }
+    }
+
+    /// Charges and counts the request; a request over a `drop` limit stops the walk:
+    /// its skb is shot.
+    #[inline(always)]
+    fn request(&mut self, class: MsgClass, len: u32) -> bool {
+        // SAFETY: as in `walk`.
+        let w = unsafe { &mut *self.w };
+        let p = &w.peer;
+        let slot = class_slot(&EGRESS_CLASS_SLOTS, p.peer_id, p.other_slot, class);
+        if admit(p, slot, len, w.line.now) == Verdict::Drop {
+            w.line.drop_here(true);
+            return false;
+        }
+        count(Counter::EgressRequests);
+        true
+    }
+
+    #[inline(always)]
+    fn answer(&mut self) {
+        count(Counter::EgressAnswers);
     }
 }
 
@@ -328,61 +324,12 @@ impl Source for SkbSource {
     }
 }
 
-/// Reads one scan item of the message at `w.pos` or, once its class is known, counts
-/// and charges it. Returns true to go on.
-#[inline(always)]
-fn step(skb: *mut __sk_buff, w: &mut Walk) -> bool {
-    if !seq_lt(w.pos, w.seg_end) {
-        return false;
-    }
-    let (start, off) = walk::piece(w.pos, w.fresh, w.seq, w.payload);
-    let c = match w
-        .cur
-        .step(&SkbSource(skb), off, start, w.seg_end.wrapping_sub(w.pos))
-    {
-        Progress::Done(c) => c,
-        Progress::Read => return true,
-        Progress::More => {
-            w.carry_set = 1;
-            return false;
-        }
-        Progress::Invalid(_) => {
-            count(Counter::EgressResync);
-            w.lost = 1;
-            return false;
-        }
-    };
-    let mlen = c.header.length;
-    if !c.header.is_request() {
-        count(Counter::EgressAnswers);
-    } else {
-        let slot = class_slot(&w.peer, c.class);
-        if !admit(&w.peer, slot, mlen, w.now) {
-            w.shot = 1;
-            return false;
-        }
-        count(Counter::EgressRequests);
-    }
-    w.pos = w.pos.wrapping_add(mlen);
-    w.cur.reset();
-    true
-}
-
-/// Counting slot of a request class sent to this destination.
-#[inline(always)]
-fn class_slot(peer: &EgressPeer, class: wire::MsgClass) -> u32 {
-    let key = BucketKey::new(peer.peer_id, class);
-    // SAFETY: read-only copy of a u32 value.
-    match unsafe { EGRESS_CLASS_SLOTS.get(key) } {
-        Some(s) => *s,
-        None => peer.other_slot,
-    }
-}
-
-/// Charges the request on the destination, group and class slots. False: over a
-/// `drop` bucket (charges of this request given back, counted dropped).
+/// Charges the request on the destination, group and class slots and counts it on
+/// each: [`Verdict::Drop`] when over a `drop` bucket (the charges of this request given
+/// back), [`Verdict::Mark`] when over a `reject` bucket (passed: the agent's limiter
+/// answers those).
 #[inline(never)]
-fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
+fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> Verdict {
     let slots = [peer.dest_slot, peer.group_slot, class];
     // Bit i: slot i was charged (a bit set, not a `[bool; 3]`: zeroing an array is a
     // `memset` call on the BPF target, see `dra_common::words`).
@@ -400,10 +347,10 @@ fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
                     if charged & (1 << j) != 0 {
                         bucket::refund(slots[j]);
                     }
-                    add(slots[j], 0, len);
+                    count_on(slots[j], len, Verdict::Drop);
                     j += 1;
                 }
-                return false;
+                return Verdict::Drop;
             }
             Charge::Over {
                 action: Action::Reject,
@@ -412,48 +359,9 @@ fn admit(peer: &EgressPeer, class: u32, len: u32, now: u64) -> bool {
         }
         i += 1;
     }
-    let v = if over { 2 } else { 1 };
-    add(slots[0], v, len);
-    add(slots[1], v, len);
-    add(slots[2], v, len);
-    true
-}
-
-/// Counts one request on a slot: `v` 0 dropped, 1 admitted, 2 over a reject limit.
-#[inline(always)]
-fn add(slot: u32, v: u8, len: u32) {
-    if slot == NO_SLOT {
-        return;
-    }
-    let Some(c) = SLOT_COUNTERS.get_ptr_mut(slot) else {
-        return;
-    };
-    // SAFETY: this CPU's value of a per-CPU array.
-    let c: &mut ClassCounters = unsafe { &mut *c };
-    if v == 0 {
-        c.dropped += 1;
-        return;
-    }
-    c.seen += 1;
-    if v == 1 {
-        c.admitted += 1;
-    } else {
-        c.marked += 1;
-    }
-    c.bytes += len as u64;
-}
-
-/// Fresh state for `key` whose next header starts at `seq` (built in a per-CPU
-/// scratch slot: too large for the BPF stack).
-#[inline(always)]
-fn new_flow(key: &FlowKey, seq: u32) -> Option<*mut EgressFlow> {
-    let p = EGRESS_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch value; carry bytes need no initialisation.
-    let st = unsafe { &mut *p };
-    st.next_hdr = seq;
-    st.processed_end = seq;
-    st.cursor.reset();
-    #[allow(clippy::needless_borrows_for_generic_args)]
-    EGRESS_FLOWS.insert(key, &*st, 0).ok()?;
-    EGRESS_FLOWS.get_ptr_mut(key)
+    let v = if over { Verdict::Mark } else { Verdict::Admit };
+    count_on(slots[0], len, v);
+    count_on(slots[1], len, v);
+    count_on(slots[2], len, v);
+    v
 }

@@ -17,7 +17,7 @@ use crate::{
     admit::{Verdict, class_slot, decide},
     bytes::opaque,
     ingress::{DROP, PASS, load, lookup_peer},
-    maps::{PKT_META, TCP_FLOWS},
+    maps::{CLASS_SLOTS, PKT_META, TCP_FLOWS},
     parse::{self, IPPROTO_TCP},
 };
 
@@ -65,7 +65,7 @@ pub fn floor(ctx: &XdpContext) -> u32 {
     }
     // SAFETY: helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let slot = class_slot(peer, CLASS);
+    let slot = class_slot(&CLASS_SLOTS, peer.peer_id, peer.other_slot, CLASS);
     match decide(peer, slot, now) {
         Verdict::Admit => PASS,
         Verdict::Mark | Verdict::Drop => DROP,

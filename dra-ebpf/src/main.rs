@@ -15,6 +15,7 @@ mod egress;
 mod events;
 mod floor;
 mod ingress;
+mod line;
 mod maps;
 mod parse;
 mod walk;

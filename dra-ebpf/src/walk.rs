@@ -7,8 +7,6 @@
 
 use aya_ebpf::helpers::bpf_loop;
 
-use crate::parse::seq_lt;
-
 /// A walk's `bpf_loop` context: one step per iteration.
 pub trait Steps {
     /// Takes one step; false stops the loop.
@@ -32,22 +30,4 @@ extern "C" fn callback<W: Steps>(_i: u64, walk: *mut core::ffi::c_void) -> i64 {
     // SAFETY: the `&mut W` that `run` gave bpf_loop, live for the whole loop.
     let walk = unsafe { &mut *(walk as *mut W) };
     if walk.step() { 0 } else { 1 }
-}
-
-/// Where a packet's part of the TCP message at `pos` begins, as (offset in the message,
-/// offset in the packet): all of the message when it begins in this packet, else its
-/// bytes from `fresh` on (the first byte new to the framing line; those before were
-/// given to the scan already). `seq` is the packet's first payload byte, at packet
-/// offset `payload`.
-#[inline(always)]
-pub fn piece(pos: u32, fresh: u32, seq: u32, payload: u32) -> (u32, usize) {
-    let (start, first) = if seq_lt(pos, fresh) {
-        (fresh.wrapping_sub(pos), fresh)
-    } else {
-        (0, pos)
-    };
-    (
-        start,
-        payload.wrapping_add(first.wrapping_sub(seq)) as usize,
-    )
 }

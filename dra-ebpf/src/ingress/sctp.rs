@@ -52,7 +52,7 @@ use crate::{
     bucket::{self, Charge},
     bytes::XdpSource,
     ingress::xdp::{DROP, PASS},
-    maps::{OOB_MARKS, SCTP_ASSOCS, SCTP_WALK, count},
+    maps::{CLASS_SLOTS, OOB_MARKS, SCTP_ASSOCS, SCTP_WALK, count},
     walk::{self, Steps},
 };
 
@@ -408,7 +408,7 @@ fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
         count(Counter::Answers);
         return accept(r, w);
     }
-    let slot = class_slot(&w.peer, c.class);
+    let slot = class_slot(&CLASS_SLOTS, w.peer.peer_id, w.peer.other_slot, c.class);
     let mut v = decide(&w.peer, slot, w.now);
     if v == Verdict::Mark {
         let rec = OobMark {

@@ -59,12 +59,11 @@
 use aya_ebpf::{bindings::xdp_md, helpers::bpf_ktime_get_ns, programs::XdpContext};
 use dra_common::{
     maps::{
-        FlowKey, ISLAND_CHARGING, ISLAND_NONE, ISLAND_SHADOW, Line, MARK_RING, MAX_HOLE_AGE_NS,
-        OobMark, PeerInfo, TcpFlow,
+        FlowKey, ISLAND_CHARGING, ISLAND_NONE, ISLAND_SHADOW, MARK_RING, MAX_HOLE_AGE_NS, OobMark,
+        PeerInfo, TcpFlow,
     },
     stats::Counter,
-    wire::{self, Progress, ScanCursor, flags},
-    words,
+    wire::{self, MsgClass, flags},
 };
 
 use crate::{
@@ -73,14 +72,14 @@ use crate::{
     bytes::{PacketBytes, XdpSource, bounded, opaque},
     events::{self, Event},
     ingress::xdp::{DROP, PASS},
-    maps::{FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
+    line::{self, Judge, LineWalk, Outcome},
+    maps::{CLASS_SLOTS, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
     parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
-    walk::{self, Steps},
+    walk::Steps,
 };
 
-/// `bpf_loop` iterations per segment: one per scan item read (header, ids, AVP
-/// headers) or message decided. A 1,500-byte segment needs at most ~300, a 9,000-byte
-/// jumbo frame ~1,700.
+/// `bpf_loop` iterations per segment: one per message. A 1,500-byte segment holds at
+/// most 73 messages (20-byte headers), a 9,000-byte jumbo frame 450.
 pub const MAX_STEPS_PER_SEGMENT: u32 = 4096;
 /// A hole larger than this is not a lost segment but lost state: resynchronise.
 const MAX_HOLE: u32 = 1 << 20;
@@ -169,52 +168,21 @@ fn remark(ctx: &XdpContext, seg: &Segment, flow: &TcpFlow, upto: u32) {
     }
 }
 
-/// Walk status.
-const RUNNING: u32 = 0;
-/// The message at `pos` continues in a later segment (scan state kept).
-const CARRY: u32 = 1;
-/// A request was over a `drop` limit (or its out-of-band mark could not be handed
-/// over) and the walk stopped there: the packet is dropped, the line committed up to
-/// that request.
-const DROPPED: u32 = 2;
-/// Invalid Diameter.
-const LOST: u32 = 3;
-
-/// What the walk over one segment shares with its `bpf_loop` callback. Verifier
-/// workaround: it lives in a per-CPU map value ([`WALK_SCRATCH`]), not on the stack:
-/// the verifier explores a `bpf_loop` callback until the caller's state converges,
-/// and tracks stack scalars (scan phase, AVP count, ...) exactly, so a walk on the
-/// stack never converges; map value contents are not tracked. Only pointers are
-/// passed on the stack ([`WalkRef`]).
+/// What the walk over one segment shares with its `bpf_loop` callback: the line's walk
+/// and what ingress adds to it, in a per-CPU map value ([`WALK_SCRATCH`], see
+/// [`LineWalk`]). Only pointers are passed on the stack ([`WalkRef`]).
 #[repr(C)]
 pub struct Walk {
     peer: PeerInfo,
-    now: u64,
-    /// Sequence number of the segment's first payload byte, and where the walk stops
-    /// looking: the segment's end, or an island's start (see [`Island`]).
-    ///
-    /// [`Island`]: dra_common::maps::Island
-    seq: u32,
-    seg_end: u32,
-    /// First byte new to the line (its `processed_end` when the segment arrived).
-    fresh: u32,
-    /// Where the message being looked at starts.
-    pos: u32,
-    /// Packet offsets of the payload and of the TCP header.
-    payload: u32,
+    line: LineWalk,
+    /// Packet offset of the TCP header (its checksum is fixed when a header is marked).
     tcp_off: u32,
-    status: u32,
     /// 1: requests are decided and charged; 0: only framed (an island's shadow).
     charge: u32,
     /// 1: a drop does not stop the walk: it goes on, not charging, to frame an island.
     may_island: u32,
-    /// 1: a request was dropped at `drop_pos`.
-    dropped: u32,
-    drop_pos: u32,
     /// 1: the walk is on the flow's island line, 0: on its main line.
     island: u32,
-    /// Classification of the message at `pos`.
-    cur: ScanCursor,
 }
 
 /// The `bpf_loop` callback's context (on the stack): pointers only.
@@ -253,7 +221,7 @@ pub fn process(ctx: &XdpContext, tcp_off: usize, key: &FlowKey, peer: &PeerInfo)
             count(Counter::SynDropped);
             return DROP;
         }
-        let _ = new_flow(key, seq.wrapping_add(1));
+        let _ = line::new_flow(&TCP_FLOWS, &FLOW_SCRATCH, key, seq.wrapping_add(1));
         count(Counter::NoPayload);
         return PASS;
     }
@@ -361,14 +329,14 @@ fn walk_segment(
     now: u64,
     on_island: bool,
 ) -> u32 {
-    let (next_hdr, fresh) = if on_island {
-        (flow.island.line.next_hdr, flow.island.line.processed_end)
+    let line = if on_island {
+        &flow.island.line
     } else {
-        (flow.line.next_hdr, flow.line.processed_end)
+        &flow.line
     };
-    if seq_lt(seg.seq, fresh) {
+    if seq_lt(seg.seq, line.processed_end) {
         // Coalesced retransmission: old bytes first, then new ones.
-        remark(ctx, seg, flow, fresh);
+        remark(ctx, seg, flow, line.processed_end);
     }
     let island_state = flow.island.state;
     // The main line stops at a charging island's start: the island charged what
@@ -386,40 +354,20 @@ fn walk_segment(
     // SAFETY: this CPU's scratch value; XDP runs to completion.
     let w = unsafe { &mut *wp };
     w.peer = *peer;
-    w.now = now;
-    w.seq = seg.seq;
-    w.seg_end = walk_end;
-    w.fresh = fresh;
-    w.pos = next_hdr;
-    w.payload = seg.payload as u32;
     w.tcp_off = seg.tcp_off as u32;
-    w.status = RUNNING;
     w.charge = (!on_island || island_state == ISLAND_CHARGING) as u32;
     w.may_island = (!on_island && island_state == ISLAND_NONE) as u32;
-    w.dropped = 0;
     w.island = on_island as u32;
-    let in_progress = seq_lt(next_hdr, fresh);
-    if in_progress {
-        w.cur.copy_from(if on_island {
-            &flow.island.line.cursor
-        } else {
-            &flow.line.cursor
-        });
-    } else {
-        w.cur.reset();
-    }
+    let in_progress = w
+        .line
+        .begin(line, seg.seq, walk_end, seg.payload as u32, now);
     let mut r = WalkRef {
         ctx: ctx.ctx,
         flow: flow as *mut TcpFlow,
         key: key as *const FlowKey,
         w: wp,
     };
-    // The first message here, the rest (if any) in the loop: most segments hold one
-    // message, and a bpf_loop call (an indirect call per iteration) costs more than the
-    // message.
-    if step(&r, w) {
-        walk::run(MAX_STEPS_PER_SEGMENT, &mut r);
-    }
+    line::walk(MAX_STEPS_PER_SEGMENT, &mut r);
     // The callback wrote through `r.w`: read the walk afresh.
     // SAFETY: this CPU's scratch value, as above.
     let w = unsafe { &*wp };
@@ -482,50 +430,6 @@ fn out_of_order(flow: &mut TcpFlow) -> u32 {
     DROP
 }
 
-/// What a walk did to its line.
-#[derive(PartialEq, Eq)]
-enum Outcome {
-    /// The line moved on (or stayed, its message in progress).
-    Moved,
-    /// A request was dropped: the line is committed up to it.
-    Dropped,
-    /// Invalid Diameter.
-    Lost,
-    /// More messages than one walk may take.
-    Bound,
-}
-
-/// Commits a walk's outcome to `line`, whose message at `next_hdr` was in progress
-/// when the segment arrived if `in_progress`.
-#[inline(always)]
-fn commit(line: &mut Line, w: &Walk, in_progress: bool) -> Outcome {
-    if w.dropped != 0 {
-        // Commit the requests decided before the dropped one. If the dropped one is
-        // the message that was in progress, its state stays as it was (the
-        // retransmission scans this segment's part of it again).
-        if !(in_progress && w.drop_pos == line.next_hdr) {
-            line.next_hdr = w.drop_pos;
-            line.processed_end = w.drop_pos;
-        }
-        return Outcome::Dropped;
-    }
-    match w.status {
-        LOST => Outcome::Lost,
-        CARRY => {
-            line.next_hdr = w.pos;
-            line.processed_end = w.seg_end;
-            line.cursor.copy_from(&w.cur);
-            Outcome::Moved
-        }
-        _ if seq_lt(w.pos, w.seg_end) => Outcome::Bound,
-        _ => {
-            line.next_hdr = w.pos;
-            line.processed_end = w.seg_end;
-            Outcome::Moved
-        }
-    }
-}
-
 /// After a walk on the main line: commit it, start an island after a drop, take a
 /// charging island's state over once the main line reached its start.
 #[inline(always)]
@@ -537,7 +441,7 @@ fn main_done(
     in_progress: bool,
     seg_end: u32,
 ) -> u32 {
-    match commit(&mut flow.line, w, in_progress) {
+    match line::commit(&mut flow.line, &w.line, in_progress) {
         Outcome::Lost => {
             count(Counter::MalformedDiameter);
             events::flow(ctx, Event::Malformed, key);
@@ -555,16 +459,11 @@ fn main_done(
             // The walk went on past the dropped request without charging (it was free
             // to start an island): the island is where it stopped, if it stopped at the
             // segment's end with its framing intact.
-            let framed = w.status == CARRY || (w.status == RUNNING && !seq_lt(w.pos, w.seg_end));
-            if w.may_island != 0 && framed {
+            if w.may_island != 0 && line::framed(&w.line) {
                 let il = &mut flow.island;
-                il.line.next_hdr = w.pos;
-                il.line.processed_end = w.seg_end;
-                if w.status == CARRY {
-                    il.line.cursor.copy_from(&w.cur);
-                }
+                line::follow(&mut il.line, &w.line);
                 il.main_mark = flow.line.processed_end;
-                il.start = w.seg_end;
+                il.start = w.line.seg_end;
                 il.state = ISLAND_SHADOW;
             }
             count(Counter::Dropped);
@@ -596,7 +495,7 @@ fn main_done(
 /// a request in it was dropped.
 #[inline(always)]
 fn island_done(flow: &mut TcpFlow, w: &Walk, in_progress: bool) -> u32 {
-    match commit(&mut flow.island.line, w, in_progress) {
+    match line::commit(&mut flow.island.line, &w.line, in_progress) {
         Outcome::Moved if w.charge != 0 => PASS,
         Outcome::Moved => out_of_order(flow),
         Outcome::Dropped => {
@@ -615,92 +514,92 @@ fn island_done(flow: &mut TcpFlow, w: &Walk, in_progress: bool) -> u32 {
 impl Steps for WalkRef {
     #[inline(always)]
     fn step(&mut self) -> bool {
-        let w = self.w;
-        // SAFETY: the walk is this CPU's scratch value, valid for this program run.
-        step(self, unsafe { &mut *w })
+        line::step(self)
     }
 }
 
-/// Reads one scan item of the message at `w.pos` or, once its class is known, decides
-/// it. Returns true to go on.
-#[inline(always)]
-fn step(r: &WalkRef, w: &mut Walk) -> bool {
-    if !seq_lt(w.pos, w.seg_end) {
-        return false;
+impl Judge for WalkRef {
+    const ONE_ITEM_PER_STEP: bool = false;
+    type Bytes = XdpSource;
+
+    #[inline(always)]
+    fn bytes(&self) -> XdpSource {
+        XdpSource(self.ctx)
     }
-    let (start, off) = walk::piece(w.pos, w.fresh, w.seq, w.payload);
-    let src = XdpSource(r.ctx);
-    let c = match w
-        .cur
-        .advance(&src, off, start, w.seg_end.wrapping_sub(w.pos))
-    {
-        Progress::Done(c) => c,
-        Progress::Read => return true,
-        Progress::More => {
-            w.status = CARRY;
-            return false;
+
+    #[inline(always)]
+    fn walk(&mut self) -> &mut LineWalk {
+        // SAFETY: the walk is this CPU's scratch value, valid for this program run.
+        unsafe { &mut (*self.w).line }
+    }
+
+    /// Decides the request, marks it if over a `reject` limit; over a `drop` limit it
+    /// stops the walk, or the walk goes on, not charging, to frame an island.
+    #[inline(always)]
+    fn request(&mut self, class: MsgClass, len: u32) -> bool {
+        // SAFETY: as in `walk`.
+        let w = unsafe { &mut *self.w };
+        if w.charge == 0 {
+            // An island's shadow: framed, not charged.
+            return true;
         }
-        Progress::Invalid(_) => {
-            w.status = LOST;
-            return false;
-        }
-    };
-    let mlen = c.header.length;
-    if w.charge == 0 {
-        // An island's shadow: framed, not charged.
-    } else if c.header.is_request() {
-        let slot = class_slot(&w.peer, c.class);
-        let mut v = decide(&w.peer, slot, w.now);
-        if v == Verdict::Mark && !mark(r, w) {
+        let p = &w.peer;
+        let slot = class_slot(&CLASS_SLOTS, p.peer_id, p.other_slot, class);
+        let mut v = decide(p, slot, w.line.now);
+        if v == Verdict::Mark && !mark(self, w) {
             // The out-of-band mark could not be handed over: drop instead, so the
             // retransmission is judged again (nothing was charged for it).
             count(Counter::OobFull);
             v = Verdict::Drop;
         }
-        publish(&w.peer, slot, mlen, v);
+        publish(&w.peer, slot, len, v);
         if v == Verdict::Drop {
-            w.dropped = 1;
-            w.drop_pos = w.pos;
             if w.may_island == 0 {
-                w.status = DROPPED;
+                w.line.drop_here(true);
                 return false;
             }
             // Go on framing the rest of the segment without charging: the island.
+            w.line.drop_here(false);
             w.charge = 0;
         }
-    } else {
-        count(Counter::Answers);
+        true
     }
-    w.pos = w.pos.wrapping_add(mlen);
-    w.cur.reset();
-    // Stop here when the segment ends (saves a callback).
-    seq_lt(w.pos, w.seg_end)
+
+    #[inline(always)]
+    fn answer(&mut self) {
+        // SAFETY: as in `walk`.
+        if unsafe { (*self.w).charge } != 0 {
+            count(Counter::Answers);
+        }
+    }
 }
 
-/// Marks the request at `w.pos`: in its header if its flags byte is in this packet
-/// and new to the receiver, else out of band. False if neither could be done.
+/// Marks the request at the walk's `pos`: in its header if its flags byte is in this
+/// packet and new to the receiver, else out of band. False if neither could be done.
 #[inline(always)]
-fn mark(r: &WalkRef, w: &mut Walk) -> bool {
-    let flag = w.pos.wrapping_add(4);
+fn mark(r: &WalkRef, w: &Walk) -> bool {
+    let l = &w.line;
+    let flag = l.pos.wrapping_add(4);
     // SAFETY: the flow value stays valid for this program run.
     let flow = unsafe { &mut *r.flow };
-    if !seq_lt(flag, w.fresh) {
+    if !seq_lt(flag, l.fresh) {
         // Decided in this packet after at least 20 header bytes: the flags byte is
         // in it. The payload starts at an even offset from the TCP header (data
         // offset is a multiple of 4), so its parity in the payload decides its half
         // of the 16-bit word.
-        let off = flag.wrapping_sub(w.seq);
-        if mark_at(r.ctx, w.payload + off, w.tcp_off + 16, off & 1 == 0) {
-            remember_mark(flow, w.pos);
+        let off = flag.wrapping_sub(l.seq);
+        if mark_at(r.ctx, l.payload + off, w.tcp_off + 16, off & 1 == 0) {
+            remember_mark(flow, l.pos);
         }
         return true;
     }
+    let scan = l.scan();
     let rec = OobMark {
         // SAFETY: points at this CPU's packet metadata, valid for this program run.
         key: unsafe { *r.key },
-        hop_by_hop: w.cur.scan.hop_by_hop,
-        end_to_end: w.cur.scan.end_to_end,
-        header_seq: w.pos,
+        hop_by_hop: scan.hop_by_hop,
+        end_to_end: scan.end_to_end,
+        header_seq: l.pos,
         _pad: 0,
     };
     if OOB_MARKS.output::<OobMark>(&rec, 0).is_err() {
@@ -719,26 +618,5 @@ fn resync(key: &FlowKey, pkt: &PacketBytes, seq: u32) -> Option<&'static mut Tcp
         return None;
     }
     count(Counter::Resync);
-    new_flow(key, seq)
-}
-
-/// Inserts fresh state for `key` whose next header starts at `seq`. The value is
-/// built in a per-CPU scratch slot (kept off the 512-byte BPF stack).
-#[inline(always)]
-fn new_flow(key: &FlowKey, seq: u32) -> Option<&'static mut TcpFlow> {
-    let p = FLOW_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch value.
-    let st = unsafe { &mut *p };
-    st.line.next_hdr = seq;
-    st.line.processed_end = seq;
-    st.line.cursor.reset();
-    words::zero(&mut st.marked);
-    st.mark_idx = 0;
-    st.ofo_drops = 0;
-    st.hole_since_ns = 0;
-    st.island.state = ISLAND_NONE;
-    #[allow(clippy::needless_borrows_for_generic_args)]
-    TCP_FLOWS.insert(key, &*st, 0).ok()?;
-    // SAFETY: just inserted; the LRU value stays valid for this program run.
-    TCP_FLOWS.get_ptr_mut(key).map(|p| unsafe { &mut *p })
+    line::new_flow(&TCP_FLOWS, &FLOW_SCRATCH, key, seq)
 }
