@@ -183,15 +183,17 @@ pub fn step<J: Judge>(j: &mut J) -> bool {
     seq_lt(w.pos, w.seg_end)
 }
 
-/// Walks a segment: the first message here, the rest (if any) in `bpf_loop`, at most
-/// `max` steps in all. Most segments hold one message, and a `bpf_loop` call (an
-/// indirect call per iteration) costs more than the message. `j`'s [`Steps`] is
-/// [`step`].
+/// Walks a segment, at most `max` steps in `bpf_loop`. A walk of whole messages takes
+/// the first one here, before the loop: most segments hold one message, and a
+/// `bpf_loop` call (an indirect call per iteration) costs more than the message. A walk
+/// of single items goes to the loop at once (a second copy of its step in the program
+/// costs more verifier states than the one item saves). `j`'s [`Steps`] is [`step`].
 #[inline(always)]
 pub fn walk<J: Judge + Steps>(max: u32, j: &mut J) {
-    if step(j) {
-        walk::run(max.saturating_sub(1), j);
+    if !J::ONE_ITEM_PER_STEP && !step(j) {
+        return;
     }
+    walk::run(max, j);
 }
 
 /// What a walk did to its line.
