@@ -1,6 +1,7 @@
 //! `cargo xtask <setup|build|test|run|package|demo|bench|lab>`: orchestration only.
 
 mod agent_run;
+mod bench;
 mod coalesced;
 mod demo;
 mod doic;
@@ -24,7 +25,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "\
+/// The usage text's lines before the benches (`bench::usage`).
+const USAGE_HEAD: &str = "\
 usage: cargo xtask <command> [args]
 
   setup            install what is missing (eBPF toolchain, test tools, qemu and the
@@ -52,33 +54,17 @@ usage: cargo xtask <command> [args]
                    XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
                    pcrf1/pcrf2/ocs1 (root; README, HA pair)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
-  bench [N]        every benchmark below but coalesced alone (root, ~28 min); N goes to the
-                   XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA,
-                   DOIC table)
-  bench xdp [N]    P1: XDP ns/packet per case vs bare XDP_PASS, N runs each
-  bench relay [ARGS]  P2: relayed requests/s, p50/p99, CPU/request: `dra run` vs
-                   freeDiameter and an Erlang/OTP relay, and `dra run` over TLS vs plain
-                   TCP (goal ≥ 0.5), 100 in flight, 3 alternating rounds
-                   (`bench relay -- --help`); writes bench/results/relay-latest.json
-  bench storm [--dra PATH]  P3, P4 on the lab with dra run + dra-loadgen (~10 min;
-                   refuses to run while a lab is up): CCR-I admitted-rate error under a 10x
-                   storm (paced, and coalesced: 4/16/100 in flight, XDP and userspace, reject
-                   and drop), CCR-U p99 storm/no storm (3 pairs each) with servers at fixed
-                   100us and at exp 2ms; writes bench/results/storm-latest.json
-                   (docs/bench.md). --dra: another build's agent, P3/P4 only, A/B (the
-                   results stay in results/bench-storm-*/storm.json)
-  bench coalesced  only P3's coalesced case (~4.5 min); merged into storm-latest.json
-  bench flood [--pps N] [--paced-pps N] [--threads N] [--reps N]
-                   P5, the flood shield (~8.5 min, own namespaces fl-*): SYN/junk flood
-                   from non-peers and a peer's reconnect storm, XDP vs the agent alone,
-                   at full rate (--pps 0) and paced (--paced-pps 30000): host CPU per
-                   flood packet, CCR-U p99; writes bench/results/flood-latest.json
-  bench ha         the HA pair on its own lab (~3 min): >= 20,000 Gx sessions, DRA A
-                   SIGKILLed and restarted, a Redis master killed; misrouted, unanswered,
-                   resent with T, failover ms, relay req/s memory vs redis_cluster store;
-                   writes bench/results/ha-latest.json (docs/bench.md)
+";
+
+/// The usage text's lines after the benches.
+const USAGE_TAIL: &str = "\
   sim lb [ARGS]    load-balancing simulator (`sim lb --help`); writes results/sim-lb/
 ";
+
+/// `cargo xtask`'s usage text.
+fn usage() -> String {
+    format!("{USAGE_HEAD}{}{USAGE_TAIL}", bench::usage())
+}
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -278,7 +264,7 @@ fn real_main() -> Result<()> {
     let (cmd, rest) = match args.split_first() {
         Some((c, r)) => (c.as_str(), r),
         None => {
-            eprint!("{USAGE}");
+            eprint!("{}", usage());
             std::process::exit(2);
         }
     };
@@ -364,121 +350,14 @@ fn real_main() -> Result<()> {
                      run them as root"
                 );
             }
-            let (which, rest) = match rest.split_first() {
-                Some((w, r))
-                    if ["xdp", "relay", "storm", "coalesced", "flood", "ha", "doic"]
-                        .contains(&w.as_str()) =>
-                {
-                    (w.as_str(), r)
-                }
-                _ => ("all", rest),
-            };
-            let root = workspace_root();
-            // `bench storm --dra PATH`: the same runs with another build's agent (A/B).
-            let storm_dra = if which == "storm" || which == "coalesced" {
-                match rest {
-                    [] => None,
-                    [flag, path] if which == "storm" && flag == "--dra" => {
-                        Some(PathBuf::from(path))
-                    }
-                    _ => bail!(
-                        "bench {which} takes no arguments but `storm --dra PATH` (its configs \
-                         are config/bench/*.toml)"
-                    ),
-                }
-            } else {
-                None
-            };
-            if which == "storm" || which == "all" {
-                // Before anything long runs: no lab may be up, the configs must agree.
-                storm::preflight(&root)?;
-            }
-            let flood_opts = if which == "flood" {
-                flood::parse_opts(rest)?
-            } else {
-                flood::Opts::default()
-            };
-            if which == "flood" || which == "all" {
-                flood::preflight(&root)?;
-            }
-            if which == "ha" || which == "all" {
-                if which == "ha" && !rest.is_empty() {
-                    bail!("bench ha takes no arguments");
-                }
-                ha::preflight()?;
-            }
-            if which == "doic" || which == "all" {
-                if which == "doic" && !rest.is_empty() {
-                    bail!("bench doic takes no arguments (its configs are config/bench/*.toml)");
-                }
-                doic::preflight(&root)?;
-            }
-            let since = std::time::SystemTime::now();
-            if which == "all" || which == "xdp" {
-                // `bench N` keeps its old meaning: N XDP runs per case.
-                step(
-                    "bench xdp (P1)",
-                    cargo()
-                        .args([
-                            "run",
-                            "--release",
-                            "-p",
-                            "dra-tests",
-                            "--bin",
-                            "xdp-bench",
-                            "--",
-                        ])
-                        .args(rest),
-                )?;
-            }
-            if which == "all" || which == "relay" {
-                let relay_args = if which == "relay" { rest } else { &[] };
-                // dra-bench runs the release `dra` binary beside it.
-                build(true)?;
-                step("bench relay (P2)", dra_tool("dra-bench").args(relay_args))?;
-            }
-            if which == "all" || which == "storm" {
-                build(true)?;
-                eprintln!("xtask: bench storm (P3, P4)");
-                storm::run(&root, storm_dra.as_deref())?;
-            }
-            if which == "all" || which == "flood" {
-                build(true)?;
-                eprintln!("xtask: bench flood (P5)");
-                flood::run(&root, &flood_opts)?;
-            }
-            if which == "coalesced" {
-                if !lab::namespaces().is_empty() {
-                    bail!("a lab is up (cargo xtask lab down first)");
-                }
-                build(true)?;
-                coalesced::run(&root)?;
-            }
-            if which == "all" || which == "ha" {
-                if which == "ha" {
-                    build(true)?;
-                }
-                eprintln!("xtask: bench ha (HA pair)");
-                ha::bench::run(&root)?;
-            }
-            if which == "all" || which == "doic" {
-                if which == "doic" {
-                    build(true)?;
-                }
-                eprintln!("xtask: bench doic (DOIC)");
-                doic::run(&root)?;
-            }
-            if which == "all" {
-                report::aggregate(&root, since)?;
-            }
-            Ok(())
+            bench::cmd(&workspace_root(), rest)
         }
         "help" | "--help" | "-h" => {
-            eprint!("{USAGE}");
+            eprint!("{}", usage());
             Ok(())
         }
         other => {
-            eprint!("unknown command {other:?}\n{USAGE}");
+            eprint!("unknown command {other:?}\n{}", usage());
             std::process::exit(2);
         }
     }

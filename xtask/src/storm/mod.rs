@@ -30,7 +30,11 @@ pub(crate) mod plan;
 pub(crate) mod rows;
 mod run;
 
-use std::{fmt::Write as _, path::Path, time::Instant};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
@@ -71,6 +75,18 @@ const STORM_FACTOR: f64 = 10.0;
 /// How many times each pair of runs (no storm, storm) is repeated: P4 is the median of
 /// the pairs' ratios, P3 the worst of the storm runs.
 const PAIRS: usize = 3;
+
+/// The arguments of `bench storm`: none, or `--dra PATH` (another build's agent, A/B).
+pub fn parse_args(args: &[String]) -> Result<Option<PathBuf>> {
+    match args {
+        [] => Ok(None),
+        [flag, path] if flag == "--dra" => Ok(Some(PathBuf::from(path))),
+        _ => bail!(
+            "bench storm takes no arguments but `storm --dra PATH` (its configs are \
+             config/bench/*.toml)"
+        ),
+    }
+}
 
 /// Refuses to start when a lab (namespaces or pins) exists: it may be someone's.
 pub fn preflight(root: &Path) -> Result<Plan> {
