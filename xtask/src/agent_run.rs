@@ -81,9 +81,9 @@ impl Site {
         Ok(attached)
     }
 
-    /// The agent's metrics, fetched inside its namespace.
+    /// The agent's metrics, fetched inside its namespace ([`metrics::scrape`]).
     pub(crate) fn scrape(&self) -> Result<Snap> {
-        metrics::scrape_in(self.ns)
+        metrics::scrape(self.ns, metrics::METRICS_ADDR)
     }
 
     /// Whether every upstream peer is open.

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::{
     agent_run::LAB,
     lab::{self, Bins, NS_DRA, NS_GW},
-    metrics::{self, Snap, outcome_deltas},
+    metrics::{Snap, outcome_deltas},
     procs,
     results::{self, STORM_LATEST, TableRow},
 };
@@ -135,9 +135,9 @@ fn one(
     let mut run = dra.start_client(&mut c, "dra-loadgen closed", "pgw1", &client_log)?;
     let t0 = Instant::now();
     run.wait_until(t0 + Duration::from_secs(WARMUP_S + FROM_S))?;
-    let a = metrics::scrape()?;
+    let a = LAB.scrape()?;
     run.wait_until(t0 + Duration::from_secs(WARMUP_S + TO_S))?;
-    let b = metrics::scrape()?;
+    let b = LAB.scrape()?;
     run.client_finished(Instant::now() + Duration::from_secs(60))?;
     run.stop_agent()?;
     let client: ClosedSummary = dra_report::parse(

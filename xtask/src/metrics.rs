@@ -1,6 +1,6 @@
-//! The agent's Prometheus metrics as demo, storm and coalesced read them: one scrape of
-//! /metrics (from inside the lab's dra namespace), its parsed samples, and deltas between
-//! two scrapes.
+//! The agent's Prometheus metrics as the demo and every bench read them: one scrape of
+//! /metrics from inside the agent's namespace ([`scrape`], the one way any of them
+//! fetches the metrics), its parsed samples, and deltas between two scrapes.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -10,9 +10,10 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::lab::{self, NS_DRA};
+use crate::lab;
 
-/// The agent's metrics listener in the lab (`[metrics]` of the lab and bench configs).
+/// The agent's metrics listener in its namespace, in every lab (`[metrics]` of the lab
+/// and bench configs, and of the HA lab's generated configs).
 pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 
 /// One sample of a Prometheus text exposition.
@@ -106,9 +107,11 @@ impl Snap {
     }
 }
 
-fn http_get_metrics() -> Result<String> {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&METRICS_ADDR.parse()?, Duration::from_secs(3))?;
+fn http_get_metrics(addr: &str) -> Result<String> {
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("metrics address {addr:?}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
     let mut buf = Vec::new();
@@ -124,29 +127,31 @@ fn http_get_metrics() -> Result<String> {
     Ok(body.to_owned())
 }
 
-/// Fetches the agent's metrics from inside the dra namespace.
-pub(crate) fn scrape() -> Result<Snap> {
-    scrape_in(NS_DRA)
-}
-
 /// Attempts of one scrape: a flood without XDP (bench flood) can starve even the loopback
 /// connection inside the DRA's namespace of softirq time for a few seconds.
 const SCRAPE_ATTEMPTS: u32 = 5;
 
-/// Fetches the metrics of an agent listening on [`METRICS_ADDR`] in namespace `ns`.
-pub(crate) fn scrape_in(ns: &str) -> Result<Snap> {
+/// Fetches the metrics of the agent listening on `addr` in network namespace `ns`: up to
+/// [`SCRAPE_ATTEMPTS`] attempts, 500 ms apart; the error names the address, the namespace
+/// and the attempts.
+pub(crate) fn scrape(ns: &str, addr: &str) -> Result<Snap> {
     let mut attempt = 1;
     let text = loop {
-        match lab::in_netns(ns, http_get_metrics)? {
+        match lab::in_netns(ns, || http_get_metrics(addr))
+            .with_context(|| format!("enter namespace {ns} to scrape the metrics"))?
+        {
             Ok(t) => break t,
             Err(e) if attempt < SCRAPE_ATTEMPTS => {
-                eprintln!("xtask: metrics scrape in {ns} failed ({e:#}); trying again");
+                eprintln!(
+                    "xtask: metrics scrape of {addr} in {ns} failed (attempt {attempt} of \
+                     {SCRAPE_ATTEMPTS}: {e:#}); trying again"
+                );
                 attempt += 1;
                 std::thread::sleep(Duration::from_millis(500));
             }
             Err(e) => {
                 return Err(e.context(format!(
-                    "metrics scrape in {ns}, {SCRAPE_ATTEMPTS} attempts"
+                    "metrics scrape of {addr} in {ns}: {SCRAPE_ATTEMPTS} attempts failed"
                 )));
             }
         }
@@ -223,6 +228,30 @@ dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 4
 dra_throttle_percent{peer=\"pgw1\"} 40
 dra_db_cpu_percent 4.5
 ";
+
+    /// A listener on a free loopback port answering one connection with `answer`.
+    fn one_answer(answer: &'static str) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut req = [0u8; 512];
+            let _ = c.read(&mut req);
+            c.write_all(answer.as_bytes()).unwrap();
+        });
+        addr
+    }
+
+    #[test]
+    fn a_scrape_reads_the_body_of_a_200_and_refuses_anything_else() {
+        let ok = one_answer("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nup 1\n");
+        assert_eq!(http_get_metrics(&ok).unwrap(), "up 1\n");
+        let err = one_answer("HTTP/1.1 503 Service Unavailable\r\n\r\n");
+        let e = format!("{:#}", http_get_metrics(&err).unwrap_err());
+        assert!(e.contains("503"), "{e}");
+        let e = format!("{:#}", http_get_metrics("no-address").unwrap_err());
+        assert!(e.contains("no-address"), "{e}");
+    }
 
     #[test]
     fn metrics_are_read_by_name_and_labels() {

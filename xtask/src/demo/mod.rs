@@ -29,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
-    metrics::{Snap, scrape},
+    metrics::Snap,
     procs::{Proc, install_signal_handlers, interrupted, spawn_to},
     results::timestamp,
 };
@@ -190,7 +190,7 @@ fn story(
     let mut samples = Vec::new();
     let mut rows = Vec::new();
     let mut splitter = Rows::new();
-    let mut last = scrape()?;
+    let mut last = LAB.scrape()?;
     samples.push(Sample::from_snap(0.0, &last));
     let deadline = t0 + Duration::from_secs_f64(total_s + 60.0);
     let mut next = t0 + SCRAPE_PERIOD;
@@ -206,7 +206,7 @@ fn story(
                 dra_log.display()
             );
         }
-        last = scrape()?;
+        last = LAB.scrape()?;
         samples.push(Sample::from_snap(t0.elapsed().as_secs_f64(), &last));
         let phase =
             || last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());

@@ -14,7 +14,7 @@ use super::plan::RunSpec;
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
     lab::{self, Bins, NS_DRA, NS_GW},
-    metrics::{self, Snap},
+    metrics::Snap,
     storm::plan::{read_toml, scenario_secs},
 };
 
@@ -72,12 +72,12 @@ pub fn run_one(
     let i_start = m_start + Duration::from_secs(SKIP_FIRST);
     let i_end = m_start + Duration::from_secs_f64(measure.1) - Duration::from_secs(SKIP_LAST);
     run.wait_until(i_start)?;
-    let (snap0, at0) = (metrics::scrape()?, Instant::now());
+    let (snap0, at0) = (LAB.scrape()?, Instant::now());
     run.wait_until(i_end)?;
-    let (snap1, at1) = (metrics::scrape()?, Instant::now());
+    let (snap1, at1) = (LAB.scrape()?, Instant::now());
     run.client_finished(t0 + Duration::from_secs_f64(total_s + 40.0))?;
     let summary = files.summary()?;
-    let end = metrics::scrape()?;
+    let end = LAB.scrape()?;
     run.stop_agent()?;
     LAB.detach_left(bins, spec.name)?;
     Ok(RunOutput {

@@ -20,7 +20,7 @@ use super::{
 use crate::{
     agent_run::{ClientFiles, gateway_client, run_files},
     lab::{self, Bins},
-    metrics::{self, Snap},
+    metrics::Snap,
     procs::Proc,
     storm::cpu::{CpuFields, cpu_seconds, loadavg},
 };
@@ -223,7 +223,7 @@ fn mark(dra_pid: u32, napi: &[u32], g: Option<&Generator>) -> Result<Mark> {
         gw_tx_dropped,
         gen_sent: g.map_or(0, Generator::sent),
         gen_cpu_s: g.map_or(0.0, Generator::cpu_s),
-        metrics: metrics::scrape_in(NS_DRA)?,
+        metrics: SITE.scrape()?,
         tcp: tcp_counters()?,
     })
 }

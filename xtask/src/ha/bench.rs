@@ -34,11 +34,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    DIAMETER_PORT, DRAS, Dra, GWS, HaGuard, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store,
-    command_in, forget, gateway_command, log_file, recorded_pid, redis_name, redis_node,
-    spawn_logged, start_dra,
+    DIAMETER_PORT, DRAS, GWS, HaGuard, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store, command_in,
+    forget, gateway_command, log_file, recorded_pid, redis_name, redis_node, spawn_logged,
+    start_dra,
 };
-use crate::lab::{Bins, in_netns, stop_pid};
+use crate::lab::{Bins, stop_pid};
+use crate::metrics::{self, METRICS_ADDR};
 use crate::procs::{self, interrupted};
 use crate::results::{TableRow, first_line, machine};
 
@@ -84,29 +85,6 @@ fn stop_child(mut c: Child, name: &str, sig: i32, grace: Duration) {
     stop_pid(c.id() as i32, sig, grace);
     let _ = c.wait();
     forget(name);
-}
-
-/// The agent's metrics from inside its namespace.
-fn scrape(d: &Dra) -> Result<crate::metrics::Snap> {
-    let text = in_netns(d.ns, || -> Result<String> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect_timeout(
-            &"127.0.0.1:9100".parse()?,
-            Duration::from_secs(1),
-        )?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dra\r\nConnection: close\r\n\r\n")?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        Ok(text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default())
-    })??;
-    Ok(crate::metrics::Snap {
-        series: crate::metrics::parse_metrics(&text),
-    })
 }
 
 /// The last counters a `dra-loadgen server --stats-every 1` printed (its log's last
@@ -334,7 +312,7 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
             .push(dra_report::parse(&text, &f.display().to_string())?);
     }
     for d in &DRAS {
-        out.store_errors += scrape(d)
+        out.store_errors += metrics::scrape(d.ns, METRICS_ADDR)
             .with_context(|| format!("metrics of DRA {}", d.name))?
             .sum("dra_session_store_errors_total", &[]);
     }

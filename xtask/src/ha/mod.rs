@@ -32,6 +32,7 @@ use anyhow::{Context, Result, bail};
 use netlab::{add_bridge, add_bridge_port, add_netns, addr_up};
 
 use crate::lab::{self, Bins, command_in, in_netns, stop_pid};
+use crate::metrics::METRICS_ADDR;
 
 /// Prefix of every namespace and interface of the HA lab.
 pub const PREFIX: &str = "draha-";
@@ -357,7 +358,7 @@ pub fn dra_config(d: &Dra, store: Store) -> String {
          [global]\norigin_host = \"{oh}\"\norigin_realm = \"lab.example\"\n\
          diameter_ports = [{DIAMETER_PORT}]\n\n\
          [fast_path]\ninterface = \"{cif}\"\nxdp_mode = \"auto\"\n\n\
-         [metrics]\naddress = \"127.0.0.1:9100\"\n\n\
+         [metrics]\naddress = \"{METRICS_ADDR}\"\n\n\
          [control]\nsocket = \"{STATE_DIR}/dra-{name}.sock\"\n\n\
          [[listener]]\naddress = \"{ip}:{DIAMETER_PORT}\"\ntransport = \"tcp\"\n\n",
         name = d.name,

@@ -20,7 +20,7 @@ use super::{
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
     lab::{self, Bins, NS_DRA, NS_GW},
-    metrics::{self, Snap, counter_deltas, outcome_deltas},
+    metrics::{Snap, counter_deltas, outcome_deltas},
 };
 
 /// What one run measured.
@@ -86,19 +86,19 @@ pub(super) fn run_one(
     run.wait_until(m_start)?;
     let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
-    let snap_m0 = metrics::scrape()?;
+    let snap_m0 = LAB.scrape()?;
     run.wait_until(i_start)?;
-    let snap_i0 = metrics::scrape()?;
+    let snap_i0 = LAB.scrape()?;
     run.wait_until(i_end)?;
-    let snap_i1 = metrics::scrape()?;
+    let snap_i1 = LAB.scrape()?;
     run.wait_until(m_end)?;
     let (cpu1, at1) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy1, lab1, load1) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
-    let snap_m1 = metrics::scrape()?;
+    let snap_m1 = LAB.scrape()?;
     // The client stops after its last phase plus a drain of one request timeout.
     run.client_finished(t0 + Duration::from_secs_f64(total_s + 40.0))?;
     let summary = files.summary()?;
-    let snap_end = metrics::scrape()?;
+    let snap_end = LAB.scrape()?;
     run.stop_agent()?;
     LAB.detach_left(bins, spec.name)?;
 
