@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::{
     agent_run::LAB,
+    bench::window::Window,
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{Snap, outcome_deltas},
     procs,
@@ -48,9 +49,11 @@ pub const CLASS_RATE: f64 = 100.0;
 const CLASSES: [&str; 2] = ["gx_ccr_i", "gx_ccr_t"];
 const WARMUP_S: u64 = 3;
 const MEASURE_S: u64 = 10;
-/// Metrics read at these seconds of the measured window (8 s apart).
-const FROM_S: u64 = 1;
-const TO_S: u64 = 9;
+/// Metrics read at seconds 1 and 9 of the measured window (8 s apart).
+const WINDOW: Window = Window {
+    skip_first: 1,
+    skip_last: 1,
+};
 /// Goal: admitted within this of the limit (`drop`: at most this above).
 pub const GOAL_MAX_ERROR: f64 = 0.02;
 
@@ -134,9 +137,10 @@ fn one(
     let client_log = dir.join("pgw1.log");
     let mut run = dra.start_client(&mut c, "dra-loadgen closed", "pgw1", &client_log)?;
     let t0 = Instant::now();
-    run.wait_until(t0 + Duration::from_secs(WARMUP_S + FROM_S))?;
+    let (from, to) = WINDOW.instants(t0 + Duration::from_secs(WARMUP_S), MEASURE_S as f64);
+    run.wait_until(from)?;
     let a = LAB.scrape()?;
-    run.wait_until(t0 + Duration::from_secs(WARMUP_S + TO_S))?;
+    run.wait_until(to)?;
     let b = LAB.scrape()?;
     run.client_finished(Instant::now() + Duration::from_secs(60))?;
     run.stop_agent()?;
@@ -145,7 +149,7 @@ fn one(
         &report.display().to_string(),
     )?;
     let limit = 2.0 * CLASS_RATE;
-    let secs = (TO_S - FROM_S) as f64;
+    let secs = WINDOW.secs(MEASURE_S as f64);
     let admitted_per_s = admitted(&a, &b) / secs;
     let error_pct = 100.0 * (admitted_per_s - limit) / limit;
     let met = if action == "reject" {
@@ -175,8 +179,10 @@ fn one(
         "utilization_pct": 100.0 * admitted_per_s / limit,
         "met": met,
         "admitted_source": format!(
-            "the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {FROM_S}..{TO_S} \
-             of the measured window"
+            "the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {}..{} of the \
+             measured window",
+            WINDOW.skip_first,
+            MEASURE_S - WINDOW.skip_last
         ),
         "gateway": {
             "answered_by_pcrf_per_s": by_pcrf_per_s,

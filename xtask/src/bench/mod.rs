@@ -6,6 +6,11 @@
 //! that entry; `bench [ARGS]` and `bench all [ARGS]` prepare every entry that is part of
 //! the full run, in table order, then run them in the same order and write the aggregate
 //! report (`crate::report`); the arguments of a full run go to [`ALL_ARGS_TO`].
+//!
+//! What the benches share lives beside the table: the window of a measured phase the
+//! numbers are taken from ([`window`]).
+
+pub(crate) mod window;
 
 use std::path::{Path, PathBuf};
 

@@ -6,12 +6,8 @@ use std::collections::BTreeMap;
 use dra_report::client::{Report, Row};
 use serde_json::{Value, json};
 
-use super::run::{RunOutput, SKIP_FIRST, SKIP_LAST};
-use crate::{
-    metrics::Snap,
-    results::TableRow,
-    storm::rows::{interior_mean, ratio},
-};
+use super::run::RunOutput;
+use crate::{bench::window::INTERIOR, metrics::Snap, results::TableRow, storm::rows::ratio};
 
 /// Part a: `rejected_3002_with` at most this share of `rejected_3002_without`.
 pub const GOAL_REJECT_SHARE: f64 = 0.20;
@@ -57,7 +53,7 @@ pub fn seconds(rows: &[Row], class: &str) -> Vec<Second> {
 /// Mean per second over the interior of `measure` of `f`.
 fn interior(secs: &[Second], f: impl Fn(&Second) -> u64) -> Option<f64> {
     let v: Vec<f64> = secs.iter().map(|s| f(s) as f64).collect();
-    interior_mean(&v, SKIP_FIRST as usize, SKIP_LAST as usize)
+    INTERIOR.mean(&v)
 }
 
 /// Every request of the run answered exactly once, from the client's summary: per class

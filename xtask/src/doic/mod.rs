@@ -16,7 +16,7 @@
 //! --doic-reduction 50`) asks for 50 % loss; the agent is the reacting node only with
 //! `doic = true` on the PCRFs, so the baseline run (doic = false) gives what pcrf1 gets
 //! without a report. Numbers are taken over the interior of each scenario's `measure`
-//! phase (`run::SKIP_FIRST`, `run::SKIP_LAST`). The lab is always removed.
+//! phase (`bench::window::INTERIOR`). The lab is always removed.
 
 mod measures;
 pub(crate) mod plan;
@@ -32,6 +32,7 @@ use self::plan::{
 };
 use crate::{
     agent_run,
+    bench::window::INTERIOR,
     lab::{self, Bins, PIN_DIR, SERVER_LATENCY},
     procs,
     results::{self, TableRow},
@@ -131,8 +132,8 @@ pub fn run(root: &Path) -> Result<()> {
             },
             "interior": format!(
                 "seconds {}..(end − {}) of measure",
-                run::SKIP_FIRST,
-                run::SKIP_LAST
+                INTERIOR.skip_first,
+                INTERIOR.skip_last
             ),
         },
         "storm_at_the_source": a,

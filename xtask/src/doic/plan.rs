@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 
+use crate::bench::window::INTERIOR;
 use crate::storm::{
     REJECT_CONFIG, STORM_SCENARIO,
     plan::{config_limit, measure_phase, read_toml},
@@ -169,7 +170,7 @@ pub fn plan(root: &Path) -> Result<Plan> {
         (SERVERS_SCENARIO, b_start, b_len),
     ] {
         ensure!(
-            start.fract() == 0.0 && len.fract() == 0.0 && len >= 6.0,
+            start.fract() == 0.0 && len.fract() == 0.0 && INTERIOR.leaves(len, 3),
             "{what}: measure must start on a whole second and last ≥ 6 whole seconds"
         );
     }

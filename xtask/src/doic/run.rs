@@ -13,14 +13,11 @@ use dra_report::client::{Report, Row};
 use super::plan::RunSpec;
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
+    bench::window::INTERIOR,
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::Snap,
     storm::plan::{read_toml, scenario_secs},
 };
-
-/// Seconds of `measure` left out at its start and end (as the storm bench).
-pub const SKIP_FIRST: u64 = 2;
-pub const SKIP_LAST: u64 = 1;
 
 /// What one run produced.
 pub struct RunOutput {
@@ -69,8 +66,7 @@ pub fn run_one(
     let t0 = Instant::now();
     eprintln!("xtask: run {} ({}): {total_s} s", spec.name, spec.purpose);
     let m_start = t0 + Duration::from_secs_f64(measure.0);
-    let i_start = m_start + Duration::from_secs(SKIP_FIRST);
-    let i_end = m_start + Duration::from_secs_f64(measure.1) - Duration::from_secs(SKIP_LAST);
+    let (i_start, i_end) = INTERIOR.instants(m_start, measure.1);
     run.wait_until(i_start)?;
     let (snap0, at0) = (LAB.scrape()?, Instant::now());
     run.wait_until(i_end)?;

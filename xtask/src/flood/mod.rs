@@ -33,6 +33,7 @@ use serde_json::json;
 use self::run::{RUNS, RunResult, run_one, start_server};
 use crate::{
     agent_run,
+    bench::window::INTERIOR,
     lab::Bins,
     procs,
     results::{self, FLOOD_LATEST, TableRow},
@@ -50,9 +51,6 @@ pub const SCENARIO: &str = "config/bench/flood-gx.toml";
 pub const SERVER_LATENCY: &str = crate::storm::LOW_LATENCY;
 /// The phase every number is taken from.
 const MEASURE: &str = "measure";
-/// Seconds of `measure` left out at its start and end.
-const SKIP_FIRST: u64 = 2;
-const SKIP_LAST: u64 = 1;
 /// The flood starts this long before `measure`, so all of it is flooded.
 const FLOOD_LEAD_S: f64 = 0.5;
 /// Frames per second offered by default: 0, unpaced (the highest rate the generator
@@ -186,7 +184,7 @@ fn plan(root: &Path) -> Result<Plan> {
     let scn = read_toml(root, SCENARIO)?;
     let (start, len, rates) = measure_phase(&scn).context(SCENARIO)?;
     ensure!(
-        len >= (SKIP_FIRST + SKIP_LAST + 5) as f64 && start >= FLOOD_LEAD_S,
+        INTERIOR.leaves(len, 5) && start >= FLOOD_LEAD_S,
         "{SCENARIO}: {MEASURE} too short or too early"
     );
     ensure!(

@@ -13,12 +13,13 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
-    FLOOD_LEAD_S, MEASURE, Opts, Plan, SKIP_FIRST, SKIP_LAST,
+    FLOOD_LEAD_S, MEASURE, Opts, Plan,
     net::{self, DRA_IF, GW_IF, NS_DRA, NS_GW, SITE},
     sender::{GenReport, Generator, Kind, Target},
 };
 use crate::{
     agent_run::{ClientFiles, gateway_client, run_files},
+    bench::window::INTERIOR,
     lab::{self, Bins},
     metrics::Snap,
     procs::Proc,
@@ -376,8 +377,7 @@ pub(super) fn run_one(
     );
     let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
     let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
-    let i_start = m_start + Duration::from_secs(SKIP_FIRST);
-    let i_end = m_end - Duration::from_secs(SKIP_LAST);
+    let (i_start, i_end) = INTERIOR.instants(m_start, plan.measure_s);
     let mut gen_ = None;
     if spec.flood != Flood::Off {
         run.wait_until(m_start - Duration::from_secs_f64(FLOOD_LEAD_S))?;
@@ -455,7 +455,10 @@ pub(super) fn run_one(
         "fast_path_attached": attached,
         "flood": format!("{:?}", spec.flood).to_lowercase(),
         "window_s": window_s,
-        "window": format!("{MEASURE} without its first {SKIP_FIRST} s and last {SKIP_LAST} s"),
+        "window": format!(
+            "{MEASURE} without its first {} s and last {} s",
+            INTERIOR.skip_first, INTERIOR.skip_last
+        ),
         "machine_cpu_per_s": {
             "user": per_s(cpu.user), "nice": per_s(cpu.nice), "system": per_s(cpu.system),
             "irq": per_s(cpu.irq), "softirq": per_s(cpu.softirq), "steal": per_s(cpu.steal),

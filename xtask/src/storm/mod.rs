@@ -67,9 +67,6 @@ const MEASURE: &str = "measure";
 const PEER: &str = "pgw1";
 const PEER_SRC: &str = "198.18.1.2";
 const CLASS: &str = "gx_ccr_i";
-/// Seconds of `measure` left out of per-second averages (start-up of the storm, drain).
-const SKIP_FIRST: usize = 2;
-const SKIP_LAST: usize = 1;
 /// The storm's multiple of the limit.
 const STORM_FACTOR: f64 = 10.0;
 /// How many times each pair of runs (no storm, storm) is repeated: P4 is the median of

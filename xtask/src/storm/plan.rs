@@ -6,10 +6,13 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{Context, Result, bail, ensure};
 
 use super::{
-    BASELINE_SCENARIO, CLASS, LOW_LATENCY, MEASURE, PEER, REJECT_CONFIG, SKIP_FIRST, SKIP_LAST,
-    STORM_FACTOR, STORM_SCENARIO,
+    BASELINE_SCENARIO, CLASS, LOW_LATENCY, MEASURE, PEER, REJECT_CONFIG, STORM_FACTOR,
+    STORM_SCENARIO,
 };
-use crate::lab::{DRA_CLIENT_IF, SERVER_LATENCY};
+use crate::{
+    bench::window::INTERIOR,
+    lab::{DRA_CLIENT_IF, SERVER_LATENCY},
+};
 
 /// One run of the benchmark: its dra config, client scenario and the servers' latency.
 pub(super) struct RunSpec {
@@ -203,7 +206,7 @@ pub fn plan(root: &Path) -> Result<Plan> {
         "the two scenarios' {MEASURE} phases must be at the same time"
     );
     ensure!(
-        s_len.fract() == 0.0 && s_len >= (SKIP_FIRST + SKIP_LAST + 3) as f64,
+        s_len.fract() == 0.0 && INTERIOR.leaves(s_len, 3),
         "{MEASURE} must last a whole number of seconds ≥ 6"
     );
     ensure!(

@@ -51,14 +51,6 @@ pub fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
-/// Mean of `v` without its first `skip_first` and last `skip_last` values (None when
-/// nothing is left).
-pub fn interior_mean(v: &[f64], skip_first: usize, skip_last: usize) -> Option<f64> {
-    let end = v.len().checked_sub(skip_last)?;
-    let inner = v.get(skip_first..end)?;
-    (!inner.is_empty()).then(|| inner.iter().sum::<f64>() / inner.len() as f64)
-}
-
 /// |measured − target| / target.
 pub fn relative_error(measured: f64, target: f64) -> f64 {
     (measured - target).abs() / target
@@ -72,6 +64,7 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bench::window::INTERIOR;
 
     /// A row at `t` of `phase` with `class`: `sent`, answers by code, p99.
     pub(crate) fn row(
@@ -138,10 +131,8 @@ pub(crate) mod tests {
         assert_eq!(ps[0], (6, 5000, 510));
         assert_eq!(ps[4], (10, 0, 0));
         let ok: Vec<f64> = ps.iter().map(|r| r.2 as f64).collect();
-        // Without the first 2 and the last 1: 498, 504, 0.
-        assert_eq!(interior_mean(&ok, 2, 1), Some(334.0));
-        assert_eq!(interior_mean(&ok[..4], 2, 1), Some(498.0));
-        assert_eq!(interior_mean(&ok[..3], 2, 1), None);
+        // The interior of the phase, without its first 2 s and its last 1 s: 498, 504, 0.
+        assert_eq!(INTERIOR.mean(&ok), Some(334.0));
         assert!((relative_error(490.0, 500.0) - 0.02).abs() < 1e-12);
         assert!((relative_error(510.0, 500.0) - 0.02).abs() < 1e-12);
         assert_eq!(ratio(6.0, 2.0), Some(3.0));

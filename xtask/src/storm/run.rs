@@ -12,13 +12,14 @@ use dra_report::client::{ClassSummary, Report};
 use serde_json::{Value, json};
 
 use super::{
-    CLASS, MEASURE, PEER, PEER_SRC, SKIP_FIRST, SKIP_LAST,
+    CLASS, MEASURE, PEER, PEER_SRC,
     cpu::{cpu_seconds, lab_processes_cpu_s, loadavg, machine_busy_s},
     plan::{Plan, RunSpec, config_limit, read_toml, scenario_secs},
-    rows::{interior_mean, median, rows_p99, rows_per_second},
+    rows::{median, rows_p99, rows_per_second},
 };
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
+    bench::window::INTERIOR,
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{Snap, counter_deltas, outcome_deltas},
 };
@@ -81,8 +82,7 @@ pub(super) fn run_one(
     );
     let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
     let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
-    let i_start = m_start + Duration::from_secs(SKIP_FIRST as u64);
-    let i_end = m_end - Duration::from_secs(SKIP_LAST as u64);
+    let (i_start, i_end) = INTERIOR.instants(m_start, plan.measure_s);
     run.wait_until(m_start)?;
     let (cpu0, at0) = (cpu_seconds(dra_pid)?, Instant::now());
     let (busy0, lab0, load0) = (machine_busy_s()?, lab_processes_cpu_s(), loadavg());
@@ -106,9 +106,9 @@ pub(super) fn run_one(
     let per_second = rows_per_second(&rows, MEASURE, CLASS, "2001");
     let ok: Vec<f64> = per_second.iter().map(|r| r.2 as f64).collect();
     let sent: Vec<f64> = per_second.iter().map(|r| r.1 as f64).collect();
-    let admitted_per_s = interior_mean(&ok, SKIP_FIRST, SKIP_LAST);
-    let offered_per_s = interior_mean(&sent, SKIP_FIRST, SKIP_LAST);
-    let interior_s = plan.measure_s - (SKIP_FIRST + SKIP_LAST) as f64;
+    let admitted_per_s = INTERIOR.mean(&ok);
+    let offered_per_s = INTERIOR.mean(&sent);
+    let interior_s = INTERIOR.secs(plan.measure_s);
     let metrics_interior_per_s: BTreeMap<String, f64> =
         outcome_deltas(&snap_i0, &snap_i1, PEER, CLASS)
             .into_iter()
@@ -141,9 +141,11 @@ pub(super) fn run_one(
             "start_s": plan.measure_start_s,
             "duration_s": plan.measure_s,
             "interior": format!(
-                "seconds {}..{} of {MEASURE} (first {SKIP_FIRST} and last {SKIP_LAST} left out)",
-                SKIP_FIRST,
-                plan.measure_s as usize - SKIP_LAST
+                "seconds {}..{} of {MEASURE} (first {} and last {} left out)",
+                INTERIOR.skip_first,
+                plan.measure_s as u64 - INTERIOR.skip_last,
+                INTERIOR.skip_first,
+                INTERIOR.skip_last
             ),
         },
         "agent_cpu": {
