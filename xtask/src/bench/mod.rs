@@ -7,9 +7,15 @@
 //! the full run, in table order, then run them in the same order and write the aggregate
 //! report (`crate::report`); the arguments of a full run go to [`ALL_ARGS_TO`].
 //!
-//! What the benches share lives beside the table: the window of a measured phase the
-//! numbers are taken from ([`window`]).
+//! What the benches share lives beside the table, so that no bench reaches into another:
+//! the configs and scenarios several use and how they are read ([`config`]), CPU time
+//! from /proc ([`cpu`]), the client's per-second rows and the statistics over them
+//! ([`rows`]), and the window of a measured phase the numbers are taken from
+//! ([`window`]).
 
+pub(crate) mod config;
+pub(crate) mod cpu;
+pub(crate) mod rows;
 pub(crate) mod window;
 
 use std::path::{Path, PathBuf};

@@ -125,7 +125,7 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Che
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storm::plan::read_toml;
+    use crate::bench::config::read_toml;
 
     #[test]
     fn the_doic_lab_config_is_the_lab_config_plus_doic_on_pgw2_and_the_pcrfs() {
@@ -133,11 +133,11 @@ mod tests {
         let doic = read_toml(&root, CONFIG).unwrap();
         let lab = read_toml(&root, super::super::LAB_CONFIG).unwrap();
         let peers = [GATEWAY, REPORTER, "pcrf2"];
-        assert_eq!(crate::doic::plan::without_doic(&doic, &peers), lab);
+        assert_eq!(crate::bench::config::without_doic(&doic, &peers), lab);
         for p in peers {
-            assert_eq!(crate::doic::plan::peer_doic(&doic, p), Some(true), "{p}");
+            assert_eq!(crate::bench::config::peer_doic(&doic, p), Some(true), "{p}");
         }
-        assert_eq!(crate::doic::plan::peer_doic(&doic, "pgw1"), None);
+        assert_eq!(crate::bench::config::peer_doic(&doic, "pgw1"), None);
     }
 
     #[test]

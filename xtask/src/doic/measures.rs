@@ -7,7 +7,11 @@ use dra_report::client::{Report, Row};
 use serde_json::{Value, json};
 
 use super::run::RunOutput;
-use crate::{bench::window::INTERIOR, metrics::Snap, results::TableRow, storm::rows::ratio};
+use crate::{
+    bench::{config::MEASURE, rows::ratio, window::INTERIOR},
+    metrics::Snap,
+    results::TableRow,
+};
 
 /// Part a: `rejected_3002_with` at most this share of `rejected_3002_without`.
 pub const GOAL_REJECT_SHARE: f64 = 0.20;
@@ -15,8 +19,6 @@ pub const GOAL_REJECT_SHARE: f64 = 0.20;
 pub const GOAL_ADMITTED_DIFF: f64 = 0.05;
 /// Part b: `sent_to_reporter_ratio` within this of the reduction asked for.
 pub const GOAL_RATIO_TOLERANCE: f64 = 0.05;
-
-const PHASE: &str = "measure";
 
 /// One second of one class in the client's rows.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,7 +39,7 @@ impl Second {
 /// since the client leaves a class without activity out of its row).
 pub fn seconds(rows: &[Row], class: &str) -> Vec<Second> {
     rows.iter()
-        .filter(|r| r.phase == PHASE)
+        .filter(|r| r.phase == MEASURE)
         .map(|r| {
             r.classes
                 .get(class)
@@ -151,7 +153,7 @@ pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, Table
             100.0 * GOAL_REJECT_SHARE, 100.0 * GOAL_ADMITTED_DIFF
         ),
         "met": met,
-        "unit": format!("CCR-I per second, mean over the interior of {PHASE} (client rows)"),
+        "unit": format!("CCR-I per second, mean over the interior of {MEASURE} (client rows)"),
         "without": a,
         "with": b,
     });
@@ -309,7 +311,7 @@ mod tests {
 
     #[test]
     fn seconds_read_the_shed_and_the_answers_of_the_measure_phase() {
-        use crate::storm::rows::tests::row;
+        use crate::bench::rows::tests::row;
         let mut shed = row(6, "measure", "gx_ccr_i", 500, &[("2001", 498), ("3002", 2)]);
         shed.classes.get_mut("gx_ccr_i").unwrap().doic_shed = 4500;
         let rows = [

@@ -19,7 +19,7 @@
 //! phase (`bench::window::INTERIOR`). The lab is always removed.
 
 mod measures;
-pub(crate) mod plan;
+mod plan;
 mod run;
 
 use std::{fmt::Write as _, path::Path, time::Instant};
@@ -120,7 +120,7 @@ pub fn run(root: &Path) -> Result<()> {
         "duration_s": started.elapsed().as_secs_f64(),
         "configs": {
             "storm": plan::STORM_CONFIG,
-            "storm_scenario": crate::storm::STORM_SCENARIO,
+            "storm_scenario": crate::bench::config::STORM_SCENARIO,
             "servers": plan::SERVERS_CONFIG,
             "servers_baseline": plan::SERVERS_OFF_CONFIG,
             "servers_scenario": plan::SERVERS_SCENARIO,

@@ -5,10 +5,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::bench::window::INTERIOR;
-use crate::storm::{
-    REJECT_CONFIG, STORM_SCENARIO,
-    plan::{config_limit, measure_phase, read_toml},
+use crate::bench::{
+    config::{
+        REJECT_CONFIG, STORM_SCENARIO, config_limit, measure_phase, peer_doic, read_toml,
+        without_doic,
+    },
+    window::INTERIOR,
 };
 
 /// Part a: the storm config with `doic = true` on pgw1 (both runs).
@@ -81,32 +83,6 @@ pub struct Plan {
     pub storm_measure: (f64, f64),
     /// Part b's `measure` phase: start offset, length (s).
     pub servers_measure: (f64, f64),
-}
-
-/// The peers' `doic` keys removed (the one difference allowed between two configs).
-pub(crate) fn without_doic(v: &toml::Value, names: &[&str]) -> toml::Value {
-    let mut v = v.clone();
-    if let Some(peers) = v.get_mut("peer").and_then(toml::Value::as_array_mut) {
-        for p in peers {
-            let named = p
-                .get("name")
-                .and_then(toml::Value::as_str)
-                .is_some_and(|n| names.contains(&n));
-            if named && let Some(t) = p.as_table_mut() {
-                t.retain(|k, _| !k.starts_with("doic"));
-            }
-        }
-    }
-    v
-}
-
-pub(crate) fn peer_doic(v: &toml::Value, name: &str) -> Option<bool> {
-    v.get("peer")?
-        .as_array()?
-        .iter()
-        .find(|p| p.get("name").and_then(toml::Value::as_str) == Some(name))?
-        .get("doic")
-        .and_then(toml::Value::as_bool)
 }
 
 /// Reads and cross-checks the configs and scenarios.

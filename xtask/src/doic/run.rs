@@ -13,10 +13,12 @@ use dra_report::client::{Report, Row};
 use super::plan::RunSpec;
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
-    bench::window::INTERIOR,
+    bench::{
+        config::{read_toml, scenario_secs},
+        window::INTERIOR,
+    },
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::Snap,
-    storm::plan::{read_toml, scenario_secs},
 };
 
 /// What one run produced.

@@ -33,11 +33,13 @@ use serde_json::json;
 use self::run::{RUNS, RunResult, run_one, start_server};
 use crate::{
     agent_run,
-    bench::window::INTERIOR,
+    bench::{
+        config::{LOW_LATENCY, MEASURE, measure_phase, read_toml, scenario_secs},
+        window::INTERIOR,
+    },
     lab::Bins,
     procs,
     results::{self, FLOOD_LATEST, TableRow},
-    storm::plan::{measure_phase, read_toml, scenario_secs},
 };
 
 /// With the fast path: `unknown_peer = "drop"`, connection guard on the gateways.
@@ -48,9 +50,7 @@ pub const NOXDP_CONFIG: &str = "config/bench/dra-flood-noxdp.toml";
 pub const SCENARIO: &str = "config/bench/flood-gx.toml";
 /// The simulated PCRF's service time: low and fixed, as P4's primary row, so that
 /// what the flood adds to CCR-U latency is not hidden in the server's.
-pub const SERVER_LATENCY: &str = crate::storm::LOW_LATENCY;
-/// The phase every number is taken from.
-const MEASURE: &str = "measure";
+pub const SERVER_LATENCY: &str = LOW_LATENCY;
 /// The flood starts this long before `measure`, so all of it is flooded.
 const FLOOD_LEAD_S: f64 = 0.5;
 /// Frames per second offered by default: 0, unpaced (the highest rate the generator

@@ -13,17 +13,21 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{
-    FLOOD_LEAD_S, MEASURE, Opts, Plan,
+    FLOOD_LEAD_S, Opts, Plan,
     net::{self, DRA_IF, GW_IF, NS_DRA, NS_GW, SITE},
     sender::{GenReport, Generator, Kind, Target},
 };
 use crate::{
     agent_run::{ClientFiles, gateway_client, run_files},
-    bench::window::INTERIOR,
+    bench::{
+        config::MEASURE,
+        cpu::{CpuFields, cpu_seconds, loadavg},
+        rows::{median, rows_p99},
+        window::INTERIOR,
+    },
     lab::{self, Bins},
     metrics::Snap,
     procs::Proc,
-    storm::cpu::{CpuFields, cpu_seconds, loadavg},
 };
 
 /// What the flood does during `measure`.
@@ -446,7 +450,7 @@ pub(super) fn run_one(
         .filter(|c| c.answered_total() > 0)
         .map(|c| c.latency.p99_ms);
     let rows = files.rows()?;
-    let u_p99 = crate::storm::rows::rows_p99(&rows, MEASURE, "gx_ccr_u");
+    let u_p99 = rows_p99(&rows, MEASURE, "gx_ccr_u");
     let per_s = |v: f64| v / window_s;
     let json = json!({
         "run": spec.name,
@@ -502,7 +506,7 @@ pub(super) fn run_one(
         })).collect::<Vec<_>>(),
         "ccr_u": ccr_u,
         "ccr_u_per_second_p99_ms": {
-            "median": crate::storm::rows::median(&u_p99),
+            "median": median(&u_p99),
             "max": u_p99.iter().copied().fold(f64::NAN, f64::max),
         },
         "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),

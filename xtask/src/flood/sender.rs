@@ -339,9 +339,9 @@ impl Generator {
             .filter_map(|t| {
                 let tid = t.load(Ordering::SeqCst);
                 let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-                crate::storm::cpu::proc_stat_cpu_ticks(&s).ok()
+                crate::bench::cpu::proc_stat_cpu_ticks(&s).ok()
             })
-            .map(|t| t as f64 / crate::storm::cpu::clock_ticks_per_s())
+            .map(|t| t as f64 / crate::bench::cpu::clock_ticks_per_s())
             .sum()
     }
 

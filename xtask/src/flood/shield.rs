@@ -7,7 +7,7 @@ use super::{
     Opts,
     run::{Flood, RunResult, Slot},
 };
-use crate::{results::TableRow, storm::rows::median};
+use crate::{bench::rows::median, results::TableRow};
 
 /// P5 goal: host CPU per flood packet without XDP ÷ with XDP at least this.
 pub const GOAL_CPU_RATIO: f64 = 10.0;

@@ -3,13 +3,14 @@
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 
-use super::{
-    CLASS, MEASURE, STORM_FACTOR,
-    plan::Plan,
-    rows::{median, ratio, relative_error},
-    run::RunResult,
+use super::{CLASS, STORM_FACTOR, plan::Plan, run::RunResult};
+use crate::{
+    bench::{
+        config::MEASURE,
+        rows::{median, ratio, relative_error},
+    },
+    results::TableRow,
 };
-use crate::results::TableRow;
 
 /// P3 goal: |admitted − L| / L at most this.
 pub const GOAL_P3_MAX_ERROR: f64 = 0.02;

@@ -21,13 +21,11 @@
 //! a few ms later). The lab is always removed (guard + SIGINT/SIGTERM handling).
 //!
 //! `plan` holds the runs and checks the bench configs, `run` runs one of them (CPU time
-//! from `cpu`, the client's per-second rows through `rows`), `measures` turns the runs
-//! into P3 and P4; this file is the top level (`preflight`, `run`).
+//! from `bench::cpu`, the client's per-second rows through `bench::rows`), `measures`
+//! turns the runs into P3 and P4; this file is the top level (`preflight`, `run`).
 
-pub(crate) mod cpu;
 mod measures;
-pub(crate) mod plan;
-pub(crate) mod rows;
+mod plan;
 mod run;
 
 use std::{
@@ -46,25 +44,17 @@ use self::{
 };
 use crate::{
     agent_run,
+    bench::config::{LIMITED_PEER, LOW_LATENCY, REJECT_CONFIG, STORM_SCENARIO},
     lab::{self, Bins, PIN_DIR},
     procs,
     results::{self, STORM_LATEST, TableRow},
 };
 
-/// P3, P4 (action reject, XDP attached).
-pub const REJECT_CONFIG: &str = "config/bench/dra-storm-reject.toml";
-/// The servers' service time for P4's primary pair of runs (and the flood bench): low
-/// and fixed, so a storm's effect on CCR-U is not hidden in the servers' latency.
-pub const LOW_LATENCY: &str = "fixed:100us";
 /// CCR-I at the limit.
 pub const BASELINE_SCENARIO: &str = "config/bench/storm-baseline.toml";
-/// CCR-I at 10 × the limit.
-pub const STORM_SCENARIO: &str = "config/bench/storm-10x.toml";
 
-/// The scenario phase every number is taken from.
-const MEASURE: &str = "measure";
 /// The limited peer and class.
-const PEER: &str = "pgw1";
+const PEER: &str = LIMITED_PEER;
 const PEER_SRC: &str = "198.18.1.2";
 const CLASS: &str = "gx_ccr_i";
 /// The storm's multiple of the limit.

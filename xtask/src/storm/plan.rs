@@ -3,15 +3,18 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 
-use super::{
-    BASELINE_SCENARIO, CLASS, LOW_LATENCY, MEASURE, PEER, REJECT_CONFIG, STORM_FACTOR,
-    STORM_SCENARIO,
-};
+use super::{BASELINE_SCENARIO, CLASS, STORM_FACTOR};
 use crate::{
-    bench::window::INTERIOR,
-    lab::{DRA_CLIENT_IF, SERVER_LATENCY},
+    bench::{
+        config::{
+            LOW_LATENCY, Limit, MEASURE, REJECT_CONFIG, STORM_SCENARIO, config_limit,
+            measure_phase, read_toml,
+        },
+        window::INTERIOR,
+    },
+    lab::SERVER_LATENCY,
 };
 
 /// One run of the benchmark: its dra config, client scenario and the servers' latency.
@@ -63,121 +66,6 @@ pub(super) const RUNS: [RunSpec; 4] = [
         purpose: "P3 and P4 second row with storm: CCR-I at 10 L, steady CCR-U, action reject",
     },
 ];
-
-/// The one limit of the bench configs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Limit {
-    pub rate: f64,
-    pub burst: Option<i64>,
-    pub action: String,
-}
-
-fn num(v: &toml::Value) -> Option<f64> {
-    v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
-}
-
-pub(crate) fn read_toml(root: &Path, rel: &str) -> Result<toml::Value> {
-    let p = root.join(rel);
-    let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
-    toml::from_str(&text).with_context(|| format!("parse {}", p.display()))
-}
-
-/// Checks a bench dra config: dynamic limiting off, exactly one limit (pgw1 ingress Gx
-/// CCR-I), and returns it with whether a fast-path interface is set.
-pub fn config_limit(v: &toml::Value) -> Result<(Limit, bool)> {
-    let drl = v
-        .get("global")
-        .and_then(|g| g.get("dynamic_rate_limiting"))
-        .and_then(toml::Value::as_bool)
-        .unwrap_or(false);
-    ensure!(
-        !drl,
-        "dynamic_rate_limiting must be false (the DB CPU would move the limit being measured)"
-    );
-    ensure!(
-        v.get("peer_rate_limit_profile").is_none(),
-        "no [[peer_rate_limit_profile]] expected"
-    );
-    let profiles = v
-        .get("message_rate_limit_profile")
-        .and_then(toml::Value::as_array)
-        .context("no [[message_rate_limit_profile]]")?;
-    ensure!(
-        profiles.len() == 1,
-        "exactly one [[message_rate_limit_profile]] expected, found {}",
-        profiles.len()
-    );
-    let p = &profiles[0];
-    let s = |k: &str| p.get(k).and_then(toml::Value::as_str).unwrap_or("");
-    ensure!(
-        s("peer") == PEER
-            && s("direction") == "ingress"
-            && s("application") == "gx"
-            && s("command") == "ccr"
-            && s("request_type") == "initial",
-        "the limit must be {PEER} ingress Gx CCR-I"
-    );
-    let limit = Limit {
-        rate: p.get("rate").and_then(num).context("limit without rate")?,
-        burst: p.get("burst").and_then(toml::Value::as_integer),
-        action: if s("action").is_empty() {
-            "reject".to_owned()
-        } else {
-            s("action").to_owned()
-        },
-    };
-    let iface = v
-        .get("fast_path")
-        .and_then(|f| f.get("interface"))
-        .and_then(toml::Value::as_str);
-    if let Some(i) = iface {
-        ensure!(
-            i == DRA_CLIENT_IF,
-            "fast_path.interface must be {DRA_CLIENT_IF}, got {i}"
-        );
-    }
-    Ok((limit, iface.is_some()))
-}
-
-/// The `measure` phase: (start offset s, duration s, rates by class).
-pub fn measure_phase(scn: &toml::Value) -> Result<(f64, f64, BTreeMap<String, f64>)> {
-    let phases = scn
-        .get("phase")
-        .and_then(toml::Value::as_array)
-        .context("no [[phase]]")?;
-    let mut start = 0.0;
-    for p in phases {
-        let d = p
-            .get("duration_s")
-            .and_then(num)
-            .context("phase without duration_s")?;
-        if p.get("name").and_then(toml::Value::as_str) == Some(MEASURE) {
-            let mut rates = BTreeMap::new();
-            if let Some(r) = p.get("rates").and_then(toml::Value::as_table) {
-                for (k, v) in r {
-                    rates.insert(
-                        k.clone(),
-                        num(v).with_context(|| format!("{MEASURE} rate {k} must be a number"))?,
-                    );
-                }
-            }
-            return Ok((start, d, rates));
-        }
-        start += d;
-    }
-    bail!("no phase named {MEASURE:?}")
-}
-
-/// Total length of a scenario, seconds.
-pub(crate) fn scenario_secs(scn: &toml::Value) -> f64 {
-    scn.get("phase")
-        .and_then(toml::Value::as_array)
-        .map_or(0.0, |a| {
-            a.iter()
-                .filter_map(|p| p.get("duration_s").and_then(num))
-                .sum()
-        })
-}
 
 /// What the runs share, checked before anything starts.
 pub struct Plan {
@@ -273,24 +161,5 @@ mod tests {
         assert_eq!(RUNS[0].scenario, RUNS[2].scenario);
         assert_eq!(RUNS[1].scenario, RUNS[3].scenario);
         assert_ne!(RUNS[0].server_latency, RUNS[2].server_latency);
-    }
-
-    #[test]
-    fn a_config_with_dynamic_limiting_or_a_second_limit_is_refused() {
-        let root = crate::workspace_root();
-        let text = std::fs::read_to_string(root.join(REJECT_CONFIG)).unwrap();
-        let ok: toml::Value = toml::from_str(&text).unwrap();
-        assert!(config_limit(&ok).is_ok());
-        let drl: toml::Value = toml::from_str(&text.replace(
-            "dynamic_rate_limiting = false",
-            "dynamic_rate_limiting = true",
-        ))
-        .unwrap();
-        assert!(config_limit(&drl).is_err());
-        let two = format!(
-            "{text}\n[[message_rate_limit_profile]]\npeer = \"pgw1\"\ndirection = \"ingress\"\n\
-             application = \"gx\"\ncommand = \"ccr\"\nrequest_type = \"update\"\nrate = 9\n"
-        );
-        assert!(config_limit(&toml::from_str(&two).unwrap()).is_err());
     }
 }

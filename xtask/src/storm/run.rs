@@ -12,14 +12,17 @@ use dra_report::client::{ClassSummary, Report};
 use serde_json::{Value, json};
 
 use super::{
-    CLASS, MEASURE, PEER, PEER_SRC,
-    cpu::{cpu_seconds, lab_processes_cpu_s, loadavg, machine_busy_s},
-    plan::{Plan, RunSpec, config_limit, read_toml, scenario_secs},
-    rows::{median, rows_p99, rows_per_second},
+    CLASS, PEER, PEER_SRC,
+    plan::{Plan, RunSpec},
 };
 use crate::{
     agent_run::{ClientFiles, LAB, gateway_client, run_files},
-    bench::window::INTERIOR,
+    bench::{
+        config::{MEASURE, config_limit, read_toml, scenario_secs},
+        cpu::{cpu_seconds, lab_processes_cpu_s, loadavg, machine_busy_s},
+        rows::{median, rows_p99, rows_per_second},
+        window::INTERIOR,
+    },
     lab::{self, Bins, NS_DRA, NS_GW},
     metrics::{Snap, counter_deltas, outcome_deltas},
 };

@@ -111,14 +111,14 @@ impl CpuFields {
 }
 
 /// Busy CPU seconds of the whole machine so far (all CPUs).
-pub(super) fn machine_busy_s() -> Result<f64> {
+pub(crate) fn machine_busy_s() -> Result<f64> {
     let s = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
     Ok(proc_stat_busy_total(&s)?.0 as f64 / clock_ticks_per_s())
 }
 
 /// CPU seconds used so far by every process in the lab's namespaces (agent, Redis,
 /// simulators, load generator).
-pub(super) fn lab_processes_cpu_s() -> f64 {
+pub(crate) fn lab_processes_cpu_s() -> f64 {
     lab::namespaces()
         .iter()
         .flat_map(|ns| {
