@@ -556,20 +556,63 @@ pub fn report_removed(what: &str, removed: &[String]) {
     eprintln!("xtask: {what} removed ({} items)", removed.len());
 }
 
-/// Removes the lab when dropped (also on error and panic).
-pub struct LabGuard;
+/// A topology of network namespaces that xtask builds and must leave nothing of: the lab,
+/// the HA lab (`crate::ha`), the flood bench's (`crate::flood`). Its name in messages, how
+/// to remove all of it, and what must be gone afterwards.
+pub struct Topology {
+    pub name: &'static str,
+    /// Removes everything of it (processes, namespaces, links, pins, state); idempotent;
+    /// returns what it removed.
+    pub down: fn() -> Vec<String>,
+    /// Its namespaces that exist now.
+    pub namespaces: fn() -> Vec<String>,
+    /// Where its agents pin the fast path.
+    pub pin_dirs: &'static [&'static str],
+}
 
-impl Drop for LabGuard {
-    fn drop(&mut self) {
-        report_removed("lab", &down());
+impl Topology {
+    /// Removes the topology when the guard is dropped (also on error, panic or Ctrl-C,
+    /// which only raises a flag the runs poll).
+    pub fn guard(&'static self) -> Teardown {
+        Teardown(self)
+    }
+
+    /// Fails when any of its namespaces or pin directories is still there.
+    pub fn ensure_removed(&self) -> Result<()> {
+        let left_ns = (self.namespaces)();
+        let left_pins = self.pin_dirs.iter().any(|d| Path::new(d).exists());
+        if !left_ns.is_empty() || left_pins {
+            bail!(
+                "{} not fully removed: namespaces {left_ns:?}, pins left: {left_pins}",
+                self.name
+            );
+        }
+        Ok(())
     }
 }
+
+/// Removes its [`Topology`] when dropped ([`Topology::guard`]).
+pub struct Teardown(&'static Topology);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        report_removed(self.0.name, &(self.0.down)());
+    }
+}
+
+/// The lab of [`up`] (demo, storm, coalesced, DOIC).
+pub static TOPOLOGY: Topology = Topology {
+    name: "lab",
+    down,
+    namespaces,
+    pin_dirs: &[PIN_DIR],
+};
 
 /// Brings the lab up, runs `f` on it, copies the servers' logs into `out` and removes
 /// the lab (also on error, panic or Ctrl-C); fails when anything of it is left.
 pub fn run_on_lab<T>(bins: &Bins, out: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let result = {
-        let _lab = LabGuard;
+        let _lab = TOPOLOGY.guard();
         eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
         up(bins)?;
         let result = f();
@@ -578,12 +621,8 @@ pub fn run_on_lab<T>(bins: &Bins, out: &Path, f: impl FnOnce() -> Result<T>) -> 
         }
         result
     };
-    let left_ns = namespaces();
-    let left_pins = Path::new(PIN_DIR).exists();
     let result = result?;
-    if !left_ns.is_empty() || left_pins {
-        bail!("lab not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
-    }
+    TOPOLOGY.ensure_removed()?;
     Ok(result)
 }
 
@@ -631,6 +670,49 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static DOWNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn fake_down() -> Vec<String> {
+        DOWNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        vec!["namespace fake-a".to_owned()]
+    }
+
+    fn fake_namespaces() -> Vec<String> {
+        vec!["fake-a".to_owned()]
+    }
+
+    fn no_namespaces() -> Vec<String> {
+        Vec::new()
+    }
+
+    static LEFT: Topology = Topology {
+        name: "fake topology",
+        down: fake_down,
+        namespaces: fake_namespaces,
+        pin_dirs: &["/nonexistent/xtask-pins"],
+    };
+
+    static GONE: Topology = Topology {
+        name: "fake topology",
+        down: fake_down,
+        namespaces: no_namespaces,
+        pin_dirs: &["/nonexistent/xtask-pins"],
+    };
+
+    /// A topology's guard removes it once, when dropped; what is left afterwards fails
+    /// naming the topology and its namespaces.
+    #[test]
+    fn a_topology_is_removed_when_its_guard_drops_and_leftovers_fail() {
+        {
+            let _g = LEFT.guard();
+            assert_eq!(DOWNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+        }
+        assert_eq!(DOWNS.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let e = format!("{:#}", LEFT.ensure_removed().unwrap_err());
+        assert!(e.contains("fake topology") && e.contains("fake-a"), "{e}");
+        GONE.ensure_removed().unwrap();
+    }
 
     /// The state-dir helpers every lab shares: a process started with its log and pid
     /// file, found again by its pid file, then the directory removed and reported.

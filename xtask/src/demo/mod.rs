@@ -93,7 +93,7 @@ pub fn run(root: &Path, with_doic: bool) -> Result<()> {
         eprintln!("xtask: removed a previous lab: {}", leftovers.join(", "));
     }
     let result = {
-        let _lab = lab::LabGuard;
+        let _lab = lab::TOPOLOGY.guard();
         eprintln!("xtask: lab up (namespaces dralab-*, Redis, pcrf1/pcrf2/ocs1 simulators)");
         lab::up(&bins)?;
         if with_doic {

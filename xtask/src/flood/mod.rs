@@ -225,7 +225,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
     let out = agent_run::run_dir(root, "flood")?;
     let started = Instant::now();
     let runs: Result<Vec<RunResult>> = (|| {
-        let _net = net::NetGuard;
+        let _net = net::TOPOLOGY.guard();
         eprintln!(
             "xtask: flood topology up (namespaces fl-gw, fl-dra, fl-srv; pcrf1 latency \
              {SERVER_LATENCY}); flood {} frames/s (paced runs {:.0}), {} thread(s), {} \
@@ -252,12 +252,8 @@ pub fn run(root: &Path, opts: &Opts) -> Result<()> {
         }
         Ok(runs)
     })();
-    let left_ns = net::namespaces();
-    let left_pins = Path::new(net::PIN_DIR).exists();
     let runs = runs?;
-    if !left_ns.is_empty() || left_pins {
-        bail!("flood topology not fully removed: namespaces {left_ns:?}, pins left: {left_pins}");
-    }
+    net::TOPOLOGY.ensure_removed()?;
     let (p5, rows) = shield::p5(&runs, opts);
     let doc = json!({
         "machine": results::machine(root),

@@ -274,14 +274,13 @@ pub fn down() -> Vec<String> {
     removed
 }
 
-/// Removes the topology when dropped (also on error and panic).
-pub struct NetGuard;
-
-impl Drop for NetGuard {
-    fn drop(&mut self) {
-        lab::report_removed("flood topology", &down());
-    }
-}
+/// This bench's topology as a [`lab::Topology`].
+pub static TOPOLOGY: lab::Topology = lab::Topology {
+    name: "flood topology",
+    down,
+    namespaces,
+    pin_dirs: &[PIN_DIR],
+};
 
 /// Where the agent runs in this topology: its one upstream is the PCRF in [`NS_SRV`].
 pub const SITE: Site = Site {

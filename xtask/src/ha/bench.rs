@@ -34,9 +34,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    DIAMETER_PORT, DRAS, GWS, HaGuard, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store, command_in,
-    forget, gateway_command, log_file, recorded_pid, redis_name, redis_node, spawn_logged,
-    start_dra,
+    DIAMETER_PORT, DRAS, GWS, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store, command_in, forget,
+    gateway_command, log_file, recorded_pid, redis_name, redis_node, spawn_logged, start_dra,
 };
 use crate::lab::{Bins, stop_pid};
 use crate::metrics::{self, METRICS_ADDR};
@@ -443,7 +442,7 @@ pub fn run(root: &Path) -> Result<()> {
     let bins = Bins::release(root);
     let started = Instant::now();
     let (f, relays) = {
-        let _lab = HaGuard;
+        let _lab = super::TOPOLOGY.guard();
         eprintln!(
             "xtask: HA lab up (namespaces draha-*, 6-node Redis Cluster, 2 DRA hosts, \
              pcrf1/pcrf2/ocs1)"

@@ -602,14 +602,13 @@ pub fn status() -> Vec<String> {
     out
 }
 
-/// Removes the HA lab when dropped (also on error and panic).
-pub struct HaGuard;
-
-impl Drop for HaGuard {
-    fn drop(&mut self) {
-        lab::report_removed("HA lab", &down());
-    }
-}
+/// The HA lab as a [`lab::Topology`]: `bench ha` removes it through its guard.
+pub static TOPOLOGY: lab::Topology = lab::Topology {
+    name: "HA lab",
+    down,
+    namespaces,
+    pin_dirs: &[DRAS[0].pin_dir, DRAS[1].pin_dir],
+};
 
 /// `cargo xtask lab up|down|status --ha`.
 pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
