@@ -248,7 +248,12 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let ha_head = crate::ha::bench::HaHeadline::of(&ha, crate::ha::bench::HA_LATEST)?;
     table.extend(crate::ha::bench::table_rows(&ha_head));
     let doic = read_fresh(root, crate::doic::DOIC_LATEST, since)?;
-    table.extend(crate::doic::table_rows(&doic));
+    table.extend(stored_rows(
+        &doic,
+        "table",
+        2..=2,
+        "DOIC results (storm at the source, server overload)",
+    )?);
     let machine = machine(root);
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
@@ -395,6 +400,8 @@ mod tests {
         };
         let storm = stored_rows(&read(STORM_LATEST), "table", 3..=3, "storm").unwrap();
         assert!(storm[1].metric.starts_with("P4") && storm[2].metric.starts_with("P4"));
+        let doic = stored_rows(&read(crate::doic::DOIC_LATEST), "table", 2..=2, "doic").unwrap();
+        assert!(doic.iter().all(|r| r.met.is_some()));
         let flood = stored_rows(&read(FLOOD_LATEST), "table", 2..=3, "flood").unwrap();
         assert!(
             flood

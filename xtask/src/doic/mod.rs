@@ -53,14 +53,6 @@ pub fn preflight(root: &Path) -> Result<Plan> {
     plan(root)
 }
 
-/// The rows of [`DOIC_LATEST`] (for the aggregate report).
-pub fn table_rows(doc: &serde_json::Value) -> Vec<TableRow> {
-    doc.get("table")
-        .and_then(serde_json::Value::as_array)
-        .map(|a| a.iter().filter_map(TableRow::from_json).collect())
-        .unwrap_or_default()
-}
-
 /// `cargo xtask bench doic` (after the release build): runs both parts, writes
 /// [`DOIC_LATEST`] and the run files under `results/bench-doic-<timestamp>/`, prints the
 /// table.
