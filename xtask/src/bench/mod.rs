@@ -144,7 +144,7 @@ pub(crate) const BENCHES: [Bench; 7] = [
 const ALL_ARGS_TO: &str = "xdp";
 
 /// The usage of the full run.
-const ALL_SYNOPSIS: &str = "bench [N]";
+const ALL_SYNOPSIS: &str = "bench [all] [N]";
 const ALL_HELP: &[&str] = &[
     "every benchmark below but coalesced alone (root, ~28 min); N goes to the",
     "XDP one. Writes bench/results/<YYYY-MM-DD>.json and .md (P1-P5, HA,",
@@ -313,11 +313,7 @@ fn storm_bench(root: &Path, args: &[String]) -> Result<Run> {
 }
 
 fn coalesced_bench(_root: &Path, args: &[String]) -> Result<Run> {
-    no_args(
-        "coalesced",
-        args,
-        " but `storm --dra PATH` (its configs are config/bench/*.toml)",
-    )?;
+    no_args("coalesced", args, " (its configs are config/bench/*.toml)")?;
     if !lab::namespaces().is_empty() {
         bail!("a lab is up (cargo xtask lab down first)");
     }
