@@ -86,11 +86,12 @@ impl Site {
         metrics::scrape(self.ns, metrics::METRICS_ADDR)
     }
 
-    /// Whether every upstream peer is open.
+    /// Whether every upstream peer is open (a peer without its state series yet is not).
     pub(crate) fn upstreams_open(&self, s: &Snap) -> bool {
-        self.upstreams
-            .iter()
-            .all(|p| s.sum("dra_peer_state", &[("peer", p), ("state", "open")]) == 1.0)
+        self.upstreams.iter().all(|p| {
+            s.sum("dra_peer_state", &[("peer", p), ("state", "open")])
+                .is_ok_and(|v| v == 1.0)
+        })
     }
 
     /// Starts `cmd` (built for this site's namespace) with its output in `log`; `tag`

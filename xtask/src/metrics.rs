@@ -81,8 +81,36 @@ impl Snap {
         })
     }
 
-    /// Sum of the series `name` whose labels include all of `want`.
-    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+    /// Sum of the series `name` whose labels include all of `want`. A scrape without
+    /// any such series is an error naming `name` and `want` (a missing figure is never
+    /// read as 0); a series at 0 sums to 0.
+    pub(crate) fn sum(&self, name: &str, want: &[(&str, &str)]) -> Result<f64> {
+        let mut found = false;
+        let mut total = 0.0;
+        for s in self.matching(name, want) {
+            found = true;
+            total += s.value;
+        }
+        if found {
+            return Ok(total);
+        }
+        let asked = asked(name, want);
+        match self.series.iter().filter(|s| s.name == name).count() {
+            0 => bail!("no {asked} in the agent's metrics: no sample named {name} at all"),
+            n => bail!(
+                "no {asked} in the agent's metrics: {name} has {n} series, none with those \
+                 labels"
+            ),
+        }
+    }
+
+    /// [`Snap::sum`], but 0 without any such series: for a series the agent creates at
+    /// its first event. A family with labels has no series until one of its label sets
+    /// is first counted or set (the agent's metrics module: "Families with labels appear
+    /// once their first series is set"), so for such a series absence means none
+    /// counted. Each caller says why absence means zero there; a figure that must be
+    /// present reads [`Snap::sum`].
+    pub(crate) fn sum_or_zero_if_absent(&self, name: &str, want: &[(&str, &str)]) -> f64 {
         self.matching(name, want)
             .map(|s| s.value)
             // From +0.0: `sum()` of no series is -0.0, printed "-0" in results.
@@ -105,6 +133,15 @@ impl Snap {
             })
             .collect()
     }
+}
+
+/// `name{k="v",...}` of what a caller asked for (`name` alone without labels).
+fn asked(name: &str, want: &[(&str, &str)]) -> String {
+    if want.is_empty() {
+        return name.to_owned();
+    }
+    let l: Vec<String> = want.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{name}{{{}}}", l.join(","))
 }
 
 fn http_get_metrics(addr: &str) -> Result<String> {
@@ -227,6 +264,8 @@ dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"}
 dra_fastpath_requests_total{peer=\"pgw2\",class=\"gx_ccr_i\",outcome=\"seen\"} 400
 dra_throttle_percent{peer=\"pgw1\"} 40
 dra_db_cpu_percent 4.5
+dra_db_cpu_source_up 1
+dra_unanswered_invariant_violations_total 0
 ";
 
     /// A listener on a free loopback port answering one connection with `answer`.
@@ -258,27 +297,57 @@ dra_db_cpu_percent 4.5
         let s = Snap {
             series: parse_metrics(EXPOSITION),
         };
+        let sum = |name: &str, want: &[(&str, &str)]| s.sum(name, want).unwrap();
         assert_eq!(
-            s.sum(
+            sum(
                 "dra_fastpath_requests_total",
                 &[("peer", "pgw1"), ("outcome", "seen")]
             ),
             900.0
         );
         assert_eq!(
-            s.sum(
+            sum(
                 "dra_fastpath_requests_total",
                 &[("class", "gx_ccr_i"), ("outcome", "seen")]
             ),
             1300.0
         );
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
-        assert_eq!(s.sum("dra_db_cpu_percent", &[]), 4.5);
-        assert_eq!(s.sum("dra_throttle_percent", &[("peer", "pgw2")]), 0.0);
-        // No such series: +0.0, not -0.0 (printed "-0").
-        assert!(s.sum("dra_no_such_metric", &[]).is_sign_positive());
+        assert_eq!(sum("dra_throttle_percent", &[("peer", "pgw1")]), 40.0);
+        assert_eq!(sum("dra_db_cpu_percent", &[]), 4.5);
+        assert_eq!(sum("dra_unanswered_invariant_violations_total", &[]), 0.0);
         let peers = s.label_values("dra_fastpath_requests_total", &[], "peer");
         assert_eq!(peers.into_iter().collect::<Vec<_>>(), ["pgw1", "pgw2"]);
+    }
+
+    #[test]
+    fn a_series_missing_from_the_scrape_is_an_error_naming_it_not_a_zero() {
+        let s = Snap {
+            series: parse_metrics(EXPOSITION),
+        };
+        let e = format!(
+            "{:#}",
+            s.sum("dra_session_store_errors_total", &[]).unwrap_err()
+        );
+        assert!(
+            e.contains("dra_session_store_errors_total") && e.contains("no sample named"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            s.sum("dra_throttle_percent", &[("peer", "pgw2")])
+                .unwrap_err()
+        );
+        assert!(
+            e.contains("dra_throttle_percent{peer=\"pgw2\"}") && e.contains("has 1 series"),
+            "{e}"
+        );
+        // Where absence means none counted: +0.0, not -0.0 (printed "-0").
+        let z = s.sum_or_zero_if_absent("dra_no_such_metric", &[]);
+        assert!(z == 0.0 && z.is_sign_positive());
+        assert_eq!(
+            s.sum_or_zero_if_absent("dra_throttle_percent", &[("peer", "pgw1")]),
+            40.0
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Result;
 use dra_report::client::{ClassSummary, Report};
 
 use super::checks::Check;
@@ -47,8 +48,9 @@ fn class_of(clients: &BTreeMap<String, Report>, peer: &str, class: &str) -> Clas
         .unwrap_or_default()
 }
 
-/// The DOIC checks, from the agent's last scrape and the gateways' summaries.
-pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Check> {
+/// The DOIC checks, from the agent's last scrape and the gateways' summaries; an error
+/// when the scrape lacks a figure a check needs.
+pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Result<Vec<Check>> {
     let i = class_of(clients, GATEWAY, "gx_ccr_i");
     let (shed, sent) = (i.doic_shed, i.sent);
     let (ok_2001, rej) = (i.answered_with(2001), i.answered_with(3002));
@@ -60,23 +62,33 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Che
     } else {
         f64::NAN
     };
-    let olrs = |peer: &str| last.sum("dra_doic_olrs_sent_total", &[("peer", peer)]);
+    // The agent creates a gateway's OC-OLR series at its first OC-OLR to it: absent, none
+    // sent. The check passes only with OC-OLRs counted for GATEWAY, so a series name the
+    // agent does not export cannot pass it as "0 to pgw1".
+    let olrs =
+        |peer: &str| last.sum_or_zero_if_absent("dra_doic_olrs_sent_total", &[("peer", peer)]);
+    let (olrs_gateway, olrs_pgw1) = (olrs(GATEWAY), olrs("pgw1"));
     let other_shed = class_of(clients, "pgw1", "gx_ccr_i").doic_shed;
-    let applied = last.sum(
+    // The next three series appear at the first OC-OLR applied and the first request
+    // abated: absent, none. The check needs `applied` and `diverted` > 0, so their
+    // absence fails it; `rejected` is only shown.
+    let applied = last.sum_or_zero_if_absent(
         "dra_doic_olrs_received_total",
         &[("peer", REPORTER), ("result", "applied")],
     );
-    let diverted = last.sum(
+    let diverted = last.sum_or_zero_if_absent(
         "dra_doic_requests_abated_total",
         &[("peer", REPORTER), ("outcome", "diverted")],
     );
-    let rejected = last.sum(
+    let rejected = last.sum_or_zero_if_absent(
         "dra_doic_requests_abated_total",
         &[("peer", REPORTER), ("outcome", "rejected")],
     );
+    // Both servers are sent requests (round robin) from the start: a missing series is
+    // an error, never a 0 that reads as "fewer".
     let out = |p: &str| last.sum("dra_requests_total", &[("peer", p), ("direction", "out")]);
-    let (p1, p2) = (out(REPORTER), out("pcrf2"));
-    vec![
+    let (p1, p2) = (out(REPORTER)?, out("pcrf2")?);
+    Ok(vec![
         Check::new(
             format!("{GATEWAY} (DOIC) shed its storm at the source"),
             format!("{GATEWAY} gx_ccr_i shed by the gateway > 0"),
@@ -86,12 +98,8 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Che
         Check::new(
             format!("the agent reported its limits to {GATEWAY} only"),
             format!("OC-OLRs sent to {GATEWAY} > 0, to pgw1 (no DOIC) 0, pgw1 shed nothing"),
-            format!(
-                "{GATEWAY}: {:.0}, pgw1: {:.0}; pgw1 shed {other_shed}",
-                olrs(GATEWAY),
-                olrs("pgw1")
-            ),
-            olrs(GATEWAY) > 0.0 && olrs("pgw1") == 0.0 && other_shed == 0,
+            format!("{GATEWAY}: {olrs_gateway:.0}, pgw1: {olrs_pgw1:.0}; pgw1 shed {other_shed}"),
+            olrs_gateway > 0.0 && olrs_pgw1 == 0.0 && other_shed == 0,
         ),
         Check::new(
             format!("{GATEWAY} got far fewer 3002 than its limit would have sent"),
@@ -119,7 +127,7 @@ pub(super) fn checks(last: &Snap, clients: &BTreeMap<String, Report>) -> Vec<Che
             format!("{p1:.0} vs {p2:.0}"),
             p1 < p2,
         ),
-    ]
+    ])
 }
 
 #[cfg(test)]
@@ -142,7 +150,12 @@ mod tests {
 
     #[test]
     fn the_reject_share_check_fails_when_the_gateway_does_not_shed() {
-        let snap = Snap { series: Vec::new() };
+        let snap = Snap {
+            series: crate::metrics::parse_metrics(
+                "dra_requests_total{peer=\"pcrf1\",direction=\"out\"} 300\n\
+                 dra_requests_total{peer=\"pcrf2\",direction=\"out\"} 700\n",
+            ),
+        };
         let v = |shed: u64, rej: u64| {
             let mut r = Report::default();
             r.classes.insert(
@@ -154,9 +167,14 @@ mod tests {
                     ..ClassSummary::default()
                 },
             );
-            checks(&snap, &BTreeMap::from([(GATEWAY.to_owned(), r)]))
+            BTreeMap::from([(GATEWAY.to_owned(), r)])
         };
-        assert!(v(450, 50)[2].ok && v(450, 50)[0].ok);
-        assert!(!v(0, 500)[2].ok && !v(0, 500)[0].ok);
+        let c = |shed: u64, rej: u64| checks(&snap, &v(shed, rej)).unwrap();
+        assert!(c(450, 50)[2].ok && c(450, 50)[0].ok);
+        assert!(!c(0, 500)[2].ok && !c(0, 500)[0].ok);
+        assert!(c(0, 500)[4].ok, "300 requests to pcrf1 < 700 to pcrf2");
+        // Without the requests sent to the servers: an error, not "0 < 0".
+        let e = checks(&Snap { series: Vec::new() }, &v(450, 50)).unwrap_err();
+        assert!(format!("{e:#}").contains("dra_requests_total"), "{e:#}");
     }
 }

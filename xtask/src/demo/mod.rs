@@ -152,7 +152,8 @@ fn story(
         &mut dra,
         &dra_log,
         "upstreams open, Redis CPU source up",
-        |s| LAB.upstreams_open(s) && s.sum("dra_db_cpu_source_up", &[]) == 1.0,
+        // A scrape without the gauge (none yet) is not ready.
+        |s| LAB.upstreams_open(s) && s.sum("dra_db_cpu_source_up", &[]).is_ok_and(|v| v == 1.0),
     )?;
     eprintln!(
         "xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2"
@@ -191,7 +192,7 @@ fn story(
     let mut rows = Vec::new();
     let mut splitter = Rows::new();
     let mut last = LAB.scrape()?;
-    samples.push(Sample::from_snap(0.0, &last));
+    samples.push(Sample::from_snap(0.0, &last).context("the first scrape")?);
     let deadline = t0 + Duration::from_secs_f64(total_s + 60.0);
     let mut next = t0 + SCRAPE_PERIOD;
     loop {
@@ -207,7 +208,9 @@ fn story(
             );
         }
         last = LAB.scrape()?;
-        samples.push(Sample::from_snap(t0.elapsed().as_secs_f64(), &last));
+        let t = t0.elapsed().as_secs_f64();
+        samples
+            .push(Sample::from_snap(t, &last).with_context(|| format!("the scrape at {t:.1} s"))?);
         let phase =
             || last_phase(&out.join("pgw1-rows.jsonl")).unwrap_or_else(|| "starting".into());
         if let Some(row) = splitter.push(&samples, phase) {
@@ -283,10 +286,12 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
         "peer", "class", "offered", "admitted", "rejected"
     );
     let tot = |peer: &str, class: &str, outcome: &str| {
-        o.last.sum(
-            "dra_fastpath_requests_total",
-            &[("peer", peer), ("class", class), ("outcome", outcome)],
-        )
+        o.last
+            .sum(
+                "dra_fastpath_requests_total",
+                &[("peer", peer), ("class", class), ("outcome", outcome)],
+            )
+            .context("the agent's last scrape")
     };
     for (peer, _, _) in GATEWAYS {
         for class in o
@@ -296,12 +301,12 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
             if class == "conn" {
                 continue;
             }
-            let rej = tot(peer, &class, "marked") + tot(peer, &class, "dropped");
+            let rej = tot(peer, &class, "marked")? + tot(peer, &class, "dropped")?;
             let _ = writeln!(
                 s,
                 "{peer:<6} {class:<10} {:>10.0} {:>10.0} {:>10.0}",
-                tot(peer, &class, "seen"),
-                tot(peer, &class, "admitted"),
+                tot(peer, &class, "seen")?,
+                tot(peer, &class, "admitted")?,
                 rej
             );
         }
@@ -317,13 +322,13 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
         let list: Vec<String> = codes
             .iter()
             .map(|c| {
-                format!(
-                    "{c}: {:.0}",
-                    o.last
-                        .sum("dra_answers_total", &[("peer", peer), ("result_code", c)])
-                )
+                let n = o
+                    .last
+                    .sum("dra_answers_total", &[("peer", peer), ("result_code", c)])
+                    .context("the agent's last scrape")?;
+                Ok(format!("{c}: {n:.0}"))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let _ = writeln!(s, "  {peer}: {}", list.join(", "));
     }
     let _ = writeln!(s, "\nload generators (client side):");
@@ -372,15 +377,22 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
         .filter(|r| r.throttle > 0.0)
         .map(|r| r.rate("pgw1", "gx_ccr_i", 2) * r.secs)
         .sum();
-    let pgw2_rejected = tot("pgw2", "gx_ccr_i", "marked") + tot("pgw2", "gx_ccr_i", "dropped");
-    let pgw2_3002 = o.last.sum(
+    let pgw2_rejected = tot("pgw2", "gx_ccr_i", "marked")? + tot("pgw2", "gx_ccr_i", "dropped")?;
+    // The agent creates pgw2's 3002 series at its first 3002 answer: absent, none were
+    // sent (and the check below fails).
+    let pgw2_3002 = o.last.sum_or_zero_if_absent(
         "dra_answers_total",
         &[("peer", "pgw2"), ("result_code", "3002")],
     );
-    let violations = o.last.sum("dra_unanswered_invariant_violations_total", &[]);
+    let violations = o
+        .last
+        .sum("dra_unanswered_invariant_violations_total", &[])
+        .context("the agent's last scrape")?;
+    // ocs1's latency series appears at its first answer: absent, none answered (the
+    // check below fails).
     let ocs_answers = o
         .last
-        .sum("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
+        .sum_or_zero_if_absent("dra_answer_latency_seconds_count", &[("peer", "ocs1")]);
     let at = |t: Option<f64>| t.map_or("-".into(), |t| format!("{t:.1}"));
     let _ = writeln!(
         s,
@@ -462,7 +474,7 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
         ),
     ];
     if with_doic {
-        checks.extend(doic::checks(&o.last, &o.clients));
+        checks.extend(doic::checks(&o.last, &o.clients).context("the DOIC checks")?);
     }
     let _ = writeln!(s, "\nstory checks:");
     let mut all = true;

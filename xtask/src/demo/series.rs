@@ -13,6 +13,8 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
+use anyhow::Result;
+
 use crate::{lab::UPSTREAMS, metrics::Snap};
 
 pub(crate) const SCRAPE_PERIOD: Duration = Duration::from_millis(250);
@@ -46,11 +48,13 @@ fn label<'a>(labels: &'a [(String, String)], k: &str) -> Option<&'a str> {
 }
 
 impl Sample {
-    pub(crate) fn from_snap(t: f64, snap: &Snap) -> Sample {
+    /// The sample of one scrape; an error when the scrape lacks the DB CPU gauges (the
+    /// agent exports them from its start).
+    pub(crate) fn from_snap(t: f64, snap: &Snap) -> Result<Sample> {
         let mut s = Sample {
             t,
-            cpu: snap.sum("dra_db_cpu_percent", &[]),
-            source_up: snap.sum("dra_db_cpu_source_up", &[]) == 1.0,
+            cpu: snap.sum("dra_db_cpu_percent", &[])?,
+            source_up: snap.sum("dra_db_cpu_source_up", &[])? == 1.0,
             ..Sample::default()
         };
         for x in &snap.series {
@@ -76,11 +80,13 @@ impl Sample {
             }
         }
         for up in UPSTREAMS {
-            let n = snap.sum("dra_answer_latency_seconds_count", &[("peer", up)]);
-            let sum = snap.sum("dra_answer_latency_seconds_sum", &[("peer", up)]);
+            // The agent creates an upstream's latency series at its first answer: before
+            // it, none answered (0 answers, 0 s).
+            let n = snap.sum_or_zero_if_absent("dra_answer_latency_seconds_count", &[("peer", up)]);
+            let sum = snap.sum_or_zero_if_absent("dra_answer_latency_seconds_sum", &[("peer", up)]);
             s.upstream.insert(up.to_owned(), (n, sum));
         }
-        s
+        Ok(s)
     }
 
     /// Sum of every fast-path counter: it changes when the agent publishes them.
@@ -237,16 +243,16 @@ pub(crate) mod tests {
 
     #[test]
     fn rows_are_counter_deltas_over_whole_publish_periods() {
-        let a = Sample::from_snap(0.0, &snap(EXPOSITION));
-        let b = Sample::from_snap(0.5, &snap(EXPOSITION));
+        let a = Sample::from_snap(0.0, &snap(EXPOSITION)).unwrap();
+        let b = Sample::from_snap(0.5, &snap(EXPOSITION)).unwrap();
         let next = EXPOSITION
             .replace("} 900", "} 1800")
             .replace("} 300", "} 500");
-        let c = Sample::from_snap(1.0, &snap(&next));
-        let d = Sample::from_snap(1.25, &snap(&next));
+        let c = Sample::from_snap(1.0, &snap(&next)).unwrap();
+        let d = Sample::from_snap(1.25, &snap(&next)).unwrap();
         let last = next.replace("} 1800", "} 2700").replace("} 500", "} 700");
         // The next publish is seen 2.1 s later: two publish periods.
-        let e = Sample::from_snap(3.1, &snap(&last));
+        let e = Sample::from_snap(3.1, &snap(&last)).unwrap();
         let mut rows = Rows::new();
         let mut samples = Vec::new();
         let mut out = Vec::new();

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::{Context, Result};
 use dra_report::client::{Report, Row};
 use serde_json::{Value, json};
 
@@ -184,40 +185,54 @@ pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, Table
     (v, row)
 }
 
-/// Requests the agent sent to `peer` per second over the interior.
-fn sent_to(r: &RunOutput, peer: &str) -> f64 {
-    let get = |s: &Snap| {
+/// Requests the agent sent to `peer` per second over the interior. Both servers are
+/// sent requests (round robin) from the start of the run: a scrape without the series
+/// is an error.
+fn sent_to(r: &RunOutput, peer: &str) -> Result<f64> {
+    let get = |s: &Snap, at: &str| {
         s.sum(
             "dra_requests_total",
             &[("peer", peer), ("direction", "out")],
         )
+        .with_context(|| {
+            format!(
+                "run {}: the agent's metrics at the {at} of the interior",
+                r.name
+            )
+        })
     };
-    (get(&r.interior.1) - get(&r.interior.0)) / r.interior_s
+    Ok((get(&r.interior.1, "end")? - get(&r.interior.0, "start")?) / r.interior_s)
 }
 
+/// Requests to `peer` abated with `outcome`. The agent creates the series at the first
+/// such request: absent, none (the baseline agent, without DOIC towards the servers,
+/// never has them).
 fn abated(s: &Snap, peer: &str, outcome: &str) -> f64 {
-    s.sum(
+    s.sum_or_zero_if_absent(
         "dra_doic_requests_abated_total",
         &[("peer", peer), ("outcome", outcome)],
     )
 }
 
 /// Part b's side of one run.
-fn servers_side(r: &RunOutput, reporter: &str) -> Value {
+fn servers_side(r: &RunOutput, reporter: &str) -> Result<Value> {
     let (ok, acc) = accounting(&r.summary);
     let (s0, s1) = &r.interior;
     let per_s = |o: &str| (abated(s1, reporter, o) - abated(s0, reporter, o)) / r.interior_s;
-    json!({
+    Ok(json!({
         "run": r.name,
-        "sent_to_pcrf1_per_s": sent_to(r, "pcrf1"),
-        "sent_to_pcrf2_per_s": sent_to(r, "pcrf2"),
+        "sent_to_pcrf1_per_s": sent_to(r, "pcrf1")?,
+        "sent_to_pcrf2_per_s": sent_to(r, "pcrf2")?,
         "abated_diverted_per_s": per_s("diverted"),
         "abated_rejected_per_s": per_s("rejected"),
         "diverted_whole_run": abated(&r.end, reporter, "diverted"),
         "rejected_3004_whole_run": abated(&r.end, reporter, "rejected"),
-        "reduction_percent_at_interior_end": s1.sum(
+        // Set for a server with DOIC only, and the OC-OLR series created at the first
+        // report: the baseline agent (no DOIC towards the servers) has neither, and has
+        // no reduction in force and no report applied.
+        "reduction_percent_at_interior_end": s1.sum_or_zero_if_absent(
             "dra_doic_server_reduction_percent", &[("peer", reporter)]),
-        "olrs_applied": r.end.sum(
+        "olrs_applied": r.end.sum_or_zero_if_absent(
             "dra_doic_olrs_received_total", &[("peer", reporter), ("result", "applied")]),
         "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", 3004),
         // A shed CCR-T of a bound session is answered 5012 (RFC 7683 §8), else 3004.
@@ -227,20 +242,21 @@ fn servers_side(r: &RunOutput, reporter: &str) -> Value {
         "answered_exactly_once": ok,
         "accounting": acc,
         "files": r.files,
-    })
+    }))
 }
 
 /// Part b from its runs (baseline, report): JSON and table row. `reporter`: the
-/// reporting PCRF; `reduction`: what it asks for, percent.
+/// reporting PCRF; `reduction`: what it asks for, percent. An error when a run's
+/// metrics lack a figure.
 pub fn servers(
     baseline: &RunOutput,
     report: &RunOutput,
     reporter: &str,
     reduction: u32,
-) -> (Value, TableRow) {
+) -> Result<(Value, TableRow)> {
     let (a, b) = (
-        servers_side(baseline, reporter),
-        servers_side(report, reporter),
+        servers_side(baseline, reporter)?,
+        servers_side(report, reporter)?,
     );
     // NaN: no figure; ratio() is None for it and every comparison false.
     let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
@@ -302,7 +318,7 @@ pub fn servers(
         ),
         met,
     };
-    (v, row)
+    Ok((v, row))
 }
 
 #[cfg(test)]

@@ -105,7 +105,8 @@ pub fn run(root: &Path) -> Result<()> {
         Ok(runs)
     })?;
     let (a, a_row) = measures::storm(&runs[0], &runs[1], plan.limit);
-    let (b, b_row) = measures::servers(&runs[2], &runs[3], REPORTER, REPORTER_REDUCTION);
+    let (b, b_row) = measures::servers(&runs[2], &runs[3], REPORTER, REPORTER_REDUCTION)
+        .context("DOIC part b")?;
     let table = vec![a_row, b_row];
     let doc = json!({
         "machine": results::machine(root),

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use super::{
@@ -434,7 +434,11 @@ pub(super) fn run_one(
     let gen_sent = b.gen_sent - a.gen_sent;
     let gen_dropped = b.gw_tx_dropped - a.gw_tx_dropped;
     let gen_cpu_s = b.gen_cpu_s - a.gen_cpu_s;
-    let fp = |s: &Snap, reason: &str| s.sum("dra_fastpath_packets_total", &[("reason", reason)]);
+    // The agent exports every fast-path global counter from its start (0 until set).
+    let fp = |s: &Snap, reason: &str, at: &str| {
+        s.sum("dra_fastpath_packets_total", &[("reason", reason)])
+            .with_context(|| format!("the agent's metrics at the {at} of the window"))
+    };
     let fastpath: BTreeMap<&str, f64> = [
         "packets",
         "unknown_peer_drop",
@@ -443,8 +447,13 @@ pub(super) fn run_one(
         "requests",
     ]
     .into_iter()
-    .map(|r| (r, (fp(&b.metrics, r) - fp(&a.metrics, r)) / window_s))
-    .collect();
+    .map(|r| {
+        Ok((
+            r,
+            (fp(&b.metrics, r, "end")? - fp(&a.metrics, r, "start")?) / window_s,
+        ))
+    })
+    .collect::<Result<_>>()?;
     let ccr_u = summary.classes.get("gx_ccr_u");
     let ccr_u_p99_ms = ccr_u
         .filter(|c| c.answered_total() > 0)

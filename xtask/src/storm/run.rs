@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use dra_report::client::{ClassSummary, Report};
 use serde_json::{Value, json};
 
@@ -120,9 +120,12 @@ pub(super) fn run_one(
     let metrics_measure = outcome_deltas(&snap_m0, &snap_m1, PEER, CLASS);
     let cpu_s = cpu1 - cpu0;
     let window_s = (at1 - at0).as_secs_f64();
-    let req_in =
-        |snap: &Snap| snap.sum("dra_requests_total", &[("peer", PEER), ("direction", "in")]);
-    let requests_in_per_s = (req_in(&snap_m1) - req_in(&snap_m0)) / plan.measure_s;
+    let req_in = |snap: &Snap, at: &str| {
+        snap.sum("dra_requests_total", &[("peer", PEER), ("direction", "in")])
+            .with_context(|| format!("the agent's metrics at the {at} of {MEASURE}"))
+    };
+    let requests_in_per_s =
+        (req_in(&snap_m1, "end")? - req_in(&snap_m0, "start")?) / plan.measure_s;
     let u_p99: Vec<f64> = rows_p99(&rows, MEASURE, "gx_ccr_u");
     let cfg_limit = config_limit(&read_toml(root, spec.config)?)?.0;
     let json = json!({
