@@ -16,12 +16,14 @@
 //! `drop` (TCP back-pressure may admit less: the utilization is reported).
 
 use std::{
+    collections::BTreeMap,
     path::Path,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use dra_report::closed::ClosedSummary;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{
@@ -85,13 +87,68 @@ pub fn config_for(text: &str, fast_path: bool, action: &str) -> Result<String> {
     Ok(toml::to_string(&v)?)
 }
 
-fn admitted(before: &Snap, after: &Snap) -> f64 {
-    CLASSES
-        .iter()
-        .flat_map(|c| outcome_deltas(before, after, "pgw1", c))
-        .filter(|(k, _)| k.ends_with("/admitted"))
-        .map(|(_, v)| v)
-        .sum()
+/// One run (mode × depth), as the `coalesced` entries of `storm-latest.json` hold it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub mode: String,
+    pub depth: usize,
+    pub action: String,
+    pub fast_path: bool,
+    pub admitted_per_s: f64,
+    pub limit_per_s: f64,
+    pub error_pct: f64,
+    pub utilization_pct: f64,
+    /// The goal of this run (`reject`: |error| ≤ 2 %; `drop`: error ≤ +2 %).
+    pub met: bool,
+    pub admitted_source: String,
+    pub gateway: Gateway,
+    pub files: String,
+}
+
+/// What the gateway of one run saw.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gateway {
+    pub answered_by_pcrf_per_s: f64,
+    pub answered_in_window: BTreeMap<u32, u64>,
+    pub offered_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub total_sent: u64,
+    pub total_answered: u64,
+    pub unanswered: u64,
+    pub every_request_answered_once: bool,
+}
+
+/// Whether `error_pct` meets the goal of `action`.
+fn goal_met(action: &str, error_pct: f64) -> bool {
+    if action == "reject" {
+        error_pct.abs() <= 100.0 * GOAL_MAX_ERROR
+    } else {
+        error_pct <= 100.0 * GOAL_MAX_ERROR
+    }
+}
+
+/// Requests pgw1's CCR-I and CCR-T limits admitted between the two scrapes; an error
+/// when `after` has no `admitted` series of a class (the agent publishes every limited
+/// class's four outcomes once a second from its start).
+fn admitted(before: &Snap, after: &Snap) -> Result<f64> {
+    let mut total = 0.0;
+    for c in CLASSES {
+        let mine: Vec<f64> = outcome_deltas(before, after, "pgw1", c)
+            .into_iter()
+            .filter(|(k, _)| k.ends_with("/admitted"))
+            .map(|(_, v)| v)
+            .collect();
+        if mine.is_empty() {
+            bail!(
+                "no admitted counter of pgw1 {c} in the agent's metrics \
+                 (dra_fastpath_requests_total{{peer=\"pgw1\",class=\"{c}\",outcome=\"admitted\"}} \
+                 or the userspace limiter's family with those labels)"
+            );
+        }
+        total += mine.iter().sum::<f64>();
+    }
+    Ok(total)
 }
 
 fn one(
@@ -102,7 +159,7 @@ fn one(
     fast_path: bool,
     action: &str,
     depth: usize,
-) -> Result<Value> {
+) -> Result<Entry> {
     let dir = crate::agent_run::run_files(out, &format!("{mode}-{depth}"))?;
     let cfg = dir.join("dra.toml");
     let text =
@@ -150,13 +207,9 @@ fn one(
     )?;
     let limit = 2.0 * CLASS_RATE;
     let secs = WINDOW.secs(MEASURE_S as f64);
-    let admitted_per_s = admitted(&a, &b) / secs;
+    let admitted_per_s = admitted(&a, &b)? / secs;
     let error_pct = 100.0 * (admitted_per_s - limit) / limit;
-    let met = if action == "reject" {
-        error_pct.abs() <= 100.0 * GOAL_MAX_ERROR
-    } else {
-        error_pct <= 100.0 * GOAL_MAX_ERROR
-    };
+    let met = goal_met(action, error_pct);
     let by_pcrf_per_s =
         (client.answered_with(2001) + client.answered_with(5002)) as f64 / client.measured_s;
     let sent = client.total_sent;
@@ -168,37 +221,40 @@ fn one(
          PCRF, offered {:.0}/s; sent {sent}, answered {answered}, unanswered {unanswered}",
         client.requests_per_s,
     );
-    Ok(json!({
-        "mode": mode,
-        "depth": depth,
-        "action": action,
-        "fast_path": fast_path,
-        "admitted_per_s": admitted_per_s,
-        "limit_per_s": limit,
-        "error_pct": error_pct,
-        "utilization_pct": 100.0 * admitted_per_s / limit,
-        "met": met,
-        "admitted_source": format!(
+    Ok(Entry {
+        mode: mode.into(),
+        depth,
+        action: action.into(),
+        fast_path,
+        admitted_per_s,
+        limit_per_s: limit,
+        error_pct,
+        utilization_pct: 100.0 * admitted_per_s / limit,
+        met,
+        admitted_source: format!(
             "the limiter's admitted counters, gx_ccr_i + gx_ccr_t, seconds {}..{} of the \
              measured window",
             WINDOW.skip_first,
             MEASURE_S - WINDOW.skip_last
         ),
-        "gateway": {
-            "answered_by_pcrf_per_s": by_pcrf_per_s,
-            "answered_in_window": client.answered,
-            "offered_per_s": client.requests_per_s,
-            "p50_ms": client.p50_ms, "p99_ms": client.p99_ms,
-            "total_sent": sent, "total_answered": answered, "unanswered": unanswered,
-            "every_request_answered_once": unanswered == 0 && answered == sent,
+        gateway: Gateway {
+            answered_by_pcrf_per_s: by_pcrf_per_s,
+            answered_in_window: client.answered,
+            offered_per_s: client.requests_per_s,
+            p50_ms: client.p50_ms,
+            p99_ms: client.p99_ms,
+            total_sent: sent,
+            total_answered: answered,
+            unanswered,
+            every_request_answered_once: unanswered == 0 && answered == sent,
         },
-        "files": dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
-    }))
+        files: dir.strip_prefix(root).unwrap_or(&dir).display().to_string(),
+    })
 }
 
 /// Runs the twelve coalesced runs on a lab that is up; returns the `coalesced` entries
 /// and the P3-coalesced table rows (one per mode).
-pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<TableRow>)> {
+pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Entry>, Vec<TableRow>)> {
     let mut entries = Vec::new();
     for (mode, fast_path, action) in MODES {
         for depth in DEPTHS {
@@ -208,29 +264,32 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
             );
         }
     }
+    let rows = table_rows(&entries)?;
+    Ok((entries, rows))
+}
+
+/// The P3-coalesced table rows of `entries`, one per mode: met when each of its runs
+/// met its goal and every request was answered once. An error for a mode without its
+/// [`DEPTHS`] runs.
+pub fn table_rows(entries: &[Entry]) -> Result<Vec<TableRow>> {
     let mut rows = Vec::new();
     for (mode, _, action) in MODES {
-        let mine: Vec<&Value> = entries.iter().filter(|e| e["mode"] == mode).collect();
+        let mine: Vec<&Entry> = entries.iter().filter(|e| e.mode == mode).collect();
+        let depths: Vec<usize> = mine.iter().map(|e| e.depth).collect();
+        ensure!(
+            depths == DEPTHS,
+            "coalesced {mode}: runs at depths {depths:?}, not {DEPTHS:?}"
+        );
         let errs: Vec<String> = mine
             .iter()
-            .map(|e| {
-                format!(
-                    "{}: {:+.2} %",
-                    e["depth"],
-                    // Text only (one() always writes it; met is judged apart).
-                    e["error_pct"].as_f64().unwrap_or(f64::NAN)
-                )
-            })
+            .map(|e| format!("{}: {:+.2} %", e.depth, e.error_pct))
             .collect();
-        let answered_once = mine
-            .iter()
-            .all(|e| e["gateway"]["every_request_answered_once"] == true);
-        let met = mine.iter().all(|e| e["met"] == true) && answered_once;
+        let answered_once = mine.iter().all(|e| e.gateway.every_request_answered_once);
+        let met = mine.iter().all(|e| e.met) && answered_once;
         let util = if action == "drop" {
             let u: Vec<String> = mine
                 .iter()
-                // Text only, as above.
-                .map(|e| format!("{:.0} %", e["utilization_pct"].as_f64().unwrap_or(f64::NAN)))
+                .map(|e| format!("{:.0} %", e.utilization_pct))
                 .collect();
             format!("; utilization {}", u.join(", "))
         } else {
@@ -250,7 +309,7 @@ pub fn runs(root: &Path, bins: &Bins, out: &Path) -> Result<(Vec<Value>, Vec<Tab
             met: Some(met),
         });
     }
-    Ok((entries, rows))
+    Ok(rows)
 }
 
 /// `cargo xtask bench coalesced` alone: lab up, the runs, lab down; merges the result
@@ -266,7 +325,7 @@ pub fn run(root: &Path) -> Result<()> {
 }
 
 /// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
-pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> Result<()> {
+pub fn merge_into_latest(root: &Path, entries: &[Entry], rows: &[TableRow]) -> Result<()> {
     let latest = root.join(STORM_LATEST);
     let mut doc: Value = std::fs::read_to_string(&latest)
         .ok()
@@ -275,7 +334,7 @@ pub fn merge_into_latest(root: &Path, entries: &[Value], rows: &[TableRow]) -> R
     let obj = doc
         .as_object_mut()
         .context("storm-latest.json is not an object")?;
-    obj.insert("coalesced".into(), Value::Array(entries.to_vec()));
+    obj.insert("coalesced".into(), serde_json::to_value(entries)?);
     obj.insert(
         "coalesced_table".into(),
         Value::Array(rows.iter().map(TableRow::to_json).collect()),
@@ -302,5 +361,92 @@ mod tests {
                 assert_eq!(l["rate"].as_integer(), Some(100));
             }
         }
+    }
+
+    fn entry(mode: &str, action: &str, depth: usize, error_pct: f64) -> Entry {
+        Entry {
+            mode: mode.into(),
+            depth,
+            action: action.into(),
+            fast_path: true,
+            admitted_per_s: 200.0 * (1.0 + error_pct / 100.0),
+            limit_per_s: 200.0,
+            error_pct,
+            utilization_pct: 100.0 + error_pct,
+            met: goal_met(action, error_pct),
+            admitted_source: "test".into(),
+            gateway: Gateway {
+                answered_by_pcrf_per_s: 200.0,
+                answered_in_window: BTreeMap::from([(2001, 2000)]),
+                offered_per_s: 900.0,
+                p50_ms: 1.0,
+                p99_ms: 2.0,
+                total_sent: 9000,
+                total_answered: 9000,
+                unanswered: 0,
+                every_request_answered_once: true,
+            },
+            files: "results/x".into(),
+        }
+    }
+
+    fn all_entries() -> Vec<Entry> {
+        let mut v = Vec::new();
+        for (mode, _, action) in MODES {
+            for d in DEPTHS {
+                v.push(entry(mode, action, d, 1.0));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_mode_meets_its_goal_from_its_typed_runs_only_when_each_run_does() {
+        assert!(goal_met("reject", -1.5) && !goal_met("reject", -2.5));
+        assert!(goal_met("drop", -30.0) && !goal_met("drop", 2.5));
+        let mut e = all_entries();
+        let rows = table_rows(&e).unwrap();
+        assert!(rows.iter().all(|r| r.met == Some(true)), "{rows:?}");
+        assert!(
+            rows[1].measured.contains("utilization 101 %"),
+            "{}",
+            rows[1].measured
+        );
+        e[0] = entry("xdp_reject", "reject", 4, -3.0);
+        e[5].gateway.every_request_answered_once = false;
+        let rows = table_rows(&e).unwrap();
+        assert_eq!(rows[0].met, Some(false));
+        assert!(
+            rows[0].measured.contains("4: -3.00 %"),
+            "{}",
+            rows[0].measured
+        );
+        assert_eq!(
+            rows[1].met,
+            Some(false),
+            "xdp_drop 100: a request not answered once"
+        );
+        // A mode without its runs is an error, never an empty "all met".
+        e.retain(|x| x.mode != "userspace_drop");
+        let err = format!("{:#}", table_rows(&e).unwrap_err());
+        assert!(err.contains("userspace_drop"), "{err}");
+    }
+
+    #[test]
+    fn the_admitted_count_is_an_error_when_a_class_has_no_admitted_series() {
+        let snap = |t: &str| Snap {
+            series: crate::metrics::parse_metrics(t),
+        };
+        let before = snap("");
+        let after = snap(
+            "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 800\n\
+             dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_t\",outcome=\"admitted\"} 0\n",
+        );
+        assert_eq!(admitted(&before, &after).unwrap(), 800.0);
+        let after = snap(
+            "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 800\n",
+        );
+        let e = format!("{:#}", admitted(&before, &after).unwrap_err());
+        assert!(e.contains("gx_ccr_t"), "{e}");
     }
 }
