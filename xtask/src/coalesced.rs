@@ -325,21 +325,35 @@ pub fn run(root: &Path) -> Result<()> {
 }
 
 /// Writes the coalesced entries and rows into `storm-latest.json`, keeping the rest.
+/// Without the file it starts from an empty document; a file that cannot be read or
+/// is not a JSON object is an error naming it, and is left as it is.
 pub fn merge_into_latest(root: &Path, entries: &[Entry], rows: &[TableRow]) -> Result<()> {
     let latest = root.join(STORM_LATEST);
-    let mut doc: Value = std::fs::read_to_string(&latest)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(json!({}));
-    let obj = doc
-        .as_object_mut()
-        .context("storm-latest.json is not an object")?;
+    let mut doc: Value = match std::fs::read_to_string(&latest) {
+        Ok(t) => serde_json::from_str(&t).with_context(|| {
+            format!(
+                "{} is not JSON; the coalesced results are not merged into it",
+                latest.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(e) => {
+            return Err(e).with_context(|| format!("read {}", latest.display()));
+        }
+    };
+    let obj = doc.as_object_mut().with_context(|| {
+        format!(
+            "{} is not a JSON object; the coalesced results are not merged into it",
+            latest.display()
+        )
+    })?;
     obj.insert("coalesced".into(), serde_json::to_value(entries)?);
     obj.insert(
         "coalesced_table".into(),
         Value::Array(rows.iter().map(TableRow::to_json).collect()),
     );
-    std::fs::write(&latest, serde_json::to_string_pretty(&doc)? + "\n")?;
+    std::fs::write(&latest, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("write {}", latest.display()))?;
     eprintln!("xtask: coalesced results in {}", latest.display());
     Ok(())
 }
@@ -448,5 +462,67 @@ mod tests {
         );
         let e = format!("{:#}", admitted(&before, &after).unwrap_err());
         assert!(e.contains("gx_ccr_t"), "{e}");
+    }
+
+    /// A workspace root of its own under the temp dir, with `storm-latest.json` holding
+    /// `text` (none for `None`).
+    fn root_with_latest(tag: &str, text: Option<&str>) -> std::path::PathBuf {
+        let root =
+            std::env::temp_dir().join(format!("xtask-coalesced-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let latest = root.join(STORM_LATEST);
+        std::fs::create_dir_all(latest.parent().unwrap()).unwrap();
+        if let Some(t) = text {
+            std::fs::write(&latest, t).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn merging_keeps_the_document_refuses_an_unparsable_one_and_starts_one_when_missing() {
+        let entries = all_entries();
+        let rows = table_rows(&entries).unwrap();
+
+        let root = root_with_latest("merge", Some(r#"{"p3": {"met": true}, "coalesced": []}"#));
+        merge_into_latest(&root, &entries, &rows).unwrap();
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join(STORM_LATEST)).unwrap())
+                .unwrap();
+        assert_eq!(doc["p3"]["met"], true, "the rest of the document is kept");
+        let back: Vec<Entry> = serde_json::from_value(doc["coalesced"].clone()).unwrap();
+        assert_eq!(back, entries);
+        assert_eq!(
+            doc["coalesced_table"].as_array().unwrap().len(),
+            MODES.len()
+        );
+
+        for (tag, text) in [("garbled", "{\"p3\": {\"met\": tr"), ("array", "[1, 2]")] {
+            let root = root_with_latest(tag, Some(text));
+            let latest = root.join(STORM_LATEST);
+            let e = format!(
+                "{:#}",
+                merge_into_latest(&root, &entries, &rows).unwrap_err()
+            );
+            assert!(e.contains(&latest.display().to_string()), "{tag}: {e}");
+            assert_eq!(
+                std::fs::read_to_string(&latest).unwrap(),
+                text,
+                "{tag}: the file is left as it is"
+            );
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+
+        let missing = root_with_latest("missing", None);
+        merge_into_latest(&missing, &entries, &rows).unwrap();
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(missing.join(STORM_LATEST)).unwrap())
+                .unwrap();
+        assert_eq!(
+            doc.as_object().unwrap().len(),
+            2,
+            "coalesced and its table only"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&missing).unwrap();
     }
 }
