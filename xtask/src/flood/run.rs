@@ -211,7 +211,9 @@ struct Mark {
     gw_tx_dropped: u64,
     gen_sent: u64,
     gen_cpu_s: f64,
-    metrics: Snap,
+    /// The agent's metrics: a live probe, which a flood that starves the host can time
+    /// out (kept as the error's text, and the run goes on).
+    metrics: Result<Snap, String>,
     tcp: BTreeMap<String, f64>,
 }
 
@@ -228,7 +230,7 @@ fn mark(dra_pid: u32, napi: &[u32], g: Option<&Generator>) -> Result<Mark> {
         gw_tx_dropped,
         gen_sent: g.map_or(0, Generator::sent),
         gen_cpu_s: g.map_or(0.0, Generator::cpu_s),
-        metrics: SITE.scrape()?,
+        metrics: SITE.scrape().map_err(|e| format!("{e:#}")),
         tcp: tcp_counters()?,
     })
 }
@@ -382,6 +384,12 @@ pub(super) fn run_one(
     let m_start = t0 + Duration::from_secs_f64(plan.measure_start_s);
     let m_end = m_start + Duration::from_secs_f64(plan.measure_s);
     let (i_start, i_end) = INTERIOR.instants(m_start, plan.measure_s);
+    // The agent's counters before any flood and after it stopped: read when nothing
+    // starves the host, so these reads must succeed.
+    let before = SITE
+        .scrape()
+        .context("the agent's metrics before the flood")?;
+    let before_at = Instant::now();
     let mut gen_ = None;
     if spec.flood != Flood::Off {
         run.wait_until(m_start - Duration::from_secs_f64(FLOOD_LEAD_S))?;
@@ -422,6 +430,10 @@ pub(super) fn run_one(
     run.wait_until(m_end)?;
     let gen_report: Option<GenReport> = gen_.take().map(Generator::stop).transpose()?;
     run.client_finished(t0 + Duration::from_secs_f64(plan.total_s + 40.0))?;
+    let after = SITE
+        .scrape()
+        .context("the agent's metrics after the flood stopped")?;
+    let span_s = before_at.elapsed().as_secs_f64();
     let summary = files.summary()?;
     run.stop_agent()?;
     SITE.detach_left(bins, spec.name)?;
@@ -435,25 +447,48 @@ pub(super) fn run_one(
     let gen_dropped = b.gw_tx_dropped - a.gw_tx_dropped;
     let gen_cpu_s = b.gen_cpu_s - a.gen_cpu_s;
     // The agent exports every fast-path global counter from its start (0 until set).
-    let fp = |s: &Snap, reason: &str, at: &str| {
-        s.sum("dra_fastpath_packets_total", &[("reason", reason)])
-            .with_context(|| format!("the agent's metrics at the {at} of the window"))
-    };
-    let fastpath: BTreeMap<&str, f64> = [
+    let fp = |s: &Snap, reason: &str| s.sum("dra_fastpath_packets_total", &[("reason", reason)]);
+    let reasons = [
         "packets",
         "unknown_peer_drop",
         "syn_dropped",
         "not_diameter",
         "requests",
-    ]
-    .into_iter()
-    .map(|r| {
-        Ok((
-            r,
-            (fp(&b.metrics, r, "end")? - fp(&a.metrics, r, "start")?) / window_s,
-        ))
-    })
-    .collect::<Result<_>>()?;
+    ];
+    let delta = |a: &Snap, b: &Snap, per: f64| -> Result<BTreeMap<&str, f64>> {
+        reasons
+            .iter()
+            .map(|&r| Ok((r, (fp(b, r)? - fp(a, r)?) / per)))
+            .collect()
+    };
+    // Over the interior when both live probes answered; over the whole run (from
+    // before the flood to after it) always.
+    let fastpath = match (&a.metrics, &b.metrics) {
+        (Ok(sa), Ok(sb)) => {
+            Some(delta(sa, sb, window_s).context("the agent's metrics at the window's edges")?)
+        }
+        _ => None,
+    };
+    let probe = |m: &Result<Snap, String>| match m {
+        Ok(_) => "answered".to_owned(),
+        Err(e) => format!("no answer: {e}"),
+    };
+    let live_probes = json!({
+        "interior_start": probe(&a.metrics),
+        "interior_end": probe(&b.metrics),
+    });
+    if fastpath.is_none() {
+        eprintln!(
+            "xtask: flood run {} (rep {}): the agent's metrics did not answer during the \
+             flood ({}; {}): its fast-path counters are reported over the whole run only",
+            spec.name,
+            rep + 1,
+            probe(&a.metrics),
+            probe(&b.metrics)
+        );
+    }
+    let fastpath_run =
+        delta(&before, &after, 1.0).context("the agent's metrics before and after the flood")?;
     let ccr_u = summary.classes.get("gx_ccr_u");
     let ccr_u_p99_ms = ccr_u
         .filter(|c| c.answered_total() > 0)
@@ -504,6 +539,13 @@ pub(super) fn run_one(
             })),
         },
         "fast_path_counters_per_s": fastpath,
+        "live_probes": live_probes,
+        "fast_path_counters_over_run": {
+            "span_s": span_s,
+            "from": "before the flood starts to after it stops (read when the host is not \
+                     flooded)",
+            "totals": fastpath_run,
+        },
         "kernel_tcp_counters_per_s": deltas(&a.tcp, &b.tcp)
             .into_iter().map(|(k, v)| (k, v / window_s)).collect::<BTreeMap<_, _>>(),
         "load_average": { "start": load0, "end": load1 },
