@@ -4,8 +4,9 @@
 //! A [`Line`] says where the next Diameter header starts (`next_hdr`) and which bytes
 //! were looked at (`processed_end`: every byte before it exactly once), with the scan
 //! state of a message a segment's end cut. A walk ([`LineWalk`]) takes the bytes of one
-//! segment new to the line, one message per step: [`step`] classifies the message at
-//! `pos` with the [`ScanCursor`] (reading only the items it needs) and hands it to the
+//! segment new to the line, one message (or one scan item of it, see
+//! [`Judge::ONE_ITEM_PER_STEP`]) per step: [`step`] classifies the message at `pos`
+//! with the [`ScanCursor`] (reading only the items it needs) and hands it to the
 //! direction's [`Judge`], which decides and counts a request; [`commit`] then writes
 //! the walk back to the line. A request is judged exactly once, in the segment where
 //! its class becomes known, whatever the cuts before it; a dropped one is judged again

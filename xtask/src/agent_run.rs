@@ -139,12 +139,15 @@ impl Site {
                     std::fs::read_to_string(log).unwrap_or_default()
                 );
             }
-            if self.scrape().is_ok_and(|s| ready(&s)) {
-                return Ok(());
-            }
+            // One silent attempt per poll: an agent still starting refuses connections.
+            let last = match metrics::probe(self.ns, metrics::METRICS_ADDR)? {
+                Ok(s) if ready(&s) => return Ok(()),
+                Ok(_) => format!("metrics answered, not {what}"),
+                Err(e) => format!("{e:#}"),
+            };
             ensure!(
                 Instant::now() < end,
-                "the agent did not become ready in 40 s ({what}); log {}",
+                "the agent did not become ready in 40 s ({what}; last poll: {last}); log {}",
                 log.display()
             );
             std::thread::sleep(Duration::from_millis(200));

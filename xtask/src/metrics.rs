@@ -173,11 +173,9 @@ const SCRAPE_ATTEMPTS: u32 = 5;
 /// and the attempts.
 pub(crate) fn scrape(ns: &str, addr: &str) -> Result<Snap> {
     let mut attempt = 1;
-    let text = loop {
-        match lab::in_netns(ns, || http_get_metrics(addr))
-            .with_context(|| format!("enter namespace {ns} to scrape the metrics"))?
-        {
-            Ok(t) => break t,
+    loop {
+        match probe(ns, addr)? {
+            Ok(snap) => return Ok(snap),
             Err(e) if attempt < SCRAPE_ATTEMPTS => {
                 eprintln!(
                     "xtask: metrics scrape of {addr} in {ns} failed (attempt {attempt} of \
@@ -192,10 +190,18 @@ pub(crate) fn scrape(ns: &str, addr: &str) -> Result<Snap> {
                 )));
             }
         }
-    };
-    Ok(Snap {
-        series: parse_metrics(&text),
-    })
+    }
+}
+
+/// One attempt at [`scrape`], silent: the outer error if namespace `ns` cannot be
+/// entered, the inner one if the agent did not answer (an agent still starting, for a
+/// caller that polls).
+pub(crate) fn probe(ns: &str, addr: &str) -> Result<Result<Snap>> {
+    let text = lab::in_netns(ns, || http_get_metrics(addr))
+        .with_context(|| format!("enter namespace {ns} to scrape the metrics"))?;
+    Ok(text.map(|t| Snap {
+        series: parse_metrics(&t),
+    }))
 }
 
 fn series_key(name: &str, labels: &[(String, String)]) -> String {
