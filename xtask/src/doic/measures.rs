@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use dra_report::client::{Report, Row};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::run::RunOutput;
@@ -100,44 +101,59 @@ fn fmt(v: Option<f64>, d: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.d$}"))
 }
 
-/// Part a's side of one run: CCR-I per second over the interior.
-fn storm_side(r: &RunOutput) -> Value {
+/// Part a's side of one run: CCR-I per second over the interior (`None`: no interior
+/// second to average).
+#[derive(Serialize)]
+struct StormSide {
+    run: &'static str,
+    offered_per_s: Option<f64>,
+    sent_per_s: Option<f64>,
+    shed_at_gateway_per_s: Option<f64>,
+    admitted_2001_per_s: Option<f64>,
+    rejected_3002_per_s: Option<f64>,
+    rejected_3002_whole_run: u64,
+    ccr_u_p99_ms: Option<f64>,
+    answered_exactly_once: bool,
+    accounting: Value,
+    files: String,
+}
+
+fn storm_side(r: &RunOutput) -> StormSide {
     let s = seconds(&r.rows, "gx_ccr_i");
     let (ok, acc) = accounting(&r.summary);
-    json!({
-        "run": r.name,
-        "offered_per_s": interior(&s, |x| x.sent + x.shed),
-        "sent_per_s": interior(&s, |x| x.sent),
-        "shed_at_gateway_per_s": interior(&s, |x| x.shed),
-        "admitted_2001_per_s": interior(&s, |x| x.code("2001")),
-        "rejected_3002_per_s": interior(&s, |x| x.code("3002")),
-        "rejected_3002_whole_run": answered_code(&r.summary, "gx_ccr_i", 3002),
-        "ccr_u_p99_ms": r.summary.classes.get("gx_ccr_u").map(|c| c.latency.p99_ms),
-        "answered_exactly_once": ok,
-        "accounting": acc,
-        "files": r.files,
-    })
+    StormSide {
+        run: r.name,
+        offered_per_s: interior(&s, |x| x.sent + x.shed),
+        sent_per_s: interior(&s, |x| x.sent),
+        shed_at_gateway_per_s: interior(&s, |x| x.shed),
+        admitted_2001_per_s: interior(&s, |x| x.code("2001")),
+        rejected_3002_per_s: interior(&s, |x| x.code("3002")),
+        rejected_3002_whole_run: answered_code(&r.summary, "gx_ccr_i", 3002),
+        ccr_u_p99_ms: r.summary.classes.get("gx_ccr_u").map(|c| c.latency.p99_ms),
+        answered_exactly_once: ok,
+        accounting: acc,
+        files: r.files.clone(),
+    }
 }
 
 /// Part a from its two runs (without, with DOIC gateways): JSON and table row.
 pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, TableRow) {
     let (a, b) = (storm_side(without), storm_side(with));
-    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
-    let (rej_wo, rej_w) = (f(&a, "rejected_3002_per_s"), f(&b, "rejected_3002_per_s"));
-    let (adm_wo, adm_w) = (f(&a, "admitted_2001_per_s"), f(&b, "admitted_2001_per_s"));
+    let (rej_wo, rej_w) = (a.rejected_3002_per_s, b.rejected_3002_per_s);
+    let (adm_wo, adm_w) = (a.admitted_2001_per_s, b.admitted_2001_per_s);
     let share = rej_w.zip(rej_wo).and_then(|(w, wo)| ratio(w, wo));
     let diff = adm_w
         .zip(adm_wo)
         .and_then(|(w, wo)| ratio((w - wo).abs(), wo));
-    let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
+    let once = a.answered_exactly_once && b.answered_exactly_once;
     let met = share
         .zip(diff)
         .map(|(s, d)| s <= GOAL_REJECT_SHARE && d <= GOAL_ADMITTED_DIFF && once);
-    // NaN: no figure; ratio() is None for it, so no goal reads as met.
-    let p99 = ratio(
-        f(&b, "ccr_u_p99_ms").unwrap_or(f64::NAN),
-        f(&a, "ccr_u_p99_ms").unwrap_or(f64::NAN),
-    );
+    let p99 = b
+        .ccr_u_p99_ms
+        .zip(a.ccr_u_p99_ms)
+        .and_then(|(w, wo)| ratio(w, wo));
+    let shed_w = b.shed_at_gateway_per_s;
     let v = json!({
         "limit_per_s": limit,
         "rejected_3002_without": rej_wo,
@@ -171,7 +187,7 @@ pub fn storm(without: &RunOutput, with: &RunOutput, limit: f64) -> (Value, Table
             fmt(adm_w, 1),
             fmt(adm_wo, 1),
             fmt(diff.map(|d| 100.0 * d), 2),
-            fmt(f(&b, "shed_at_gateway_per_s"), 1),
+            fmt(shed_w, 1),
             if once { "yes" } else { "no" },
             fmt(p99, 2)
         ),
@@ -214,35 +230,57 @@ fn abated(s: &Snap, peer: &str, outcome: &str) -> f64 {
     )
 }
 
-/// Part b's side of one run.
-fn servers_side(r: &RunOutput, reporter: &str) -> Result<Value> {
+/// Part b's side of one run: per second over the interior (agent metrics), and the
+/// run's answers (client summary).
+#[derive(Serialize)]
+struct ServersSide {
+    run: &'static str,
+    sent_to_pcrf1_per_s: f64,
+    sent_to_pcrf2_per_s: f64,
+    abated_diverted_per_s: f64,
+    abated_rejected_per_s: f64,
+    diverted_whole_run: f64,
+    rejected_3004_whole_run: f64,
+    reduction_percent_at_interior_end: f64,
+    olrs_applied: f64,
+    ccr_i_3004: u64,
+    ccr_t_shed: u64,
+    answered_by_server: BTreeMap<String, u64>,
+    answered_exactly_once: bool,
+    accounting: Value,
+    files: String,
+}
+
+fn servers_side(r: &RunOutput, reporter: &str) -> Result<ServersSide> {
     let (ok, acc) = accounting(&r.summary);
     let (s0, s1) = &r.interior;
     let per_s = |o: &str| (abated(s1, reporter, o) - abated(s0, reporter, o)) / r.interior_s;
-    Ok(json!({
-        "run": r.name,
-        "sent_to_pcrf1_per_s": sent_to(r, "pcrf1")?,
-        "sent_to_pcrf2_per_s": sent_to(r, "pcrf2")?,
-        "abated_diverted_per_s": per_s("diverted"),
-        "abated_rejected_per_s": per_s("rejected"),
-        "diverted_whole_run": abated(&r.end, reporter, "diverted"),
-        "rejected_3004_whole_run": abated(&r.end, reporter, "rejected"),
+    Ok(ServersSide {
+        run: r.name,
+        sent_to_pcrf1_per_s: sent_to(r, "pcrf1")?,
+        sent_to_pcrf2_per_s: sent_to(r, "pcrf2")?,
+        abated_diverted_per_s: per_s("diverted"),
+        abated_rejected_per_s: per_s("rejected"),
+        diverted_whole_run: abated(&r.end, reporter, "diverted"),
+        rejected_3004_whole_run: abated(&r.end, reporter, "rejected"),
         // Set for a server with DOIC only, and the OC-OLR series created at the first
         // report: the baseline agent (no DOIC towards the servers) has neither, and has
         // no reduction in force and no report applied.
-        "reduction_percent_at_interior_end": s1.sum_or_zero_if_absent(
-            "dra_doic_server_reduction_percent", &[("peer", reporter)]),
-        "olrs_applied": r.end.sum_or_zero_if_absent(
-            "dra_doic_olrs_received_total", &[("peer", reporter), ("result", "applied")]),
-        "ccr_i_3004": answered_code(&r.summary, "gx_ccr_i", 3004),
+        reduction_percent_at_interior_end: s1
+            .sum_or_zero_if_absent("dra_doic_server_reduction_percent", &[("peer", reporter)]),
+        olrs_applied: r.end.sum_or_zero_if_absent(
+            "dra_doic_olrs_received_total",
+            &[("peer", reporter), ("result", "applied")],
+        ),
+        ccr_i_3004: answered_code(&r.summary, "gx_ccr_i", 3004),
         // A shed CCR-T of a bound session is answered 5012 (RFC 7683 §8), else 3004.
-        "ccr_t_shed": answered_code(&r.summary, "gx_ccr_t", 3004)
+        ccr_t_shed: answered_code(&r.summary, "gx_ccr_t", 3004)
             + answered_code(&r.summary, "gx_ccr_t", 5012),
-        "answered_by_server": r.summary.servers,
-        "answered_exactly_once": ok,
-        "accounting": acc,
-        "files": r.files,
-    }))
+        answered_by_server: r.summary.servers.clone(),
+        answered_exactly_once: ok,
+        accounting: acc,
+        files: r.files.clone(),
+    })
 }
 
 /// Part b from its runs (baseline, report): JSON and table row. `reporter`: the
@@ -258,17 +296,13 @@ pub fn servers(
         servers_side(baseline, reporter)?,
         servers_side(report, reporter)?,
     );
-    // NaN: no figure; ratio() is None for it and every comparison false.
-    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    let q = ratio(f(&b, "sent_to_pcrf1_per_s"), f(&a, "sent_to_pcrf1_per_s"));
-    let sent = f(&b, "sent_to_pcrf1_per_s");
-    let would = sent + f(&b, "abated_diverted_per_s") + f(&b, "abated_rejected_per_s");
+    let q = ratio(b.sent_to_pcrf1_per_s, a.sent_to_pcrf1_per_s);
+    let sent = b.sent_to_pcrf1_per_s;
+    let would = sent + b.abated_diverted_per_s + b.abated_rejected_per_s;
     let share = ratio(sent, would);
-    let ccr_t_shed = b["ccr_t_shed"]
-        .as_u64()
-        .expect("servers_side writes ccr_t_shed");
-    let ccr_i_diverted = f(&b, "abated_diverted_per_s");
-    let once = a["answered_exactly_once"] == true && b["answered_exactly_once"] == true;
+    let ccr_t_shed = b.ccr_t_shed;
+    let ccr_i_diverted = b.abated_diverted_per_s;
+    let once = a.answered_exactly_once && b.answered_exactly_once;
     let target = 1.0 - f64::from(reduction) / 100.0;
     let met = q.map(|q| {
         (q - target).abs() <= GOAL_RATIO_TOLERANCE
@@ -276,6 +310,11 @@ pub fn servers(
             && ccr_i_diverted > 0.0
             && once
     });
+    let (sent_w, sent_wo, diverted_run) = (
+        b.sent_to_pcrf1_per_s,
+        a.sent_to_pcrf1_per_s,
+        b.diverted_whole_run,
+    );
     let v = json!({
         "reporter": reporter,
         "reduction_asked_percent": reduction,
@@ -287,7 +326,7 @@ pub fn servers(
         "routing_share_of": "report run: sent to pcrf1 ÷ (sent + abated), same interior",
         "ccr_t_shed": ccr_t_shed,
         "ccr_i_diverted_per_s": ccr_i_diverted,
-        "diverted_whole_run": b["diverted_whole_run"],
+        "diverted_whole_run": diverted_run,
         "answered_exactly_once": once,
         "goal": format!(
             "sent_to_reporter_ratio {target:.2} ± {GOAL_RATIO_TOLERANCE}, 0 CCR-T shed while \
@@ -306,8 +345,8 @@ pub fn servers(
             "{} ({:.1} vs {:.1} /s; routing share {}; CCR-I diverted {:.1} /s, CCR-T shed \
              {ccr_t_shed}; answered once: {})",
             fmt(q, 3),
-            f(&b, "sent_to_pcrf1_per_s"),
-            f(&a, "sent_to_pcrf1_per_s"),
+            sent_w,
+            sent_wo,
             fmt(share, 3),
             ccr_i_diverted,
             if once { "yes" } else { "no" }
