@@ -66,7 +66,6 @@ use crate::{
         GLOBAL_CONFIG, TC_WALK, count,
     },
     parse::{self, IPPROTO_TCP, Packet, TCP_RST, TCP_SYN, Tcp, is_diameter_port, seq_le, seq_lt},
-    walk::Steps,
 };
 
 /// Verdict that lets the packet go on (TCX: next program, then the stack).
@@ -255,13 +254,6 @@ fn starts_with_header(skb: *mut __sk_buff, payload: u32, len: u32) -> bool {
     // SAFETY: 12 bytes into a stack array; the helper checks the skb bounds.
     let r = unsafe { bpf_skb_load_bytes(skb as *const _, payload, b.as_mut_ptr() as *mut _, 12) };
     r == 0 && wire::parse_header(&&b[..], 0).is_ok()
-}
-
-impl Steps for WalkRef {
-    #[inline(always)]
-    fn step(&mut self) -> bool {
-        line::step(self)
-    }
 }
 
 impl Judge for WalkRef {

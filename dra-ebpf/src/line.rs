@@ -136,6 +136,14 @@ pub trait Judge {
     fn answer(&mut self);
 }
 
+/// A line's walk is stepped by `bpf_loop` through its judge: one [`step`] per iteration.
+impl<J: Judge> Steps for J {
+    #[inline(always)]
+    fn step(&mut self) -> bool {
+        step(self)
+    }
+}
+
 /// One step of a line's walk: classifies the message at `pos` (from where an earlier
 /// segment left its scan; one item of it if [`Judge::ONE_ITEM_PER_STEP`]) and, once
 /// classified, has `j` judge it. True to go on: the message or another one goes on
@@ -188,9 +196,9 @@ pub fn step<J: Judge>(j: &mut J) -> bool {
 /// the first one here, before the loop: most segments hold one message, and a
 /// `bpf_loop` call (an indirect call per iteration) costs more than the message. A walk
 /// of single items goes to the loop at once (a second copy of its step in the program
-/// costs more verifier states than the one item saves). `j`'s [`Steps`] is [`step`].
+/// costs more verifier states than the one item saves).
 #[inline(always)]
-pub fn walk<J: Judge + Steps>(max: u32, j: &mut J) {
+pub fn walk<J: Judge>(max: u32, j: &mut J) {
     if !J::ONE_ITEM_PER_STEP && !step(j) {
         return;
     }

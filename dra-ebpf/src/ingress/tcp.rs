@@ -75,7 +75,6 @@ use crate::{
     line::{self, Judge, LineWalk, Outcome},
     maps::{CLASS_SLOTS, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
     parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
-    walk::Steps,
 };
 
 /// `bpf_loop` iterations per segment: one per message. A 1,500-byte segment holds at
@@ -508,13 +507,6 @@ fn island_done(flow: &mut TcpFlow, w: &Walk, in_progress: bool) -> u32 {
             flow.island.state = ISLAND_NONE;
             out_of_order(flow)
         }
-    }
-}
-
-impl Steps for WalkRef {
-    #[inline(always)]
-    fn step(&mut self) -> bool {
-        line::step(self)
     }
 }
 
