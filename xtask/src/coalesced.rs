@@ -451,15 +451,16 @@ mod tests {
         let snap = |t: &str| Snap {
             series: crate::metrics::parse_metrics(t),
         };
+        let line = |class: &str, n: u32| {
+            format!(
+                "dra_fastpath_requests_total{{peer=\"pgw1\",class=\"{class}\",\
+                 outcome=\"admitted\"}} {n}\n"
+            )
+        };
         let before = snap("");
-        let after = snap(
-            "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 800\n\
-             dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_t\",outcome=\"admitted\"} 0\n",
-        );
+        let after = snap(&(line("gx_ccr_i", 800) + &line("gx_ccr_t", 0)));
         assert_eq!(admitted(&before, &after).unwrap(), 800.0);
-        let after = snap(
-            "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"} 800\n",
-        );
+        let after = snap(&line("gx_ccr_i", 800));
         let e = format!("{:#}", admitted(&before, &after).unwrap_err());
         assert!(e.contains("gx_ccr_t"), "{e}");
     }
