@@ -1,6 +1,6 @@
-//! What every bench run of the agent does the same way (storm, DOIC, coalesced, flood; the
-//! demo's start): `dra run` started in a namespace and waited for until its upstreams are
-//! open, a gateway `dra-loadgen` beside it, both watched while xtask waits for the
+//! What every bench run of the agent does the same way (storm, DOIC, coalesced, flood, HA;
+//! the demo's start): `dra run` started in a namespace ([`Site`]) and waited for until its
+//! upstreams are open, a gateway `dra-loadgen` beside it, both watched while xtask waits for the
 //! instants it measures at, then the end of the run: the gateway's exit, the agent's
 //! clean exit on SIGINT, and a fast path left attached removed.
 
@@ -26,9 +26,15 @@ pub(crate) struct Site {
     pub(crate) iface: &'static str,
     pub(crate) pin_dir: &'static str,
     pub(crate) upstreams: &'static [&'static str],
-    /// Whether the processes' pids go to the lab's state dir (where `lab down` finds
-    /// them), as in the lab; the flood bench's topology has none.
-    pub(crate) pid_files: bool,
+    /// Where the processes' pids go, where the lab's `down` finds them after a crash;
+    /// the flood bench's topology keeps none.
+    pub(crate) pid_files: Option<PidFiles>,
+}
+
+/// A lab's pid files: its state dir and the name of the agent's.
+pub(crate) struct PidFiles {
+    pub(crate) dir: &'static str,
+    pub(crate) agent: &'static str,
 }
 
 /// The lab of `lab::up` (storm, DOIC, coalesced, demo).
@@ -37,7 +43,10 @@ pub(crate) const LAB: Site = Site {
     iface: lab::DRA_CLIENT_IF,
     pin_dir: lab::PIN_DIR,
     upstreams: &lab::UPSTREAMS,
-    pid_files: true,
+    pid_files: Some(PidFiles {
+        dir: lab::STATE_DIR,
+        agent: "dra",
+    }),
 };
 
 /// The gateway's agent-facing address in every lab: the agent's listener.
@@ -103,12 +112,23 @@ impl Site {
         tag: &str,
         cmd: &mut Command,
     ) -> Result<Proc> {
-        let child = if self.pid_files {
-            procs::spawn_to(log, tag, cmd)?
-        } else {
-            procs::spawn_logging(log, name, cmd)?
+        let child = match &self.pid_files {
+            Some(p) => procs::spawn_to(p.dir, log, tag, cmd)?,
+            None => procs::spawn_logging(log, name, cmd)?,
         };
         Ok(Proc::new(name, child))
+    }
+
+    /// Removes the pid file of `tag`, a process of [`Site::spawn`]'s that has ended.
+    fn forget(&self, tag: &str) {
+        if let Some(p) = &self.pid_files {
+            procs::remove_pid_file(p.dir, tag);
+        }
+    }
+
+    /// The name of the agent's pid file.
+    pub(crate) fn agent_tag(&self) -> &'static str {
+        self.pid_files.as_ref().map_or("dra", |p| p.agent)
     }
 
     /// `cmd` (the `dra` binary, built for this site's namespace) made `dra run --config
@@ -163,7 +183,7 @@ impl Site {
         log: PathBuf,
     ) -> Result<Agent<'_>> {
         let mut cmd = self.agent_command(cmd, config, "warn");
-        let mut dra = self.spawn(&log, "dra run", "dra", &mut cmd)?;
+        let mut dra = self.spawn(&log, "dra run", self.agent_tag(), &mut cmd)?;
         self.wait_ready(&mut dra, &log, "upstreams open", |s| self.upstreams_open(s))?;
         Ok(Agent {
             site: self,
@@ -266,6 +286,37 @@ impl<'s> Agent<'s> {
         self.dra.pid().context("dra run has no pid")
     }
 
+    /// Fails when the agent has exited (`when` says during what).
+    pub(crate) fn ensure_running(&mut self, when: &str) -> Result<()> {
+        if let Some(st) = self.dra.exited() {
+            bail!("dra run exited {when} ({st}); log {}", self.log.display());
+        }
+        Ok(())
+    }
+
+    /// SIGKILL (a fault a bench injects): the agent is gone at once, nothing cleaned up.
+    pub(crate) fn kill(&mut self) {
+        self.dra.kill();
+        self.site.forget(self.site.agent_tag());
+    }
+
+    /// Stops the agent (SIGINT, up to 10 s), failing unless it exits cleanly.
+    pub(crate) fn stop(&mut self) -> Result<()> {
+        let st = self.dra.stop(Duration::from_secs(10));
+        self.site.forget(self.site.agent_tag());
+        ensure!(
+            st.is_some_and(|s| s.success()),
+            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
+            self.log.display()
+        );
+        Ok(())
+    }
+
+    /// Lets the agent run on after this is dropped (a lab left up for the operator).
+    pub(crate) fn leave_running(self) {
+        self.dra.leave_running();
+    }
+
     /// Starts the gateway `cmd` (`name`; `tag`, its peer, names its pid file) with its
     /// output in `log`: the run is under way.
     pub(crate) fn start_client(
@@ -300,12 +351,7 @@ impl Run<'_> {
     pub(crate) fn wait_until(&mut self, t: Instant) -> Result<()> {
         loop {
             procs::interrupted()?;
-            if let Some(st) = self.agent.dra.exited() {
-                bail!(
-                    "dra run exited during the run ({st}); log {}",
-                    self.agent.log.display()
-                );
-            }
+            self.agent.ensure_running("during the run")?;
             let now = Instant::now();
             // A client that ended cleanly at most CLIENT_EXIT_SLACK before `t` ran its
             // phases out: its clock started a little before ours, or this wake-up came late
@@ -336,24 +382,13 @@ impl Run<'_> {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        if self.agent.site.pid_files {
-            procs::remove_pid_file(&self.client_tag);
-        }
+        self.agent.site.forget(&self.client_tag);
         Ok(())
     }
 
     /// Stops the agent (SIGINT, up to 10 s), failing unless it exits cleanly.
     pub(crate) fn stop_agent(&mut self) -> Result<()> {
-        let st = self.agent.dra.stop(Duration::from_secs(10));
-        if self.agent.site.pid_files {
-            procs::remove_pid_file("dra");
-        }
-        ensure!(
-            st.is_some_and(|s| s.success()),
-            "dra run did not exit cleanly on SIGINT ({st:?}); log {}",
-            self.agent.log.display()
-        );
-        Ok(())
+        self.agent.stop()
     }
 }
 

@@ -68,6 +68,22 @@ impl Proc {
         self.status
     }
 
+    /// SIGKILL, at once (a fault a bench injects); the exit status.
+    pub(crate) fn kill(&mut self) -> Option<std::process::ExitStatus> {
+        if self.exited().is_none()
+            && let Some(mut c) = self.child.take()
+        {
+            let _ = c.kill();
+            self.status = c.wait().ok();
+        }
+        self.status
+    }
+
+    /// Lets it run on after this is dropped (a lab left up for the operator).
+    pub(crate) fn leave_running(mut self) {
+        self.child = None;
+    }
+
     /// SIGINT, up to `grace` to exit, then SIGKILL; the exit status.
     pub(crate) fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
         if self.exited().is_some() {
@@ -113,17 +129,20 @@ pub(crate) fn spawn_logging(
         .with_context(|| format!("start {name}"))
 }
 
-/// Starts `cmd` with its output in `log` and its pid recorded in the lab state dir.
-pub(crate) fn spawn_to(log: &Path, name: &str, cmd: &mut std::process::Command) -> Result<Child> {
+/// Starts `cmd` with its output in `log` and its pid recorded in the state dir `dir` (as
+/// `<name>.pid`, where the lab's `down` finds it).
+pub(crate) fn spawn_to(
+    dir: &str,
+    log: &Path,
+    name: &str,
+    cmd: &mut std::process::Command,
+) -> Result<Child> {
     let child = spawn_logging(log, name, cmd)?;
-    std::fs::write(
-        Path::new(lab::STATE_DIR).join(format!("{name}.pid")),
-        format!("{}\n", child.id()),
-    )?;
+    std::fs::write(lab::pid_file_in(dir, name), format!("{}\n", child.id()))?;
     Ok(child)
 }
 
-/// Removes the pid file [`spawn_to`] wrote for `name`.
-pub(crate) fn remove_pid_file(name: &str) {
-    let _ = std::fs::remove_file(Path::new(lab::STATE_DIR).join(format!("{name}.pid")));
+/// Removes the pid file [`spawn_to`] wrote for `name` in `dir`.
+pub(crate) fn remove_pid_file(dir: &str, name: &str) {
+    let _ = std::fs::remove_file(lab::pid_file_in(dir, name));
 }

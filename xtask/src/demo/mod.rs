@@ -30,7 +30,7 @@ use crate::{
     agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
     metrics::Snap,
-    procs::{Proc, install_signal_handlers, interrupted, spawn_to},
+    procs::{install_signal_handlers, interrupted},
     results::timestamp,
 };
 use checks::Check;
@@ -173,8 +173,7 @@ fn story(
         if with_doic && peer == doic::GATEWAY {
             c.arg("--doic");
         }
-        let child = spawn_to(&out.join(format!("{peer}.log")), peer, &mut c)?;
-        clients.push(Proc::new(peer, child));
+        clients.push(LAB.spawn(&out.join(format!("{peer}.log")), peer, peer, &mut c)?);
     }
     // SAFETY: isatty(3) on fd 1 only reads its state.
     let tty = unsafe { libc::isatty(1) } == 1;

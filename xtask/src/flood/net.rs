@@ -288,7 +288,7 @@ pub const SITE: Site = Site {
     iface: DRA_IF,
     pin_dir: PIN_DIR,
     upstreams: &["pcrf1"],
-    pid_files: false,
+    pid_files: None,
 };
 
 /// Packet counters of an interface in a namespace: (rx_packets, tx_packets, tx_dropped).

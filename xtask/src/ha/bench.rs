@@ -22,7 +22,6 @@
 
 use std::{
     path::Path,
-    process::Child,
     time::{Duration, Instant},
 };
 
@@ -34,11 +33,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    DIAMETER_PORT, DRAS, GWS, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store, command_in, forget,
+    DIAMETER_PORT, DRAS, GWS, NS_GW, REDIS_PORTS, SERVERS, STATE_DIR, Store, command_in,
     gateway_command, log_file, recorded_pid, redis_name, redis_node, spawn_logged, start_dra,
 };
-use crate::lab::{Bins, stop_pid};
-use crate::metrics::{self, METRICS_ADDR};
+use crate::agent_run::{Agent, ClientFiles};
+use crate::lab::Bins;
 use crate::procs::{self, interrupted};
 use crate::results::{TableRow, first_line, machine};
 
@@ -77,13 +76,6 @@ fn scenario() -> String {
          rates = {{ gx_ccr_i = {RATE}, gx_ccr_u = {RATE}, gx_ccr_t = {RATE} }}\n\
          [[phase]]\nname = \"flush\"\nduration_s = {FLUSH_S}\nflush = \"gx\"\n"
     )
-}
-
-/// Stops a process of ours: `sig`, then SIGKILL after `grace`.
-fn stop_child(mut c: Child, name: &str, sig: i32, grace: Duration) {
-    stop_pid(c.id() as i32, sig, grace);
-    let _ = c.wait();
-    forget(name);
 }
 
 /// The last counters a `dra-loadgen server --stats-every 1` printed (its log's last
@@ -241,22 +233,27 @@ impl Failover {
     }
 }
 
-fn failover_run(bins: &Bins) -> Result<Failover> {
+/// The failover run on the lab's two agents (`agents`: A, B), which it stops at the end.
+fn failover_run(bins: &Bins, agents: Vec<Agent<'static>>) -> Result<Failover> {
+    let Ok::<[Agent; 2], _>([mut a, mut b]) = agents.try_into() else {
+        bail!("the HA lab gave no two agents");
+    };
     let dir = Path::new(STATE_DIR);
     let sc = dir.join("ha-failover.toml");
     std::fs::write(&sc, scenario())?;
-    let mut dra_a: Option<Child> = None;
-    // The DRAs the lab started are adopted by pid; the restarted A is a child here.
-    let pid_a = recorded_pid(&super::dra_proc_name(&DRAS[0])).context("pid of DRA A")?;
     let mut gws = Vec::new();
     let t0 = Instant::now();
     for g in &GWS {
+        let files = ClientFiles::new(dir, g.name);
         let mut c = gateway_command(bins, g, &sc, "primary")?;
         c.arg("--summary-json")
-            .arg(dir.join(format!("{}-summary.json", g.name)))
+            .arg(&files.summary)
             .arg("--rows")
-            .arg(dir.join(format!("{}-rows.jsonl", g.name)));
-        gws.push(procs::Proc::new(g.name, spawn_logged(g.name, &mut c)?));
+            .arg(&files.rows);
+        gws.push((
+            DRAS[0].site.spawn(&files.log, g.name, g.name, &mut c)?,
+            files,
+        ));
     }
     let mut out = Failover::default();
     let (mut killed, mut restarted, mut master) = (false, false, false);
@@ -264,19 +261,21 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
     loop {
         interrupted()?;
         let t = t0.elapsed().as_secs_f64();
+        b.ensure_running("on DRA host b during the failover run")?;
         if !killed && t >= KILL_A_AT {
-            eprintln!("xtask: t={t:.1}s SIGKILL DRA A (pid {pid_a})");
-            // SAFETY: kill(2) on the dra run this run started (pid file of the lab).
-            unsafe { libc::kill(pid_a, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid_a, std::ptr::null_mut(), 0) };
+            eprintln!("xtask: t={t:.1}s SIGKILL DRA A (pid {})", a.pid()?);
+            a.kill();
             out.kill_a_at_s = t;
             killed = true;
         }
         if killed && !restarted && t >= RESTART_A_AT {
             eprintln!("xtask: t={t:.1}s restarting DRA A");
-            dra_a = Some(start_dra(bins, &DRAS[0], Store::RedisCluster)?);
+            a = start_dra(bins, &DRAS[0], Store::RedisCluster, "dra-a-restarted")?;
             out.restart_a_at_s = t;
             restarted = true;
+        }
+        if restarted {
+            a.ensure_running("on DRA host a after its restart")?;
         }
         if restarted && !master && t >= KILL_MASTER_AT {
             let (port, ms) = kill_master()?;
@@ -287,7 +286,7 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
             out.redis_master_failover_ms = ms;
             master = true;
         }
-        if gws.iter_mut().all(|p| p.exited().is_some()) {
+        if gws.iter_mut().all(|(p, _)| p.exited().is_some()) {
             break;
         }
         ensure!(t < total, "the gateways did not finish in {total:.0} s");
@@ -297,23 +296,22 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
         killed && restarted && master,
         "the run ended before its faults"
     );
-    for (g, p) in GWS.iter().zip(gws.iter_mut()) {
+    for (g, (p, files)) in GWS.iter().zip(gws.iter_mut()) {
         let st = p.exited();
         ensure!(
             st.is_some_and(|s| s.success()),
             "gateway {} failed ({st:?}); log {}",
             g.name,
-            log_file(g.name).display()
+            files.log.display()
         );
-        let f = dir.join(format!("{}-summary.json", g.name));
-        let text = std::fs::read_to_string(&f).with_context(|| format!("{}", f.display()))?;
-        out.summaries
-            .push(dra_report::parse(&text, &f.display().to_string())?);
+        out.summaries.push(files.summary()?);
     }
     for d in &DRAS {
         // The agent creates a store-error series (op, kind) at the first such error:
         // without any, it has counted none.
-        out.store_errors += metrics::scrape(d.ns, METRICS_ADDR)
+        out.store_errors += d
+            .site
+            .scrape()
             .with_context(|| format!("metrics of DRA {}", d.name))?
             .sum_or_zero_if_absent("dra_session_store_errors_total", &[]);
     }
@@ -323,19 +321,9 @@ fn failover_run(bins: &Bins) -> Result<Failover> {
         out.servers.push(server_stats(s.name)?);
     }
     restart_node(out.killed_master_port)?;
-    // DRA B (adopted) and A stop; the relay runs start A again with each store.
-    if let Some(pid) = recorded_pid(&super::dra_proc_name(&DRAS[1])) {
-        stop_pid(pid, libc::SIGINT, Duration::from_secs(5));
-        forget(&super::dra_proc_name(&DRAS[1]));
-    }
-    if let Some(c) = dra_a.take() {
-        stop_child(
-            c,
-            &super::dra_proc_name(&DRAS[0]),
-            libc::SIGINT,
-            Duration::from_secs(5),
-        );
-    }
+    // Both agents stop; the relay runs start A again with each store.
+    b.stop()?;
+    a.stop()?;
     Ok(out)
 }
 
@@ -352,7 +340,7 @@ struct Relay {
 
 /// One closed-loop measurement through DRA A with `store`: requests/s of both gateways.
 fn relay(bins: &Bins, store: Store) -> Result<Relay> {
-    let a = start_dra(bins, &DRAS[0], store)?;
+    let mut a = start_dra(bins, &DRAS[0], store, &format!("dra-a-{}", store.name()))?;
     let dir = Path::new(STATE_DIR);
     let mut clients = Vec::new();
     for g in &GWS {
@@ -379,14 +367,13 @@ fn relay(bins: &Bins, store: Store) -> Result<Relay> {
         ])
         .arg("--summary-json")
         .arg(dir.join(format!("{name}.json")));
-        clients.push((
-            name.clone(),
-            procs::Proc::new(&name, spawn_logged(&name, &mut c)?),
-        ));
+        let p = DRAS[0].site.spawn(&log_file(&name), &name, &name, &mut c)?;
+        clients.push((name, p));
     }
     let t0 = Instant::now();
     while clients.iter_mut().any(|(_, p)| p.exited().is_none()) {
         interrupted()?;
+        a.ensure_running("during the closed loop")?;
         ensure!(
             t0.elapsed() < Duration::from_secs(u64::from(RELAY_WARMUP_S + RELAY_SECONDS) + 30),
             "closed-loop clients did not finish"
@@ -416,12 +403,7 @@ fn relay(bins: &Bins, store: Store) -> Result<Relay> {
         p99 = p99.max(v.p99_ms);
         per.push(v);
     }
-    stop_child(
-        a,
-        &super::dra_proc_name(&DRAS[0]),
-        libc::SIGINT,
-        Duration::from_secs(5),
-    );
+    a.stop()?;
     ensure!(answered > 0, "{}: nothing answered", store.name());
     Ok(Relay {
         store: store.name(),
@@ -449,13 +431,13 @@ pub fn run(root: &Path) -> Result<()> {
             "xtask: HA lab up (namespaces draha-*, 6-node Redis Cluster, 2 DRA hosts, \
              pcrf1/pcrf2/ocs1)"
         );
-        super::up(&bins, true, false)?;
+        let agents = super::up(&bins, true, false)?;
         eprintln!(
             "xtask: failover run ({} s): SIGKILL DRA A at {KILL_A_AT} s, restart at \
              {RESTART_A_AT} s, SIGKILL a Redis master at {KILL_MASTER_AT} s",
             BUILD_S + STEADY_S + FLUSH_S
         );
-        let f = failover_run(&bins)?;
+        let f = failover_run(&bins, agents)?;
         let mut relays = Vec::new();
         for store in [Store::Memory, Store::RedisCluster] {
             eprintln!(

@@ -31,6 +31,7 @@ use anyhow::{Context, Result, bail};
 
 use netlab::{add_bridge, add_bridge_port, add_netns, addr_up};
 
+use crate::agent_run::{Agent, PidFiles, Site};
 use crate::lab::{self, Bins, command_in, in_netns, stop_pid};
 use crate::metrics::METRICS_ADDR;
 
@@ -56,10 +57,11 @@ pub const TW_S: u64 = 6;
 pub struct Dra {
     /// "a" or "b".
     pub name: &'static str,
-    pub ns: &'static str,
+    /// Where its agent runs: namespace, gateway-facing interface (XDP), pin dir, the
+    /// servers it must have open, its pid file.
+    pub site: Site,
     pub origin_host: &'static str,
-    /// Gateway-facing interface (XDP) and the listener's address on it.
-    pub client_if: &'static str,
+    /// The listener's address on the gateway-facing interface.
     pub client_ip: &'static str,
     /// Server-facing interface and address.
     pub up_if: &'static str,
@@ -67,33 +69,49 @@ pub struct Dra {
     /// Its end of the gateway bridge / the core bridge.
     pub gw_side: &'static str,
     pub core_side: &'static str,
-    pub pin_dir: &'static str,
 }
 
-pub const DRAS: [Dra; 2] = [
+/// The servers every DRA host opens before it counts as ready.
+const UPSTREAMS: [&str; 3] = [SERVERS[0].name, SERVERS[1].name, SERVERS[2].name];
+
+pub static DRAS: [Dra; 2] = [
     Dra {
         name: "a",
-        ns: "draha-a",
+        site: Site {
+            ns: "draha-a",
+            iface: "draha-a-cli",
+            pin_dir: "/sys/fs/bpf/dra-ha-a",
+            upstreams: &UPSTREAMS,
+            pid_files: Some(PidFiles {
+                dir: STATE_DIR,
+                agent: "dra-a",
+            }),
+        },
         origin_host: "dra-a.lab.example",
-        client_if: "draha-a-cli",
         client_ip: "198.19.1.1",
         up_if: "draha-a-up",
         up_ip: "198.19.2.1",
         gw_side: "draha-ga",
         core_side: "draha-ca",
-        pin_dir: "/sys/fs/bpf/dra-ha-a",
     },
     Dra {
         name: "b",
-        ns: "draha-b",
+        site: Site {
+            ns: "draha-b",
+            iface: "draha-b-cli",
+            pin_dir: "/sys/fs/bpf/dra-ha-b",
+            upstreams: &UPSTREAMS,
+            pid_files: Some(PidFiles {
+                dir: STATE_DIR,
+                agent: "dra-b",
+            }),
+        },
         origin_host: "dra-b.lab.example",
-        client_if: "draha-b-cli",
         client_ip: "198.19.1.11",
         up_if: "draha-b-up",
         up_ip: "198.19.2.11",
         gw_side: "draha-gb",
         core_side: "draha-cb",
-        pin_dir: "/sys/fs/bpf/dra-ha-b",
     },
 ];
 
@@ -192,15 +210,10 @@ pub fn spawn_logged(name: &str, cmd: &mut Command) -> Result<Child> {
     lab::spawn_logged_in(STATE_DIR, name, cmd)
 }
 
-/// Forgets the pid of a process that was stopped.
-pub fn forget(name: &str) {
-    let _ = std::fs::remove_file(pid_file(name));
-}
-
 /// Namespaces, bridges, veths and addresses.
 fn topology() -> Result<()> {
     let mut all = vec![NS_GW, NS_CORE, NS_REDIS];
-    all.extend(DRAS.iter().map(|d| d.ns));
+    all.extend(DRAS.iter().map(|d| d.site.ns));
     let server_ns: Vec<String> = SERVERS.iter().map(ns_of).collect();
     all.extend(server_ns.iter().map(String::as_str));
     for ns in &all {
@@ -213,10 +226,11 @@ fn topology() -> Result<()> {
     // The hub of the server side.
     add_bridge(NS_CORE, "draha-cbr")?;
     for d in &DRAS {
-        add_bridge_port(NS_GW, "draha-gbr", d.gw_side, d.ns, d.client_if)?;
-        addr_up(d.ns, d.client_if, &[format!("{}/24", d.client_ip)])?;
-        add_bridge_port(NS_CORE, "draha-cbr", d.core_side, d.ns, d.up_if)?;
-        addr_up(d.ns, d.up_if, &[format!("{}/24", d.up_ip)])?;
+        let ns = d.site.ns;
+        add_bridge_port(NS_GW, "draha-gbr", d.gw_side, ns, d.site.iface)?;
+        addr_up(ns, d.site.iface, &[format!("{}/24", d.client_ip)])?;
+        add_bridge_port(NS_CORE, "draha-cbr", d.core_side, ns, d.up_if)?;
+        addr_up(ns, d.up_if, &[format!("{}/24", d.up_ip)])?;
     }
     let mut hosts: Vec<(String, &str)> = SERVERS.iter().map(|s| (ns_of(s), s.ip)).collect();
     hosts.push((NS_REDIS.to_owned(), REDIS_IP));
@@ -363,7 +377,7 @@ pub fn dra_config(d: &Dra, store: Store) -> String {
          [[listener]]\naddress = \"{ip}:{DIAMETER_PORT}\"\ntransport = \"tcp\"\n\n",
         name = d.name,
         oh = d.origin_host,
-        cif = d.client_if,
+        cif = d.site.iface,
         ip = d.client_ip,
     );
     for g in &GWS {
@@ -403,67 +417,16 @@ pub fn dra_config(d: &Dra, store: Store) -> String {
     t
 }
 
-/// The name of DRA `d`'s process (pid file, log).
-pub fn dra_proc_name(d: &Dra) -> String {
-    format!("dra-{}", d.name)
-}
-
-/// Starts `dra run` on DRA host `d` (network namespace only, so its pins stay in the
-/// host's bpffs) and waits until it has opened every server.
-pub fn start_dra(bins: &Bins, d: &Dra, store: Store) -> Result<Child> {
+/// Starts `dra run` on DRA host `d` with session store `store` (network namespace only,
+/// so its pins stay in the host's bpffs), its output in the log `log`, and waits until it
+/// has opened every server.
+pub fn start_dra(bins: &Bins, d: &'static Dra, store: Store, log: &str) -> Result<Agent<'static>> {
     let cfg = Path::new(STATE_DIR).join(format!("dra-{}-{}.toml", d.name, store.name()));
     std::fs::write(&cfg, dra_config(d, store))?;
-    let mut c = command_in(d.ns, &bins.dra)?;
-    c.arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["--pin-dir", d.pin_dir]);
-    // Appends: a restarted agent's log follows the killed one's.
-    let name = dra_proc_name(d);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_file(&name))?;
-    let mut child = c
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("start dra run ({})", bins.dra.display()))?;
-    std::fs::write(pid_file(&name), format!("{}\n", child.id()))?;
-    let sock = Path::new(STATE_DIR).join(format!("dra-{}.sock", d.name));
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            bail!(
-                "dra run on host {} exited ({st}); log {}",
-                d.name,
-                log_file(&name).display()
-            );
-        }
-        let out = Command::new(&bins.dra)
-            .arg("status")
-            .arg("--socket")
-            .arg(&sock)
-            .output();
-        let open = out.ok().map_or(0, |o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains(" server ") && l.contains(" open "))
-                .count()
-        });
-        if open == SERVERS.len() {
-            return Ok(child);
-        }
-        if Instant::now() > end {
-            bail!(
-                "dra run on host {} did not open its {} servers in 30 s; log {}",
-                d.name,
-                SERVERS.len(),
-                log_file(&name).display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let cmd = command_in(d.site.ns, &bins.dra)?;
+    d.site
+        .start_agent_ready(cmd, &cfg, log_file(log))
+        .with_context(|| format!("DRA host {}", d.name))
 }
 
 /// The low-rate scenario of the lab's idle gateways (`lab up --ha`).
@@ -505,8 +468,8 @@ pub fn gateway_command(bins: &Bins, g: &Gw, scenario: &Path, mode: &str) -> Resu
 }
 
 /// Builds the HA lab: topology, Redis Cluster, servers; with `dras` both DRA hosts
-/// (Redis Cluster store); with `gateways` also two low-rate gateways.
-pub fn up(bins: &Bins, dras: bool, gateways: bool) -> Result<()> {
+/// (Redis Cluster store), given back ready; with `gateways` also two low-rate gateways.
+pub fn up(bins: &Bins, dras: bool, gateways: bool) -> Result<Vec<Agent<'static>>> {
     if !namespaces().is_empty() {
         bail!(
             "an HA lab already exists (cargo xtask lab status --ha); `cargo xtask lab down --ha`"
@@ -521,9 +484,10 @@ pub fn up(bins: &Bins, dras: bool, gateways: bool) -> Result<()> {
     topology()?;
     start_cluster()?;
     start_servers(bins)?;
+    let mut agents = Vec::new();
     if dras {
         for d in &DRAS {
-            start_dra(bins, d, Store::RedisCluster)?;
+            agents.push(start_dra(bins, d, Store::RedisCluster, d.site.agent_tag())?);
         }
     }
     if gateways {
@@ -533,7 +497,7 @@ pub fn up(bins: &Bins, dras: bool, gateways: bool) -> Result<()> {
             spawn_logged(g.name, &mut gateway_command(bins, g, &sc, "primary")?)?;
         }
     }
-    Ok(())
+    Ok(agents)
 }
 
 fn recorded_pids() -> Vec<(String, i32)> {
@@ -561,7 +525,7 @@ pub fn down() -> Vec<String> {
     lab::remove_links(PREFIX, &mut removed);
     for d in &DRAS {
         lab::remove_dir(
-            d.pin_dir,
+            d.site.pin_dir,
             "pinned objects",
             Some("lab down --ha"),
             &mut removed,
@@ -607,16 +571,19 @@ pub static TOPOLOGY: lab::Topology = lab::Topology {
     name: "HA lab",
     down,
     namespaces,
-    pin_dirs: &[DRAS[0].pin_dir, DRAS[1].pin_dir],
+    pin_dirs: &[DRAS[0].site.pin_dir, DRAS[1].site.pin_dir],
 };
 
 /// `cargo xtask lab up|down|status --ha`.
 pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("up") => {
-            if let Err(e) = up(bins, true, true) {
-                down();
-                return Err(e);
+            match up(bins, true, true) {
+                Ok(agents) => agents.into_iter().for_each(Agent::leave_running),
+                Err(e) => {
+                    down();
+                    return Err(e);
+                }
             }
             for l in status() {
                 println!("{l}");
@@ -626,9 +593,9 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
                  ({bi}:{DIAMETER_PORT}), one Redis Cluster ({REDIS_IP}:7001-7006),\n\
                  pgw1/pgw2 connected to both (A primary). Logs and configs in {STATE_DIR};\n\
                  `cargo xtask lab down --ha` removes it.",
-                a = DRAS[0].ns,
+                a = DRAS[0].site.ns,
                 ai = DRAS[0].client_ip,
-                b = DRAS[1].ns,
+                b = DRAS[1].site.ns,
                 bi = DRAS[1].client_ip,
             );
             Ok(())
