@@ -1,13 +1,16 @@
 //! The reports `dra-loadgen` writes (its client's summary and per-second rows, the
-//! closed loop's summary, the server's counters), as types that derive both
-//! `Serialize` and `Deserialize`: the load generator serializes exactly these, and the
-//! benches in xtask and the tests parse them back with [`parse`]. A field that is
+//! closed loop's summary, the server's counters) and the results of the bench binaries
+//! (`dra-bench`'s [`relay`], `xdp-bench`'s [`xdp`]), as types that derive both
+//! `Serialize` and `Deserialize`: the writers serialize exactly these, and the benches
+//! in xtask and the tests parse them back with [`parse`]. A field that is
 //! missing, renamed or unknown fails the parse with an error that names it, so a
 //! bench never reads a figure that is not there as zero.
 
 pub mod client;
 pub mod closed;
+pub mod relay;
 pub mod server;
+pub mod xdp;
 
 use std::fmt;
 

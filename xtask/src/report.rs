@@ -8,7 +8,12 @@
 
 use std::{fmt::Write as _, path::Path, time::SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
+use dra_report::{
+    relay::{self, RelayReport},
+    xdp::XdpReport,
+};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::results::{
@@ -16,116 +21,73 @@ use crate::results::{
     render_markdown,
 };
 
-/// P2 goal: dra agent req/s ÷ freeDiameter req/s at least this.
-pub const GOAL_P2_MIN_RATIO: f64 = 3.0;
-
-/// P1 rows from the xdp-bench JSON: one per case, ns/packet and ratio to bare XDP_PASS.
-pub fn p1_rows(xdp: &Value) -> Result<Vec<TableRow>> {
-    let cases = xdp
-        .get("cases")
-        .and_then(Value::as_array)
-        .context("xdp results: no cases")?;
-    let pass = cases
+/// P1 rows from xdp-bench's report: one per case, ns/packet and ratio to bare XDP_PASS,
+/// then the goal's row and the floor's.
+pub fn p1_rows(xdp: &XdpReport) -> Result<Vec<TableRow>> {
+    let pass = xdp
+        .cases
         .iter()
-        .find(|c| c.get("ratio_to_pass").and_then(Value::as_f64) == Some(1.0))
-        .and_then(|c| c.get("ns_per_packet").and_then(Value::as_f64));
-    let runs = xdp
-        .get("runs")
-        .and_then(Value::as_u64)
-        .context("xdp results: no runs")?;
-    let mut rows = Vec::new();
-    for c in cases {
-        let name = c
-            .get("case")
-            .and_then(Value::as_str)
-            .context("case without name")?;
-        let ns = c
-            .get("ns_per_packet")
-            .and_then(Value::as_f64)
-            .context("case without ns_per_packet")?;
-        let r = c
-            .get("ratio_to_pass")
-            .and_then(Value::as_f64)
-            .context("case without ratio_to_pass")?;
-        if r == 1.0 {
-            continue;
-        }
-        rows.push(TableRow {
-            metric: format!("P1 XDP ns/pkt: {name}"),
+        .find(|c| c.ratio_to_pass == 1.0)
+        .context("xdp results: no bare XDP_PASS case (ratio_to_pass 1)")?
+        .ns_per_packet;
+    let mut rows: Vec<TableRow> = xdp
+        .cases
+        .iter()
+        .filter(|c| c.ratio_to_pass != 1.0)
+        .map(|c| TableRow {
+            metric: format!("P1 XDP ns/pkt: {}", c.case),
             measured: format!(
-                "{ns:.1} ns = {r:.2}× bare XDP_PASS ({} ns, {runs} runs)",
-                pass.map_or("-".into(), |p| format!("{p:.1}"))
+                "{:.1} ns = {:.2}× bare XDP_PASS ({pass:.1} ns, {} runs)",
+                c.ns_per_packet, c.ratio_to_pass, xdp.runs
             ),
             goal: "— (reported)".into(),
             met: None,
-        });
-    }
+        })
+        .collect();
     // P1's goal (ns per packet net of a bare XDP_PASS), as xdp-bench judged it.
-    if let Some(g) = xdp.get("goal") {
-        let net = g.get("net_ns").and_then(Value::as_f64);
-        let max = g.get("max_net_ns").and_then(Value::as_f64);
-        let case = g.get("case").and_then(Value::as_str).unwrap_or("?");
-        rows.push(TableRow {
-            metric: format!("P1 goal: {case}, ns/pkt net of bare XDP_PASS"),
-            measured: net.map_or("-".into(), |n| format!("{n:.1} ns")),
-            goal: max.map_or("-".into(), |m| format!("≤ {m:.0} ns")),
-            met: g.get("met").and_then(Value::as_bool),
-        });
-        // What the goal case's lookups and charges cost without the framing.
-        if let Some(floor) = g.get("floor_net_ns").and_then(Value::as_f64) {
-            rows.push(TableRow {
-                metric: format!("P1 floor: {case} without the framing, ns/pkt net"),
-                measured: format!("{floor:.1} ns"),
-                goal: "— (reported)".into(),
-                met: None,
-            });
-        }
-    }
+    let g = &xdp.goal;
+    rows.push(TableRow {
+        metric: format!("P1 goal: {}, ns/pkt net of bare XDP_PASS", g.case),
+        measured: format!("{:.1} ns", g.net_ns),
+        goal: format!("≤ {:.0} ns", g.max_net_ns),
+        met: Some(g.met),
+    });
+    // What the goal case's lookups and charges cost without the framing.
+    rows.push(TableRow {
+        metric: format!("P1 floor: {} without the framing, ns/pkt net", g.case),
+        measured: format!("{:.1} ns", g.floor_net_ns),
+        goal: "— (reported)".into(),
+        met: None,
+    });
     Ok(rows)
 }
 
-/// P2 row from the relay-bench JSON: the medians of its `summary` (rounds alternating,
-/// `dra run` vs freeDiameter, the Erlang/OTP relay beside them), or for a file of the
-/// older one-run format its `results`.
-pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
-    let rps = |prefixes: &[&str]| {
-        let name_is = |r: &&Value| {
-            r.get("relay").and_then(Value::as_str).is_some_and(|n| {
-                // "dra run (TLS)" and "dra run (B)" are rows of their own.
-                !n.ends_with(')') && prefixes.iter().any(|p| n.starts_with(p))
-            })
-        };
-        if let Some(summary) = relay.get("summary").and_then(Value::as_array) {
-            summary
-                .iter()
-                .find(name_is)
-                .and_then(|r| r.pointer("/requests_per_s/median").and_then(Value::as_f64))
-        } else {
-            relay
-                .get("results")
-                .and_then(Value::as_array)?
-                .iter()
-                .find(name_is)
-                .and_then(|r| r.get("requests_per_s").and_then(Value::as_f64))
-        }
-    };
-    if relay.get("summary").is_none() && relay.get("results").is_none() {
-        anyhow::bail!("relay results: no summary and no results");
-    }
-    let agent = rps(&["dra run", "dra agent"]);
-    let (fd, otp) = (rps(&["freeDiameter"]), rps(&["Erlang/OTP"]));
+/// P2 row from the relay bench's report: the medians of its summary (rounds
+/// alternating, `dra run` vs freeDiameter, the Erlang/OTP relay beside them) and the
+/// ratio and verdict `dra-bench` judged. A report whose ratio does not follow from its
+/// own medians is an error.
+pub fn p2_row(relay: &RelayReport) -> Result<TableRow> {
+    let rps = |name: &str| relay.relay(name).map(|s| s.requests_per_s.median);
+    let agent = rps(relay::AGENT);
+    let (fd, otp) = (rps(relay::FREEDIAMETER), rps(relay::OTP));
     let ratio = |r: Option<f64>| match (agent, r) {
         (Some(a), Some(f)) if f > 0.0 => Some(a / f),
         _ => None,
     };
     let q = ratio(fd);
-    let met = q.map(|q| q >= GOAL_P2_MIN_RATIO);
+    let met = q.map(|q| q >= relay.goal_min_ratio);
+    ensure!(
+        met == relay.met,
+        "relay results: met is {:?} but the medians give {q:?} against ≥ {}×",
+        relay.met,
+        relay.goal_min_ratio
+    );
     let n = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
     let otp_text = match ratio(otp) {
         Some(x) => format!("; Erlang/OTP relay {} req/s, dra {x:.2}× it", n(otp)),
         None => String::new(),
     };
-    let row = TableRow {
+    Ok(TableRow {
         metric: "P2 relayed req/s: dra ÷ freeDiameter".into(),
         measured: format!(
             "{}× ({} vs {} req/s{otp_text})",
@@ -133,51 +95,42 @@ pub fn p2_row(relay: &Value) -> Result<(TableRow, Option<bool>, Option<f64>)> {
             n(agent),
             n(fd)
         ),
-        goal: format!("≥ {GOAL_P2_MIN_RATIO}×"),
+        goal: format!("≥ {}×", relay.goal_min_ratio),
         met,
-    };
-    Ok((row, met, q))
+    })
 }
 
-/// The TLS goal: over TLS `dra run` relays at least this share of its plain TCP rate.
-pub const GOAL_TLS_MIN_RATIO: f64 = 0.5;
-
-/// The TLS row from the relay-bench JSON: `ratio_tls_to_plain` (requests/s, medians)
-/// and `ratio_tls_to_plain_cpu_per_request`. A missing figure is an error.
-pub fn tls_row(relay: &Value) -> Result<TableRow> {
-    let ratio = |k: &str| {
-        relay
-            .get(k)
-            .and_then(Value::as_f64)
-            .with_context(|| format!("relay results: no {k} (did the TLS relay run?)"))
-    };
-    let (rps, cpu) = (
-        ratio("ratio_tls_to_plain")?,
-        ratio("ratio_tls_to_plain_cpu_per_request")?,
-    );
+/// The TLS row from the relay bench's report: `ratio_tls_to_plain` (requests/s,
+/// medians) and `ratio_tls_to_plain_cpu_per_request`. A figure that is not there (the
+/// TLS relay did not run) is an error.
+pub fn tls_row(relay: &RelayReport) -> Result<TableRow> {
+    let missing = |k: &str| format!("relay results: {k} is null (did the TLS relay run?)");
+    let rps = relay
+        .ratio_tls_to_plain
+        .with_context(|| missing("ratio_tls_to_plain"))?;
+    let cpu = relay
+        .ratio_tls_to_plain_cpu_per_request
+        .with_context(|| missing("ratio_tls_to_plain_cpu_per_request"))?;
     let median = |name: &str| {
         relay
-            .get("summary")
-            .and_then(Value::as_array)
-            .and_then(|s| {
-                s.iter()
-                    .find(|r| r.get("relay").and_then(Value::as_str) == Some(name))
-            })
-            .and_then(|r| r.pointer("/requests_per_s/median").and_then(Value::as_f64))
-            .with_context(|| format!("relay results: no median for {name}"))
+            .relay(name)
+            .map(|s| s.requests_per_s.median)
+            .with_context(|| format!("relay results: no summary for {name}"))
     };
-    let (tls, plain) = (median("dra run (TLS)")?, median("dra run")?);
+    let (tls, plain) = (median(relay::AGENT_TLS)?, median(relay::AGENT)?);
+    let goal = relay.goal_min_ratio_tls_to_plain;
     Ok(TableRow {
         metric: "TLS relayed req/s: dra over TLS ÷ plain TCP".into(),
         measured: format!(
             "{rps:.2}× ({tls:.0} vs {plain:.0} req/s); CPU per request {cpu:.2}× plain"
         ),
-        goal: format!("≥ {GOAL_TLS_MIN_RATIO}×"),
-        met: Some(rps >= GOAL_TLS_MIN_RATIO),
+        goal: format!("≥ {goal}×"),
+        met: Some(rps >= goal),
     })
 }
 
-fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
+/// The text of `rel`, refused when this run did not rewrite it.
+fn read_fresh_text(root: &Path, rel: &str, since: SystemTime) -> Result<String> {
     let p = root.join(rel);
     let modified = std::fs::metadata(&p)
         .and_then(|m| m.modified())
@@ -188,8 +141,18 @@ fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
             p.display()
         );
     }
-    let text = std::fs::read_to_string(&p)?;
-    serde_json::from_str(&text).with_context(|| format!("parse {}", p.display()))
+    std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))
+}
+
+/// A typed report `rel` of this run; a field missing or renamed is an error naming it.
+fn read_fresh_report<T: DeserializeOwned>(root: &Path, rel: &str, since: SystemTime) -> Result<T> {
+    let text = read_fresh_text(root, rel, since)?;
+    Ok(dra_report::parse(&text, rel)?)
+}
+
+fn read_fresh(root: &Path, rel: &str, since: SystemTime) -> Result<Value> {
+    let text = read_fresh_text(root, rel, since)?;
+    serde_json::from_str(&text).with_context(|| format!("parse {rel}"))
 }
 
 /// The table rows stored in a bench file, `n` of them (`what` names them).
@@ -215,13 +178,12 @@ fn stored_rows(
 /// After `bench` ran xdp, relay, storm, flood, ha and doic: writes `bench/results/<date>.json` and
 /// `.md` and prints the table.
 pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
-    let xdp = read_fresh(root, XDP_LATEST, since)?;
-    let relay = read_fresh(root, RELAY_LATEST, since)?;
+    let xdp: XdpReport = read_fresh_report(root, XDP_LATEST, since)?;
+    let relay: RelayReport = read_fresh_report(root, RELAY_LATEST, since)?;
     let storm = read_fresh(root, STORM_LATEST, since)?;
     let flood = read_fresh(root, FLOOD_LATEST, since)?;
     let mut table = p1_rows(&xdp)?;
-    let (p2row, p2met, p2q) = p2_row(&relay)?;
-    table.push(p2row);
+    table.push(p2_row(&relay)?);
     table.push(tls_row(&relay)?);
     table.extend(stored_rows(
         &storm,
@@ -258,12 +220,12 @@ pub fn aggregate(root: &Path, since: SystemTime) -> Result<()> {
     let date = first_line(&["date", "-u", "+%Y-%m-%d"]);
     let doc = json!({
         "machine": machine,
-        "p1": { "source": XDP_LATEST, "goal": "reported (no goal)", "results": xdp },
+        "p1": { "source": XDP_LATEST, "results": xdp },
         "p2": {
             "source": RELAY_LATEST,
-            "ratio": p2q,
-            "goal_min_ratio": GOAL_P2_MIN_RATIO,
-            "met": p2met,
+            "ratio": relay.ratio_agent_to_freediameter,
+            "goal_min_ratio": relay.goal_min_ratio,
+            "met": relay.met,
             "results": relay,
         },
         "p3": storm.get("p3"),
@@ -327,77 +289,186 @@ pub fn render_report(machine: &Value, table: &[TableRow], p5_note: Option<&str>)
 mod tests {
     use super::*;
 
+    use dra_report::{
+        relay::{RelaySummary, Spread},
+        xdp::{XdpCase, XdpGoal},
+    };
+
+    fn xdp_report(cases: &[(&str, f64)], goal_net: f64) -> XdpReport {
+        let base = cases[0].1;
+        XdpReport {
+            runs: 1000,
+            rounds: 10,
+            goal: XdpGoal {
+                case: "CCR-I".into(),
+                max_net_ns: 120.0,
+                net_ns: goal_net,
+                met: goal_net <= 120.0,
+                floor_net_ns: 250.0,
+            },
+            verdicts_ok: true,
+            verifier_insns: "dra_xdp 18546".into(),
+            cases: cases
+                .iter()
+                .map(|&(case, ns)| XdpCase {
+                    case: case.into(),
+                    ns_per_packet: ns,
+                    ns_min: ns,
+                    ns_max: ns,
+                    net_ns: ns - base,
+                    ratio_to_pass: ns / base,
+                })
+                .collect(),
+        }
+    }
+
+    /// A relay report with these relays' median requests/s, judged as dra-bench does.
+    fn relay_report(medians: &[(&str, f64)], tls: Option<(f64, f64)>) -> RelayReport {
+        let spread = |m| Spread {
+            median: m,
+            min: m,
+            max: m,
+        };
+        let mut r = RelayReport {
+            in_flight: 100,
+            clients: 4,
+            window: 25,
+            servers: 2,
+            seconds: 10,
+            warmup_seconds: 2,
+            rounds: 3,
+            agent: "dra run".into(),
+            dra: "target/release/dra".into(),
+            dra_b: None,
+            ratio_agent_to_agent_b: None,
+            cpus: 2,
+            results: Vec::new(),
+            summary: medians
+                .iter()
+                .map(|&(relay, m)| RelaySummary {
+                    relay: relay.into(),
+                    requests_per_s: spread(m),
+                    p99_ms: spread(1.0),
+                    cpu_us_per_request: Some(spread(5.0)),
+                })
+                .collect(),
+            ratio_agent_to_freediameter: None,
+            ratio_agent_to_otp: None,
+            goal_min_ratio: relay::GOAL_MIN_RATIO,
+            met: None,
+            ratio_tls_to_plain: tls.map(|t| t.0),
+            ratio_tls_to_plain_cpu_per_request: tls.map(|t| t.1),
+            goal_min_ratio_tls_to_plain: relay::GOAL_MIN_RATIO_TLS_TO_PLAIN,
+            met_tls: tls.map(|t| t.0 >= relay::GOAL_MIN_RATIO_TLS_TO_PLAIN),
+        };
+        let q = r
+            .relay(relay::AGENT)
+            .zip(r.relay(relay::FREEDIAMETER))
+            .map(|(a, f)| a.requests_per_s.median / f.requests_per_s.median);
+        r.ratio_agent_to_freediameter = q;
+        r.met = q.map(|q| q >= r.goal_min_ratio);
+        r
+    }
+
     #[test]
-    fn p1_and_p2_rows_come_from_the_bench_files_formats() {
-        let xdp: Value = serde_json::from_str(
-            r#"{"runs":1000,"cases":[
-                {"case":"bare XDP_PASS","ns_per_packet":40.0,"ratio_to_pass":1.000},
-                {"case":"CCR-U admitted","ns_per_packet":260.0,"ratio_to_pass":6.5}]}"#,
-        )
-        .unwrap();
-        let rows = p1_rows(&xdp).unwrap();
-        assert_eq!(rows.len(), 1, "the bare case is the reference, not a row");
-        assert_eq!(rows[0].metric, "P1 XDP ns/pkt: CCR-U admitted");
-        assert_eq!(
-            rows[0].measured,
-            "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)"
-        );
-        assert_eq!(rows[0].met, None);
-        let xdp: Value = serde_json::from_str(
-            r#"{"runs":1000,"goal":{"case":"CCR-I","max_net_ns":120,"net_ns":600.0,
-                "met":false,"floor_net_ns":250.0},"cases":[]}"#,
-        )
-        .unwrap();
+    fn p1_rows_are_the_cases_then_the_goal_and_the_floor() {
+        let xdp = xdp_report(&[("bare XDP_PASS", 40.0), ("CCR-U admitted", 260.0)], 600.0);
         let rows = p1_rows(&xdp).unwrap();
         let cells = |r: &TableRow| (r.measured.clone(), r.goal.clone(), r.met);
+        assert_eq!(rows.len(), 3, "the bare case is the reference, not a row");
+        assert_eq!(rows[0].metric, "P1 XDP ns/pkt: CCR-U admitted");
         assert_eq!(
-            rows.iter().map(cells).collect::<Vec<_>>(),
-            [
-                ("600.0 ns".into(), "≤ 120 ns".into(), Some(false)),
-                ("250.0 ns".into(), "— (reported)".into(), None)
-            ],
-            "the goal's row, then the floor's"
+            cells(&rows[0]),
+            (
+                "260.0 ns = 6.50× bare XDP_PASS (40.0 ns, 1000 runs)".into(),
+                "— (reported)".into(),
+                None
+            )
         );
         assert_eq!(
-            rows[1].metric,
+            cells(&rows[1]),
+            ("600.0 ns".into(), "≤ 120 ns".into(), Some(false)),
+            "the goal's row says it is missed"
+        );
+        assert_eq!(
+            rows[2].metric,
             "P1 floor: CCR-I without the framing, ns/pkt net"
         );
-        let relay: Value = serde_json::from_str(
-            r#"{"results":[{"relay":"dra agent","requests_per_s":50000.0},
-                {"relay":"freeDiameter 1.2.1","requests_per_s":20000.0}]}"#,
-        )
-        .unwrap();
-        let (row, met, q) = p2_row(&relay).unwrap();
-        assert_eq!(q, Some(2.5));
-        assert_eq!(met, Some(false), "2.5× misses the 3× goal and says so");
-        assert_eq!(row.measured, "2.50× (50000 vs 20000 req/s)");
-        let relay: Value = serde_json::from_str(
-            r#"{"summary":[{"relay":"dra run","requests_per_s":{"median":60000.0}},
-                {"relay":"freeDiameter 1.2.1","requests_per_s":{"median":20000.0}},
-                {"relay":"Erlang/OTP diameter","requests_per_s":{"median":30000.0}}]}"#,
-        )
-        .unwrap();
-        let (row, met, q) = p2_row(&relay).unwrap();
-        assert_eq!((q, met), (Some(3.0), Some(true)));
+        assert_eq!(
+            cells(&rows[2]),
+            ("250.0 ns".into(), "— (reported)".into(), None)
+        );
+        let no_pass = xdp_report(&[("CCR-U admitted", 260.0), ("CCR-I", 300.0)], 100.0);
+        let no_pass = XdpReport {
+            cases: no_pass.cases[1..].to_vec(),
+            ..no_pass
+        };
+        let e = format!("{:#}", p1_rows(&no_pass).unwrap_err());
+        assert!(e.contains("no bare XDP_PASS case"), "{e}");
+    }
+
+    #[test]
+    fn p2_row_judges_the_medians_and_refuses_a_verdict_they_do_not_give() {
+        let r = relay_report(
+            &[
+                (relay::AGENT, 60000.0),
+                (relay::FREEDIAMETER, 20000.0),
+                (relay::OTP, 30000.0),
+            ],
+            None,
+        );
+        let row = p2_row(&r).unwrap();
+        assert_eq!(row.met, Some(true));
         assert_eq!(
             row.measured,
             "3.00× (60000 vs 20000 req/s; Erlang/OTP relay 30000 req/s, dra 2.00× it)"
         );
+        let r = relay_report(
+            &[(relay::AGENT, 50000.0), (relay::FREEDIAMETER, 20000.0)],
+            None,
+        );
+        let row = p2_row(&r).unwrap();
+        assert_eq!(row.met, Some(false), "2.5× misses the 3× goal and says so");
+        assert_eq!(row.measured, "2.50× (50000 vs 20000 req/s)");
+        let forged = RelayReport {
+            met: Some(true),
+            ..r
+        };
+        let e = format!("{:#}", p2_row(&forged).unwrap_err());
+        assert!(e.contains("met is Some(true)"), "{e}");
+        let no_fd = relay_report(&[(relay::AGENT, 50000.0)], None);
+        let row = p2_row(&no_fd).unwrap();
+        assert_eq!(
+            (row.met, row.measured.as_str()),
+            (None, "-× (50000 vs - req/s)")
+        );
+    }
+
+    #[test]
+    fn tls_row_reads_the_ratio_and_refuses_a_missing_one() {
+        let medians = [(relay::AGENT, 60000.0), (relay::AGENT_TLS, 45000.0)];
+        let row = tls_row(&relay_report(&medians, Some((0.75, 1.3)))).unwrap();
+        assert_eq!(row.met, Some(true));
+        assert_eq!(
+            row.measured,
+            "0.75× (45000 vs 60000 req/s); CPU per request 1.30× plain"
+        );
+        let e = format!("{:#}", tls_row(&relay_report(&medians, None)).unwrap_err());
+        assert!(e.contains("ratio_tls_to_plain is null"), "{e}");
+    }
+
+    fn committed(rel: &str) -> String {
+        std::fs::read_to_string(crate::workspace_root().join(rel)).unwrap()
     }
 
     #[test]
     fn the_committed_result_files_still_parse() {
-        let root = crate::workspace_root();
-        let xdp: Value =
-            serde_json::from_str(&std::fs::read_to_string(root.join(XDP_LATEST)).unwrap()).unwrap();
-        assert!(!p1_rows(&xdp).unwrap().is_empty());
-        let relay: Value =
-            serde_json::from_str(&std::fs::read_to_string(root.join(RELAY_LATEST)).unwrap())
-                .unwrap();
-        assert!(p2_row(&relay).unwrap().2.is_some());
-        let read = |rel: &str| -> Value {
-            serde_json::from_str(&std::fs::read_to_string(root.join(rel)).unwrap()).unwrap()
-        };
+        let xdp: XdpReport = dra_report::parse(&committed(XDP_LATEST), XDP_LATEST).unwrap();
+        assert!(p1_rows(&xdp).unwrap().len() > 2);
+        let relay: RelayReport = dra_report::parse(&committed(RELAY_LATEST), RELAY_LATEST).unwrap();
+        assert!(p2_row(&relay).unwrap().met.is_some());
+        assert!(tls_row(&relay).unwrap().met.is_some());
+        let read = |rel: &str| -> Value { serde_json::from_str(&committed(rel)).unwrap() };
         let storm = stored_rows(&read(STORM_LATEST), "table", 3..=3, "storm").unwrap();
         assert!(storm[1].metric.starts_with("P4") && storm[2].metric.starts_with("P4"));
         let doic = stored_rows(&read(crate::doic::DOIC_LATEST), "table", 2..=2, "doic").unwrap();
@@ -408,6 +479,33 @@ mod tests {
                 .iter()
                 .all(|r| r.metric.starts_with("P5") && r.met.is_some())
         );
+    }
+
+    #[test]
+    fn a_renamed_field_in_the_relay_or_xdp_results_fails_the_report_naming_it() {
+        let dir = std::env::temp_dir().join(format!("xtask-report-{}", std::process::id()));
+        let results = dir.join("bench/results");
+        std::fs::create_dir_all(&results).unwrap();
+        let since = SystemTime::now() - std::time::Duration::from_secs(60);
+        let cases = [
+            (RELAY_LATEST, "\"requests_per_s\"", "\"requests_per_sec\""),
+            (RELAY_LATEST, "\"met\"", "\"goal_met\""),
+            (XDP_LATEST, "\"net_ns\"", "\"net\""),
+            (XDP_LATEST, "\"floor_net_ns\"", "\"floor_ns\""),
+        ];
+        for (rel, from, to) in cases {
+            let text = committed(rel);
+            assert!(text.contains(from), "{rel} has {from}");
+            std::fs::write(dir.join(rel), text.replace(from, to)).unwrap();
+            let e = if rel == RELAY_LATEST {
+                read_fresh_report::<RelayReport>(&dir, rel, since).map(|_| ())
+            } else {
+                read_fresh_report::<XdpReport>(&dir, rel, since).map(|_| ())
+            };
+            let e = format!("{:#}", e.expect_err(to));
+            assert!(e.contains(rel) && e.contains(to.trim_matches('"')), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -427,25 +525,5 @@ mod tests {
              Kernel 6.1.0, 2 × Xeon, load average 1 2 3 at the end, commit abc.\n"
         ));
         assert!(md.contains("\nP5: both runs limited\n"));
-    }
-
-    #[test]
-    fn tls_row_reads_the_ratio_and_refuses_a_missing_one() {
-        let relay: Value = serde_json::from_str(
-            r#"{"summary":[{"relay":"dra run","requests_per_s":{"median":60000.0}},
-                {"relay":"dra run (TLS)","requests_per_s":{"median":45000.0}}],
-                "ratio_tls_to_plain":0.75,"ratio_tls_to_plain_cpu_per_request":1.3}"#,
-        )
-        .unwrap();
-        let row = tls_row(&relay).unwrap();
-        assert_eq!(row.met, Some(true));
-        assert_eq!(
-            row.measured,
-            "0.75× (45000 vs 60000 req/s); CPU per request 1.30× plain"
-        );
-        let (p2, _, _) = p2_row(&relay).unwrap();
-        assert!(p2.measured.contains("60000"), "{}", p2.measured);
-        let missing: Value = serde_json::from_str(r#"{"summary":[]}"#).unwrap();
-        assert!(tls_row(&missing).is_err());
     }
 }

@@ -38,6 +38,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use dra::diameter::result_code;
+use dra_report::relay::{
+    self, GOAL_MIN_RATIO, GOAL_MIN_RATIO_TLS_TO_PLAIN, RelayReport, RelaySummary, RoundResult,
+    Spread,
+};
 use dra_tools::freediameter::self_signed_cert;
 use dra_tools::loadgen::closed::{self, ClosedConfig};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
@@ -175,11 +179,11 @@ impl Relay {
 
     fn name(self) -> &'static str {
         match self {
-            Relay::Agent => "dra run",
-            Relay::AgentTls => "dra run (TLS)",
-            Relay::AgentB => "dra run (B)",
-            Relay::FreeDiameter => "freeDiameter 1.2.1",
-            Relay::Otp => "Erlang/OTP diameter",
+            Relay::Agent => relay::AGENT,
+            Relay::AgentTls => relay::AGENT_TLS,
+            Relay::AgentB => relay::AGENT_B,
+            Relay::FreeDiameter => relay::FREEDIAMETER,
+            Relay::Otp => relay::OTP,
         }
     }
 
@@ -248,11 +252,11 @@ async fn load(
     cfg.warmup = Duration::from_secs(args.warmup);
     cfg.measure = Duration::from_secs(args.seconds);
     let name = relay.name();
-    let cpu0 = tree_cpu_s(pid);
+    let cpu0 = tree_cpu_s(pid).with_context(|| format!("{name}: CPU before the load"))?;
     let r = closed::run(cfg)
         .await
         .with_context(|| format!("{name}: clients"))?;
-    let cpu_s = tree_cpu_s(pid) - cpu0;
+    let cpu_s = tree_cpu_s(pid).with_context(|| format!("{name}: CPU after the load"))? - cpu0;
     if r.answered_with(result_code::SUCCESS) == 0 {
         bail!("{name}: no request answered 2001");
     }
@@ -270,32 +274,32 @@ async fn load(
 }
 
 /// CPU seconds (user + system) of process `pid` and all its descendants, from /proc.
-fn tree_cpu_s(pid: u32) -> f64 {
+/// The relay itself must be there and every stat read must parse: a CPU time that cannot
+/// be read is an error, never a zero. A process that ends between the listing and the
+/// read of its stat is passed over (it is no longer part of the tree).
+fn tree_cpu_s(pid: u32) -> Result<f64> {
     // (pid, ppid, utime + stime in clock ticks) of every process.
     let mut procs = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-                continue;
-            };
-            // Fields after the command name (which may hold spaces): state is field 3.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            // rest[0] = state (field 3), ppid field 4, utime field 14, stime field 15.
-            procs.push((p, num(1) as u32, num(11) + num(12)));
-        }
+    for e in std::fs::read_dir("/proc").context("list /proc")?.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        procs.push((
+            p,
+            stat_fields(&stat).with_context(|| format!("/proc/{p}/stat"))?,
+        ));
+    }
+    if !procs.iter().any(|p| p.0 == pid) {
+        bail!("the relay (pid {pid}) is gone: no CPU time to read");
     }
     let mut tree = vec![pid];
     let mut i = 0;
     while i < tree.len() {
         let parent = tree[i];
-        tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        tree.extend(procs.iter().filter(|p| p.1.0 == parent).map(|p| p.0));
         i += 1;
     }
     // SAFETY: sysconf has no preconditions.
@@ -303,9 +307,26 @@ fn tree_cpu_s(pid: u32) -> f64 {
     let ticks: u64 = procs
         .iter()
         .filter(|p| tree.contains(&p.0))
-        .map(|p| p.2)
+        .map(|p| p.1.1)
         .sum();
-    ticks as f64 / hz
+    Ok(ticks as f64 / hz)
+}
+
+/// (ppid, utime + stime in clock ticks) of a `/proc/PID/stat` line.
+fn stat_fields(stat: &str) -> Result<(u32, u64)> {
+    // Fields after the command name (which may hold spaces): state is field 3, ppid
+    // field 4, utime field 14, stime field 15.
+    let (_, rest) = stat.rsplit_once(')').context("no command name")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize, what: &str| -> Result<u64> {
+        f.get(i)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {what}"))
+    };
+    Ok((
+        u32::try_from(num(1, "ppid")?)?,
+        num(11, "utime")? + num(12, "stime")?,
+    ))
 }
 
 // ---------------------------------------------------------------- TLS
@@ -677,18 +698,30 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Median, min and max of `f` over `relay`'s rounds.
-fn stats(results: &[RelayResult], relay: Relay, f: impl Fn(&RelayResult) -> f64) -> [f64; 3] {
-    let mut v: Vec<f64> = results.iter().filter(|r| r.relay == relay).map(f).collect();
+/// Median, min and max of `f` over `relay`'s rounds; `None` when a round has no figure.
+fn stats(
+    results: &[RelayResult],
+    relay: Relay,
+    f: impl Fn(&RelayResult) -> Option<f64>,
+) -> Option<Spread> {
+    let mut v: Vec<f64> = results
+        .iter()
+        .filter(|r| r.relay == relay)
+        .map(f)
+        .collect::<Option<_>>()?;
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    [median(&mut v), min, max]
+    Some(Spread {
+        median: median(&mut v),
+        min,
+        max,
+    })
 }
 
-/// The P2 goal: dra run relays at least this many times freeDiameter's rate.
-const GOAL_RATIO: f64 = 3.0;
-/// The TLS goal: over TLS dra run relays at least this share of its plain TCP rate.
-const GOAL_TLS_RATIO: f64 = 0.5;
+/// Median, min and max of a figure every round has.
+fn spread(results: &[RelayResult], relay: Relay, f: impl Fn(&RelayResult) -> f64) -> Spread {
+    stats(results, relay, |r| Some(f(r))).expect("a figure of every round")
+}
 
 /// The TLS row: (requests/s TLS ÷ plain, CPU per request TLS ÷ plain), medians of the
 /// rounds; `None` when either relay did not run. A CPU figure that could not be read
@@ -697,7 +730,7 @@ fn tls_ratios(results: &[RelayResult], relays: &[Relay]) -> Result<Option<(f64, 
     if !(relays.contains(&Relay::Agent) && relays.contains(&Relay::AgentTls)) {
         return Ok(None);
     }
-    let rps = |r| stats(results, r, |x| x.rps)[0];
+    let rps = |r| spread(results, r, |x| x.rps).median;
     let cpu = |r: Relay| -> Result<f64> {
         let mut v = Vec::new();
         for x in results.iter().filter(|x| x.relay == r) {
@@ -745,36 +778,34 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
     println!("median (min-max) over the rounds:");
     let mut summary = Vec::new();
     for &relay in relays {
-        let rps = stats(results, relay, |r| r.rps);
-        let p99 = stats(results, relay, |r| r.p99_ms);
-        let cpu = stats(results, relay, |r| {
-            r.cpu_us_per_request().unwrap_or(f64::NAN)
-        });
+        let rps = spread(results, relay, |r| r.rps);
+        let p99 = spread(results, relay, |r| r.p99_ms);
+        let cpu = stats(results, relay, RelayResult::cpu_us_per_request);
         println!(
-            "{:<20} {:>9.0} req/s ({:.0}-{:.0}), p99 {:.3} ms ({:.3}-{:.3}), {:.1} µs CPU/req \
-             ({:.1}-{:.1})",
+            "{:<20} {:>9.0} req/s ({:.0}-{:.0}), p99 {:.3} ms ({:.3}-{:.3}), {} µs CPU/req",
             relay.name(),
-            rps[0],
-            rps[1],
-            rps[2],
-            p99[0],
-            p99[1],
-            p99[2],
-            cpu[0],
-            cpu[1],
-            cpu[2]
+            rps.median,
+            rps.min,
+            rps.max,
+            p99.median,
+            p99.min,
+            p99.max,
+            cpu.map_or("-".into(), |c| format!(
+                "{:.1} ({:.1}-{:.1})",
+                c.median, c.min, c.max
+            )),
         );
-        summary.push(serde_json::json!({
-            "relay": relay.name(),
-            "requests_per_s": { "median": rps[0], "min": rps[1], "max": rps[2] },
-            "p99_ms": { "median": p99[0], "min": p99[1], "max": p99[2] },
-            "cpu_us_per_request": { "median": cpu[0], "min": cpu[1], "max": cpu[2] },
-        }));
+        summary.push(RelaySummary {
+            relay: relay.name().to_owned(),
+            requests_per_s: rps,
+            p99_ms: p99,
+            cpu_us_per_request: cpu,
+        });
     }
     let median_rps = |relay| {
         relays
             .contains(&relay)
-            .then(|| stats(results, relay, |r| r.rps)[0])
+            .then(|| spread(results, relay, |r| r.rps).median)
     };
     let ratio = |reference| {
         median_rps(Relay::Agent)
@@ -784,11 +815,11 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
     let ratio_fd = ratio(Relay::FreeDiameter);
     let ratio_otp = ratio(Relay::Otp);
     let ratio_b = ratio(Relay::AgentB);
-    let met = ratio_fd.map(|x| x >= GOAL_RATIO);
+    let met = ratio_fd.map(|x| x >= GOAL_MIN_RATIO);
     if let Some(x) = ratio_fd {
         println!(
-            "P2 dra run / freeDiameter (medians): {x:.2}× (goal ≥ {GOAL_RATIO}×): {}",
-            if x >= GOAL_RATIO { "met" } else { "MISSED" }
+            "P2 dra run / freeDiameter (medians): {x:.2}× (goal ≥ {GOAL_MIN_RATIO}×): {}",
+            if x >= GOAL_MIN_RATIO { "met" } else { "MISSED" }
         );
     }
     if let Some(x) = ratio_otp {
@@ -801,49 +832,53 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
     if let Some((rps, cpu)) = tls {
         println!(
             "TLS: dra run (TLS) / dra run (medians): {rps:.2}× requests/s (goal ≥ \
-             {GOAL_TLS_RATIO}×): {}; CPU per request {cpu:.2}×",
-            if rps >= GOAL_TLS_RATIO {
+             {GOAL_MIN_RATIO_TLS_TO_PLAIN}×): {}; CPU per request {cpu:.2}×",
+            if rps >= GOAL_MIN_RATIO_TLS_TO_PLAIN {
                 "met"
             } else {
                 "MISSED"
             }
         );
     }
-    let json = serde_json::json!({
-        "in_flight": in_flight,
-        "clients": args.clients,
-        "window": args.window,
-        "servers": args.servers,
-        "seconds": args.seconds,
-        "warmup_seconds": args.warmup,
-        "rounds": args.rounds,
-        "agent": "dra run (its own process, current-thread runtime, no fast path)",
-        "dra": dra.display().to_string(),
-        "dra_b": args.dra_b.as_ref().map(|b| b.display().to_string()),
-        "ratio_agent_to_agent_b": ratio_b.map(|x| (x * 1000.0).round() / 1000.0),
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "results": results.iter().map(|r| serde_json::json!({
-            "relay": r.relay.name(),
-            "round": r.round,
-            "requests_per_s": (r.rps * 10.0).round() / 10.0,
-            "p50_ms": r.p50_ms,
-            "p99_ms": r.p99_ms,
-            "answered": r.answered,
-            "non_2001": r.non_2001,
-            "cpu_s": r.cpu_s,
-            "server_answered": r.server_answered,
-            "cpu_us_per_request": r.cpu_us_per_request(),
-        })).collect::<Vec<_>>(),
-        "summary": summary,
-        "ratio_agent_to_freediameter": ratio_fd.map(|x| (x * 100.0).round() / 100.0),
-        "ratio_agent_to_otp": ratio_otp.map(|x| (x * 100.0).round() / 100.0),
-        "goal_min_ratio": GOAL_RATIO,
-        "met": met,
-        "ratio_tls_to_plain": tls.map(|t| (t.0 * 1000.0).round() / 1000.0),
-        "ratio_tls_to_plain_cpu_per_request": tls.map(|t| (t.1 * 1000.0).round() / 1000.0),
-        "goal_min_ratio_tls_to_plain": GOAL_TLS_RATIO,
-        "met_tls": tls.map(|t| t.0 >= GOAL_TLS_RATIO),
-    });
+    let round = |x: f64, to: f64| (x * to).round() / to;
+    let doc = RelayReport {
+        in_flight: in_flight as u64,
+        clients: args.clients as u64,
+        window: args.window as u64,
+        servers: args.servers as u64,
+        seconds: args.seconds,
+        warmup_seconds: args.warmup,
+        rounds: args.rounds as u64,
+        agent: "dra run (its own process, current-thread runtime, no fast path)".into(),
+        dra: dra.display().to_string(),
+        dra_b: args.dra_b.as_ref().map(|b| b.display().to_string()),
+        ratio_agent_to_agent_b: ratio_b.map(|x| round(x, 1000.0)),
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u64),
+        results: results
+            .iter()
+            .map(|r| RoundResult {
+                relay: r.relay.name().to_owned(),
+                round: r.round as u64,
+                requests_per_s: round(r.rps, 10.0),
+                p50_ms: r.p50_ms,
+                p99_ms: r.p99_ms,
+                answered: r.answered,
+                non_2001: r.non_2001,
+                cpu_s: r.cpu_s,
+                server_answered: r.server_answered,
+                cpu_us_per_request: r.cpu_us_per_request(),
+            })
+            .collect(),
+        summary,
+        ratio_agent_to_freediameter: ratio_fd.map(|x| round(x, 100.0)),
+        ratio_agent_to_otp: ratio_otp.map(|x| round(x, 100.0)),
+        goal_min_ratio: GOAL_MIN_RATIO,
+        met,
+        ratio_tls_to_plain: tls.map(|t| round(t.0, 1000.0)),
+        ratio_tls_to_plain_cpu_per_request: tls.map(|t| round(t.1, 1000.0)),
+        goal_min_ratio_tls_to_plain: GOAL_MIN_RATIO_TLS_TO_PLAIN,
+        met_tls: tls.map(|t| t.0 >= GOAL_MIN_RATIO_TLS_TO_PLAIN),
+    };
     let out = args.out.clone().unwrap_or_else(|| {
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         crate_dir
@@ -855,7 +890,27 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
         std::fs::create_dir_all(p)?;
     }
     let mut f = File::create(&out).with_context(|| format!("write {}", out.display()))?;
-    writeln!(f, "{json}")?;
+    writeln!(f, "{}", serde_json::to_string(&doc)?)?;
     println!("wrote {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_ppid_and_cpu_ticks_or_an_error_naming_what_is_missing() {
+        let line = "4242 (erl beam (smp)) S 4200 4242 4200 0 -1 4194560 900 0 0 0 \
+                    150 25 0 0 20 0 30 0 12345 1000000 500";
+        assert_eq!(stat_fields(line).unwrap(), (4200, 175));
+        let cut = "4242 (dra) S 4200 4242 4200 0 -1 4194560 900 0 0 0";
+        let e = format!("{:#}", stat_fields(cut).unwrap_err());
+        assert_eq!(e, "no utime");
+        assert!(stat_fields("4242 dra S").is_err(), "no command name");
+        let own = tree_cpu_s(std::process::id()).unwrap();
+        assert!(own >= 0.0);
+        let gone = format!("{:#}", tree_cpu_s(u32::MAX).unwrap_err());
+        assert!(gone.contains("is gone"), "{gone}");
+    }
 }

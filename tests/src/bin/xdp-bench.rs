@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use aya::{Ebpf, programs::Xdp};
 use dra::dataplane::{self, Maps, Plan};
+use dra_report::xdp::{XdpCase, XdpGoal, XdpReport};
 use dra_tests::pkt::{self, Frame, TCP_ACK, TCP_PSH};
 use dra_tests::support::{Hook, LAB_REALM, lab_config, load_object, test_run_xdp};
 
@@ -408,36 +409,37 @@ fn main() {
     if !wrong.is_empty() {
         eprintln!("wrong verdicts or output:\n{}", wrong.join("\n"));
     }
-    let json: Vec<String> = cases
-        .iter()
-        .zip(stats)
-        .map(|(c, (m, lo, hi))| {
-            format!(
-                "{{\"case\":\"{}\",\"ns_per_packet\":{m:.2},\"ns_min\":{lo:.2},\
-                 \"ns_max\":{hi:.2},\"net_ns\":{:.2},\"ratio_to_pass\":{:.3}}}",
-                c.name,
-                m - base,
-                m / base
-            )
-        })
-        .collect();
+    let round2 = |x: f64| (x * 100.0).round() / 100.0;
+    let report = XdpReport {
+        runs: (per_round * rounds) as u64,
+        rounds: rounds as u64,
+        goal: XdpGoal {
+            case: GOAL_CASE.into(),
+            max_net_ns: GOAL_NET_NS,
+            net_ns: round2(net),
+            met,
+            floor_net_ns: round2(floor),
+        },
+        verdicts_ok: wrong.is_empty(),
+        verifier_insns: verified[0].clone(),
+        cases: cases
+            .iter()
+            .zip(stats)
+            .map(|(c, (m, lo, hi))| XdpCase {
+                case: c.name.to_owned(),
+                ns_per_packet: round2(*m),
+                ns_min: round2(*lo),
+                ns_max: round2(*hi),
+                net_ns: round2(m - base),
+                ratio_to_pass: (m / base * 1000.0).round() / 1000.0,
+            })
+            .collect(),
+    };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results");
     let _ = std::fs::create_dir_all(&dir);
     let file = dir.join("xdp-latest.json");
-    std::fs::write(
-        &file,
-        format!(
-            "{{\"runs\":{},\"rounds\":{rounds},\"goal\":{{\"case\":\"{GOAL_CASE}\",\
-             \"max_net_ns\":{GOAL_NET_NS},\"net_ns\":{net:.2},\"met\":{met},\
-             \"floor_net_ns\":{floor:.2}}},\
-             \"verdicts_ok\":{},\"verifier_insns\":\"{}\",\"cases\":[{}]}}\n",
-            per_round * rounds,
-            wrong.is_empty(),
-            verified[0],
-            json.join(",")
-        ),
-    )
-    .expect("write results");
+    let text = serde_json::to_string(&report).expect("a report serializes");
+    std::fs::write(&file, text + "\n").expect("write results");
     println!("written: {}", file.display());
     if !wrong.is_empty() {
         std::process::exit(1);
