@@ -3,6 +3,14 @@
 //! upstreams are open, a gateway `dra-loadgen` beside it, both watched while xtask waits for the
 //! instants it measures at, then the end of the run: the gateway's exit, the agent's
 //! clean exit on SIGINT, and a fast path left attached removed.
+//!
+//! The relay bench is not built on it: `dra-bench` (dra-tools) compares three relay
+//! programs (`dra run`, `freeDiameterd`, an Erlang/OTP relay), none with a fast path,
+//! against closed-loop clients and servers that run inside its own process on one
+//! runtime, so that every relay meets the same single-core simulators; a relay is ready
+//! when every server has seen its CER. What it shares with the benches here is its
+//! namespaces (netlab) and its results, the typed `dra_report::relay` report that the
+//! aggregate (`crate::report`) parses back.
 
 use std::{
     path::{Path, PathBuf},
