@@ -853,7 +853,9 @@ fn report(args: &Args, dra: &Path, relays: &[Relay], results: &[RelayResult]) ->
         dra: dra.display().to_string(),
         dra_b: args.dra_b.as_ref().map(|b| b.display().to_string()),
         ratio_agent_to_agent_b: ratio_b.map(|x| round(x, 1000.0)),
-        cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u64),
+        cpus: std::thread::available_parallelism()
+            .context("the CPUs this bench may use")?
+            .get() as u64,
         results: results
             .iter()
             .map(|r| RoundResult {
