@@ -353,10 +353,13 @@ impl Shared {
             }
         };
         self.in_service.fetch_add(1, Ordering::Relaxed);
-        let _s = Busy(&self.in_service);
+        let in_service = Busy(&self.in_service);
         self.note_busy();
         tokio::time::sleep(delay).await;
         let rc = self.apply_session(req).await;
+        // Out of service before the slot is free: the next holder of the slot must not
+        // be counted beside this request (in service never exceeds the slots).
+        drop(in_service);
         drop(permit);
         rc
     }
