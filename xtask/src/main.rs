@@ -107,9 +107,14 @@ fn cargo_nightly() -> Command {
     c
 }
 
+/// Runs `cmd` as the step `what`, saying when it starts and how long it took (where a
+/// run's time goes, read from its log).
 fn step(what: &str, cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {what}");
-    toolchain::run(what, cmd)
+    let from = std::time::Instant::now();
+    toolchain::run(what, cmd)?;
+    eprintln!("xtask: {what}: done in {} s", from.elapsed().as_secs());
+    Ok(())
 }
 
 fn is_root() -> bool {
@@ -172,6 +177,7 @@ fn rustdoc() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    let from = std::time::Instant::now();
     toolchain::ensure()?;
     toolchain::ensure_fuzz()?;
     // The unit tests' packages; clippy also checks the privileged tests' crate.
@@ -248,7 +254,7 @@ fn test() -> Result<()> {
     )?;
     toolchain::ensure_vm(&workspace_root())?;
     vm::run(&workspace_root(), &dra_bin, &[])?;
-    eprintln!("xtask: all tests passed");
+    eprintln!("xtask: all tests passed in {} s", from.elapsed().as_secs());
     Ok(())
 }
 
