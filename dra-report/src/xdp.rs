@@ -15,6 +15,9 @@ pub struct XdpReport {
     pub verdicts_ok: bool,
     /// The verifier's instruction counts of the programs, as `dra verify` gives them.
     pub verifier_insns: String,
+    /// The case every `net_ns` and `ratio_to_pass` is taken against (a program that
+    /// only returns `XDP_PASS`), by its name in `cases`.
+    pub reference: String,
     pub cases: Vec<XdpCase>,
 }
 

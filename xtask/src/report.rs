@@ -24,20 +24,23 @@ use crate::results::{
 /// P1 rows from xdp-bench's report: one per case, ns/packet and ratio to bare XDP_PASS,
 /// then the goal's row and the floor's.
 pub fn p1_rows(xdp: &XdpReport) -> Result<Vec<TableRow>> {
+    let reference = &xdp.reference;
     let pass = xdp
         .cases
         .iter()
-        .find(|c| c.ratio_to_pass == 1.0)
-        .context("xdp results: no bare XDP_PASS case (ratio_to_pass 1)")?
+        .find(|c| &c.case == reference)
+        .with_context(|| {
+            format!("xdp results: the reference case {reference:?} is not among the cases")
+        })?
         .ns_per_packet;
     let mut rows: Vec<TableRow> = xdp
         .cases
         .iter()
-        .filter(|c| c.ratio_to_pass != 1.0)
+        .filter(|c| &c.case != reference)
         .map(|c| TableRow {
             metric: format!("P1 XDP ns/pkt: {}", c.case),
             measured: format!(
-                "{:.1} ns = {:.2}× bare XDP_PASS ({pass:.1} ns, {} runs)",
+                "{:.1} ns = {:.2}× {reference} ({pass:.1} ns, {} runs)",
                 c.ns_per_packet, c.ratio_to_pass, xdp.runs
             ),
             goal: "— (reported)".into(),
@@ -308,6 +311,7 @@ mod tests {
             },
             verdicts_ok: true,
             verifier_insns: "dra_xdp 18546".into(),
+            reference: cases[0].0.into(),
             cases: cases
                 .iter()
                 .map(|&(case, ns)| XdpCase {
@@ -398,13 +402,15 @@ mod tests {
             cells(&rows[2]),
             ("250.0 ns".into(), "— (reported)".into(), None)
         );
-        let no_pass = xdp_report(&[("CCR-U admitted", 260.0), ("CCR-I", 300.0)], 100.0);
         let no_pass = XdpReport {
-            cases: no_pass.cases[1..].to_vec(),
-            ..no_pass
+            cases: xdp.cases[1..].to_vec(),
+            ..xdp.clone()
         };
         let e = format!("{:#}", p1_rows(&no_pass).unwrap_err());
-        assert!(e.contains("no bare XDP_PASS case"), "{e}");
+        assert!(
+            e.contains("the reference case \"bare XDP_PASS\" is not among the cases"),
+            "{e}"
+        );
     }
 
     #[test]

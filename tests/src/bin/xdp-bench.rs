@@ -422,6 +422,7 @@ fn main() {
         },
         verdicts_ok: wrong.is_empty(),
         verifier_insns: verified[0].clone(),
+        reference: cases[0].name.to_owned(),
         cases: cases
             .iter()
             .zip(stats)

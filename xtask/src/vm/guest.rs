@@ -145,9 +145,22 @@ pub fn write_job(dir: &Path, env: &JobEnv<'_>, steps: &[JobStep]) -> Result<()> 
     writeln!(s, "export HOME=/root LANG=C.UTF-8")?;
     s.push_str(
         "mount -t bpf bpf /sys/fs/bpf\n\
-         mount -t tmpfs tmpfs /tmp\n\
-         mount -t tmpfs tmpfs /run\n\
-         mkdir -p /run/netns /dev/pts /dev/shm\n\
+         mount -t tmpfs tmpfs /run\n",
+    );
+    // The guest's /tmp is its own tmpfs: a workspace under this machine's /tmp is
+    // carried over it (bound to /run first, then back to its own path).
+    if env.workspace.starts_with("/tmp") {
+        let ws = q(env.workspace);
+        writeln!(
+            s,
+            "mkdir -p /run/dra-workspace\nmount --bind {ws} /run/dra-workspace\n\
+             mount -t tmpfs tmpfs /tmp\nmkdir -p {ws}\nmount --bind /run/dra-workspace {ws}"
+        )?;
+    } else {
+        s.push_str("mount -t tmpfs tmpfs /tmp\n");
+    }
+    s.push_str(
+        "mkdir -p /run/netns /dev/pts /dev/shm\n\
          mount -t devpts devpts /dev/pts\n\
          mount -t tmpfs tmpfs /dev/shm\n\
          ip link set lo up\n",
