@@ -115,6 +115,7 @@ fn agent_config(lab: &Lab, agent: &TlsFiles, expired: &TlsFiles) -> String {
 origin_host = "{DRA_HOST}"
 origin_realm = "test.example"
 diameter_ports = [{TLS_PORT}]
+watchdog = "6s"
 
 [metrics]
 address = "{METRICS}"
@@ -507,8 +508,10 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             }
 
             // Watchdogs both ways over TLS: fdr1 (Tw 6 s) sends DWRs to the agent; the
-            // agent (Tw 30 s, ±2 s) sends its DWR to fdr2 (Tw 60 s) after 30 s idle.
-            until(lab, "DWR/DWA both ways", Duration::from_secs(45), || {
+            // agent (`watchdog = "6s"`, ±1.5 s) sends its DWR to fdr2 (Tw 60 s) after 6 s
+            // idle. Waited for 20 s: sooner than the default Tw (30 s ± 2) could send it,
+            // so the agent's DWR shows the configured watchdog is the one it runs.
+            until(lab, "DWR/DWA both ways", Duration::from_secs(20), || {
                 let (_, _, s1, a1) = watchdogs(&fdr1.log_text());
                 let (r2, s2, _, _) = watchdogs(&fdr2.log_text());
                 s1 >= 1 && a1 >= 1 && r2 >= 1 && s2 >= 1

@@ -122,7 +122,8 @@ pub struct AgentOptions {
     pub tc: Option<Duration>,
     /// Upper bound of the reconnect back-off.
     pub max_backoff: Duration,
-    /// Watchdog interval Tw (RFC 3539 §3.4.1, at least 6 s); `None` = 30 s.
+    /// Watchdog interval Tw (RFC 3539 §3.4.1, at least 6 s); `None` = the config's
+    /// `[global] watchdog`.
     pub tw: Option<Duration>,
     /// TCP connect timeout towards servers.
     pub connect_timeout: Duration,

@@ -300,6 +300,12 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             refuse(&format!("[global] {key}"), identity);
         }
     }
+    if og.watchdog != ng.watchdog {
+        refuse(
+            "[global] watchdog",
+            "every connection's watchdog timer is set when the agent starts",
+        );
+    }
     let attach = "the fast path's programs are attached to it at start";
     let (of, nf) = (&old.fast_path, &new.fast_path);
     for (key, changed) in [
@@ -518,6 +524,15 @@ mod tests {
         assert!(
             d.to_string()
                 .starts_with("refused: [fast_path] interface: ")
+        );
+        let text = base().replace(
+            "origin_realm = \"lab.example\"",
+            "origin_realm = \"lab.example\"\nwatchdog = \"6s\"",
+        );
+        let d = diff(&old, &cfg(&text));
+        assert_eq!(
+            d.refused,
+            ["[global] watchdog: every connection's watchdog timer is set when the agent starts"]
         );
     }
 

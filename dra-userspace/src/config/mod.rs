@@ -101,6 +101,9 @@ pub struct Global {
     pub unknown_peer: UnknownPeer,
     /// TCP/SCTP ports the fast path treats as Diameter.
     pub diameter_ports: Vec<u16>,
+    /// The watchdog interval Tw of every peer connection (RFC 3539 §3.4.1): a DWR after
+    /// this long without anything from the peer (±2 s, at most a quarter of it).
+    pub watchdog: Duration,
 }
 
 /// Policy for Diameter-port packets whose source is not a configured peer.

@@ -76,6 +76,7 @@ pub(super) struct RawGlobal {
     pub dynamic_rate_limiting: Option<S<bool>>,
     pub unknown_peer: Option<S<String>>,
     pub diameter_ports: Option<S<Vec<S<i64>>>>,
+    pub watchdog: Option<S<String>>,
 }
 
 #[derive(Deserialize, Default)]

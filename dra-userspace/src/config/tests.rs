@@ -42,6 +42,42 @@ fn errs(extra: &str) -> Vec<String> {
     }
 }
 
+/// `[global] watchdog`: Tw of RFC 3539, 6 s at least, 30 s by default; a bad one is
+/// refused at its line and column.
+#[test]
+fn the_watchdog_interval_is_30s_by_default_and_at_least_6s() {
+    assert_eq!(ok("").global.watchdog, Duration::from_secs(30));
+    let with = |tw: &str| {
+        head().replace(
+            "origin_realm = \"lab.example\"",
+            &format!("origin_realm = \"lab.example\"\nwatchdog = \"{tw}\""),
+        )
+    };
+    let c = parse(&with("6s"), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.global.watchdog, Duration::from_secs(6));
+    for (bad, why) in [
+        (
+            "5s",
+            "watchdog must be between 6s (RFC 3539 §3.4.1) and 3600s",
+        ),
+        (
+            "2h",
+            "watchdog must be between 6s (RFC 3539 §3.4.1) and 3600s",
+        ),
+        ("soon", "bad duration for watchdog \"soon\""),
+    ] {
+        let text = with(bad);
+        let e = parse(&text, "t.toml").expect_err(bad);
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("watchdog"))
+            .unwrap()
+            + 1;
+        assert_eq!((e.errors[0].line, e.errors[0].column), (line, 12), "{e}");
+        assert!(e.errors[0].message.contains(why), "{bad}: {e}");
+    }
+}
+
 #[test]
 fn omitted_keys_take_documented_defaults() {
     let c = ok("");

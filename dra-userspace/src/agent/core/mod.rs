@@ -170,10 +170,10 @@ impl Core {
         if let Some(tc) = opts.tc {
             pc.tc = tc;
         }
-        if let Some(tw) = opts.tw {
-            pc.tw = tw;
-            pc.tw_jitter = pc.tw_jitter.min(tw / 4);
-        }
+        // The jitter (±2 s) is at most a quarter of Tw, so that a short Tw stays one.
+        let tw = opts.tw.unwrap_or(cfg.global.watchdog);
+        pc.tw = tw;
+        pc.tw_jitter = pc.tw_jitter.min(tw / 4);
         let start_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

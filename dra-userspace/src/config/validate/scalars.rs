@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::syntax::{absolute_path, choice_or, identity, int_in, socket_addr, text_or};
+use std::time::Duration;
+
+use super::syntax::{absolute_path, choice_or, duration, identity, int_in, socket_addr, text_or};
 use super::unique;
 use crate::config::error::Errors;
 use crate::config::raw::{Item, RawConfig, S};
@@ -11,12 +13,15 @@ use crate::config::{
     Control, DEFAULT_DIAMETER_PORT, DEFAULT_PRODUCT_NAME, Fallback, FastPath, Global, Listener,
     Metrics, Transport, UnknownPeer, XdpMode,
 };
+use crate::diameter::peer::{DEFAULT_TW, MIN_TW};
 use crate::transport::tls::DIAMETERS_PORT;
 
 /// Longest Unix socket path (sun_path is 108 bytes including the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 /// Longest interface name (IFNAMSIZ − 1).
 const MAX_IFNAME: usize = 15;
+/// Longest accepted `watchdog`: a dead peer is taken out of service after 2 Tw.
+const MAX_WATCHDOG: Duration = Duration::from_secs(3600);
 
 /// `[global]` (required).
 pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
@@ -50,6 +55,19 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
                     }
                 }
             }
+            let watchdog = duration(e, "watchdog", &g.watchdog, DEFAULT_TW);
+            if let Some(v) = &g.watchdog
+                && (watchdog < MIN_TW || watchdog > MAX_WATCHDOG)
+            {
+                e.at(
+                    &v.span(),
+                    format!(
+                        "watchdog must be between {}s (RFC 3539 §3.4.1) and {}s",
+                        MIN_TW.as_secs(),
+                        MAX_WATCHDOG.as_secs()
+                    ),
+                );
+            }
             Some(Global {
                 origin_host: origin_host.unwrap_or_default(),
                 origin_realm: origin_realm.unwrap_or_default(),
@@ -60,6 +78,7 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
                     .is_some_and(|v| *v.get_ref()),
                 unknown_peer: choice_or(e, "unknown_peer", &g.unknown_peer, UnknownPeer::Pass),
                 diameter_ports,
+                watchdog,
             })
         }
         None => {
