@@ -42,6 +42,14 @@ fn errs(extra: &str) -> Vec<String> {
     }
 }
 
+/// The 1-based line of `text` that starts with `prefix`.
+fn line_of(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with(prefix))
+        .expect("the line")
+        + 1
+}
+
 /// `[global] watchdog`: Tw of RFC 3539, 6 s at least, 30 s by default; a bad one is
 /// refused at its line and column.
 #[test]
@@ -68,11 +76,7 @@ fn the_watchdog_interval_is_30s_by_default_and_at_least_6s() {
     ] {
         let text = with(bad);
         let e = parse(&text, "t.toml").expect_err(bad);
-        let line = text
-            .lines()
-            .position(|l| l.starts_with("watchdog"))
-            .unwrap()
-            + 1;
+        let line = line_of(&text, "watchdog");
         assert_eq!((e.errors[0].line, e.errors[0].column), (line, 12), "{e}");
         assert!(e.errors[0].message.contains(why), "{bad}: {e}");
     }
@@ -502,11 +506,7 @@ fn host_share_scales_rate_and_burst_of_its_limit_on_this_host() {
         let share = format!("host_share = {bad}\n");
         let text = head() + &peer_limit(PGW1, "ingress", 100, &share);
         let e = parse(&text, "t.toml").expect_err(bad);
-        let line = text
-            .lines()
-            .position(|l| l.starts_with("host_share"))
-            .unwrap()
-            + 1;
+        let line = line_of(&text, "host_share");
         assert_eq!((e.errors[0].line, e.errors[0].column), (line, 14), "{e}");
         assert!(
             e.errors[0].message.contains(&format!(
