@@ -142,3 +142,109 @@ async fn control_socket_serves_status() {
     assert!(pgw_line.contains(" open "), "{text}");
     assert!(text.contains("invariant ok"), "{text}");
 }
+
+/// The PCRF of [`agent_toml`]'s group `pcrf`, slow to answer the agent's CER by `delay`.
+async fn slow_pcrf(delay: std::time::Duration) -> SimServer {
+    let cfg = sim_config(&format!("pcrf1.{PCRF_REALM}"), PCRF_REALM, &[GX]);
+    SimServer::start_slow(any_port(), cfg, DRA_HOST, delay)
+        .await
+        .expect("PCRF simulator")
+}
+
+/// A (re)started agent whose server is slow to open (its CEA comes 1 s after the
+/// connection) holds the requests a gateway sends at once, and forwards them when the
+/// connection opens: every CCR-I is answered 2001 by the PCRF, none 3002.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_before_the_first_server_connection_opens_are_held_then_forwarded() {
+    let pcrf = slow_pcrf(std::time::Duration::from_secs(1)).await;
+    let cfg = parse_config(&agent_toml(&[pcrf.addr], &[], None, ""));
+    let agent = start_agent(cfg, tc_200ms(), dra::metrics::Metrics::new()).await;
+    let pgw = connect_pgw(agent.listen_addrs()[0], "pgw1", None).await;
+    // The precondition: the gateway is open and the PCRF is not, yet.
+    let before = agent.status().await.expect("status");
+    assert!(
+        before.contains("ready: no") && before.contains("group pcrf (pcrf1 "),
+        "the PCRF opened before the gateway could send (its CEA is 1 s late):\n{before}"
+    );
+    let sent = (0..20).map(|i| {
+        let pgw = pgw.clone();
+        tokio::spawn(async move {
+            pgw.request(pgw1_gx_ccr(&format!("s{i}"), cc::INITIAL, 0))
+                .await
+        })
+    });
+    let mut codes = Vec::new();
+    for s in sent.collect::<Vec<_>>() {
+        let a = s.await.expect("task").expect("an answer");
+        codes.push((a.result_code(), a.origin_host().map(str::to_owned)));
+    }
+    let pcrf_host = format!("pcrf1.{PCRF_REALM}");
+    for (code, host) in &codes {
+        assert_eq!(
+            (*code, host.as_deref()),
+            (Some(result_code::SUCCESS), Some(pcrf_host.as_str())),
+            "every CCR-I answered 2001 by the PCRF: {codes:?}"
+        );
+    }
+    let after = agent.status().await.expect("status");
+    assert!(after.contains("ready: yes ("), "{after}");
+    assert!(!after.contains("no open connection in"), "{after}");
+    let s = agent.stats().await.expect("stats");
+    assert_eq!((s.requests_in, s.local_answers), (20, 0));
+    assert!(s.invariant_ok());
+    agent.shutdown().await;
+}
+
+/// A server that refuses the agent's first dial (not listening yet) is dialled again
+/// on a short schedule, not after Tc: with RFC 6733's 30 s Tc, a PCRF that starts 1 s
+/// after the agent is open within a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_first_dial_is_retried_on_a_short_schedule() {
+    let port = support::free_port();
+    let addr = std::net::SocketAddr::new(ip(LOCALHOST), port);
+    let cfg = parse_config(&agent_toml(&[addr], &[], None, ""));
+    // Tc is RFC 6733's default, 30 s.
+    let agent = start_agent(cfg, Default::default(), dra::metrics::Metrics::new()).await;
+    // The scenario: the PCRF comes up 1 s after the agent's first dial was refused.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let cfg = sim_config(&format!("pcrf1.{PCRF_REALM}"), PCRF_REALM, &[GX]);
+    let _pcrf = SimServer::start(addr, cfg, DRA_HOST, None)
+        .await
+        .expect("PCRF simulator");
+    wait_servers_open(&agent, 1, std::time::Duration::from_secs(10)).await;
+    let status = agent.status().await.expect("status");
+    assert!(status.contains("ready: yes ("), "{status}");
+    assert!(!status.contains("no open connection in"), "{status}");
+    agent.shutdown().await;
+}
+
+/// When the startup wait ends without an open connection in a routed group, the agent
+/// is ready all the same and says which group it could not reach; a request for that
+/// group is then answered 3002 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_wait_ends_ready_naming_the_group_without_a_connection() {
+    let addr = std::net::SocketAddr::new(ip(LOCALHOST), support::free_port());
+    let text = agent_toml(&[addr], &[], None, "")
+        .replace("[global]\n", "[global]\nstartup_wait = \"1s\"\n");
+    let agent = start_agent(
+        parse_config(&text),
+        tc_200ms(),
+        dra::metrics::Metrics::new(),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(10), agent.ready())
+        .await
+        .expect("ready when the startup wait of 1 s ends");
+    let status = agent.status().await.expect("status");
+    assert!(
+        status.contains("the startup wait ended") && status.contains("group pcrf (pcrf1 "),
+        "{status}"
+    );
+    let pgw = connect_pgw(agent.listen_addrs()[0], "pgw1", None).await;
+    let a = pgw
+        .request(pgw1_gx_ccr("s-late", cc::INITIAL, 0))
+        .await
+        .expect("answer");
+    assert_eq!(a.result_code(), Some(result_code::UNABLE_TO_DELIVER));
+    agent.shutdown().await;
+}

@@ -397,12 +397,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .await
             .map_err(RunError::Agent)?;
         info!(listeners = ?agent.listen_addrs(), "diameter agent running");
-        // systemd `Type=notify`: ready once the fast path is attached, its maps written
-        // and the listeners bound (nothing is sent without $NOTIFY_SOCKET).
-        notify(&[
-            sd_notify::NotifyState::Ready,
-            sd_notify::NotifyState::Status("running"),
-        ]);
+        notify(&[sd_notify::NotifyState::Status(
+            "starting: opening server connections",
+        )]);
         {
             let mut sh = shared.lock().expect("lock");
             let sink = agent.throttle_sink();
@@ -435,8 +432,20 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             metrics_server: server,
             control,
         };
+        let mut ready = false;
         loop {
             tokio::select! {
+                // systemd `Type=notify`: ready once the fast path is attached, its maps
+                // written, the listeners bound and the agent ready (an open connection in
+                // every routed group, or its startup wait over; docs/operations.md).
+                // Nothing is sent without $NOTIFY_SOCKET.
+                _ = agent.ready(), if !ready => {
+                    ready = true;
+                    notify(&[
+                        sd_notify::NotifyState::Ready,
+                        sd_notify::NotifyState::Status("running"),
+                    ]);
+                }
                 _ = tokio::signal::ctrl_c() => {
                     info!("SIGINT");
                     break;
@@ -448,14 +457,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
                 _ = hup.recv() => {
                     notify(&[sd_notify::NotifyState::Reloading]);
                     reloader.reload(false, &shared, &mut agent).await;
-                    notify(&[sd_notify::NotifyState::Ready]);
+                    // Before the agent is ready, READY=1 comes when it is.
+                    if ready {
+                        notify(&[sd_notify::NotifyState::Ready]);
+                    }
                 }
                 Some(req) = reload_rx.recv() => {
                     if !req.dry_run {
                         notify(&[sd_notify::NotifyState::Reloading]);
                     }
                     let r = reloader.reload(req.dry_run, &shared, &mut agent).await;
-                    if !req.dry_run {
+                    if !req.dry_run && ready {
                         notify(&[sd_notify::NotifyState::Ready]);
                     }
                     let _ = req.reply.send(r);

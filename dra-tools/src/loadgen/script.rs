@@ -465,6 +465,29 @@ impl ScriptedServer {
         dra_host: &str,
         tap: Option<Tap>,
     ) -> std::io::Result<ScriptedServer> {
+        Self::answering(listen, cfg, dra_host, tap, Duration::ZERO).await
+    }
+
+    /// As [`ScriptedServer::start`], but slow to open: each accepted connection is
+    /// read only `delay` after its accept, so its CER is answered that late (a server
+    /// still starting, or busy).
+    pub async fn start_slow(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        delay: Duration,
+    ) -> std::io::Result<ScriptedServer> {
+        Self::answering(listen, cfg, dra_host, None, delay).await
+    }
+
+    /// [`ScriptedServer::start`], each connection read `open_delay` after its accept.
+    async fn answering(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        tap: Option<Tap>,
+        open_delay: Duration,
+    ) -> std::io::Result<ScriptedServer> {
         let host = cfg.origin_host.clone();
         let realm = cfg.origin_realm.clone();
         let stats = Arc::new(ScriptStats::default());
@@ -485,16 +508,8 @@ impl ScriptedServer {
                 None,
             ))
         });
-        Self::with_handler(
-            listen,
-            cfg,
-            dra_host,
-            tap,
-            handler,
-            stats,
-            ArrivalLog::default(),
-        )
-        .await
+        let log = ArrivalLog::default();
+        Self::serve(listen, cfg, dra_host, tap, handler, stats, log, open_delay).await
     }
 
     /// As [`ScriptedServer::start`], but application requests are never answered (only
@@ -534,6 +549,23 @@ impl ScriptedServer {
         stats: Arc<ScriptStats>,
         arrivals: ArrivalLog,
     ) -> std::io::Result<ScriptedServer> {
+        let none = Duration::ZERO;
+        Self::serve(listen, cfg, dra_host, tap, handler, stats, arrivals, none).await
+    }
+
+    /// Listens and drives every accepted connection, each read `open_delay` after its
+    /// accept.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        listen: SocketAddr,
+        cfg: PeerConfig,
+        dra_host: &str,
+        tap: Option<Tap>,
+        handler: Handler,
+        stats: Arc<ScriptStats>,
+        arrivals: ArrivalLog,
+        open_delay: Duration,
+    ) -> std::io::Result<ScriptedServer> {
         let lst = TcpListener::bind(listen).await?;
         let addr = lst.local_addr()?;
         let host = cfg.origin_host.clone();
@@ -546,6 +578,9 @@ impl ScriptedServer {
             let mut index = 0usize;
             let mut seed = 1u64;
             while let Ok((s, _)) = lst.accept().await {
+                if !open_delay.is_zero() {
+                    tokio::time::sleep(open_delay).await;
+                }
                 let Ok(s) = Connection::tcp(s) else { continue };
                 let remote = s.remote;
                 seed += 1;

@@ -331,12 +331,21 @@ pub struct AgentHandle {
     ctl: mpsc::Sender<Ctl>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     control_path: Option<PathBuf>,
+    ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AgentHandle {
     /// The bound listener addresses (port 0 in the config is resolved here).
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         self.listeners.iter().map(|(_, b, _)| *b).collect()
+    }
+
+    /// Waits until the agent is ready: listeners bound and an open connection in every
+    /// routed group, or its startup wait over (docs/architecture.md, "Readiness").
+    /// Returns at once if the agent is gone.
+    pub async fn ready(&self) {
+        let mut rx = self.ready.clone();
+        let _ = rx.wait_for(|r| *r).await;
     }
 
     /// The one-screen status text (what `dra status` prints).
@@ -416,13 +425,15 @@ pub async fn start(
             opts.reload.clone(),
         )));
     }
-    let core = core::Core::new(cfg, opts, metrics, ctl_tx.clone())?;
+    let (ready_tx, ready) = tokio::sync::watch::channel(false);
+    let core = core::Core::new(cfg, opts, metrics, ctl_tx.clone(), ready_tx)?;
     tasks.push(tokio::spawn(core.run(ctl_rx)));
     Ok(AgentHandle {
         listeners,
         ctl: ctl_tx,
         tasks,
         control_path,
+        ready,
     })
 }
 
@@ -446,11 +457,16 @@ async fn bind_listener(
         let task = tokio::spawn(accept_loop(move || {
             let (lst, tx) = (lst.clone(), tx.clone());
             async move {
-                let conn = lst
-                    .accept()
-                    .await
-                    .and_then(crate::transport::Connection::sctp)?;
-                Ok(tx.send(Ctl::AcceptedSctp { conn }).await.is_ok())
+                let assoc = lst.accept().await?;
+                // An association that aborted at once fails here: that one is lost,
+                // the listener is fine.
+                let conn = match crate::transport::Connection::sctp(assoc) {
+                    Ok(c) => c,
+                    Err(e) => return Ok(Accepted::Lost(e)),
+                };
+                Ok(Accepted::handed(
+                    tx.send(Ctl::AcceptedSctp { conn }).await.is_ok(),
+                ))
             }
         }));
         return Ok((bound, task));
@@ -464,31 +480,56 @@ async fn bind_listener(
         let (lst, tx) = (lst.clone(), tx.clone());
         async move {
             let (stream, _) = lst.accept().await?;
-            Ok(tx
-                .send(Ctl::Accepted {
-                    stream,
-                    listener: address,
-                })
-                .await
-                .is_ok())
+            let sent = tx.send(Ctl::Accepted {
+                stream,
+                listener: address,
+            });
+            Ok(Accepted::handed(sent.await.is_ok()))
         }
     }));
     Ok((bound, task))
 }
 
-/// Accepts until the core is gone: `accept` takes one connection and hands it over
-/// (false: the core is gone). A failed accept is retried every 100 ms (e.g. out of
-/// file descriptors), logged once, then once a minute while it lasts.
+/// What one accept gave.
+#[derive(Debug)]
+enum Accepted {
+    /// A connection, handed to the core.
+    Handed,
+    /// The core is gone: the listener stops.
+    CoreGone,
+    /// The accepted connection failed before it could be used (an SCTP association
+    /// that aborted at once): that connection is lost, the listener goes on at once.
+    Lost(std::io::Error),
+}
+
+impl Accepted {
+    /// Handed to the core, or the core is gone.
+    fn handed(sent: bool) -> Accepted {
+        if sent {
+            Accepted::Handed
+        } else {
+            Accepted::CoreGone
+        }
+    }
+}
+
+/// Accepts until the core is gone: `accept` takes one connection and hands it over. A
+/// failed accept of the listener itself is retried every 100 ms (e.g. out of file
+/// descriptors), logged once, then once a minute while it lasts; a connection lost
+/// right after its accept costs the listener nothing.
 async fn accept_loop<F, Fut>(mut accept: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::io::Result<bool>>,
+    Fut: std::future::Future<Output = std::io::Result<Accepted>>,
 {
     let (mut failed, mut logged) = (0u64, None);
     loop {
         match accept().await {
-            Ok(true) => {}
-            Ok(false) => return,
+            Ok(Accepted::Handed) => {}
+            Ok(Accepted::CoreGone) => return,
+            Ok(Accepted::Lost(e)) => {
+                tracing::debug!(error = %e, "connection lost right after its accept");
+            }
             Err(e) => {
                 failed += 1;
                 if logged
@@ -529,4 +570,35 @@ pub async fn control_request(
         return Ok((true, rest.to_owned()));
     }
     Ok((true, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Accepted, accept_loop};
+    use std::time::Duration;
+
+    /// Runs the accept loop over `script` (one outcome per accept, then the core is
+    /// gone) and returns the time it took on the paused clock.
+    async fn accept_through(script: Vec<std::io::Result<Accepted>>) -> Duration {
+        let mut script = script.into_iter();
+        let t0 = tokio::time::Instant::now();
+        accept_loop(|| {
+            let next = script.next().unwrap_or(Ok(Accepted::CoreGone));
+            async move { next }
+        })
+        .await;
+        t0.elapsed()
+    }
+
+    /// An association that aborts right after its accept does not pause the listener;
+    /// a failure of the listener's own accept does (100 ms, not a busy loop).
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_lost_at_accept_does_not_pause_the_listener() {
+        let lost = || Ok(Accepted::Lost(std::io::Error::other("association aborted")));
+        let took = accept_through(vec![lost(), lost(), Ok(Accepted::Handed)]).await;
+        assert_eq!(took, Duration::ZERO);
+        let failed = Err(std::io::Error::other("too many open files"));
+        let took = accept_through(vec![failed, Ok(Accepted::Handed)]).await;
+        assert_eq!(took, Duration::from_millis(100));
+    }
 }

@@ -306,6 +306,12 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             "every connection's watchdog timer is set when the agent starts",
         );
     }
+    if og.startup_wait != ng.startup_wait {
+        refuse(
+            "[global] startup_wait",
+            "it bounds the agent's start only (it takes effect at the next start)",
+        );
+    }
     let attach = "the fast path's programs are attached to it at start";
     let (of, nf) = (&old.fast_path, &new.fast_path);
     for (key, changed) in [

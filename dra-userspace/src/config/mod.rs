@@ -104,6 +104,11 @@ pub struct Global {
     /// The watchdog interval Tw of every peer connection (RFC 3539 §3.4.1): a DWR after
     /// this long without anything from the peer (±2 s, at most a quarter of it).
     pub watchdog: Duration,
+    /// How long a (re)started agent waits for an open connection in every routed group
+    /// before it calls itself ready, and holds requests for a group whose first
+    /// connection is still opening (docs/architecture.md, "Readiness"). Zero: ready once
+    /// the listeners are bound; nothing is held.
+    pub startup_wait: Duration,
 }
 
 /// Policy for Diameter-port packets whose source is not a configured peer.

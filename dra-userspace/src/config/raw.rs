@@ -77,6 +77,7 @@ pub(super) struct RawGlobal {
     pub unknown_peer: Option<S<String>>,
     pub diameter_ports: Option<S<Vec<S<i64>>>>,
     pub watchdog: Option<S<String>>,
+    pub startup_wait: Option<S<String>>,
 }
 
 #[derive(Deserialize, Default)]

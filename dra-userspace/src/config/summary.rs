@@ -69,11 +69,13 @@ pub(super) fn render(c: &Config) -> String {
     let ports: Vec<String> = g.diameter_ports.iter().map(u16::to_string).collect();
     let _ = writeln!(
         o,
-        "dynamic rate limiting: {}; unknown peers: {}; diameter ports: {}; watchdog {} s",
+        "dynamic rate limiting: {}; unknown peers: {}; diameter ports: {}; watchdog {} s; \
+         startup wait {} s",
         if g.dynamic_rate_limiting { "on" } else { "off" },
         g.unknown_peer.name(),
         ports.join(", "),
-        g.watchdog.as_secs_f64()
+        g.watchdog.as_secs_f64(),
+        g.startup_wait.as_secs_f64()
     );
     let _ = writeln!(
         o,

@@ -82,6 +82,33 @@ fn the_watchdog_interval_is_30s_by_default_and_at_least_6s() {
     }
 }
 
+/// `[global] startup_wait`: 10 s by default, 0 to 60 s; a bad one is refused at its
+/// line and column.
+#[test]
+fn the_startup_wait_is_10s_by_default_and_at_most_60s() {
+    assert_eq!(ok("").global.startup_wait, Duration::from_secs(10));
+    let with = |w: &str| {
+        head().replace(
+            "origin_realm = \"lab.example\"",
+            &format!("origin_realm = \"lab.example\"\nstartup_wait = \"{w}\""),
+        )
+    };
+    for (good, d) in [("0s", 0), ("60s", 60)] {
+        let c = parse(&with(good), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.global.startup_wait, Duration::from_secs(d));
+    }
+    for (bad, why) in [
+        ("61s", "startup_wait must be at most 60s"),
+        ("later", "bad duration for startup_wait \"later\""),
+    ] {
+        let text = with(bad);
+        let e = parse(&text, "t.toml").expect_err(bad);
+        let line = line_of(&text, "startup_wait");
+        assert_eq!((e.errors[0].line, e.errors[0].column), (line, 16), "{e}");
+        assert!(e.errors[0].message.contains(why), "{bad}: {e}");
+    }
+}
+
 #[test]
 fn omitted_keys_take_documented_defaults() {
     let c = ok("");

@@ -121,6 +121,7 @@ struct Inner {
     connections_refused: Family<ReasonLabels, Counter>,
     tls_refused: Family<TlsLabels, Counter>,
     connections_awaiting_cer: Gauge,
+    ready: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     store: StoreFamilies,
     doic: DoicFamilies,
@@ -256,6 +257,7 @@ impl Metrics {
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         let tls_refused = Family::<TlsLabels, Counter>::default();
         let connections_awaiting_cer = Gauge::default();
+        let ready = Gauge::default();
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let store = StoreFamilies {
             latency: Family::new_with_constructor(latency_histogram),
@@ -327,6 +329,9 @@ impl Metrics {
                  invalid (validation errors), refused (a change that needs a restart), failed";
             connections_awaiting_cer => "dra_connections_awaiting_cer",
                 "Accepted connections waiting for their CER";
+            ready => "dra_ready",
+                "1 once the agent is ready: listeners bound and an open connection in every \
+                 routed group, or its startup wait ended";
         );
         registry.register_with_unit(
             "dra_session_store_latency",
@@ -374,6 +379,7 @@ impl Metrics {
                 connections_refused,
                 tls_refused,
                 connections_awaiting_cer,
+                ready,
                 config_reloads,
                 store,
                 doic,
@@ -513,6 +519,11 @@ impl Metrics {
     /// Accepted connections waiting for their CER now.
     pub fn set_connections_awaiting_cer(&self, n: u64) {
         self.inner.connections_awaiting_cer.set(gauge_value(n));
+    }
+
+    /// The agent is ready (`dra_ready` 1) or not yet (0).
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.set(i64::from(ready));
     }
 
     /// Sets the agent's out-of-band mark counters (`dra_fastpath_oob_marks_total`,

@@ -542,32 +542,79 @@ impl SctpWrite {
     /// Sends the complete messages at the front of `pending`; Pending when the socket
     /// is full (what is left stays).
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        loop {
-            if self.pending.len() < 4 {
-                return Poll::Ready(Ok(()));
-            }
-            let len =
-                u32::from_be_bytes([0, self.pending[1], self.pending[2], self.pending[3]]) as usize;
-            if len < 20 {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "not a Diameter message (length below 20)",
-                )));
-            }
-            if self.pending.len() < len {
-                return Poll::Ready(Ok(()));
-            }
-            let stream = stream_of(&self.pending[..len], self.streams);
-            let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            match send_message(self.fd.as_raw_fd(), &self.pending[..len], stream) {
-                Ok(()) => {
-                    self.pending.drain(..len);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        let (fd, streams) = (&self.fd, self.streams);
+        poll_send_with(&mut self.pending, cx, |cx, msg| {
+            send_ready(fd, cx, msg, streams)
+        })
+    }
+}
+
+/// Sends `msg` on its stream once the socket has room (Pending, woken by the socket's
+/// readiness, while it has none).
+fn send_ready(
+    fd: &AsyncFd<OwnedFd>,
+    cx: &mut Context<'_>,
+    msg: &[u8],
+    streams: u16,
+) -> Poll<io::Result<()>> {
+    let stream = stream_of(msg, streams);
+    loop {
+        let mut guard = ready!(fd.poll_write_ready(cx))?;
+        match send_message(fd.as_raw_fd(), msg, stream) {
+            Ok(()) => return Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+            Err(e) => return Poll::Ready(Err(e)),
         }
     }
+}
+
+/// Hands the complete messages at the front of `pending` to `send`, one SCTP message
+/// each; Pending when `send` is (what is left stays). The write side's buffering, apart
+/// from the socket.
+fn poll_send_with(
+    pending: &mut Vec<u8>,
+    cx: &mut Context<'_>,
+    mut send: impl FnMut(&mut Context<'_>, &[u8]) -> Poll<io::Result<()>>,
+) -> Poll<io::Result<()>> {
+    loop {
+        if pending.len() < 4 {
+            return Poll::Ready(Ok(()));
+        }
+        let len = u32::from_be_bytes([0, pending[1], pending[2], pending[3]]) as usize;
+        if len < 20 {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a Diameter message (length below 20)",
+            )));
+        }
+        if pending.len() < len {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(send(cx, &pending[..len]))?;
+        pending.drain(..len);
+    }
+}
+
+/// `poll_write` over [`poll_send_with`]: takes `buf` unless complete messages of
+/// [`MAX_PENDING`] bytes or more wait for room (then Pending, woken by `send`'s socket).
+fn poll_write_with(
+    pending: &mut Vec<u8>,
+    buf: &[u8],
+    cx: &mut Context<'_>,
+    mut send: impl FnMut(&mut Context<'_>, &[u8]) -> Poll<io::Result<()>>,
+) -> Poll<io::Result<usize>> {
+    if pending.len() >= MAX_PENDING {
+        // What a send leaves is at most one incomplete message, which only more bytes
+        // can complete: once the complete ones are out, take them.
+        ready!(poll_send_with(pending, cx, &mut send))?;
+    }
+    pending.extend_from_slice(buf);
+    // Send what is complete now; a full socket leaves it for the next call or flush
+    // (the bytes are taken either way).
+    if let Poll::Ready(Err(e)) = poll_send_with(pending, cx, &mut send) {
+        return Poll::Ready(Err(e));
+    }
+    Poll::Ready(Ok(buf.len()))
 }
 
 /// One `sendmsg` of `msg` as one SCTP user message on `stream`, PPID 46.
@@ -619,19 +666,10 @@ impl AsyncWrite for SctpWrite {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.pending.len() >= MAX_PENDING {
-            ready!(this.poll_send(cx))?;
-            if this.pending.len() >= MAX_PENDING {
-                return Poll::Pending;
-            }
-        }
-        this.pending.extend_from_slice(buf);
-        // Send what is complete now; a full socket leaves it for the next call or
-        // flush (the bytes are taken either way).
-        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(buf.len()))
+        let (fd, streams) = (&this.fd, this.streams);
+        poll_write_with(&mut this.pending, buf, cx, |cx, msg| {
+            send_ready(fd, cx, msg, streams)
+        })
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -709,5 +747,60 @@ mod tests {
             "198.18.5.1:3868".parse().unwrap(),
         ];
         assert_eq!(unpacked(&packed(&addrs), 3), addrs);
+    }
+
+    /// A message larger than the write buffer's bound, written in pieces, is taken
+    /// whole and sent once: the writer never waits on a socket that has room (such a
+    /// wait registers no wake-up and would hang the connection's writer for good).
+    #[test]
+    fn a_message_larger_than_the_buffer_bound_is_taken_and_sent_once() {
+        let big = {
+            let mut m = message(16777238, 1, Some("pgw1.lab.example;1;1"));
+            m.resize(MAX_PENDING + MAX_PENDING / 2, 0);
+            let n = m.len() as u32;
+            m[1..4].copy_from_slice(&n.to_be_bytes()[1..]);
+            m
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut pending = Vec::new();
+        let mut sent = Vec::new();
+        for piece in big.chunks(64 * 1024) {
+            let r = poll_write_with(&mut pending, piece, &mut cx, |_, m| {
+                sent.push(m.len());
+                Poll::Ready(Ok(()))
+            });
+            assert!(
+                matches!(r, Poll::Ready(Ok(n)) if n == piece.len()),
+                "a piece was refused with {} bytes buffered and a socket with room",
+                pending.len()
+            );
+        }
+        assert_eq!(sent, [big.len()]);
+        assert!(pending.is_empty());
+    }
+
+    /// Complete messages of the bound or more waiting on a full socket make the writer
+    /// wait (back-pressure), and it takes bytes again once the socket has room.
+    #[test]
+    fn complete_messages_waiting_on_a_full_socket_make_the_writer_wait() {
+        let m = message(16777238, 1, Some("pgw1.lab.example;1;1"));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut pending = Vec::new();
+        let full = |_: &mut Context<'_>, _: &[u8]| Poll::Pending;
+        while pending.len() < MAX_PENDING {
+            assert!(poll_write_with(&mut pending, &m, &mut cx, full).is_ready());
+        }
+        assert!(poll_write_with(&mut pending, &m, &mut cx, full).is_pending());
+        let mut sent = 0;
+        let r = poll_write_with(&mut pending, &m, &mut cx, |_, _| {
+            sent += 1;
+            Poll::Ready(Ok(()))
+        });
+        assert!(matches!(r, Poll::Ready(Ok(n)) if n == m.len()));
+        assert_eq!(
+            sent * m.len(),
+            MAX_PENDING.div_ceil(m.len()) * m.len() + m.len()
+        );
+        assert!(pending.is_empty());
     }
 }

@@ -11,8 +11,11 @@ use crate::config::StoreOnError;
 pub(super) struct Parked {
     conn: ConnId,
     from: PeerId,
-    req: Message,
+    pub(super) req: Message,
     stage: Stage,
+    /// Held at start-up until this deadline (`super::startup`): routed again when a
+    /// connection opens, still bound by the first hold's deadline.
+    pub(super) held_until: Option<Duration>,
 }
 
 /// What a parked request waits for.
@@ -140,6 +143,7 @@ impl Core {
                 from,
                 req,
                 stage: Stage::Route,
+                held_until: None,
             },
             None,
         );
@@ -148,7 +152,7 @@ impl Core {
     /// Routes a request and forwards it, parking it while a session store call it
     /// needs is under way (`crate::session`). `bound`: the store's answer to its
     /// lookup, when it comes back from one.
-    fn dispatch(&mut self, now: Duration, p: Parked, bound: Option<Option<String>>) {
+    pub(super) fn dispatch(&mut self, now: Duration, p: Parked, bound: Option<Option<String>>) {
         let (strategy, sticky, ask_store) = {
             let req = &p.req;
             let strategy = self.strategy_for(req);
@@ -184,6 +188,15 @@ impl Core {
         let to = match routed.decision {
             Decision::Forward { peer, .. } => peer,
             Decision::Reject(u) => {
+                // A (re)started agent whose first connection there is still opening
+                // holds it instead (`super::startup`).
+                let p = match u {
+                    crate::routing::Unroutable::NoGoodPeer => match self.hold(now, p) {
+                        Some(p) => p,
+                        None => return,
+                    },
+                    crate::routing::Unroutable::NoRoute => p,
+                };
                 return self.answer_locally(&p, u.result_code(), "no route to the destination");
             }
         };
@@ -243,7 +256,7 @@ impl Core {
         }
     }
 
-    fn answer_locally(&mut self, p: &Parked, code: u32, message: &str) {
+    pub(super) fn answer_locally(&mut self, p: &Parked, code: u32, message: &str) {
         self.stats.local_answers += 1;
         let g = &self.cfg.global;
         let a = answer_for(

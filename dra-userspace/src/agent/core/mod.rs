@@ -41,6 +41,7 @@ mod peers;
 mod react;
 mod reload;
 mod report;
+mod startup;
 mod tls;
 
 pub(super) use tls::DialError;
@@ -145,6 +146,8 @@ pub(super) struct Core {
     ctl_tx: mpsc::Sender<Ctl>,
     shutdown: Option<(tokio::sync::oneshot::Sender<()>, Duration)>,
     next_tick: Duration,
+    /// Readiness and the requests held while the first connections open (`startup`).
+    startup: startup::Startup,
 }
 
 impl Core {
@@ -153,6 +156,7 @@ impl Core {
         opts: AgentOptions,
         metrics: Metrics,
         ctl_tx: mpsc::Sender<Ctl>,
+        ready: tokio::sync::watch::Sender<bool>,
     ) -> Result<Core, AgentError> {
         let addrs = cfg
             .listeners
@@ -248,6 +252,7 @@ impl Core {
             ctl_tx,
             shutdown: None,
             next_tick: TICK,
+            startup: startup::Startup::new(cfg.global.startup_wait, ready),
             peer_cfg: Arc::new(pc),
             start_secs,
             cfg,
@@ -271,6 +276,8 @@ impl Core {
             }
             self.set_state_metric(PeerId(i), metrics::PeerState::Closed);
         }
+        self.metrics.set_ready(false);
+        self.check_ready(self.now());
         loop {
             let deadline = self.start + self.next_deadline();
             tokio::select! {
@@ -302,6 +309,7 @@ impl Core {
                 _ = tokio::time::sleep_until(deadline.into()) => self.on_timer(),
             }
             self.abort_overflowed();
+            self.release_held(self.now());
             self.finish_draining(self.now());
             if let Some((_, until)) = &self.shutdown
                 && (self.conns.is_empty() || self.now() >= *until)
@@ -331,6 +339,7 @@ impl Core {
             consider(Some(*t));
         }
         consider(self.parked_deadlines.front().map(|(t, _)| *t));
+        consider(self.startup.poll_timeout());
         next
     }
 
@@ -399,6 +408,7 @@ impl Core {
             self.pump(now, retries);
         }
         self.expire_parked(now);
+        self.startup_timer(now);
         for i in 0..self.slots.len() {
             if self.slots[i].reconnect_at.is_some_and(|t| t <= now) {
                 self.slots[i].reconnect_at = None;
@@ -455,7 +465,8 @@ impl Core {
             + s.relay.answers_discarded
             + s.relay.requests_dropped
             + s.relay.pending
-            + self.parked.len() as u64;
+            + self.parked.len() as u64
+            + self.startup.held() as u64;
         let violations = lhs.abs_diff(rhs);
         if violations > self.reported_violations {
             for _ in self.reported_violations..violations {

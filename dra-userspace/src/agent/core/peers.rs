@@ -194,9 +194,14 @@ impl Core {
         let p = &self.cfg.peers[peer];
         let how = match p.transport {
             crate::config::Transport::Sctp => tls::Dial::Sctp(sctp_remotes(p, addr)),
-            crate::config::Transport::Tcp => match tls::connector(p) {
-                Some(c) => tls::Dial::Tls(c),
-                None => tls::Dial::Tcp,
+            crate::config::Transport::Tcp => match tls::tcp_dial(p) {
+                Ok(how) => how,
+                Err(why) => {
+                    warn!(peer = %p.name, why, "TLS server not dialled: {why}");
+                    self.slots[peer].connecting = false;
+                    self.schedule_reconnect(peer, None);
+                    return;
+                }
             },
         };
         tokio::spawn(async move {
@@ -215,12 +220,12 @@ impl Core {
             slot.reconnect_at = Some(now);
             return;
         }
-        // RFC 6733 §2.1 Tc, doubled per consecutive failure (bounded).
-        let backoff = self
-            .peer_cfg
-            .tc
-            .saturating_mul(1u32 << slot.failures.min(10))
-            .min(self.opts.max_backoff);
+        let backoff = reconnect_delay(
+            self.peer_cfg.tc,
+            self.opts.max_backoff,
+            slot.failures,
+            slot.ever_connected,
+        );
         let delay = hold_off.map_or(backoff, |h| h.max(backoff));
         slot.failures = slot.failures.saturating_add(1);
         slot.reconnect_at = Some(now + delay);
@@ -553,6 +558,10 @@ impl Core {
                 warn!(%peer, state, "peer down");
             }
         }
+        if good && !was_good {
+            self.peer_in_service();
+            self.check_ready(now);
+        }
         if was_good && !good {
             // RFC 6733 §5.5.4 / RFC 3539 §3.4: out of service → fail pending requests over.
             self.peer_failed(now, p);
@@ -686,6 +695,37 @@ impl Core {
     }
 }
 
+/// The first retry of a server never open since the start.
+pub(super) const FIRST_RETRY: Duration = Duration::from_millis(100);
+
+/// How long after its `failures`-th consecutive failed dial a server is dialled again.
+///
+/// A server that has not been open since the agent started (the agent restarted, or the
+/// server is still starting) is retried on a short schedule — 100 ms, doubling, while
+/// that is shorter than Tc — so that a restart costs no more than the server's own start.
+/// Then, and after a connection that had opened, RFC 6733 §2.1's Tc applies, doubled per
+/// consecutive failure up to `max`.
+pub(super) fn reconnect_delay(
+    tc: Duration,
+    max: Duration,
+    failures: u32,
+    ever_connected: bool,
+) -> Duration {
+    let mut k = failures;
+    if !ever_connected {
+        let short = FIRST_RETRY.saturating_mul(1u32 << k.min(20));
+        if short < tc {
+            return short;
+        }
+        // The short steps taken before reaching Tc.
+        let steps = (0..20)
+            .take_while(|i| FIRST_RETRY.saturating_mul(1u32 << i) < tc)
+            .count() as u32;
+        k -= steps.min(k);
+    }
+    tc.saturating_mul(1u32 << k.min(10)).min(max)
+}
+
 /// The addresses an SCTP server is dialled at: `connect`, then its other host
 /// addresses on `connect`'s port (multihoming: the association may use every one).
 fn sctp_remotes(
@@ -699,4 +739,28 @@ fn sctp_remotes(
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reconnect_delay;
+    use std::time::Duration;
+
+    #[test]
+    fn a_server_never_open_is_retried_on_a_short_schedule_then_after_tc() {
+        let (tc, max) = (Duration::from_secs(30), Duration::from_secs(300));
+        let ms = |f: u32, ever: bool| reconnect_delay(tc, max, f, ever).as_millis();
+        let first: Vec<u128> = (0..13).map(|f| ms(f, false)).collect();
+        assert_eq!(
+            first,
+            [
+                100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 60_000, 120_000,
+                240_000
+            ]
+        );
+        assert_eq!(ms(40, false), 300_000);
+        // A server that had been open: RFC 6733 §2.1's Tc from the first failure.
+        let after: Vec<u128> = (0..5).map(|f| ms(f, true)).collect();
+        assert_eq!(after, [30_000, 60_000, 120_000, 240_000, 300_000]);
+    }
 }

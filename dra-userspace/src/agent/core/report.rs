@@ -34,6 +34,7 @@ impl Core {
             self.conns.len()
         );
         self.config_status(&mut o);
+        let _ = writeln!(o, "{}", self.ready_status());
         let _ = writeln!(o, "ingress limits: {}", self.opts.ingress_by);
         let _ = writeln!(
             o,

@@ -269,11 +269,22 @@ impl Core {
     }
 }
 
-/// The server's TLS connector, if the peer is a TLS server.
-pub(super) fn connector(p: &crate::config::Peer) -> Option<(t::Connector, Duration)> {
-    let tls = p.tls.as_ref()?;
-    let c = tls.credentials.as_ref()?.connector(p.tls_name()?)?;
-    Some((c, tls.handshake_timeout))
+/// How a server reached over TCP is dialled: in the clear, or over TLS with its
+/// connector. A TLS server whose connector cannot be built (no credentials, a name that
+/// is not a DNS name) is an error naming why — never a server dialled in the clear.
+pub(super) fn tcp_dial(p: &crate::config::Peer) -> Result<Dial, String> {
+    let Some(tls) = p.tls.as_ref() else {
+        return Ok(Dial::Tcp);
+    };
+    let credentials = tls
+        .credentials
+        .as_ref()
+        .ok_or("it has no TLS credentials (cert, key, ca)")?;
+    let name = p.tls_name().ok_or("it has no TLS name")?;
+    let c = credentials
+        .connector(name)
+        .ok_or_else(|| format!("its TLS name {name:?} is not a DNS name"))?;
+    Ok(Dial::Tls((c, tls.handshake_timeout)))
 }
 
 /// How a server is dialled.
@@ -315,5 +326,35 @@ pub(super) async fn dial(
     match tls {
         None => Connection::tcp(tcp).map_err(DialError::Io),
         Some((c, t)) => c.connect(tcp, t).await.map_err(DialError::Tls),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dial, tcp_dial};
+
+    /// A TLS server the agent cannot build a connector for is not dialled at all,
+    /// least of all in the clear.
+    #[test]
+    fn a_tls_server_without_a_connector_is_never_dialled_in_the_clear() {
+        let text = "[global]\norigin_host = \"dra.lab.example\"\norigin_realm = \"lab.example\"\n\
+                    [[listener]]\naddress = \"198.18.1.1:3868\"\n\
+                    [[peer]]\nname = \"pcrf1\"\norigin_host = \"pcrf1.lab.example\"\n\
+                    realm = \"lab.example\"\nrole = \"server\"\n\
+                    connect = \"198.18.2.2:3868\"\n";
+        let cfg = crate::config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let mut p = cfg.peers[0].clone();
+        assert!(matches!(tcp_dial(&p), Ok(Dial::Tcp)));
+        p.tls = Some(crate::config::Tls {
+            files: None,
+            credentials: None,
+            identity: None,
+            handshake_timeout: std::time::Duration::from_secs(5),
+        });
+        match tcp_dial(&p) {
+            Err(why) => assert!(why.contains("no TLS credentials"), "{why}"),
+            Ok(Dial::Tcp) => panic!("a TLS server would be dialled over plain TCP"),
+            Ok(_) => panic!("a connector without credentials"),
+        }
     }
 }

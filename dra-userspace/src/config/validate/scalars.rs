@@ -22,6 +22,10 @@ const MAX_SOCKET_PATH: usize = 107;
 const MAX_IFNAME: usize = 15;
 /// Longest accepted `watchdog`: a dead peer is taken out of service after 2 Tw.
 const MAX_WATCHDOG: Duration = Duration::from_secs(3600);
+/// `startup_wait` when the file has none.
+pub const DEFAULT_STARTUP_WAIT: Duration = Duration::from_secs(10);
+/// Longest accepted `startup_wait` (systemd's default start timeout is 90 s).
+const MAX_STARTUP_WAIT: Duration = Duration::from_secs(60);
 
 /// `[global]` (required).
 pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
@@ -68,6 +72,18 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
                     ),
                 );
             }
+            let startup_wait = duration(e, "startup_wait", &g.startup_wait, DEFAULT_STARTUP_WAIT);
+            if let Some(v) = &g.startup_wait
+                && startup_wait > MAX_STARTUP_WAIT
+            {
+                e.at(
+                    &v.span(),
+                    format!(
+                        "startup_wait must be at most {}s",
+                        MAX_STARTUP_WAIT.as_secs()
+                    ),
+                );
+            }
             Some(Global {
                 origin_host: origin_host.unwrap_or_default(),
                 origin_realm: origin_realm.unwrap_or_default(),
@@ -79,6 +95,7 @@ pub(super) fn global(e: &mut Errors<'_>, raw: &RawConfig) -> Option<Global> {
                 unknown_peer: choice_or(e, "unknown_peer", &g.unknown_peer, UnknownPeer::Pass),
                 diameter_ports,
                 watchdog,
+                startup_wait,
             })
         }
         None => {
