@@ -26,6 +26,30 @@ pub fn dra_bin() -> PathBuf {
 pub struct Agent {
     child: Option<Child>,
     pub log: PathBuf,
+    /// The control socket of the config it was started with (`[control] socket`).
+    control: Option<PathBuf>,
+}
+
+/// The control socket named by the config file after `--config` in `args`, if that file
+/// parses and names one.
+fn control_socket(args: &[&str]) -> Option<PathBuf> {
+    let i = args.iter().position(|a| *a == "--config")?;
+    let path = args.get(i + 1)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    dra::config::parse(&text, path).ok()?.control.socket
+}
+
+/// One request over the agent's control socket (`status`, `reload`): its reply, or why
+/// there was none.
+pub fn control_request(socket: &Path, request: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(crate::support::scaled(Duration::from_secs(10))))?;
+    s.write_all(format!("{request}\n").as_bytes())?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 impl Agent {
@@ -47,7 +71,45 @@ impl Agent {
         Agent {
             child: Some(child),
             log: log.to_path_buf(),
+            control: control_socket(args),
         }
+    }
+
+    /// `dra status`'s text, read over the control socket.
+    pub fn status(&self) -> std::io::Result<String> {
+        let socket = self.control.as_deref().unwrap_or_else(|| {
+            panic!("the agent's config has no [control] socket (ConfigToml::control)")
+        });
+        control_request(socket, "status")
+    }
+
+    /// Waits until the agent says it is ready (`dra status`: "ready: yes": listeners
+    /// bound, an open connection in every routed group or its startup wait over, the
+    /// fast path attached before that). Fails naming the last status (or why there was
+    /// none) and the log when it is not within `timeout` (scaled), or the agent exits.
+    /// Returns the status text.
+    pub fn wait_ready(&mut self, timeout: Duration) -> String {
+        let socket = self.control.clone().unwrap_or_else(|| {
+            panic!("the agent's config has no [control] socket (ConfigToml::control)")
+        });
+        let mut last = String::from("no answer on the control socket yet");
+        let ready = self.wait_until(timeout, || match control_request(&socket, "status") {
+            Ok(text) => {
+                let yes = text.lines().any(|l| l.starts_with("ready: yes"));
+                last = text;
+                yes
+            }
+            Err(e) => {
+                last = format!("no status: {e}");
+                false
+            }
+        });
+        assert!(
+            ready,
+            "dra run not ready within {timeout:?} (scaled); last status:\n{last}\nlog:\n{}",
+            self.log_text()
+        );
+        last
     }
 
     /// Waits until `cond` holds (polled), the process exits, or `timeout` passes
@@ -66,6 +128,7 @@ impl Agent {
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
+            // The poll interval of a readiness wait.
             std::thread::sleep(Duration::from_millis(20));
         }
         false

@@ -39,6 +39,40 @@ pub fn scaled(d: Duration) -> Duration {
     d * time_scale()
 }
 
+/// Says that the calling test cannot run here, and why (`reason`, short: the summary
+/// groups by it; `detail` is printed only), and records it for `cargo xtask test`'s
+/// summary in the file `DRA_TEST_SKIP_LOG` names: counted as skipped, never as passed.
+/// The test returns right after.
+pub fn skip(reason: &str, detail: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned();
+    // The test binary's name without cargo's hash (netns_sctp-0123abcd → netns_sctp).
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| match s.rsplit_once('-') {
+            Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+            _ => s,
+        })
+        .unwrap_or_default();
+    println!("SKIPPED {bin}::{test}: {reason} ({detail})");
+    if let Some(path) = std::env::var_os("DRA_TEST_SKIP_LOG") {
+        use std::io::Write as _;
+        let line = format!("{bin}::{test}\t{reason}\n");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        // A skip that cannot be recorded would be counted as a pass: fail instead.
+        if let Err(e) = written {
+            panic!("recording the skip in {}: {e}", path.to_string_lossy());
+        }
+    }
+}
+
 /// A pin directory under bpffs, removed on drop with what is pinned there (the
 /// programs' links too: XDP and TC are detached).
 pub struct Pins(pub PathBuf);

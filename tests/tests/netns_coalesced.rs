@@ -48,7 +48,7 @@ fn measure(action: &str) -> Duration {
     Duration::from_secs(if action == "reject" { 10 } else { 5 })
 }
 
-fn config(action: &str) -> String {
+fn config(action: &str, control: &std::path::Path) -> String {
     // reject: a burst of 0.5 s (see the module's doc); drop: the default.
     let burst = match action {
         "reject" => format!("burst = {}\n", LIMIT / 2.0),
@@ -64,6 +64,7 @@ fn config(action: &str) -> String {
     gw_dra_srv_config("")
         .with(&limit("initial"))
         .with(&limit("termination"))
+        .control(control)
         .to_string()
 }
 
@@ -89,10 +90,16 @@ impl Lab {
         Lab { net, tmp, pins }
     }
 
-    /// `dra run` with XDP, the given action; waits until the fast path is attached.
+    fn control(&self) -> std::path::PathBuf {
+        self.tmp.0.join("dra.sock")
+    }
+
+    /// `dra run` with XDP, the given action; waits until it is ready (fast path
+    /// attached, pcrf1 open). Each run detaches on exit: the next starts from fresh
+    /// maps and buckets.
     fn agent(&self, action: &str) -> Agent {
         let cfg = self.tmp.0.join(format!("dra-{action}.toml"));
-        std::fs::write(&cfg, config(action)).unwrap();
+        std::fs::write(&cfg, config(action, &self.control())).unwrap();
         let args = [
             "--config",
             cfg.to_str().unwrap(),
@@ -100,16 +107,14 @@ impl Lab {
             &self.net.client.b_if,
             "--pin-dir",
             self.pins.0.to_str().unwrap(),
+            "--detach-on-exit",
         ];
         let mut agent = Agent::start(
             &self.net.dra,
             &args,
             &self.tmp.0.join(format!("dra-{action}.log")),
         );
-        let up = agent.wait_until(Duration::from_secs(20), || {
-            Maps::open_pinned(&self.pins.0).is_ok()
-        });
-        assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
+        agent.wait_ready(Duration::from_secs(20));
         agent
     }
 }
@@ -145,8 +150,10 @@ fn fast_path_admitted(maps: &Maps, slots: &[u32]) -> u64 {
 fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
     let mut agent = lab.agent(action);
     let maps = Maps::open_pinned(&lab.pins.0).unwrap();
-    let plan =
-        dra::dataplane::Plan::new(&dra::config::parse(&config(action), "t.toml").unwrap()).unwrap();
+    let plan = dra::dataplane::Plan::new(
+        &dra::config::parse(&config(action, &lab.control()), "t.toml").unwrap(),
+    )
+    .unwrap();
     let slots: Vec<u32> = [rt::INITIAL, rt::TERMINATION]
         .iter()
         .map(|r| plan.slot_of("pgw1", MsgClass::gx_ccr(*r)).unwrap())
@@ -159,18 +166,21 @@ fn run(lab: &Lab, action: &str, window: usize) -> Outcome {
     let measure = measure(action);
     let sampler = std::thread::spawn(move || {
         let maps = Maps::open_pinned(&pins).unwrap();
+        // The scenario's timeline: the window starts after the client's warm-up.
         std::thread::sleep(WARMUP);
-        let a = fast_path_admitted(&maps, &sl);
+        let (a, from) = (fast_path_admitted(&maps, &sl), std::time::Instant::now());
+        // ... and lasts `measure` (the rate is taken over the time that elapsed).
         std::thread::sleep(measure);
-        fast_path_admitted(&maps, &sl) - a
+        let n = fast_path_admitted(&maps, &sl) - a;
+        (n, from.elapsed())
     });
     let report = gateway(lab, window, measure);
-    let fast_path = sampler.join().unwrap();
+    let (fast_path, fast_path_window) = sampler.join().unwrap();
     let oob_marks = maps.stat(Counter::MarkedOutOfBand).unwrap() - oob_before;
     agent.stop();
     let secs = measure.as_secs_f64();
     let admitted_per_s = (report.decided_with(2001) + report.decided_with(5002)) as f64 / secs;
-    let fast_path_per_s = fast_path as f64 / secs;
+    let fast_path_per_s = fast_path as f64 / fast_path_window.as_secs_f64();
     let limit = 2.0 * LIMIT;
     println!(
         "{action}, {window} in flight: admitted {admitted_per_s:.1}/s by the PCRF's answers, \

@@ -15,6 +15,7 @@ mod report;
 mod results;
 mod storm;
 mod style;
+mod tally;
 mod toolchain;
 mod vm;
 
@@ -320,9 +321,11 @@ fn test() -> Result<()> {
                 "--cfg bpf_target_arch=\"x86_64\" -C debuginfo=2 -C link-arg=--btf",
             ),
     )?;
-    step(
+    let skip_log = workspace_root().join("target/test-skips.txt");
+    let mut host = tally::run_tests(
         "unit and property tests",
         cargo().arg("test").args(unit_pkgs),
+        &skip_log,
     )?;
     package::test(&workspace_root())?;
     if !is_root() {
@@ -335,17 +338,23 @@ fn test() -> Result<()> {
         cargo().args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]),
     )?;
     let dra_bin = workspace_root().join("target/debug/dra");
-    step(
+    let privileged = tally::run_tests(
         "privileged tests (netns, real BPF, real TCP) on this machine's kernel",
         cargo()
             .args(["test", "-p", "dra-tests", "--", "--test-threads=1"])
             .env("DRA_BIN", &dra_bin),
+        &skip_log,
     )?;
+    host.merge(&privileged);
     fuzz_build.finish();
     fuzz_smoke(10)?;
     toolchain::ensure_vm(&workspace_root())?;
-    vm::run(&workspace_root(), &dra_bin, &[])?;
-    eprintln!("xtask: all tests passed in {} s", from.elapsed().as_secs());
+    vm::run(&workspace_root(), &dra_bin, &[], Some(&privileged))?;
+    eprintln!(
+        "xtask: all tests passed in {} s; on this machine: {}",
+        from.elapsed().as_secs(),
+        host.summary(vm::where_run)
+    );
     Ok(())
 }
 
@@ -399,6 +408,7 @@ fn real_main() -> Result<()> {
                 &workspace_root(),
                 &workspace_root().join("target/debug/dra"),
                 rest,
+                None,
             )
         }
         "package" => {

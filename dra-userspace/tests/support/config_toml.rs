@@ -51,6 +51,12 @@ impl ConfigToml {
         self.with(&format!("[[route]]\nrealm = \"{realm}\"\n{keys}"))
     }
 
+    /// `[control] socket = path`: where `dra status` (and a test's readiness wait)
+    /// reaches the agent.
+    pub fn control(self, path: &std::path::Path) -> ConfigToml {
+        self.with(&format!("[control]\nsocket = \"{}\"", path.display()))
+    }
+
     /// `text` as it is (limits, other tables), after a blank line.
     pub fn with(mut self, text: &str) -> ConfigToml {
         self.0.push('\n');

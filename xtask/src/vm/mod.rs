@@ -20,6 +20,8 @@ use anyhow::{Context, Result, bail};
 
 use matrix::{FastPath, Kernel, MATRIX, Source, Step};
 
+use crate::tally::{self, Tally};
+
 /// Guest size: this machine's 2 CPUs, and memory for the tests' agents, Redis and
 /// loadgens with room to spare.
 const CPUS: u32 = 2;
@@ -112,11 +114,26 @@ struct StepResult {
     secs: u64,
 }
 
-/// Runs the matrix's guests (the host's row is the privileged tests run before this),
-/// or only the kernels named in `only`; fails if a step of any of them fails.
+/// The kernels of the matrix whose guests run the test binary `bin` (e.g. where a test
+/// skipped on this machine runs).
+pub fn where_run(bin: &str) -> Vec<String> {
+    MATRIX
+        .iter()
+        .filter(|k| {
+            k.steps
+                .iter()
+                .any(|s| matches!(s, Step::Tests(b) if *b == bin))
+        })
+        .map(|k| k.name.to_owned())
+        .collect()
+}
+
+/// Runs the matrix's guests, or only the kernels named in `only`; fails if a step of any
+/// of them fails. The host's row is what `host` says: the privileged tests run on this
+/// machine before this (none under `cargo xtask kernels`, which runs only the guests).
 /// `only`: kernel names, and `--steps a,b` to run those steps instead of the matrix's
 /// (a developer's shortcut: `dra-verify`, test binaries, `name:filter`, `all`).
-pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
+pub fn run(root: &Path, dra_bin: &Path, only: &[String], host: Option<&Tally>) -> Result<()> {
     let mut steps_only: Option<Vec<String>> = None;
     let mut names = Vec::new();
     let mut it = only.iter();
@@ -157,24 +174,29 @@ pub fn run(root: &Path, dra_bin: &Path, only: &[String]) -> Result<()> {
         match k.source {
             Source::Host => {
                 let rel = netlab::sh(&["uname", "-r"])?.trim().to_owned();
-                eprintln!(
-                    "xtask: [{}] {rel}, {}: every privileged test (run above, on this machine)",
-                    k.name, k.what
-                );
-                summary.push(format!("{} ({rel}): every privileged test passed", k.name));
+                let ran = match host {
+                    Some(t) => format!("the privileged tests, run above: {}", t.summary(where_run)),
+                    None => "not run by `cargo xtask kernels` (`cargo xtask test` runs the \
+                             privileged tests here)"
+                        .to_owned(),
+                };
+                eprintln!("xtask: [{}] {rel}, {}: {ran}", k.name, k.what);
+                summary.push(format!("{} ({rel}): {ran}", k.name));
                 continue;
             }
             Source::Deb { .. } => {}
         }
-        let (results, rel) = run_guest(root, k, accel, dra_bin, &bins, steps_only.as_deref())?;
+        let (results, rel, tests) =
+            run_guest(root, k, accel, dra_bin, &bins, steps_only.as_deref())?;
         let bad: Vec<&StepResult> = results.iter().filter(|r| !step_ok(k, r)).collect();
         let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
         if bad.is_empty() {
             summary.push(format!(
-                "{} ({rel}): {} in {} s",
+                "{} ({rel}): {} in {} s; tests {}",
                 k.name,
                 names.join(", "),
-                t0.elapsed().as_secs()
+                t0.elapsed().as_secs(),
+                tests.summary(|_| Vec::new())
             ));
         } else {
             failed.push(k.name);
@@ -214,7 +236,7 @@ fn run_guest(
     dra_bin: &Path,
     bins: &BTreeMap<String, PathBuf>,
     steps_only: Option<&[String]>,
-) -> Result<(Vec<StepResult>, String)> {
+) -> Result<(Vec<StepResult>, String, Tally)> {
     let vm = vm_dir(root);
     let kern = kernel::ensure(&vm, k.name, &k.source)?.context("a guest kernel")?;
     let dir = vm.join(k.name);
@@ -284,6 +306,7 @@ fn run_guest(
             ("DRA_EXPECT_FAST_PATH", k.fast_path.env().to_owned()),
             // Every Debian kernel has SCTP (a module, loaded before the first step).
             ("DRA_EXPECT_SCTP", "yes".to_owned()),
+            (tally::SKIP_LOG_VAR, format!("/dra-job/{GUEST_SKIP_LOG}")),
             ("RUST_BACKTRACE", "1".to_owned()),
         ],
         step_timeout_s: STEP_TIMEOUT.as_secs(),
@@ -365,8 +388,21 @@ fn run_guest(
             console_tail()
         );
     }
-    Ok((results, release))
+    // What the steps' tests did, from their logs and the skip log they share.
+    let mut tests = Tally::default();
+    tests.add_skips(&job.join(GUEST_SKIP_LOG))?;
+    for r in &results {
+        if r.name != Step::VERIFY {
+            tests.add_output(&std::fs::read_to_string(
+                job.join(format!("{}.log", r.name)),
+            )?);
+        }
+    }
+    Ok((results, release, tests))
 }
+
+/// The file in a guest's job directory its tests record their skips in.
+const GUEST_SKIP_LOG: &str = "skips.txt";
 
 /// Prints one step's outcome as it arrives; a failed step's log (its end) with it.
 fn report_step(k: &Kernel, r: &StepResult, job: &Path) {
