@@ -103,12 +103,16 @@ impl Site {
         metrics::scrape(self.ns, metrics::METRICS_ADDR)
     }
 
-    /// Whether every upstream peer is open (a peer without its state series yet is not).
+    /// Whether the agent says it is ready (`dra_ready`: listeners bound, an open
+    /// connection in every routed group) and every upstream peer of this site is open
+    /// (a peer without its state series yet is not): what a bench needs before its
+    /// traffic starts.
     pub(crate) fn upstreams_open(&self, s: &Snap) -> bool {
-        self.upstreams.iter().all(|p| {
-            s.sum("dra_peer_state", &[("peer", p), ("state", "open")])
-                .is_ok_and(|v| v == 1.0)
-        })
+        s.sum("dra_ready", &[]).is_ok_and(|v| v == 1.0)
+            && self.upstreams.iter().all(|p| {
+                s.sum("dra_peer_state", &[("peer", p), ("state", "open")])
+                    .is_ok_and(|v| v == 1.0)
+            })
     }
 
     /// Starts `cmd` (built for this site's namespace) with its output in `log`; `tag`
@@ -178,6 +182,7 @@ impl Site {
                 "the agent did not become ready in 40 s ({what}; last poll: {last}); log {}",
                 log.display()
             );
+            // The poll interval.
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -192,7 +197,9 @@ impl Site {
     ) -> Result<Agent<'_>> {
         let mut cmd = self.agent_command(cmd, config, "warn");
         let mut dra = self.spawn(&log, "dra run", self.agent_tag(), &mut cmd)?;
-        self.wait_ready(&mut dra, &log, "upstreams open", |s| self.upstreams_open(s))?;
+        self.wait_ready(&mut dra, &log, "ready, upstreams open", |s| {
+            self.upstreams_open(s)
+        })?;
         Ok(Agent {
             site: self,
             dra,
