@@ -38,10 +38,30 @@ pub mod names {
     pub const EGRESS_FLOWS: &str = "EGRESS_FLOWS";
     /// Ring buffer of [`super::OobMark`]: requests marked out of band (XDP → agent).
     pub const OOB_MARKS: &str = "OOB_MARKS";
+    /// Array with one [`super::OverloadConfig`]: the agent's overload shedding.
+    pub const OVERLOAD: &str = "OVERLOAD";
+    /// Hash: [`crate::wire::MsgClass`] → [`super::ClassOverload`] (its overload
+    /// priority and counter index), written by the agent.
+    pub const CLASS_PRIORITY: &str = "CLASS_PRIORITY";
+    /// Per-CPU array with one [`super::OverloadCpu`]: shed credit and requests judged,
+    /// per priority.
+    pub const OVERLOAD_CPU: &str = "OVERLOAD_CPU";
+    /// Per-CPU array of [`super::ShedCounts`] by class index
+    /// ([`super::ClassOverload::index`]; 0: every class without one).
+    pub const SHED_COUNTS: &str = "SHED_COUNTS";
 }
 
 /// Number of bucket slots (config, state and counters arrays).
 pub const MAX_SLOTS: u32 = 4096;
+/// The bucket slot of the overload answer budget ([`OverloadConfig::answer_slot`]):
+/// the last one, which the agent's plan never gives a peer or class.
+pub const OVERLOAD_ANSWER_SLOT: u32 = MAX_SLOTS - 1;
+/// Classes with their own overload priority.
+pub const MAX_CLASS_PRIORITIES: u32 = 256;
+/// Overload priorities: RFC 7944's DRMP scale, 0 the highest … 15 the lowest.
+pub const PRIORITIES: usize = 16;
+/// A shed share of 1 (every request of the priority) in [`OverloadConfig::shed`].
+pub const SHARE_ONE: u32 = 1 << 16;
 /// "No slot": the bucket does not exist (no limit, not counted).
 pub const NO_SLOT: u32 = u32::MAX;
 /// Peers in each LPM trie.
@@ -175,6 +195,12 @@ pub struct ClassCounters {
     pub dropped: u64,
     /// Diameter bytes of the requests seen.
     pub bytes: u64,
+    /// Requests within their limits that the overload control shed, marked to be
+    /// answered 3004 by the agent ([`crate::wire::flags::OVERLOAD_SHED`]).
+    pub shed_answered: u64,
+    /// Requests shed beyond the agent's answer budget, marked to be discarded
+    /// ([`crate::wire::flags::OVERLOAD_DISCARD`]).
+    pub shed_discarded: u64,
 }
 
 impl ClassCounters {
@@ -185,7 +211,59 @@ impl ClassCounters {
         self.marked += o.marked;
         self.dropped += o.dropped;
         self.bytes += o.bytes;
+        self.shed_answered += o.shed_answered;
+        self.shed_discarded += o.shed_discarded;
     }
+}
+
+/// The agent's overload shedding, as the fast path applies it (docs/architecture.md
+/// §13): of the requests within their limits, each priority's `shed` share is marked
+/// [`crate::wire::flags::OVERLOAD_SHED`] (answered 3004) while the answer budget's
+/// bucket has room, else [`crate::wire::flags::OVERLOAD_DISCARD`]. A request's priority
+/// is its DRMP AVP's (RFC 7944), else its class's (`CLASS_PRIORITY`), else
+/// `default_priority`. Base-protocol messages (application 0) are never shed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct OverloadConfig {
+    /// Shed share of each priority, in units of 1/[`SHARE_ONE`].
+    pub shed: [u32; PRIORITIES],
+    /// 1: the overload control is on: requests are counted per priority
+    /// ([`OverloadCpu::judged`]); 0: not looked at.
+    pub enabled: u32,
+    /// 1 while any share is not zero.
+    pub active: u32,
+    /// Priority of a request without DRMP whose class has none of its own.
+    pub default_priority: u32,
+    /// Bucket slot of the answer budget (3004s per second; [`OVERLOAD_ANSWER_SLOT`]).
+    pub answer_slot: u32,
+}
+
+/// A class's overload priority (0 highest … 15 lowest) and the index of its shed
+/// counters ([`names::SHED_COUNTS`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClassOverload {
+    pub priority: u32,
+    pub index: u32,
+}
+
+/// One CPU's overload state: the shed credit of each priority (a request is shed
+/// whenever it reaches [`SHARE_ONE`]) and the requests judged, per priority.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct OverloadCpu {
+    pub credit: [u32; PRIORITIES],
+    pub judged: [u64; PRIORITIES],
+}
+
+/// Requests of one class the overload control shed, by action.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ShedCounts {
+    /// Marked to be answered 3004.
+    pub answered: u64,
+    /// Marked to be discarded (beyond the answer budget).
+    pub discarded: u64,
 }
 
 /// What to do with a packet on a Diameter port from a source that is no peer.
@@ -293,17 +371,20 @@ pub struct TcpFlow {
     pub mark_idx: u32,
     /// Segments dropped past the current hole.
     pub ofo_drops: u32,
+    /// The mark bits of each `marked` entry, four bits each (entry i at bit 4 i).
+    pub marked_bits: u32,
     pub _pad: u32,
     /// When the current hole was first seen (bpf_ktime_get_ns; 0 = no hole). A hole
     /// older than [`MAX_HOLE_AGE_NS`] means our state is wrong: the flow resyncs.
     pub hole_since_ns: u64,
     pub island: Island,
+    pub _pad2: u32,
 }
 
 // The flow value has no implicit padding (it is `aya::Pod`, read whole by the agent).
-const _: () = assert!(core::mem::size_of::<TcpFlow>() == 200);
+const _: () = assert!(core::mem::size_of::<TcpFlow>() == 216);
 
-/// A request marked out of band: over a `reject` limit, but its header's flags byte
+/// A request marked out of band: over a `reject` limit (or shed), but its header's flags byte
 /// had already passed (in an earlier segment) when its class became known, so the
 /// header bit could not be set. The XDP program writes one into the `OOB_MARKS` ring
 /// before it passes the segment that completes the class; the agent reads the ring
@@ -318,7 +399,9 @@ pub struct OobMark {
     pub end_to_end: u32,
     /// TCP sequence number of the request's first byte.
     pub header_seq: u32,
-    pub _pad: u32,
+    /// The mark: [`crate::wire::flags::RATE_LIMIT_MARK`], `OVERLOAD_SHED` or
+    /// `OVERLOAD_DISCARD` (as u32).
+    pub bits: u32,
 }
 
 /// Size of the `OOB_MARKS` ring buffer in bytes (a power of two, a multiple of the
@@ -398,4 +481,9 @@ mod pod {
     unsafe impl aya::Pod for super::TcpFlow {}
     unsafe impl aya::Pod for super::SctpAssoc {}
     unsafe impl aya::Pod for super::OobMark {}
+    unsafe impl aya::Pod for super::OverloadConfig {}
+    unsafe impl aya::Pod for super::ClassOverload {}
+    unsafe impl aya::Pod for super::OverloadCpu {}
+    unsafe impl aya::Pod for super::ShedCounts {}
+    unsafe impl aya::Pod for crate::wire::MsgClass {}
 }

@@ -64,6 +64,10 @@ pub enum Counter {
     /// Segments dropped because an out-of-band mark could not be handed over (the
     /// `OOB_MARKS` ring was full): the retransmission is judged again.
     OobFull,
+    /// Requests the overload control shed, marked to be answered 3004 by the agent.
+    ShedAnswered,
+    /// Requests shed beyond the agent's answer budget, marked to be discarded.
+    ShedDiscarded,
     /// Number of counters (array size).
     Count,
 }
@@ -101,6 +105,8 @@ impl Counter {
         Counter::EgressResync,
         Counter::EgressUnframed,
         Counter::OobFull,
+        Counter::ShedAnswered,
+        Counter::ShedDiscarded,
     ];
 
     /// Stable snake_case name (metrics label).
@@ -134,6 +140,8 @@ impl Counter {
             Counter::EgressResync => "egress_resync",
             Counter::EgressUnframed => "egress_unframed",
             Counter::OobFull => "oob_full",
+            Counter::ShedAnswered => "shed_answered",
+            Counter::ShedDiscarded => "shed_discarded",
             Counter::Count => "count",
         }
     }

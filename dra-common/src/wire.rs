@@ -45,6 +45,15 @@ pub mod flags {
     /// agent answers it at once (docs/architecture.md §3, action `reject`). Never sent
     /// upstream.
     pub const RATE_LIMIT_MARK: u8 = 0x01;
+    /// The reserved bit the fast path (or the agent's reader) sets on a request its
+    /// overload control sheds: the agent answers it 3004 DIAMETER_TOO_BUSY at once,
+    /// from its bytes (docs/architecture.md §13). Never sent upstream.
+    pub const OVERLOAD_SHED: u8 = 0x02;
+    /// The reserved bit set on a request shed beyond what the agent can afford to
+    /// answer: its reader discards it unanswered; the gateway's own timers decide.
+    pub const OVERLOAD_DISCARD: u8 = 0x04;
+    /// Every mark the fast path sets.
+    pub const MARKS: u8 = RATE_LIMIT_MARK | OVERLOAD_SHED | OVERLOAD_DISCARD;
 }
 
 /// AVP flags (RFC 6733 §4.1).
@@ -101,6 +110,9 @@ pub mod avp {
     pub const CC_REQUEST_TYPE: u32 = 416;
     /// CC-Request-Number (RFC 4006 §8.2).
     pub const CC_REQUEST_NUMBER: u32 = 415;
+    /// DRMP, the Diameter Routing Message Priority (RFC 7944 §9.1): Enumerated, 0 the
+    /// highest priority, 15 the lowest.
+    pub const DRMP: u32 = 301;
     /// Load (RFC 8583 §6.1).
     pub const LOAD: u32 = 650;
     pub const LOAD_TYPE: u32 = 651;
@@ -413,6 +425,7 @@ impl ScanCursor {
             write_volatile(&mut s.phase, scan_phase::HEADER);
             write_volatile(&mut s.avps, 0);
             write_volatile(&mut s.outcome, outcome::NONE);
+            write_volatile(&mut s.drmp, 0);
             write_volatile(&mut self.part_len, 0);
         }
     }
@@ -512,11 +525,28 @@ pub struct Classified {
     pub class: MsgClass,
     /// How CC-Request-Type was looked for (only CCRs are scanned).
     pub req_type: Option<ReqTypeScan>,
+    /// The DRMP priority + 1 the scan met (0: none), as [`MsgScan::drmp`].
+    pub drmp: u8,
+}
+
+impl Classified {
+    /// The request's DRMP priority (RFC 7944: 0 highest … 15 lowest), if it had one
+    /// where the scan looked.
+    pub const fn drmp(&self) -> Option<u8> {
+        match self.drmp {
+            1..=16 => Some(self.drmp - 1),
+            _ => None,
+        }
+    }
 }
 
 /// Items a scan reads at most: the header, the Hop-by-Hop/End-to-End ids,
-/// [`MAX_AVPS_SCANNED`] AVP headers and one CC-Request-Type value.
-pub const MAX_SCAN_ITEMS: usize = MAX_AVPS_SCANNED + 3;
+/// [`MAX_AVPS_SCANNED`] AVP headers, one DRMP value and one CC-Request-Type value.
+pub const MAX_SCAN_ITEMS: usize = MAX_AVPS_SCANNED + 4;
+/// An Enumerated AVP (CC-Request-Type, DRMP) without Vendor-Id: header and 4 bytes.
+const AVP_VALUE_LEN: u32 = AVP_HEADER_LEN as u32 + 4;
+/// `MsgScan::drmp` while the DRMP value is the next item.
+const DRMP_PENDING: u8 = 0xff;
 /// Longest item a scan reads at once (the first 12 header bytes).
 pub const MAX_ITEM_LEN: usize = 12;
 
@@ -528,8 +558,9 @@ pub mod scan_phase {
     pub const IDS: u8 = 1;
     /// The AVP header at `at` next (Credit-Control requests only).
     pub const AVP: u8 = 2;
-    /// The CC-Request-Type value at `at` next.
-    pub const REQ_TYPE: u8 = 3;
+    /// The value (4 bytes) at `at` of CC-Request-Type, or of DRMP when `drmp` is
+    /// pending (then the next AVP header).
+    pub const VALUE: u8 = 3;
     /// Classified.
     pub const DONE: u8 = 4;
 }
@@ -586,6 +617,13 @@ pub struct MsgScan {
     pub avps: u8,
     /// How the search for CC-Request-Type ended (private encoding of [`ReqTypeScan`]).
     pub outcome: u8,
+    /// The DRMP AVP's priority + 1, when one came before CC-Request-Type (RFC 8506
+    /// §3.1 and TS 29.212 put it right after Session-Id); 0: none seen.
+    pub drmp: u8,
+    /// Padding, zero (two fields: a `[u8; 3]` is zeroed with a `memset` call on the BPF
+    /// target, see [`crate::words`]).
+    pub _pad: u8,
+    pub _pad2: u16,
 }
 
 impl MsgScan {
@@ -603,6 +641,19 @@ impl MsgScan {
             phase: scan_phase::HEADER,
             avps: 0,
             outcome: outcome::NONE,
+            drmp: 0,
+            _pad: 0,
+            _pad2: 0,
+        }
+    }
+
+    /// The request's DRMP priority (RFC 7944: 0 highest … 15 lowest), if the scan met
+    /// a DRMP AVP.
+    #[inline(always)]
+    pub const fn drmp(&self) -> Option<u8> {
+        match self.drmp {
+            1..=16 => Some(self.drmp - 1),
+            _ => None,
         }
     }
 
@@ -625,10 +676,16 @@ impl MsgScan {
 
     #[inline(always)]
     fn req_type_scan(&self) -> Option<ReqTypeScan> {
+        self.req_type_scan_as(self.outcome)
+    }
+
+    /// [`MsgScan::req_type_scan`] as if the search had ended `how`.
+    #[inline(always)]
+    fn req_type_scan_as(&self, how: u8) -> Option<ReqTypeScan> {
         if !self.scans_avps() {
             return None;
         }
-        Some(match self.outcome {
+        Some(match how {
             outcome::FOUND => ReqTypeScan::Found(self.req_value),
             outcome::ABSENT => ReqTypeScan::Absent,
             outcome::BEYOND => ReqTypeScan::BeyondBound,
@@ -640,7 +697,14 @@ impl MsgScan {
     /// it is still to come).
     #[inline(always)]
     pub fn classified(&self) -> Classified {
-        let req_type = self.req_type_scan();
+        self.classified_as(self.outcome)
+    }
+
+    /// [`MsgScan::classified`] as if the search had ended `how` (no copy of the scan: a
+    /// struct copy is a byte-by-byte `memmove` call on the BPF target).
+    #[inline(always)]
+    fn classified_as(&self, how: u8) -> Classified {
+        let req_type = self.req_type_scan_as(how);
         let rt = match req_type {
             Some(s) => s.class_byte(),
             None => 0,
@@ -649,6 +713,7 @@ impl MsgScan {
             header: self.header(),
             class: MsgClass::new(self.application_id, self.command_code, rt),
             req_type,
+            drmp: self.drmp,
         }
     }
 
@@ -673,7 +738,7 @@ impl MsgScan {
                     }
                 }
             }
-            scan_phase::REQ_TYPE => Need::Item {
+            scan_phase::VALUE => Need::Item {
                 at: self.at,
                 len: 4,
             },
@@ -683,10 +748,7 @@ impl MsgScan {
 
     #[inline(always)]
     fn finish(&self, how: u8) -> Classified {
-        let mut s = *self;
-        s.outcome = how;
-        s.phase = scan_phase::DONE;
-        s.classified()
+        self.classified_as(how)
     }
 
     /// Settles a [`Need::Done`] that needed no bytes (end of the AVPs, or the bound):
@@ -752,20 +814,34 @@ impl MsgScan {
                 self.avps += 1;
                 if code == avp::CC_REQUEST_TYPE && !vendor {
                     // Enumerated: exactly 4 bytes of data (RFC 6733 §4.2, Integer32).
-                    if avp_len != AVP_HEADER_LEN as u32 + 4 {
+                    if avp_len != AVP_VALUE_LEN {
                         return Err(WireError::AvpLength);
                     }
                     self.at += AVP_HEADER_LEN as u32;
-                    self.phase = scan_phase::REQ_TYPE;
+                    self.phase = scan_phase::VALUE;
+                } else if code == avp::DRMP && !vendor && avp_len == AVP_VALUE_LEN {
+                    // Enumerated (RFC 7944 §9.1); a malformed one is skipped, not read.
+                    self.drmp = DRMP_PENDING;
+                    self.at += AVP_HEADER_LEN as u32;
+                    self.phase = scan_phase::VALUE;
                 } else {
                     // Padding to a 32-bit boundary is not counted in the length (§4.1).
                     self.at += (avp_len + 3) & !3;
                 }
             }
-            scan_phase::REQ_TYPE => {
-                self.req_value = b.u32_at(off).ok_or(WireError::Truncated)?;
-                self.outcome = outcome::FOUND;
-                self.phase = scan_phase::DONE;
+            scan_phase::VALUE => {
+                let v = b.u32_at(off).ok_or(WireError::Truncated)?;
+                if self.drmp == DRMP_PENDING {
+                    // DRMP's value; values past PRIORITY_15 are not defined: taken as
+                    // the lowest. Then the next AVP.
+                    self.drmp = if v > 15 { 16 } else { v as u8 + 1 };
+                    self.at += 4;
+                    self.phase = scan_phase::AVP;
+                } else {
+                    self.req_value = v;
+                    self.outcome = outcome::FOUND;
+                    self.phase = scan_phase::DONE;
+                }
             }
             _ => {}
         }

@@ -82,6 +82,9 @@ mod tests {
             phase: 3,
             avps: 5,
             outcome: 1,
+            drmp: 3,
+            _pad: 0,
+            _pad2: 0,
         };
         c.part_len = 5;
         c.part = [0xaa; crate::wire::PART_BUF];

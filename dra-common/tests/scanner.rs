@@ -457,3 +457,66 @@ proptest! {
         }
     }
 }
+
+/// As [`scan_in_pieces`], the DRMP priority the scan met (RFC 7944).
+fn drmp_in_pieces(m: &[u8], cuts: &[usize]) -> Option<u8> {
+    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(m.len())).collect();
+    bounds.push(m.len());
+    bounds.sort_unstable();
+    let mut cur = ScanCursor::new();
+    let mut a = 0;
+    for &b in &bounds {
+        let piece = &m[a..b];
+        match cur.advance(&piece, 0, a as u32, b as u32) {
+            Scanned::Done(_) => return cur.scan.drmp(),
+            Scanned::Invalid(e) => panic!("invalid: {e:?}"),
+            Scanned::More => {}
+        }
+        a = b;
+    }
+    cur.scan.drmp()
+}
+
+/// A DRMP AVP where RFC 8506 and TS 29.212 put it (after Session-Id, before
+/// CC-Request-Type) gives the request's priority, whatever the cuts; the class is the
+/// same as without it.
+#[test]
+fn drmp_before_the_request_type_is_read_at_every_cut() {
+    for prio in [0u32, 7, 15] {
+        let m = ccr(app::GX, 1, &[TAvp::u32(avp::DRMP, prio)]);
+        let whole = classify(&m).unwrap();
+        assert_eq!(whole.class, MsgClass::gx_ccr(1));
+        for cut in 0..=m.len() {
+            assert_eq!(drmp_in_pieces(&m, &[cut]), Some(prio as u8), "cut at {cut}");
+            assert_eq!(scan_in_pieces(&m, &[cut]), Ok(whole), "cut at {cut}");
+        }
+    }
+}
+
+/// No DRMP, a DRMP past CC-Request-Type (the scan stops there), a vendor-specific AVP
+/// 301 or one of the wrong length: no priority from it. A value past PRIORITY_15 is
+/// the lowest priority.
+#[test]
+fn drmp_absent_late_malformed_or_out_of_range() {
+    assert_eq!(drmp_in_pieces(&ccr(app::GX, 1, &[]), &[]), None);
+    let mut late = ccr(app::GX, 3, &[]);
+    let extra = {
+        let mut b = Vec::new();
+        TAvp::u32(avp::DRMP, 2).encode(&mut b);
+        b
+    };
+    late.extend_from_slice(&extra);
+    let n = late.len() as u32;
+    late[1..4].copy_from_slice(&n.to_be_bytes()[1..]);
+    assert_eq!(classify(&late).unwrap().class, MsgClass::gx_ccr(3));
+    assert_eq!(drmp_in_pieces(&late, &[]), None);
+    let vendor = ccr(app::GX, 1, &[TAvp::vendor(avp::DRMP, 10415, &[0, 0, 0, 2])]);
+    assert_eq!(drmp_in_pieces(&vendor, &[]), None);
+    let long = ccr(app::GX, 1, &[TAvp::bytes(avp::DRMP, &[0, 0, 0, 0, 2])]);
+    assert_eq!(classify(&long).unwrap().class, MsgClass::gx_ccr(1));
+    assert_eq!(drmp_in_pieces(&long, &[]), None);
+    assert_eq!(
+        drmp_in_pieces(&ccr(app::GY, 2, &[TAvp::u32(avp::DRMP, 99)]), &[]),
+        Some(15)
+    );
+}

@@ -3,7 +3,7 @@
 
 use dra_common::maps::{Action, BucketKey, ClassCounters, PeerInfo};
 use dra_common::stats::Counter;
-use dra_common::wire::MsgClass;
+use dra_common::wire::{MsgClass, flags};
 
 use aya_ebpf::maps::HashMap;
 
@@ -15,8 +15,26 @@ use crate::{
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Admit,
+    /// Over a `reject` limit: marked, the agent answers with the profile's code.
     Mark,
     Drop,
+    /// Within its limits, shed by the agent's overload control: marked, answered 3004.
+    Shed,
+    /// Shed beyond the agent's answer budget: marked, discarded by the agent.
+    Discard,
+}
+
+impl Verdict {
+    /// The header bit that carries a marking verdict to the agent (0: none).
+    #[inline(always)]
+    pub fn mark_bit(self) -> u8 {
+        match self {
+            Verdict::Mark => flags::RATE_LIMIT_MARK,
+            Verdict::Shed => flags::OVERLOAD_SHED,
+            Verdict::Discard => flags::OVERLOAD_DISCARD,
+            Verdict::Admit | Verdict::Drop => 0,
+        }
+    }
 }
 
 /// Class slot on which a request of `class` from (or to) peer `peer_id` is counted and
@@ -76,6 +94,14 @@ pub fn publish(peer: &PeerInfo, slot: u32, len: u32, v: Verdict) {
             count(Counter::Requests);
             count(Counter::Marked);
         }
+        Verdict::Shed => {
+            count(Counter::Requests);
+            count(Counter::ShedAnswered);
+        }
+        Verdict::Discard => {
+            count(Counter::Requests);
+            count(Counter::ShedDiscarded);
+        }
         Verdict::Drop => {}
     }
 }
@@ -91,12 +117,13 @@ pub fn count_on(slot: u32, len: u32, v: Verdict) {
     let c: &mut ClassCounters = unsafe { &mut *c };
     match v {
         Verdict::Drop => c.dropped += 1,
-        Verdict::Admit | Verdict::Mark => {
+        _ => {
             c.seen += 1;
-            if v == Verdict::Admit {
-                c.admitted += 1;
-            } else {
-                c.marked += 1;
+            match v {
+                Verdict::Admit => c.admitted += 1,
+                Verdict::Mark => c.marked += 1,
+                Verdict::Shed => c.shed_answered += 1,
+                _ => c.shed_discarded += 1,
             }
             c.bytes += len as u64;
         }

@@ -114,6 +114,28 @@ pub fn charge(slot: u32, now: u64) -> Charge {
     Charge::Charged
 }
 
+/// Takes one message from a bucket whose exactness does not matter (the overload answer
+/// budget): a plain load and store, no compare-and-swap loop (a racing take on another
+/// CPU may be overwritten: a budget of N per second then lets a few more through), so
+/// that the verifier meets one path instead of the retries. True if it fit (or the slot
+/// has no bucket).
+#[inline(always)]
+pub fn take_loosely(slot: u32, now: u64) -> bool {
+    let Some(cfg) = BUCKET_CONFIG.get(slot) else {
+        return true;
+    };
+    let Some(tat) = atomic_tat(slot) else {
+        return true;
+    };
+    match gcra::conforms(tat.load(), now, cfg.interval_ns, cfg.tolerance_ns) {
+        Some(next) => {
+            tat.store(next);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Gives back one charge (a request charged on its peer's overall bucket but over its
 /// class bucket).
 #[inline(always)]

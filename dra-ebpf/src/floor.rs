@@ -68,6 +68,6 @@ pub fn floor(ctx: &XdpContext) -> u32 {
     let slot = class_slot(&CLASS_SLOTS, peer.peer_id, peer.other_slot, CLASS);
     match decide(peer, slot, now) {
         Verdict::Admit => PASS,
-        Verdict::Mark | Verdict::Drop => DROP,
+        _ => DROP,
     }
 }

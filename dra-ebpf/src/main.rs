@@ -17,6 +17,7 @@ mod floor;
 mod ingress;
 mod line;
 mod maps;
+mod overload;
 mod parse;
 mod walk;
 

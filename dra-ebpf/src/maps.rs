@@ -7,9 +7,10 @@ use aya_ebpf::{
 };
 use dra_common::{
     maps::{
-        BucketConfig, BucketKey, BucketState, ClassCounters, FlowKey, GlobalConfig, Ipv4Key,
-        Ipv6Key, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES, MAX_SLOTS, OOB_RING_BYTES,
-        PeerInfo, SctpAssoc, TcpFlow,
+        BucketConfig, BucketKey, BucketState, ClassCounters, ClassOverload, FlowKey, GlobalConfig,
+        Ipv4Key, Ipv6Key, MAX_CLASS_PRIORITIES, MAX_CLASS_SLOTS, MAX_FLOWS, MAX_PEER_PREFIXES,
+        MAX_SLOTS, OOB_RING_BYTES, OverloadConfig, OverloadCpu, PeerInfo, SctpAssoc, ShedCounts,
+        TcpFlow,
     },
     stats::Counter,
 };
@@ -75,6 +76,24 @@ pub static SCTP_WALK: PerCpuArray<crate::ingress::sctp::Walk> = PerCpuArray::wit
 /// Requests marked out of band, for the agent (see ingress/tcp.rs).
 #[map(name = "OOB_MARKS")]
 pub static OOB_MARKS: RingBuf = RingBuf::with_byte_size(OOB_RING_BYTES, 0);
+
+/// The agent's overload shedding (see overload.rs).
+#[map(name = "OVERLOAD")]
+pub static OVERLOAD: Array<OverloadConfig> = Array::with_max_entries(1, 0);
+
+/// Class → its overload priority and counter index (see overload.rs).
+#[map(name = "CLASS_PRIORITY")]
+pub static CLASS_PRIORITY: HashMap<dra_common::wire::MsgClass, ClassOverload> =
+    HashMap::with_max_entries(MAX_CLASS_PRIORITIES, 0);
+
+/// Per-CPU shed credit and requests judged, per priority (see overload.rs).
+#[map(name = "OVERLOAD_CPU")]
+pub static OVERLOAD_CPU: PerCpuArray<OverloadCpu> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU shed counters by class index (see overload.rs).
+#[map(name = "SHED_COUNTS")]
+pub static SHED_COUNTS: PerCpuArray<ShedCounts> =
+    PerCpuArray::with_max_entries(MAX_CLASS_PRIORITIES, 0);
 
 #[map(name = "SCTP_ASSOCS")]
 pub static SCTP_ASSOCS: LruHashMap<FlowKey, SctpAssoc> = LruHashMap::with_max_entries(MAX_FLOWS, 0);

@@ -11,6 +11,7 @@ pub mod drl;
 pub mod limiter;
 pub mod metrics;
 pub mod oob;
+pub mod overload;
 pub mod relay;
 pub mod routing;
 pub mod run;

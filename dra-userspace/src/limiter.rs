@@ -49,6 +49,7 @@ use dra_common::{
 use ipnet::IpNet;
 
 use crate::dataplane::{Plan, Slot, plan::ClassKey};
+use crate::overload::{Shed, ShedTable};
 
 /// What one bucket charge did (the kernel's `bucket::Charge`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +92,10 @@ pub enum Verdict {
     Mark,
     /// Over a `drop` limit: discard.
     Drop,
+    /// Shed by the overload control: deliver marked, the agent answers 3004.
+    Shed,
+    /// Shed beyond the answer budget: deliver marked, the reader discards it.
+    Discard,
 }
 
 /// What the reader does with one framed message ([`Limiter::filter`]).
@@ -131,6 +136,8 @@ struct SlotState {
     marked: AtomicU64,
     dropped: AtomicU64,
     bytes: AtomicU64,
+    shed_answered: AtomicU64,
+    shed_discarded: AtomicU64,
 }
 
 impl SlotState {
@@ -205,11 +212,13 @@ impl SlotState {
             return;
         }
         self.seen.fetch_add(1, Ordering::Relaxed);
-        if v == Verdict::Admit {
-            self.admitted.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.marked.fetch_add(1, Ordering::Relaxed);
+        match v {
+            Verdict::Admit => &self.admitted,
+            Verdict::Shed => &self.shed_answered,
+            Verdict::Discard => &self.shed_discarded,
+            _ => &self.marked,
         }
+        .fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len, Ordering::Relaxed);
     }
 
@@ -220,6 +229,8 @@ impl SlotState {
             marked: self.marked.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            shed_answered: self.shed_answered.load(Ordering::Relaxed),
+            shed_discarded: self.shed_discarded.load(Ordering::Relaxed),
         }
     }
 }
@@ -234,6 +245,8 @@ struct Globals {
     malformed: AtomicU64,
     unknown_pass: AtomicU64,
     unknown_drop: AtomicU64,
+    shed_answered: AtomicU64,
+    shed_discarded: AtomicU64,
 }
 
 /// What a reload replaces ([`Limiter::relayout`]): ports, sources, class slots,
@@ -295,6 +308,8 @@ pub struct Limiter {
     /// take free ones.
     slots: Vec<SlotState>,
     globals: Globals,
+    /// The overload control's shed plan, judged first (`crate::overload`).
+    shed: std::sync::Arc<ShedTable>,
 }
 
 impl Limiter {
@@ -311,7 +326,14 @@ impl Limiter {
             layout: RwLock::new(Layout::new(plan)),
             slots,
             globals: Globals::default(),
+            shed: std::sync::Arc::new(ShedTable::new()),
         }
+    }
+
+    /// The shed table this limiter judges requests against first: the overload
+    /// control's port for the connections it reads ([`crate::overload::ShedPort`]).
+    pub fn shed_table(&self) -> std::sync::Arc<ShedTable> {
+        self.shed.clone()
     }
 
     /// A reload: `plan` (renumbered onto the running one,
@@ -372,7 +394,15 @@ impl Limiter {
             Source::Peer(peer) => match self.admit(peer, frame, now_ns) {
                 Verdict::Admit => Filter::Pass,
                 Verdict::Mark => {
-                    mark(frame);
+                    mark(frame, flags::RATE_LIMIT_MARK);
+                    Filter::Pass
+                }
+                Verdict::Shed => {
+                    mark(frame, flags::OVERLOAD_SHED);
+                    Filter::Pass
+                }
+                Verdict::Discard => {
+                    mark(frame, flags::OVERLOAD_DISCARD);
                     Filter::Pass
                 }
                 Verdict::Drop => Filter::Hold,
@@ -402,7 +432,7 @@ impl Limiter {
         }
         if v == Verdict::Mark {
             self.globals.marked.fetch_add(1, Ordering::Relaxed);
-            mark(frame);
+            mark(frame, flags::RATE_LIMIT_MARK);
         }
         true
     }
@@ -451,7 +481,12 @@ impl Limiter {
         }
         self.globals.requests.fetch_add(1, Ordering::Relaxed);
         let slot = self.class_slot(peer, c.class);
-        let v = self.decide(peer, slot, now_ns);
+        // The overload control first: a shed request charges no bucket (as in XDP).
+        let v = match self.shed.judge(c.class, c.drmp(), now_ns) {
+            Shed::No => self.decide(peer, slot, now_ns),
+            Shed::Answer => Verdict::Shed,
+            Shed::Discard => Verdict::Discard,
+        };
         let len = u64::from(c.header.length);
         if let Some(s) = self.slot(slot) {
             s.count(v, len);
@@ -466,6 +501,12 @@ impl Limiter {
             }
             Verdict::Drop => {
                 self.globals.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Shed => {
+                self.globals.shed_answered.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Discard => {
+                self.globals.shed_discarded.fetch_add(1, Ordering::Relaxed);
             }
         }
         v
@@ -559,15 +600,17 @@ impl Limiter {
             (Counter::MalformedDiameter, l(&g.malformed)),
             (Counter::UnknownPeerPass, l(&g.unknown_pass)),
             (Counter::UnknownPeerDrop, l(&g.unknown_drop)),
+            (Counter::ShedAnswered, l(&g.shed_answered)),
+            (Counter::ShedDiscarded, l(&g.shed_discarded)),
         ]
     }
 }
 
-/// Sets the in-band mark, as the kernel does: the flags byte is the first of the
+/// Sets an in-band mark `bit`, as the kernel does: the flags byte is the first of the
 /// second header word (RFC 6733 §3).
-fn mark(frame: &mut [u8]) {
+fn mark(frame: &mut [u8], bit: u8) {
     if let Some(f) = frame.get_mut(4) {
-        *f |= flags::RATE_LIMIT_MARK;
+        *f |= bit;
     }
 }
 

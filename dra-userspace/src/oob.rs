@@ -60,6 +60,15 @@ pub fn flow_key_of(proto: u8, remote: SocketAddr, local: SocketAddr) -> FlowKey 
     }
 }
 
+/// The header bits of a ring record's mark: a rate-limit or overload mark (a record
+/// without one is a rate-limit mark).
+fn mark_bits(bits: u32) -> u8 {
+    match bits as u8 & dra_common::wire::flags::MARKS {
+        0 => dra_common::wire::flags::RATE_LIMIT_MARK,
+        b => b,
+    }
+}
+
 /// The key a mark of an SCTP packet is kept under: its flow without the destination
 /// address. A multihomed association's packets reach any of our addresses (the peer
 /// picks the path; the kernel does not always list every local address of an
@@ -114,8 +123,8 @@ pub struct OobStats {
 }
 
 struct Pending {
-    /// Per connection: (Hop-by-Hop, End-to-End, when read from the ring).
-    by_conn: HashMap<FlowKey, Vec<(u32, u32, Instant)>>,
+    /// Per connection: (Hop-by-Hop, End-to-End, when read from the ring, mark bits).
+    by_conn: HashMap<FlowKey, Vec<(u32, u32, Instant, u8)>>,
     total: usize,
     last_prune: Instant,
 }
@@ -201,10 +210,12 @@ impl OobInbox {
         let now = Instant::now();
         let mut p = self.pending.lock().expect("oob table");
         for m in &got {
-            p.by_conn
-                .entry(sctp_key(m.key))
-                .or_default()
-                .push((m.hop_by_hop, m.end_to_end, now));
+            p.by_conn.entry(sctp_key(m.key)).or_default().push((
+                m.hop_by_hop,
+                m.end_to_end,
+                now,
+                mark_bits(m.bits),
+            ));
             p.total += 1;
         }
         self.received.fetch_add(got.len() as u64, Ordering::Relaxed);
@@ -219,7 +230,7 @@ impl OobInbox {
         let mut dropped = 0usize;
         p.by_conn.retain(|_, v| {
             let before = v.len();
-            v.retain(|(_, _, t)| now.duration_since(*t) <= MAX_AGE);
+            v.retain(|(_, _, t, _)| now.duration_since(*t) <= MAX_AGE);
             dropped += before - v.len();
             !v.is_empty()
         });
@@ -242,32 +253,33 @@ impl OobInbox {
     /// Whether the request (`hop_by_hop`, `end_to_end`) read from connection `key` was
     /// marked out of band; the mark is used up.
     pub fn take(&self, key: &FlowKey, hop_by_hop: u32, end_to_end: u32) -> bool {
+        self.take_bits(key, hop_by_hop, end_to_end).is_some()
+    }
+
+    /// The mark bits of the request (`hop_by_hop`, `end_to_end`) read from connection
+    /// `key`, if it was marked out of band; the mark is used up.
+    pub fn take_bits(&self, key: &FlowKey, hop_by_hop: u32, end_to_end: u32) -> Option<u8> {
         if self.waiting.load(Ordering::Relaxed) == 0 {
-            return false;
+            return None;
         }
         let mut p = self.pending.lock().expect("oob table");
-        let Some(v) = p.by_conn.get_mut(key) else {
-            return false;
-        };
-        let Some(i) = v
+        let v = p.by_conn.get_mut(key)?;
+        let i = v
             .iter()
-            .position(|(h, e, _)| *h == hop_by_hop && *e == end_to_end)
-        else {
-            return false;
-        };
-        v.swap_remove(i);
+            .position(|(h, e, _, _)| *h == hop_by_hop && *e == end_to_end)?;
+        let bits = v.swap_remove(i).3;
         if v.is_empty() {
             p.by_conn.remove(key);
         }
         p.total -= 1;
         self.waiting.store(p.total, Ordering::Relaxed);
         self.applied.fetch_add(1, Ordering::Relaxed);
-        true
+        Some(bits)
     }
 
     /// Applies an out-of-band mark to a framed message of connection `key`: if it is a
-    /// request the fast path marked out of band, sets its header mark (as XDP would
-    /// have) and returns true.
+    /// request the fast path marked out of band, sets its header mark — the rate-limit
+    /// or overload bit XDP chose — and returns true.
     pub fn apply(&self, key: &FlowKey, frame: &mut [u8]) -> bool {
         if self.waiting.load(Ordering::Relaxed) == 0 {
             return false;
@@ -279,11 +291,11 @@ impl OobInbox {
             return false;
         }
         let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        if !self.take(key, w(12), w(16)) {
+        let Some(bits) = self.take_bits(key, w(12), w(16)) else {
             return false;
-        }
+        };
         if let Some(f) = frame.get_mut(4) {
-            *f |= dra_common::wire::flags::RATE_LIMIT_MARK;
+            *f |= bits;
         }
         true
     }

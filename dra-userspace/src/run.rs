@@ -385,12 +385,27 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let info = Arc::new(Mutex::new(reload::initial_info(
             opts.config_path.as_deref(),
         )));
+        // The overload control sheds in the fast path where XDP reads the requests (the
+        // readers' table, inside the limiter, takes the rest).
+        let mut shed_ports: Vec<Arc<dyn crate::overload::ShedPort>> = Vec::new();
+        if xdp {
+            match crate::dataplane::overload::FastPathShed::open_pinned(&opts.pin_dir) {
+                Ok(p) => shed_ports.push(Arc::new(p)),
+                Err(e) => warn!(
+                    error = %crate::error_chain(&e),
+                    "the fast path has no overload maps (pinned by an older version? `dra \
+                     detach` and restart): overload shedding is done by the agent's readers \
+                     only for the connections XDP cannot read"
+                ),
+            }
+        }
         let agent_opts = crate::agent::AgentOptions {
             ingress,
             ingress_by,
             limiter: limiter.clone(),
             reload: Some(reload_tx),
             config_info: Some(info.clone()),
+            shed_ports,
             ..Default::default()
         };
         let mut agent = crate::agent::start(cfg.clone(), agent_opts, metrics.clone())

@@ -278,6 +278,7 @@ fn counters(seen: u64, admitted: u64, marked: u64, dropped: u64, bytes: u64) -> 
         marked,
         dropped,
         bytes,
+        ..ClassCounters::default()
     }
 }
 
@@ -406,7 +407,9 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
         r#"dra_fastpath_bytes_total{peer="pgw1",class="gx_ccr_i"} 250000"#,
         r#"dra_fastpath_bytes_total{peer="pgw1",class="all"} 390000"#,
     ]);
-    assert_eq!(e.series("dra_fastpath_requests_total").len(), 8);
+    // Two classes × six outcomes (seen, admitted, marked, dropped, shed_answered,
+    // shed_discarded).
+    assert_eq!(e.series("dra_fastpath_requests_total").len(), 12);
 
     // Fast path global: one series per counter, unset ones at 0.
     assert_eq!(
@@ -547,7 +550,7 @@ fn fastpath_snapshots_replace_the_exported_values() {
     m.set_fastpath_classes([("pgw2", "all", counters(8, 8, 0, 0, 1400))]);
     let third = scrape(server.local_addr());
     assert!(!third.has("dra_fastpath_requests_total", &seen));
-    assert_eq!(third.series("dra_fastpath_requests_total").len(), 4);
+    assert_eq!(third.series("dra_fastpath_requests_total").len(), 6);
     assert_eq!(
         third.value(
             "dra_fastpath_bytes_total",

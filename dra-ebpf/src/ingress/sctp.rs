@@ -53,6 +53,7 @@ use crate::{
     bytes::XdpSource,
     ingress::xdp::{DROP, PASS},
     maps::{CLASS_SLOTS, OOB_MARKS, SCTP_ASSOCS, SCTP_WALK, count},
+    overload,
     walk::{self, Steps},
 };
 
@@ -409,15 +410,20 @@ fn scan_step(r: &WalkRef, w: &mut Walk) -> bool {
         return accept(r, w);
     }
     let slot = class_slot(&CLASS_SLOTS, w.peer.peer_id, w.peer.other_slot, c.class);
-    let mut v = decide(&w.peer, slot, w.now);
-    if v == Verdict::Mark {
+    // The agent's overload control first: a shed request charges no bucket.
+    let mut v = overload::judge(c.class, w.cur.scan.drmp, w.now);
+    if v == Verdict::Admit {
+        v = decide(&w.peer, slot, w.now);
+    }
+    let bit = v.mark_bit();
+    if bit != 0 {
         let rec = OobMark {
             // SAFETY: points at this CPU's packet metadata, valid for this program run.
             key: unsafe { *r.key },
             hop_by_hop: w.cur.scan.hop_by_hop,
             end_to_end: w.cur.scan.end_to_end,
             header_seq: 0,
-            _pad: 0,
+            bits: bit as u32,
         };
         if OOB_MARKS.output::<OobMark>(&rec, 0).is_ok() {
             count(Counter::MarkedOutOfBand);

@@ -74,6 +74,7 @@ use crate::{
     ingress::xdp::{DROP, PASS},
     line::{self, Judge, LineWalk, Outcome},
     maps::{CLASS_SLOTS, FLOW_SCRATCH, OOB_MARKS, TCP_FLOWS, TCP_WALK as WALK_SCRATCH, count},
+    overload,
     parse::{TCP_ACK, TCP_RST, TCP_SYN, Tcp, seq_le, seq_lt},
 };
 
@@ -93,12 +94,12 @@ fn csum_update(hc: u16, m: u16, m1: u16) -> u16 {
     !(sum as u16)
 }
 
-/// Sets the rate-limit mark on the flags byte at packet offset `at` and fixes the
-/// TCP checksum at `csum_at`, in place. Returns false if either is outside the packet.
-/// A byte that already carries the mark is left alone (nothing changes, so neither does
-/// the checksum).
+/// Sets the mark `bit` (a rate-limit or overload mark) on the flags byte at packet
+/// offset `at` and fixes the TCP checksum at `csum_at`, in place. Returns false if
+/// either is outside the packet. A byte that already carries the mark is left alone
+/// (nothing changes, so neither does the checksum).
 #[inline(always)]
-fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
+fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool, bit: u8) -> bool {
     // SAFETY: the program's own xdp_md context, valid for this run.
     let (data, end) = unsafe { ((*ctx).data as usize, (*ctx).data_end as usize) };
     let (Some(at), Some(csum_at)) = (bounded(at as usize), bounded(csum_at as usize)) else {
@@ -113,10 +114,10 @@ fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
     // SAFETY: p..p+1 and c..c+2 are inside the packet (checked against data_end).
     unsafe {
         let old = *(p as *const u8);
-        if old & flags::RATE_LIMIT_MARK != 0 {
+        if old & bit == bit {
             return true;
         }
-        let new = old | flags::RATE_LIMIT_MARK;
+        let new = old | bit;
         // The flags byte is the high or the low byte of its 16-bit word; the other
         // byte is the same in m and m', so it may be taken as 0 in both.
         let (m, m1) = if high {
@@ -132,9 +133,11 @@ fn mark_at(ctx: *mut xdp_md, at: u32, csum_at: u32, high: bool) -> bool {
 }
 
 #[inline(always)]
-fn remember_mark(flow: &mut TcpFlow, hdr_seq: u32) {
+fn remember_mark(flow: &mut TcpFlow, hdr_seq: u32, bit: u8) {
     let i = (flow.mark_idx as usize) % MARK_RING;
     flow.marked[i] = hdr_seq;
+    let shift = 4 * i as u32;
+    flow.marked_bits = (flow.marked_bits & !(0xf << shift)) | ((bit as u32 & 0xf) << shift);
     flow.mark_idx = flow.mark_idx.wrapping_add(1);
 }
 
@@ -154,6 +157,7 @@ fn remark(ctx: &XdpContext, seg: &Segment, flow: &TcpFlow, upto: u32) {
             break;
         }
         let f = flow.marked[i].wrapping_add(4);
+        let bit = ((flow.marked_bits >> (4 * i as u32)) & 0xf) as u8;
         i += 1;
         if !seq_lt(f, seg.seq) && seq_lt(f, upto) {
             let off = f.wrapping_sub(seg.seq);
@@ -162,6 +166,11 @@ fn remark(ctx: &XdpContext, seg: &Segment, flow: &TcpFlow, upto: u32) {
                 seg.payload as u32 + off,
                 seg.tcp_off as u32 + 16,
                 off & 1 == 0,
+                if bit == 0 {
+                    flags::RATE_LIMIT_MARK
+                } else {
+                    bit
+                },
             );
         }
     }
@@ -537,8 +546,13 @@ impl Judge for WalkRef {
         }
         let p = &w.peer;
         let slot = class_slot(&CLASS_SLOTS, p.peer_id, p.other_slot, class);
-        let mut v = decide(p, slot, w.line.now);
-        if v == Verdict::Mark && !mark(self, w) {
+        // The agent's overload control first: a shed request charges no bucket.
+        let mut v = overload::judge(class, w.line.cur.scan.drmp, w.line.now);
+        if v == Verdict::Admit {
+            v = decide(p, slot, w.line.now);
+        }
+        let bit = v.mark_bit();
+        if bit != 0 && !mark(self, w, bit) {
             // The out-of-band mark could not be handed over: drop instead, so the
             // retransmission is judged again (nothing was charged for it).
             count(Counter::OobFull);
@@ -566,10 +580,11 @@ impl Judge for WalkRef {
     }
 }
 
-/// Marks the request at the walk's `pos`: in its header if its flags byte is in this
-/// packet and new to the receiver, else out of band. False if neither could be done.
+/// Marks the request at the walk's `pos` with `bit`: in its header if its flags byte is
+/// in this packet and new to the receiver, else out of band. False if neither could be
+/// done.
 #[inline(always)]
-fn mark(r: &WalkRef, w: &Walk) -> bool {
+fn mark(r: &WalkRef, w: &Walk, bit: u8) -> bool {
     let l = &w.line;
     let flag = l.pos.wrapping_add(4);
     // SAFETY: the flow value stays valid for this program run.
@@ -580,8 +595,8 @@ fn mark(r: &WalkRef, w: &Walk) -> bool {
         // offset is a multiple of 4), so its parity in the payload decides its half
         // of the 16-bit word.
         let off = flag.wrapping_sub(l.seq);
-        if mark_at(r.ctx, l.payload + off, w.tcp_off + 16, off & 1 == 0) {
-            remember_mark(flow, l.pos);
+        if mark_at(r.ctx, l.payload + off, w.tcp_off + 16, off & 1 == 0, bit) {
+            remember_mark(flow, l.pos, bit);
         }
         return true;
     }
@@ -592,7 +607,7 @@ fn mark(r: &WalkRef, w: &Walk) -> bool {
         hop_by_hop: scan.hop_by_hop,
         end_to_end: scan.end_to_end,
         header_seq: l.pos,
-        _pad: 0,
+        bits: bit as u32,
     };
     if OOB_MARKS.output::<OobMark>(&rec, 0).is_err() {
         return false;

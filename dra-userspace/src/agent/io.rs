@@ -3,7 +3,9 @@
 //! No protocol logic: the core owns every `PeerConnection`.
 //!
 //! The reader of an accepted connection applies the ingress verdicts before decoding
-//! each framed message ([`Ingress`]):
+//! each framed message ([`Ingress`]); a request marked to be answered at once (over a
+//! `reject` limit, or shed by the overload control) goes to the core undecoded, one
+//! marked to be discarded (shed beyond the agent's answer budget) goes nowhere:
 //! - with the XDP fast path, requests it marked out of band (they straddled TCP
 //!   segments; [`crate::oob`]) get the header mark here;
 //! - without it, the reader applies the ingress limits itself ([`crate::limiter`]): an
@@ -14,6 +16,9 @@
 //!   lost).
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use dra_common::wire::flags;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
@@ -48,6 +53,18 @@ pub enum IoEvent {
         conn: ConnId,
         /// The decoded message, or the decode error (which may carry a partial request).
         msg: Result<Message, Box<DecodeError>>,
+        /// When its bytes were read (how late the agent is: `crate::overload`).
+        read_at: Instant,
+    },
+    /// A request marked to be answered at once (over a `reject` limit, or shed by the
+    /// overload control), not decoded: the core answers it from its bytes.
+    Marked {
+        /// The connection.
+        conn: ConnId,
+        /// The request's bytes, its mark in the flags byte.
+        frame: Vec<u8>,
+        /// When its bytes were read.
+        read_at: Instant,
     },
     /// The transport ended: EOF, read error, or broken framing (RFC 6733 §3: a
     /// stream that cannot be framed cannot be resynchronised: close it).
@@ -144,6 +161,7 @@ async fn reader(
             Ok(n) => n,
             Err(e) => break CloseCause::Io(e),
         };
+        let read_at = Instant::now();
         framer.push(&buf[..n]);
         // Every out-of-band mark of a request these bytes complete is in the ring by
         // now (crate::oob, "Ordering").
@@ -151,27 +169,41 @@ async fn reader(
             o.drain();
         }
         loop {
-            match framer.next_message() {
-                Ok(Some(mut frame)) => {
+            match framer.next_frame() {
+                Ok(Some(frame)) => {
                     match &verdicts {
                         Verdicts::None => {}
                         Verdicts::FastPath(o, keys) => {
-                            keys.iter().any(|k| o.apply(k, &mut frame));
+                            keys.iter().any(|k| o.apply(k, frame));
                         }
-                        Verdicts::Limiter(l, src) => match l.filter(src, &mut frame, l.now_ns()) {
+                        Verdicts::Limiter(l, src) => match l.filter(src, frame, l.now_ns()) {
                             Filter::Pass => {}
                             // An unknown source under `unknown_peer = "drop"`.
                             Filter::Discard => continue,
                             Filter::Hold => {
-                                while !l.retry(src, &mut frame, l.now_ns()) {
-                                    tokio::time::sleep(l.hold_for(src, &frame, l.now_ns())).await;
+                                while !l.retry(src, frame, l.now_ns()) {
+                                    tokio::time::sleep(l.hold_for(src, frame, l.now_ns())).await;
                                 }
                             }
                         },
                     }
-                    let msg = decode(&frame).map_err(Box::new);
+                    let ev = match marks(frame) {
+                        // Shed beyond what the agent can afford to answer: dropped here,
+                        // unread (counted where it was marked).
+                        m if m & flags::OVERLOAD_DISCARD != 0 => continue,
+                        0 => IoEvent::Message {
+                            conn,
+                            msg: decode(frame).map_err(Box::new),
+                            read_at,
+                        },
+                        _ => IoEvent::Marked {
+                            conn,
+                            frame: frame.to_vec(),
+                            read_at,
+                        },
+                    };
                     // Bounded channel: a busy core slows the reader, and TCP slows the peer.
-                    if events.send(IoEvent::Message { conn, msg }).await.is_err() {
+                    if events.send(ev).await.is_err() {
                         return;
                     }
                 }
@@ -187,6 +219,15 @@ async fn reader(
         }
     }
     let _ = events.send(IoEvent::Closed { conn, why }).await;
+}
+
+/// The marks (fast path or limiter, [`flags::MARKS`]) a request carries; 0 for an
+/// answer or an unmarked request.
+fn marks(frame: &[u8]) -> u8 {
+    match frame.get(4) {
+        Some(f) if f & flags::R != 0 => f & flags::MARKS,
+        _ => 0,
+    }
 }
 
 async fn writer(wr: WriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {

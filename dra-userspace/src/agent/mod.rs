@@ -163,6 +163,9 @@ pub struct AgentOptions {
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
     /// The running config's hash, load time and last reload (`dra status`).
     pub config_info: Option<Arc<Mutex<ConfigInfo>>>,
+    /// Where the overload control writes its shed plan and reads what was judged: the
+    /// fast path's maps and the readers' table ([`crate::overload::ShedPort`]).
+    pub shed_ports: Vec<Arc<dyn crate::overload::ShedPort>>,
 }
 
 /// A `dra reload` from the control socket.
@@ -207,6 +210,7 @@ impl Default for AgentOptions {
             limiter: None,
             reload: None,
             config_info: None,
+            shed_ports: Vec::new(),
         }
     }
 }

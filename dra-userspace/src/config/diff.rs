@@ -61,6 +61,8 @@ pub struct ConfigDiff {
     pub listeners_tls_changed: Vec<SocketAddr>,
     /// The metrics address, old → new.
     pub metrics: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
+    /// `[overload]` changed (applied live: the controller keeps its state).
+    pub overload_changed: bool,
 }
 
 impl ConfigDiff {
@@ -119,6 +121,7 @@ impl ConfigDiff {
             (self.drl_changed, "drl changed"),
             (self.fast_path_global_changed, "fast path global changed"),
             (self.metrics.is_some(), "metrics address changed"),
+            (self.overload_changed, "overload changed"),
         ] {
             if on {
                 parts.push(what.into());
@@ -161,6 +164,9 @@ impl fmt::Display for ConfigDiff {
         }
         if self.fast_path_global_changed {
             writeln!(f, "~ [global] unknown_peer / diameter_ports")?;
+        }
+        if self.overload_changed {
+            writeln!(f, "~ [overload] (the controller keeps its state)")?;
         }
         lines(f, "+ listener", &self.listeners_added)?;
         lines(f, "- listener", &self.listeners_removed)?;
@@ -449,6 +455,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         || old.db_cpu_profile != new.db_cpu_profile;
     d.fast_path_global_changed =
         og.unknown_peer != ng.unknown_peer || og.diameter_ports != ng.diameter_ports;
+    d.overload_changed = old.overload != new.overload;
     let la: Vec<SocketAddr> = old.listeners.iter().map(|l| l.address).collect();
     let lb: Vec<SocketAddr> = new.listeners.iter().map(|l| l.address).collect();
     d.listeners_added = minus(&lb, &la);

@@ -82,6 +82,30 @@ pub struct Config {
     pub db_cpu_profile: Option<DbCpuProfile>,
     /// `[[route]]`, in file order.
     pub routes: Vec<Route>,
+    /// `[overload]`: the agent's own overload control.
+    pub overload: Overload,
+}
+
+/// `[overload]`: how the agent protects itself past its own capacity
+/// (docs/architecture.md §13, [`crate::overload`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overload {
+    /// On (the default) or off.
+    pub enabled: bool,
+    /// The controller's settings.
+    pub settings: crate::overload::Settings,
+    /// Every class's priority (RFC 7944 scale).
+    pub priorities: crate::overload::Priorities,
+}
+
+impl Default for Overload {
+    fn default() -> Self {
+        Overload {
+            enabled: true,
+            settings: crate::overload::Settings::default(),
+            priorities: validate::overload::default_priorities(8),
+        }
+    }
 }
 
 /// `[global]`: the agent's identity and global switches.

@@ -91,6 +91,18 @@ pub(super) struct RawFastPath {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+pub(super) struct RawOverload {
+    pub enabled: Option<S<bool>>,
+    pub target_delay: Option<S<String>>,
+    pub answer_ratio: Option<S<f64>>,
+    pub hold: Option<S<String>>,
+    pub levels: Option<S<Vec<S<i64>>>>,
+    pub default_priority: Option<S<i64>>,
+    pub priority: Option<S<std::collections::BTreeMap<S<String>, S<i64>>>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RawMetrics {
     pub address: Option<S<String>>,
 }
@@ -255,6 +267,7 @@ pub(super) struct RawConfig {
     pub fast_path: Option<Item<RawFastPath>>,
     pub metrics: Option<Item<RawMetrics>>,
     pub control: Option<Item<RawControl>>,
+    pub overload: Option<Item<RawOverload>>,
     pub session_store: Option<Item<RawSessionStore>>,
     pub listeners: Vec<Item<RawListener>>,
     pub peers: Vec<Item<RawPeer>>,
@@ -282,6 +295,7 @@ pub(super) const TABLES: &[&str] = &[
     "fast_path",
     "metrics",
     "control",
+    "overload",
     "session_store",
     "dynamic_throttling_db_cpu_profile",
 ];
@@ -555,6 +569,7 @@ impl RawConfig {
                 "fast_path" => raw.fast_path = table(k, value, errors).0,
                 "metrics" => raw.metrics = table(k, value, errors).0,
                 "control" => raw.control = table(k, value, errors).0,
+                "overload" => raw.overload = table(k, value, errors).0,
                 "session_store" => raw.session_store = table(k, value, errors).0,
                 "dynamic_throttling_db_cpu_profile" => {
                     let mut value = value;

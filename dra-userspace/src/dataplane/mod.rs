@@ -4,6 +4,7 @@
 
 pub mod events;
 pub mod kernel;
+pub mod overload;
 pub mod plan;
 pub mod remap;
 pub mod verify;
@@ -55,7 +56,7 @@ pub const PIN_DIR: &str = dra_common::maps::PIN_DIR;
 pub const TC_PROGRAM: &str = "dra_tc_egress";
 
 /// Maps the agent writes or reads (all pinned).
-const PINNED_MAPS: [&str; 20] = [
+const PINNED_MAPS: [&str; 24] = [
     names::PEERS_V4,
     names::PEERS_V6,
     names::CLASS_SLOTS,
@@ -69,6 +70,10 @@ const PINNED_MAPS: [&str; 20] = [
     JUMP_MAP,
     "PKT_META",
     names::OOB_MARKS,
+    names::OVERLOAD,
+    names::CLASS_PRIORITY,
+    names::OVERLOAD_CPU,
+    names::SHED_COUNTS,
     "FLOW_SCRATCH",
     names::EGRESS_PEERS_V4,
     names::EGRESS_PEERS_V6,

@@ -334,8 +334,9 @@ impl Plan {
                 prefixes,
             });
         }
-        if slots.len() as u64 > MAX_SLOTS as u64 {
-            return Err(PlanError::TooManySlots { max: MAX_SLOTS });
+        // The last slot is the overload answer budget's (OVERLOAD_ANSWER_SLOT).
+        if slots.len() as u64 >= MAX_SLOTS as u64 {
+            return Err(PlanError::TooManySlots { max: MAX_SLOTS - 1 });
         }
         if cfg.global.diameter_ports.len() > 4 {
             return Err(PlanError::TooManyPorts {

@@ -55,14 +55,15 @@ impl Plan {
         }
         let freed: Vec<u32> = old_used.difference(&taken).copied().collect();
         // Fresh slots: never used by the running plan first, then freed ones.
-        let mut free = (0..MAX_SLOTS)
+        // The last slot is the overload answer budget's (OVERLOAD_ANSWER_SLOT).
+        let mut free = (0..MAX_SLOTS - 1)
             .filter(|i| !old_used.contains(i))
             .chain(freed.iter().copied());
         let mut fresh = Vec::new();
         for s in pending {
             let i = free
                 .next()
-                .ok_or(PlanError::TooManySlots { max: MAX_SLOTS })?;
+                .ok_or(PlanError::TooManySlots { max: MAX_SLOTS - 1 })?;
             map.insert(s, i);
             fresh.push(i);
         }

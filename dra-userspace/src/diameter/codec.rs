@@ -195,6 +195,13 @@ impl Framer {
     /// The next complete message (its exact bytes), `Ok(None)` when more bytes are
     /// needed, or the framing error that ends the connection.
     pub fn next_message(&mut self) -> Result<Option<Vec<u8>>, FramingError> {
+        Ok(self.next_frame()?.map(|f| f.to_vec()))
+    }
+
+    /// As [`Framer::next_message`], the message's bytes in the framer's buffer (valid
+    /// until the next call): the caller may mark it in place, and copies only what it
+    /// keeps.
+    pub fn next_frame(&mut self) -> Result<Option<&mut [u8]>, FramingError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -227,13 +234,10 @@ impl Framer {
             self.compact();
             return Ok(None);
         }
-        let msg = avail[..len].to_vec();
+        // The bytes stay until the next push drops what was taken.
+        let at = self.start;
         self.start += len;
-        if self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
-        }
-        Ok(Some(msg))
+        Ok(Some(&mut self.buf[at..at + len]))
     }
 
     /// After a [`FramingError`]: the first bytes (up to the 20 of a header) of the

@@ -34,6 +34,7 @@ pub mod dictionary;
 pub mod error;
 pub mod message;
 pub mod peer;
+pub mod raw;
 pub mod result_code;
 pub mod validate;
 

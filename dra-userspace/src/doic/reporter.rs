@@ -210,6 +210,9 @@ pub struct Reporter {
     own_host: String,
     gateways: Vec<Option<Gateway>>,
     last_tick: Option<Duration>,
+    /// The share of what arrives that the agent's own overload control admits (1:
+    /// nothing shed; `crate::overload`).
+    overload_admit: f64,
 }
 
 impl Reporter {
@@ -239,7 +242,16 @@ impl Reporter {
             own_host: own_host.to_owned(),
             gateways,
             last_tick: None,
+            overload_admit: 1.0,
         }
+    }
+
+    /// The share (0..=1) of the requests arriving that the agent's own overload control
+    /// admits: a gateway is admitted at most that share of its arrivals, so its peer
+    /// report asks it to shed the rest at the source (RFC 8581: the report is about the
+    /// agent itself).
+    pub fn set_overload(&mut self, admit: f64) {
+        self.overload_admit = admit.clamp(0.0, 1.0);
     }
 
     /// Whether gateway `gw` has DOIC enabled.
@@ -251,13 +263,24 @@ impl Reporter {
     /// Returns the request's OC-Supported-Features (`None` when it has none or a
     /// malformed one, which is treated as none).
     pub fn on_request(&mut self, gw: usize, req: &Message) -> Option<SupportedFeatures> {
+        let caps = SupportedFeatures::of(req).and_then(Result::ok);
+        self.on_request_of(gw, req.class(), caps)
+    }
+
+    /// [`Reporter::on_request`] for a request the agent did not decode: its class and
+    /// its OC-Supported-Features (`None`: it had none).
+    pub fn on_request_of(
+        &mut self,
+        gw: usize,
+        class: MsgClass,
+        caps: Option<SupportedFeatures>,
+    ) -> Option<SupportedFeatures> {
         let Some(Some(g)) = self.gateways.get_mut(gw) else {
             return None;
         };
-        let caps = SupportedFeatures::of(req).and_then(Result::ok);
         g.latest = caps.clone();
         g.arrivals += 1;
-        if let Some(i) = class_index(&g.cfg.classes, req.class()) {
+        if let Some(i) = class_index(&g.cfg.classes, class) {
             g.class_arrivals[i] += 1;
         }
         caps
@@ -312,7 +335,7 @@ impl Reporter {
             return;
         }
         for g in self.gateways.iter_mut().flatten() {
-            g.tick(now, secs);
+            g.tick(now, secs, self.overload_admit);
             g.reset_counts();
         }
     }
@@ -463,7 +486,7 @@ impl Gateway {
         }
     }
 
-    fn tick(&mut self, now: Duration, secs: f64) {
+    fn tick(&mut self, now: Duration, secs: f64, overload_admit: f64) {
         let caps = match &self.latest {
             Some(caps) if peer_capable(caps, &self.cfg.origin_host) => caps,
             // Not (or no longer) announcing DOIC with peer reports: nothing to report.
@@ -478,7 +501,7 @@ impl Gateway {
                 self.state = State::Idle;
             } else {
                 // The end stays reported for its period; a new overload starts afresh.
-                let m = self.measure(secs, 0.0, algorithm);
+                let m = self.measure(secs, 0.0, algorithm, overload_admit);
                 if m.excess <= 0.0 {
                     return;
                 }
@@ -492,7 +515,7 @@ impl Gateway {
             } => f64::from(r) / 100.0,
             _ => 0.0,
         };
-        let m = self.measure(secs, reported_loss, algorithm);
+        let m = self.measure(secs, reported_loss, algorithm, overload_admit);
         let (prev, calm) = match &self.state {
             State::Active { report, calm, .. } => (Some(*report), *calm),
             _ => (None, 0),
@@ -526,6 +549,10 @@ impl Gateway {
                 }
                 if let Some(o) = self.cfg.overall {
                     cap = cap.min(o);
+                }
+                // The agent's own overload: at most its admitted share of what arrives.
+                if overload_admit < 1.0 {
+                    cap = cap.min(self.arrivals as f64 / secs * overload_admit);
                 }
                 Report::MaxRate(cap.floor().max(0.0).min(f64::from(u32::MAX)) as u32)
             }
@@ -577,7 +604,13 @@ impl Gateway {
     }
 
     /// Offered and admitted rates of the window (see the module docs).
-    fn measure(&self, secs: f64, reported_loss: f64, algorithm: Algorithm) -> Measure {
+    fn measure(
+        &self,
+        secs: f64,
+        reported_loss: f64,
+        algorithm: Algorithm,
+        overload_admit: f64,
+    ) -> Measure {
         let scale = match algorithm {
             Algorithm::Loss if reported_loss < 1.0 => 1.0 / (1.0 - reported_loss),
             _ => 1.0,
@@ -597,6 +630,11 @@ impl Gateway {
         let mut admitted = other + admitted_classes;
         if let Some(o) = self.cfg.overall {
             admitted = admitted.min(o);
+        }
+        // While the agent's own overload control sheds, it admits that share of what
+        // arrives (`Reporter::set_overload`).
+        if overload_admit < 1.0 {
+            admitted = admitted.min(self.arrivals as f64 / secs * overload_admit);
         }
         Measure {
             offered,

@@ -27,6 +27,8 @@ pub(crate) const BYTES: &str = "dra_fastpath_bytes";
 pub(crate) const PACKETS: &str = "dra_fastpath_packets";
 /// Family name of the agent's out-of-band mark counters.
 pub(crate) const OOB_MARKS: &str = "dra_fastpath_oob_marks";
+/// Family name of the overload control's shed counters.
+pub(crate) const OVERLOAD_SHED: &str = "dra_overload_shed";
 
 /// The latest snapshot.
 #[derive(Debug)]
@@ -37,6 +39,8 @@ struct Snapshot {
     global: [u64; Counter::ALL.len()],
     /// Out-of-band marks read from the ring, applied, expired (XDP attached only).
     oob: Option<[u64; 3]>,
+    /// Requests the overload control shed, per class: (answered, discarded).
+    shed: BTreeMap<String, (u64, u64)>,
 }
 
 /// Holds the snapshot and encodes it on scrape.
@@ -52,6 +56,7 @@ impl FastPathCollector {
                 classes: BTreeMap::new(),
                 global: [0; Counter::ALL.len()],
                 oob: None,
+                shed: BTreeMap::new(),
             }),
         }
     }
@@ -64,6 +69,14 @@ impl FastPathCollector {
     pub(crate) fn replace_classes(&self, classes: BTreeMap<(String, String), ClassCounters>) {
         let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
         s.classes = classes;
+    }
+
+    pub(crate) fn set_overload_shed(&self, counts: &[crate::overload::ShedCount]) {
+        let mut s = self.snap.write().unwrap_or_else(PoisonError::into_inner);
+        s.shed = counts
+            .iter()
+            .map(|c| (c.class.clone(), (c.answered, c.discarded)))
+            .collect();
     }
 
     pub(crate) fn set_oob(&self, received: u64, applied: u64, expired: u64) {
@@ -89,7 +102,8 @@ impl Collector for FastPathCollector {
             let mut m = encoder.encode_descriptor(
                 REQUESTS,
                 "Requests seen by the fast path per peer and message class, by outcome \
-                 (seen, admitted, marked, dropped); snapshot of the kernel's counters.",
+                 (seen, admitted, marked, dropped, shed_answered, shed_discarded); snapshot \
+                 of the kernel's counters.",
                 None,
                 MetricType::Counter,
             )?;
@@ -99,6 +113,8 @@ impl Collector for FastPathCollector {
                     ("admitted", c.admitted),
                     ("marked", c.marked),
                     ("dropped", c.dropped),
+                    ("shed_answered", c.shed_answered),
+                    ("shed_discarded", c.shed_discarded),
                 ] {
                     let labels = [
                         ("peer", peer.as_str()),
@@ -132,6 +148,22 @@ impl Collector for FastPathCollector {
         for (c, v) in Counter::ALL.iter().zip(s.global) {
             let labels = [("reason", c.name())];
             ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        }
+        if !s.shed.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                OVERLOAD_SHED,
+                "Requests the agent's overload control shed, per class and action: answered \
+                 3004 DIAMETER_TOO_BUSY, or discarded beyond the answer budget (fast path \
+                 and the agent's readers together).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (class, (answered, discarded)) in &s.shed {
+                for (action, v) in [("answer", answered), ("discard", discarded)] {
+                    let labels = [("class", class.as_str()), ("action", action)];
+                    ConstCounter::new(*v).encode(m.encode_family(&labels)?)?;
+                }
+            }
         }
         if let Some(oob) = s.oob {
             let mut m = encoder.encode_descriptor(

@@ -45,6 +45,34 @@ pub fn class_label(class: MsgClass) -> String {
     format!("{app}_{command}{req}")
 }
 
+/// The class a [`class_label`] names (not [`CLASS_ALL`] or [`CLASS_OTHER`]): `gx_ccr_i`,
+/// `gy_ccr`, `16777251_316`, …; `None` for anything else.
+pub fn parse_class_label(s: &str) -> Option<MsgClass> {
+    let mut parts = s.split('_');
+    let app = match parts.next()? {
+        "gx" => app::GX,
+        "gy" => app::GY,
+        n => n.parse().ok()?,
+    };
+    let command = match parts.next()? {
+        "ccr" => cmd::CREDIT_CONTROL,
+        n => n.parse().ok()?,
+    };
+    let req = match parts.next() {
+        None => 0,
+        Some("i") => cc_request_type::INITIAL,
+        Some("u") => cc_request_type::UPDATE,
+        Some("t") => cc_request_type::TERMINATION,
+        Some("e") => cc_request_type::EVENT,
+        Some(n) => n.parse().ok().filter(|v| *v != 0)?,
+    };
+    if parts.next().is_some() || (app == 0 && command == 0) {
+        return None;
+    }
+    let c = MsgClass::new(app, command, req);
+    (class_label(c) == s).then_some(c)
+}
+
 /// State of a Diameter peer connection, as exported by `dra_peer_state`
 /// (RFC 6733 §5.6 states, folded to what an operator watches).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,6 +149,31 @@ pub const fn reason_label(reason: &Reason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_labels_read_back_into_their_class() {
+        for c in [
+            MsgClass::gx_ccr(1),
+            MsgClass::gy_ccr(3),
+            MsgClass::gx_ccr(0),
+            MsgClass::new(16_777_251, 316, 0),
+            MsgClass::new(4, 272, 9),
+        ] {
+            assert_eq!(parse_class_label(&class_label(c)), Some(c));
+        }
+        for bad in [
+            "all",
+            "other",
+            "gx",
+            "gx_ccr_x",
+            "gx_ccr_i_j",
+            "gx_ccr_0",
+            "0_0",
+            "",
+        ] {
+            assert_eq!(parse_class_label(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn class_labels_name_app_command_and_request_type() {

@@ -109,5 +109,7 @@ pub use http::{
     CONTENT_TYPE, MAX_CONNECTIONS, MAX_REQUEST_HEAD, METRICS_PATH, MetricsError, REQUEST_TIMEOUT,
     ServerHandle, WRITE_TIMEOUT, serve,
 };
-pub use labels::{CLASS_ALL, CLASS_OTHER, Direction, PeerState, class_label, reason_label};
+pub use labels::{
+    CLASS_ALL, CLASS_OTHER, Direction, PeerState, class_label, parse_class_label, reason_label,
+};
 pub use registry::{LATENCY_BUCKETS, Metrics};

@@ -122,6 +122,9 @@ struct Inner {
     tls_refused: Family<TlsLabels, Counter>,
     connections_awaiting_cer: Gauge,
     ready: Gauge,
+    overload_level: Gauge,
+    overload_delay: FloatGauge,
+    overload_admit: FloatGauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     store: StoreFamilies,
     doic: DoicFamilies,
@@ -258,6 +261,9 @@ impl Metrics {
         let tls_refused = Family::<TlsLabels, Counter>::default();
         let connections_awaiting_cer = Gauge::default();
         let ready = Gauge::default();
+        let overload_level = Gauge::default();
+        let overload_delay = FloatGauge::default();
+        let overload_admit = FloatGauge::default();
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let store = StoreFamilies {
             latency: Family::new_with_constructor(latency_histogram),
@@ -332,6 +338,15 @@ impl Metrics {
             ready => "dra_ready",
                 "1 once the agent is ready: listeners bound and an open connection in every \
                  routed group, or its startup wait ended";
+            overload_level => "dra_overload_level",
+                "The agent's own overload level: 0 nothing shed, 1 shedding new sessions, 2 \
+                 updates too, 3 down to terminations (docs/operations.md)";
+            overload_delay => "dra_overload_delay_seconds",
+                "How late the agent is: the age of the youngest message it took in the last \
+                 100 ms (its overload signal)";
+            overload_admit => "dra_overload_admit_rate",
+                "Requests per second the overload control admits while it sheds (0: not \
+                 shedding)";
         );
         registry.register_with_unit(
             "dra_session_store_latency",
@@ -380,6 +395,9 @@ impl Metrics {
                 tls_refused,
                 connections_awaiting_cer,
                 ready,
+                overload_level,
+                overload_delay,
+                overload_admit,
                 config_reloads,
                 store,
                 doic,
@@ -524,6 +542,19 @@ impl Metrics {
     /// The agent is ready (`dra_ready` 1) or not yet (0).
     pub fn set_ready(&self, ready: bool) {
         self.inner.ready.set(i64::from(ready));
+    }
+
+    /// The overload control's level, delay and admitted rate (0 when not shedding).
+    pub fn set_overload(&self, level: u8, delay: std::time::Duration, admit: f64) {
+        self.inner.overload_level.set(i64::from(level));
+        self.inner.overload_delay.set(delay.as_secs_f64());
+        self.inner.overload_admit.set(admit);
+    }
+
+    /// The requests the overload control shed so far, per class and action
+    /// (`dra_overload_shed_total`).
+    pub fn set_overload_shed(&self, counts: &[crate::overload::ShedCount]) {
+        self.inner.fastpath.set_overload_shed(counts);
     }
 
     /// Sets the agent's out-of-band mark counters (`dra_fastpath_oob_marks_total`,

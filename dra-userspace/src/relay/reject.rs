@@ -286,6 +286,16 @@ impl MarkedHandler {
         resp
     }
 
+    /// Counts a marked request answered (or discarded, `answered` false) by a caller that
+    /// answers from the request's bytes ([`MarkedPolicy::select`] chose how).
+    pub fn count(&mut self, answered: bool) {
+        if answered {
+            self.stats.answered += 1;
+        } else {
+            self.stats.discarded += 1;
+        }
+    }
+
     /// Replaces the policy (a reload), keeping the counters.
     pub fn set_policy(&mut self, policy: MarkedPolicy) {
         self.policy = policy;

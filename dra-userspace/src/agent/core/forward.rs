@@ -327,6 +327,7 @@ impl Core {
             ..
         } = p;
         self.doic_request(to, &mut req);
+        self.overload.routed += 1;
         let timeout = self.timeout_of(to);
         let down = DownstreamRef { conn_id: conn };
         let from_host = &self.cfg.peers[from.0].origin_host;

@@ -37,6 +37,7 @@ use crate::routing::{
 use crate::session::{self, Sessions};
 
 mod forward;
+mod overload;
 mod peers;
 mod react;
 mod reload;
@@ -148,6 +149,8 @@ pub(super) struct Core {
     next_tick: Duration,
     /// Readiness and the requests held while the first connections open (`startup`).
     startup: startup::Startup,
+    /// The agent's own overload control (`overload`).
+    overload: overload::Overload,
 }
 
 impl Core {
@@ -253,6 +256,7 @@ impl Core {
             shutdown: None,
             next_tick: TICK,
             startup: startup::Startup::new(cfg.global.startup_wait, ready),
+            overload: overload::Overload::new(&cfg.overload, shed_ports(&opts)),
             peer_cfg: Arc::new(pc),
             start_secs,
             cfg,
@@ -340,6 +344,7 @@ impl Core {
         }
         consider(self.parked_deadlines.front().map(|(t, _)| *t));
         consider(self.startup.poll_timeout());
+        consider(self.overload.poll_timeout());
         next
     }
 
@@ -409,6 +414,7 @@ impl Core {
         }
         self.expire_parked(now);
         self.startup_timer(now);
+        self.overload_tick(now);
         for i in 0..self.slots.len() {
             if self.slots[i].reconnect_at.is_some_and(|t| t <= now) {
                 self.slots[i].reconnect_at = None;
@@ -455,6 +461,7 @@ impl Core {
         }
         self.sessions.tick(now);
         self.doic_tick(now);
+        self.overload_metrics();
         let s = self.snapshot();
         self.update_own_load(s.relay.pending as usize);
         let lhs = s.requests_in;
@@ -495,4 +502,25 @@ impl Core {
             }
         }
     }
+}
+
+/// Where the overload control writes its plan: the ports the caller gave (the fast
+/// path's maps) and the shed table of every limiter the readers apply.
+fn shed_ports(opts: &AgentOptions) -> Vec<Arc<dyn crate::overload::ShedPort>> {
+    let mut ports = opts.shed_ports.clone();
+    let limiters = [
+        match &opts.ingress {
+            io::Ingress::Limiter(l) => Some(l.clone()),
+            _ => None,
+        },
+        opts.limiter.clone(),
+    ];
+    for l in limiters.into_iter().flatten() {
+        let t = l.shed_table();
+        let dyn_t: Arc<dyn crate::overload::ShedPort> = t;
+        if !ports.iter().any(|p| Arc::ptr_eq(p, &dyn_t)) {
+            ports.push(dyn_t);
+        }
+    }
+    ports
 }

@@ -298,34 +298,53 @@ impl Core {
                     }
                 }
             }
-            IoEvent::Message { conn, msg } => {
-                let msg = match msg {
-                    Ok(m) => m,
-                    Err(e) => {
-                        self.undecodable(now, conn, &e);
-                        return;
-                    }
-                };
-                let Some(c) = self.conns.get_mut(&conn) else {
-                    return;
-                };
-                let handled = c.pc.handle_message(now, msg);
-                match handled {
-                    Handled::Consumed => {}
-                    Handled::Application(m) => {
-                        if let Some(p) = c.peer {
-                            if m.is_request() {
-                                self.on_request(now, conn, p, m);
-                            } else {
-                                self.on_answer(now, p, m);
-                            }
-                        }
-                    }
-                    Handled::CerReceived { peer } => self.cer_received(now, conn, peer.id),
-                }
-                self.drive(now, conn);
+            IoEvent::Message { conn, msg, read_at } => {
+                self.observe_lateness(read_at);
+                self.on_message(now, conn, msg);
+            }
+            IoEvent::Marked {
+                conn,
+                frame,
+                read_at,
+            } => {
+                self.observe_lateness(read_at);
+                self.on_marked(now, conn, frame);
             }
         }
+    }
+
+    /// One decoded message (or why it could not be decoded) from connection `conn`.
+    pub(super) fn on_message(
+        &mut self,
+        now: Duration,
+        conn: ConnId,
+        msg: Result<Message, Box<crate::diameter::DecodeError>>,
+    ) {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                self.undecodable(now, conn, &e);
+                return;
+            }
+        };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let handled = c.pc.handle_message(now, msg);
+        match handled {
+            Handled::Consumed => {}
+            Handled::Application(m) => {
+                if let Some(p) = c.peer {
+                    if m.is_request() {
+                        self.on_request(now, conn, p, m);
+                    } else {
+                        self.on_answer(now, p, m);
+                    }
+                }
+            }
+            Handled::CerReceived { peer } => self.cer_received(now, conn, peer.id),
+        }
+        self.drive(now, conn);
     }
 
     /// The connection's byte stream cannot be framed any more (RFC 6733 §3): it must

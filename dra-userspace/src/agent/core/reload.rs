@@ -143,6 +143,9 @@ impl Core {
         // New TLS connections use the certificate, key and CA just read; the open ones
         // keep the session they have.
         self.tls_listeners = super::tls::listeners(&merged);
+        if merged.overload != self.cfg.overload {
+            self.overload.reconfigure(&merged.overload);
+        }
         self.cfg = merged;
 
         // Peers: the removed ones get DPR, those dialled elsewhere re-dial, the new ones

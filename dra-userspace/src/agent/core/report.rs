@@ -35,6 +35,7 @@ impl Core {
         );
         self.config_status(&mut o);
         let _ = writeln!(o, "{}", self.ready_status());
+        let _ = writeln!(o, "{}", self.overload_status(now));
         let _ = writeln!(o, "ingress limits: {}", self.opts.ingress_by);
         let _ = writeln!(
             o,

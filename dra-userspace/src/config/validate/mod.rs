@@ -36,6 +36,7 @@ use super::{Config, Setup, Target};
 mod db_cpu;
 pub(super) mod enforcement;
 mod limits;
+pub(super) mod overload;
 mod peers;
 mod routes;
 mod scalars;
@@ -188,6 +189,7 @@ pub(super) fn validate(
     let dynamic_peer_rate_limits = limits::dynamic_profiles(e, &raw, &message_rate_limits, &refs);
     let db_cpu_profile = db_cpu::db_cpu_profile_table(e, &raw);
     let routes = routes::routes(e, &raw, &refs);
+    let overload = overload::overload(e, &raw);
     let cfg = Config {
         global: global?,
         fast_path,
@@ -202,6 +204,7 @@ pub(super) fn validate(
         dynamic_peer_rate_limits,
         db_cpu_profile,
         routes,
+        overload,
     };
     if let Some(setup) = setup
         && e.is_empty()

@@ -1,0 +1,367 @@
+//! The overload controller, sans-IO: from how late the agent is to the shed plan and
+//! the level (see the module docs of [`crate::overload`]).
+//!
+//! # Driving table
+//!
+//! - [`Controller::observe`], for each message the core takes: its age (since its
+//!   bytes were read).
+//! - [`Controller::tick`], every [`INTERVAL`]: with the requests the core routed so far
+//!   and the requests judged so far per priority; returns the plan to apply (when it
+//!   changed), the level, the delay and the admitted rate.
+//!
+//! Time is an argument (`Duration` since an arbitrary start).
+
+use std::time::Duration;
+
+use super::{Counts, PRIORITIES, ShedPlan};
+
+/// How often the controller looks.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+/// A cut: the admitted rate becomes this share of what the agent got done.
+const CUT: f64 = 0.9;
+/// Growth per interval while the agent keeps up (below half the target delay).
+const GROW: f64 = 1.05;
+/// A delay at least this share of the previous interval's is not draining: cut again.
+const DRAINING: f64 = 0.9;
+/// Never admit less than this many requests per second.
+const MIN_ADMIT: f64 = 10.0;
+/// Shares below this are not shed (and do not count for the level).
+const MIN_SHARE: f64 = 0.001;
+
+/// The controller's settings (`[overload]`, docs/config.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The delay the agent holds itself to: the age of the youngest message the core
+    /// takes in an interval (module docs).
+    pub target: Duration,
+    /// Shed requests answered per second, at most this times the admitted rate.
+    pub answer_ratio: f64,
+    /// A level falls only after this long at a lower one; shedding stops after this long
+    /// with everything admitted.
+    pub hold: Duration,
+    /// Level 1 sheds only priorities at or below (numerically ≥) `levels[0]`, level 2
+    /// down to `levels[1]`, level 3 anything higher.
+    pub levels: [u8; 2],
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            target: Duration::from_millis(20),
+            answer_ratio: 0.5,
+            hold: Duration::from_secs(2),
+            levels: [10, 6],
+        }
+    }
+}
+
+/// What one [`Controller::tick`] decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tick {
+    /// The plan to apply, when it changed.
+    pub plan: Option<ShedPlan>,
+    /// (old, new) when the level changed.
+    pub level_change: Option<(u8, u8)>,
+    /// The interval's delay (its youngest message's age; 0 without messages).
+    pub delay: Duration,
+    /// The admitted rate while shedding, requests per second.
+    pub admit: Option<f64>,
+    /// Requests offered (judged) per second in the interval.
+    pub offered: f64,
+    /// Requests routed per second in the interval.
+    pub routed: f64,
+}
+
+/// See the module docs.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    s: Settings,
+    admit: Option<f64>,
+    /// The youngest message's age in the current interval.
+    youngest: Option<Duration>,
+    prev_delay: Duration,
+    last: Option<(Duration, u64, Counts)>,
+    plan: ShedPlan,
+    level: u8,
+    /// Since when the computed level has been below `level`.
+    lower_since: Option<Duration>,
+    /// Since when everything offered has been admitted while shedding was on.
+    calm_since: Option<Duration>,
+}
+
+impl Controller {
+    pub fn new(s: Settings) -> Controller {
+        Controller {
+            s,
+            admit: None,
+            youngest: None,
+            prev_delay: Duration::ZERO,
+            last: None,
+            plan: ShedPlan::NONE,
+            level: 0,
+            lower_since: None,
+            calm_since: None,
+        }
+    }
+
+    /// New settings (a reload); the state is kept.
+    pub fn set_settings(&mut self, s: Settings) {
+        self.s = s;
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.s
+    }
+
+    /// The level now.
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> &ShedPlan {
+        &self.plan
+    }
+
+    /// A message the core takes, `age` after its bytes were read.
+    pub fn observe(&mut self, age: Duration) {
+        self.youngest = Some(self.youngest.map_or(age, |y| y.min(age)));
+    }
+
+    /// One interval: `routed` requests routed so far, `judged` requests judged so far
+    /// per priority (both counters that only grow).
+    pub fn tick(&mut self, now: Duration, routed: u64, judged: Counts) -> Tick {
+        let delay = self.youngest.take().unwrap_or(Duration::ZERO);
+        let Some((t0, r0, j0)) = self.last.replace((now, routed, judged)) else {
+            return Tick {
+                delay,
+                ..Tick::default()
+            };
+        };
+        let dt = now.saturating_sub(t0).as_secs_f64();
+        if dt <= 0.0 {
+            return Tick {
+                delay,
+                admit: self.admit,
+                ..Tick::default()
+            };
+        }
+        let offered: [f64; PRIORITIES] =
+            std::array::from_fn(|p| judged[p].saturating_sub(j0[p]) as f64 / dt);
+        let total: f64 = offered.iter().sum();
+        let served = routed.saturating_sub(r0) as f64 / dt;
+        let target = self.s.target;
+        if delay > target {
+            self.calm_since = None;
+            self.admit = match self.admit {
+                None => Some((served * CUT).max(MIN_ADMIT)),
+                // The queue drains: wait for it.
+                Some(a) if delay < self.prev_delay.mul_f64(DRAINING) => Some(a),
+                Some(a) => Some((a.min(served) * CUT).max(MIN_ADMIT)),
+            };
+        } else if delay < target / 2
+            && let Some(a) = self.admit
+        {
+            let grown = (a * GROW + 1.0).min((2.0 * total).max(MIN_ADMIT));
+            if grown >= total {
+                let since = *self.calm_since.get_or_insert(now);
+                if now.saturating_sub(since) >= self.s.hold {
+                    self.admit = None;
+                    self.calm_since = None;
+                } else {
+                    self.admit = Some(grown);
+                }
+            } else {
+                self.calm_since = None;
+                self.admit = Some(grown);
+            }
+        }
+        self.prev_delay = delay;
+        let plan = match self.admit {
+            None => ShedPlan::NONE,
+            Some(a) => plan_for(a, &offered, self.s.answer_ratio),
+        };
+        let changed = plan != self.plan;
+        self.plan = plan;
+        let level_change = self.level_update(now);
+        Tick {
+            plan: changed.then(|| self.plan.clone()),
+            level_change,
+            delay,
+            admit: self.admit,
+            offered: total,
+            routed: served,
+        }
+    }
+
+    /// The level of the plan in force (module docs), with hysteresis.
+    fn level_update(&mut self, now: Duration) -> Option<(u8, u8)> {
+        let computed = level_of(&self.plan, self.s.levels);
+        let old = self.level;
+        if computed > old {
+            self.level = computed;
+            self.lower_since = None;
+        } else if computed < old {
+            let since = *self.lower_since.get_or_insert(now);
+            if now.saturating_sub(since) >= self.s.hold {
+                self.level = computed;
+                self.lower_since = None;
+            }
+        } else {
+            self.lower_since = None;
+        }
+        (self.level != old).then_some((old, self.level))
+    }
+}
+
+/// The shares that fit `admit` requests per second to `offered` (per priority), the
+/// highest priority (0) served first.
+pub fn plan_for(admit: f64, offered: &[f64; PRIORITIES], answer_ratio: f64) -> ShedPlan {
+    let mut left = admit;
+    let mut shares = [0.0; PRIORITIES];
+    for p in 0..PRIORITIES {
+        let o = offered[p];
+        if o <= 0.0 {
+            continue;
+        }
+        let give = o.min(left.max(0.0));
+        left -= give;
+        let s = 1.0 - give / o;
+        shares[p] = if s < MIN_SHARE { 0.0 } else { s };
+    }
+    ShedPlan {
+        shares,
+        answer_rate: if shares.iter().any(|s| *s > 0.0) {
+            (admit * answer_ratio).max(0.0)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The level a plan stands for: 0 nothing shed; else by the highest priority shed.
+pub fn level_of(plan: &ShedPlan, levels: [u8; 2]) -> u8 {
+    let Some(top) = plan.shares.iter().position(|s| *s >= MIN_SHARE) else {
+        return 0;
+    };
+    if top >= usize::from(levels[0]) {
+        1
+    } else if top >= usize::from(levels[1]) {
+        2
+    } else {
+        3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Offered per priority per second: new sessions (12), updates (8), terminations (4).
+    fn offered(i: f64, u: f64, t: f64) -> [f64; PRIORITIES] {
+        let mut o = [0.0; PRIORITIES];
+        o[12] = i;
+        o[8] = u;
+        o[4] = t;
+        o
+    }
+
+    #[test]
+    fn the_admitted_rate_goes_to_the_highest_priority_first() {
+        // 300/s admitted of 100 + 100 + 100: nothing shed.
+        let p = plan_for(300.0, &offered(100.0, 100.0, 100.0), 0.5);
+        assert!(!p.is_active());
+        // 150/s: every termination, half the updates, no new session.
+        let p = plan_for(150.0, &offered(100.0, 100.0, 100.0), 0.5);
+        assert_eq!((p.shares[4], p.shares[8], p.shares[12]), (0.0, 0.5, 1.0));
+        assert_eq!(p.answer_rate, 75.0);
+        assert_eq!(level_of(&p, [10, 6]), 2);
+        // 250/s: only new sessions shed, half of them.
+        let p = plan_for(250.0, &offered(100.0, 100.0, 100.0), 0.5);
+        assert_eq!((p.shares[8], p.shares[12]), (0.0, 0.5));
+        assert_eq!(level_of(&p, [10, 6]), 1);
+        // 50/s: terminations shed too.
+        let p = plan_for(50.0, &offered(100.0, 100.0, 100.0), 0.5);
+        assert_eq!(p.shares[4], 0.5);
+        assert_eq!(level_of(&p, [10, 6]), 3);
+    }
+
+    /// A steady overload: the agent gets 1,000 routed per second done while 3,000 are
+    /// offered and its delay stays above the target; the admitted rate is cut to 900,
+    /// and held while the queue drains; once the delay is low it grows back.
+    #[test]
+    fn a_standing_queue_cuts_the_admitted_rate_and_a_draining_one_holds_it() {
+        let mut c = Controller::new(Settings::default());
+        let mut judged = [0u64; PRIORITIES];
+        let mut routed = 0u64;
+        let mut now = Duration::ZERO;
+        let mut step = |c: &mut Controller, age: Duration, got: u64| {
+            now += INTERVAL;
+            for (p, n) in [(4, 100), (8, 100), (12, 100)] {
+                judged[p] += n;
+            }
+            routed += got;
+            c.observe(age);
+            c.tick(now, routed, judged)
+        };
+        let t = step(&mut c, 5 * MS, 100);
+        assert!(t.admit.is_none());
+        let t = step(&mut c, 80 * MS, 100);
+        assert_eq!(t.admit, Some(900.0));
+        // 900/s of 1,000 + 1,000 + 1,000: nine terminations in ten, nothing else.
+        assert_eq!(t.level_change, Some((0, 3)));
+        let p = t.plan.expect("a plan");
+        assert!((p.shares[4] - 0.1).abs() < 1e-9, "{p:?}");
+        assert_eq!((p.shares[8], p.shares[12]), (1.0, 1.0));
+        // Draining (60 ms < 0.9 × 80 ms): held.
+        assert_eq!(step(&mut c, 60 * MS, 90).admit, Some(900.0));
+        // Not draining: cut to 0.9 × what was done (900/s).
+        assert_eq!(step(&mut c, 58 * MS, 90).admit, Some(810.0));
+        // Below half the target: grows by 5 % (+1) per interval.
+        let a = step(&mut c, 2 * MS, 81).admit.unwrap();
+        assert!((a - 851.5).abs() < 1e-9, "{a}");
+    }
+
+    /// When the load ends the admitted rate grows past what is offered, the plan sheds
+    /// nothing, the level falls after `hold`, and shedding stops after `hold` more.
+    #[test]
+    fn levels_fall_back_with_hysteresis_when_the_load_ends() {
+        let s = Settings {
+            hold: Duration::from_millis(500),
+            ..Settings::default()
+        };
+        let mut c = Controller::new(s);
+        let mut judged = [0u64; PRIORITIES];
+        let mut now = Duration::ZERO;
+        let mut routed = 0;
+        let mut step = |c: &mut Controller, per_prio: u64, age: Duration, got: u64| {
+            now += INTERVAL;
+            for p in [4, 8, 12] {
+                judged[p] += per_prio;
+            }
+            routed += got;
+            c.observe(age);
+            c.tick(now, routed, judged)
+        };
+        step(&mut c, 100, MS, 100);
+        assert_eq!(step(&mut c, 100, 90 * MS, 100).level_change, Some((0, 3)));
+        // The storm ends: 10 per priority per interval (300/s), the agent keeps up.
+        let mut changes = Vec::new();
+        let mut active_at = Vec::new();
+        for k in 0..40 {
+            let t = step(&mut c, 10, MS, 30);
+            if let Some(ch) = t.level_change {
+                changes.push((k, ch));
+            }
+            active_at.push(t.admit.is_some());
+        }
+        // Nothing shed from the first calm interval on (900/s admitted > 300/s), the
+        // level down to 0 only after 500 ms of that, shedding off 500 ms later still.
+        assert_eq!(changes, [(5, (3, 0))]);
+        let off = active_at.iter().position(|a| !a).expect("shedding stops");
+        assert!((4..=6).contains(&off), "{active_at:?}");
+    }
+}
