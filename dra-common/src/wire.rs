@@ -674,12 +674,7 @@ impl MsgScan {
         self.flags & flags::R != 0 && self.command_code == cmd::CREDIT_CONTROL
     }
 
-    #[inline(always)]
-    fn req_type_scan(&self) -> Option<ReqTypeScan> {
-        self.req_type_scan_as(self.outcome)
-    }
-
-    /// [`MsgScan::req_type_scan`] as if the search had ended `how`.
+    /// How the search for CC-Request-Type ended, were it ended `how`.
     #[inline(always)]
     fn req_type_scan_as(&self, how: u8) -> Option<ReqTypeScan> {
         if !self.scans_avps() {

@@ -37,10 +37,14 @@ pub struct ShedTable {
     /// The answer budget: GCRA interval (0: none) and TAT.
     answer_interval_ns: AtomicU64,
     answer_tat: AtomicU64,
-    priorities: RwLock<(HashMap<MsgClass, (u8, usize)>, u8, Priorities)>,
+    priorities: RwLock<ClassTable>,
     /// (answered, discarded) by counter index.
     counts: Vec<(AtomicU64, AtomicU64)>,
 }
+
+/// Each class's (priority, counter index), the default priority, and the priorities
+/// they came from (for the counters' labels).
+type ClassTable = (HashMap<MsgClass, (u8, usize)>, u8, Priorities);
 
 /// A burst of this many answers of the budget may go at once.
 const ANSWER_BURST: f64 = 0.05;
