@@ -7,7 +7,9 @@
 //! - every recording rule and every dashboard query (its variables resolved through
 //!   Prometheus as Grafana would) returns data over the run;
 //! - DRAThrottleActive fired for pgw1 during the storm and resolved after it, once the
-//!   throttle was back at 0.
+//!   throttle was back at 0;
+//! - DRAFastPathDetached stayed quiet, then fired once `dra detach` removed the XDP
+//!   program under the running agent.
 //!
 //! The agent runs the demo's config with one addition, a Redis session store (the lab's
 //! Redis), so that the dashboard's store panels have something to show. The gateways
@@ -42,6 +44,9 @@ const PHASES: [(&str, u64); 3] = [("steady", 5), ("storm", 20), ("cool-down", 50
 
 /// The alert the test watches, for pgw1.
 const THROTTLE_ALERT: &str = "DRAThrottleActive";
+/// The alert that must stay quiet during the run and fire once `dra detach` has removed
+/// the fast path under the agent.
+const DETACHED_ALERT: &str = "DRAFastPathDetached";
 
 /// The demo's gateway scenario at `path` with its phases' durations set to [`PHASES`].
 fn shortened_scenario(path: &Path) -> Result<String> {
@@ -197,6 +202,28 @@ fn run(root: &Path, bins: &Bins, out: &Path) -> Result<()> {
             w.resolved_at.map(|t| (t - t0).round())
         )),
     }
+    if let Some(s) = spans.iter().find(|s| s.alert == DETACHED_ALERT) {
+        failures.push(format!("{DETACHED_ALERT} fired with XDP attached: {s:?}"));
+    }
+    // The fast path removed under the running agent: dra_fastpath_state says so.
+    let mut detach = lab::command_in(lab::NS_DRA, &bins.dra)?;
+    detach.args([
+        "detach",
+        "--iface",
+        DRA_CLIENT_IF,
+        "--pin-dir",
+        lab::PIN_DIR,
+    ]);
+    netlab::output(&mut detach)?;
+    let detached_at = unix_now();
+    let firing = format!(r#"ALERTS{{alertname="{DETACHED_ALERT}",alertstate="firing"}}"#);
+    match prom.wait_for(&firing, Duration::from_secs(15)) {
+        Ok(()) => println!(
+            "  {DETACHED_ALERT} fired {:.0} s after dra detach removed XDP under the agent",
+            unix_now() - detached_at
+        ),
+        Err(e) => failures.push(format!("after dra detach: {e:#}")),
+    }
     drop(prom);
     let st = dra.stop(Duration::from_secs(10));
     if !st.is_some_and(|s| s.success()) {
@@ -210,7 +237,7 @@ fn run(root: &Path, bins: &Bins, out: &Path) -> Result<()> {
     }
     println!(
         "monitoring live test: {} recording rules and {} dashboard queries returned data; \
-         {THROTTLE_ALERT} fired and resolved",
+         {THROTTLE_ALERT} fired and resolved, {DETACHED_ALERT} fired after dra detach",
         RuleFile::load(&root.join(MONITORING_DIR).join(RULES))?
             .records()
             .len(),
