@@ -256,7 +256,7 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
     ] {
         ensure!(scratch.join(f).is_file(), "the package has no {f}");
     }
-    check_monitoring(&scratch.join(monitoring::INSTALL_DIR))?;
+    let tested = check_monitoring(&scratch.join(monitoring::INSTALL_DIR))?;
     let conffiles = output(
         Command::new("dpkg-deb")
             .arg("--info")
@@ -284,8 +284,10 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
     output(Command::new(scratch.join("usr/bin/dra-loadgen")).arg("--version"))?;
     verify_unit(work, &scratch)?;
     eprintln!(
-        "xtask: package ok: {} extracted into a scratch root, unit verified, {}",
+        "xtask: package ok: {} extracted into a scratch root, unit verified, monitoring kit \
+         {}, {}",
         deb.display(),
+        if tested { "tested" } else { "not tested" },
         version.trim()
     );
     Ok(())
@@ -293,11 +295,11 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
 
 /// The installed monitoring kit works where it lands: its unit tests pass with promtool
 /// from the installed directory (their rule_files are relative to it); skipped, said
-/// so, where promtool is not installed.
-fn check_monitoring(dir: &Path) -> Result<()> {
+/// so, where promtool is not installed. Returns whether they ran.
+fn check_monitoring(dir: &Path) -> Result<bool> {
     if Command::new("promtool").arg("--version").output().is_err() {
         eprintln!("xtask: promtool not installed: the packaged rules not tested");
-        return Ok(());
+        return Ok(false);
     }
     output(
         Command::new("promtool")
@@ -306,7 +308,7 @@ fn check_monitoring(dir: &Path) -> Result<()> {
             .current_dir(dir),
     )
     .context("promtool test rules in the extracted /usr/share/dra/monitoring")?;
-    Ok(())
+    Ok(true)
 }
 
 /// `systemd-analyze verify` of the extracted unit (skipped, said so, where systemd is
