@@ -103,8 +103,13 @@ pub(crate) fn test(root: &Path, bins: &Bins) -> Result<()> {
     if !leftovers.is_empty() {
         eprintln!("xtask: removed a previous lab: {}", leftovers.join(", "));
     }
-    lab::run_on_lab(bins, &out, || run(root, bins, &out))
-        .with_context(|| format!("{what} (logs in {})", out.display()))?;
+    lab::run_on_lab(bins, &out, || {
+        let result = run(root, bins, &out);
+        // Its log, before the lab's state dir goes (also after a failure).
+        let _ = std::fs::copy(lab::log_file("prometheus"), out.join("prometheus.log"));
+        result
+    })
+    .with_context(|| format!("{what} (logs in {})", out.display()))?;
     eprintln!(
         "xtask: monitoring live test: done in {} s",
         from.elapsed().as_secs()
