@@ -40,7 +40,7 @@ use crate::{
 /// CPU to rise and the throttle to engage; the cool-down for the reversal (10 s hold,
 /// 20 points a step) to bring the throttle from 50 % back to 0. The gateways are stopped
 /// as soon as the alert has resolved.
-const PHASES: [(&str, u64); 3] = [("steady", 5), ("storm", 20), ("cool-down", 50)];
+const PHASES: [(&str, u64); 3] = [("steady", 5), ("storm", 20), ("cool-down", 60)];
 
 /// The alert the test watches, for pgw1.
 const THROTTLE_ALERT: &str = "DRAThrottleActive";
@@ -426,7 +426,7 @@ mod tests {
                 .iter()
                 .map(|p| p["duration_s"].as_integer().unwrap())
                 .collect();
-            assert_eq!(secs, [5, 20, 50]);
+            assert_eq!(secs, [5, 20, 60]);
             // Rates unchanged.
             let orig: toml::Value =
                 toml::from_str(&std::fs::read_to_string(root.join(scenario)).unwrap()).unwrap();
