@@ -20,7 +20,7 @@
 //! "Which part enforces a limit").
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -41,7 +41,7 @@ use crate::{
     },
     drl::{self, DrlError, DrlTarget},
     limiter::Limiter,
-    metrics::{self, Metrics},
+    metrics::{self, FastPathState, Metrics},
 };
 
 /// Options of `dra run` beyond the config file.
@@ -156,6 +156,30 @@ struct Shared {
     throttle: u8,
     /// The slots the DRL controller rewrites (swapped by a reload).
     targets: Vec<DrlTarget>,
+    /// Where this run attached XDP (pinned in `pin_dir`), and whether the agent took the
+    /// ingress limits over because the kernel cannot load it (`dra_fastpath_state`).
+    xdp_iface: Option<String>,
+    pin_dir: PathBuf,
+    fallback: bool,
+}
+
+/// Whether the XDP program this run attached to `iface` is still attached: its pinned
+/// link holds it (`dra detach` removes the pin, which detaches it) and the interface
+/// still exists in this network namespace (a deleted interface takes the program along).
+fn xdp_still_attached(iface: &str, pin_dir: &Path) -> bool {
+    let Ok(name) = std::ffi::CString::new(iface) else {
+        return false;
+    };
+    // SAFETY: if_nametoindex(3) reads the NUL-terminated name only.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    index != 0 && Dataplane::is_pinned(iface, pin_dir)
+}
+
+/// Who enforces the ingress limits now, into `dra_fastpath_state`.
+fn publish_fastpath_state(metrics: &Metrics, iface: Option<&str>, pin_dir: &Path, fallback: bool) {
+    metrics.set_fastpath_state(FastPathState::of(iface, fallback, |i| {
+        xdp_still_attached(i, pin_dir)
+    }));
 }
 
 impl Shared {
@@ -163,7 +187,14 @@ impl Shared {
     /// With the limiter and TC egress both running (no XDP), the ingress counters are
     /// the limiter's and the egress ones the maps'.
     /// With XDP the TLS peers' class counters are the limiter's, the rest the maps'.
+    /// Also says whether the XDP program is still attached (`dra_fastpath_state`).
     fn publish_fastpath(&self) {
+        publish_fastpath_state(
+            &self.metrics,
+            self.xdp_iface.as_deref(),
+            &self.pin_dir,
+            self.fallback,
+        );
         let mut classes = Vec::new();
         let tls_slots: Vec<&crate::dataplane::Slot> = self
             .plan
@@ -349,7 +380,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         doic: None,
         throttle: 0,
         targets: targets.clone(),
+        xdp_iface: iface.clone(),
+        pin_dir: opts.pin_dir.clone(),
+        fallback: opts.fallback.is_some(),
     }));
+    publish_fastpath_state(
+        &metrics,
+        iface.as_deref(),
+        &opts.pin_dir,
+        opts.fallback.is_some(),
+    );
+    publish_peer_info(&metrics, &cfg);
     // Static rates first (a restart after throttling must not keep a stale rate).
     shared.lock().expect("lock").apply_throttle(0);
 
@@ -518,6 +559,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         );
     }
     Ok(())
+}
+
+/// The configured peers into `dra_peer_info` (at start and after each applied reload).
+pub(crate) fn publish_peer_info(metrics: &Metrics, cfg: &Config) {
+    use crate::config::ConfigName;
+    metrics.set_peer_info(
+        cfg.peers
+            .iter()
+            .map(|p| (p.name.as_str(), p.role.name(), p.group.as_deref())),
+    );
 }
 
 /// One sd_notify message; a failure is logged, never fatal.

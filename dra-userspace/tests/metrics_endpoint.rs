@@ -14,8 +14,8 @@ use std::{
 use dra::{
     control::{OnMissing, Reason, ThrottleEvent},
     metrics::{
-        CONTENT_TYPE, Direction, MAX_REQUEST_HEAD, Metrics, MetricsError, PeerState, ServerHandle,
-        class_label, serve,
+        CONTENT_TYPE, Direction, FastPathState, MAX_REQUEST_HEAD, Metrics, MetricsError, PeerState,
+        ServerHandle, class_label, serve,
     },
 };
 use dra_common::{maps::ClassCounters, stats::Counter, wire::MsgClass};
@@ -500,6 +500,77 @@ fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
         "dra_unanswered_invariant_violations_total 1",
         r#"dra_throttle_percent{peer="pgw1"} 20"#,
     ]);
+}
+
+/// What the shipped alert rules (packaging/monitoring/) read besides the families
+/// above: who enforces ingress, the configured peers with role and group, and the
+/// counters of known events at 0 before the first one (so that rate() sees it).
+#[test]
+fn fast_path_state_peer_info_and_event_counters_start_as_the_alerts_need() {
+    let m = Metrics::new();
+    let server = start(&m);
+    let e = scrape(server.local_addr());
+    assert!(
+        e.series("dra_fastpath_state").is_empty(),
+        "unset: not exported"
+    );
+    assert!(e.series("dra_peer_info").is_empty(), "unset: not exported");
+    assert_eq!(
+        e.series("dra_tls_refused_total").len(),
+        24,
+        "2 sides × 12 reasons"
+    );
+    for side in ["accepted", "dialled"] {
+        for reason in ["unknown_ca", "expired", "plain_tcp", "io"] {
+            assert_eq!(
+                e.value(
+                    "dra_tls_refused_total",
+                    &[("side", side), ("reason", reason)]
+                ),
+                0.0
+            );
+        }
+    }
+    e.assert_samples(&[
+        r#"dra_connections_refused_total{reason="cer_backlog"} 0"#,
+        r#"dra_connections_refused_total{reason="cer_backlog_per_source"} 0"#,
+        r#"dra_session_store_fallbacks_total{on_error="local"} 0"#,
+        r#"dra_session_store_fallbacks_total{on_error="reject"} 0"#,
+        r#"dra_session_store_errors_total{op="set",kind="timeout"} 0"#,
+    ]);
+    assert_eq!(e.series("dra_session_store_errors_total").len(), 9);
+
+    m.set_fastpath_state(FastPathState::Attached);
+    m.set_peer_info([("pgw1", "client", None), ("pcrf1", "server", Some("pcrf"))]);
+    m.inc_tls_refused("accepted", "expired");
+    let e = scrape(server.local_addr());
+    assert_eq!(e.type_of("dra_fastpath_state"), "gauge");
+    assert_eq!(e.type_of("dra_peer_info"), "gauge");
+    e.assert_samples(&[
+        r#"dra_fastpath_state{state="attached"} 1"#,
+        r#"dra_fastpath_state{state="detached"} 0"#,
+        r#"dra_fastpath_state{state="fallback"} 0"#,
+        r#"dra_fastpath_state{state="off"} 0"#,
+        r#"dra_peer_info{peer="pgw1",role="client"} 1"#,
+        r#"dra_peer_info{peer="pcrf1",role="server",group="pcrf"} 1"#,
+        r#"dra_tls_refused_total{side="accepted",reason="expired"} 1"#,
+    ]);
+
+    // The program gone; a reload that removed pgw1.
+    m.set_fastpath_state(FastPathState::Detached);
+    m.set_peer_info([("pcrf1", "server", Some("pcrf"))]);
+    let e = scrape(server.local_addr());
+    e.assert_samples(&[
+        r#"dra_fastpath_state{state="attached"} 0"#,
+        r#"dra_fastpath_state{state="detached"} 1"#,
+    ]);
+    assert_eq!(e.series("dra_fastpath_state").len(), 4);
+    let peers: Vec<&str> = e
+        .series("dra_peer_info")
+        .iter()
+        .map(|s| s.labels["peer"].as_str())
+        .collect();
+    assert_eq!(peers, ["pcrf1"]);
 }
 
 #[test]

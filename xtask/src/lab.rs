@@ -1,4 +1,5 @@
-//! `cargo xtask lab up|down|status`: the seed topology in network namespaces.
+//! `cargo xtask lab up|down|status`: the seed topology in network namespaces (`up
+//! --monitoring`: with a real Prometheus scraping the agent, [`crate::monitoring`]).
 //!
 //! ```text
 //!  dralab-gw                     dralab-dra                          dralab-pcrf1 198.18.2.2
@@ -226,6 +227,14 @@ impl Bins {
         Bins {
             dra: root.join("target/release/dra"),
             loadgen: root.join("target/release/dra-loadgen"),
+        }
+    }
+
+    /// The debug binaries (`cargo xtask test` builds them, not the release ones).
+    pub fn debug(root: &Path) -> Bins {
+        Bins {
+            dra: root.join("target/debug/dra"),
+            loadgen: root.join("target/debug/dra-loadgen"),
         }
     }
 }
@@ -626,8 +635,9 @@ pub fn run_on_lab<T>(bins: &Bins, out: &Path, f: impl FnOnce() -> Result<T>) -> 
     Ok(result)
 }
 
-/// `cargo xtask lab up|down|status`.
+/// `cargo xtask lab up [--monitoring]|down|status`.
 pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
+    let monitoring = args.iter().any(|a| a == "--monitoring");
     match args.first().map(String::as_str) {
         Some("up") => {
             if !namespaces().is_empty() {
@@ -639,6 +649,27 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
             if let Err(e) = up(bins) {
                 down();
                 return Err(e);
+            }
+            if monitoring {
+                match crate::monitoring::prometheus::Prometheus::start(&crate::workspace_root()) {
+                    Ok(p) => {
+                        println!(
+                            "prometheus: {listen} in {NS_DRA}, scraping the agent's metrics \
+                             ({metrics}) every second with packaging/monitoring/'s rules (each \
+                             alert's for: in seconds instead of minutes); files in {dir}\n  \
+                             e.g. nsenter --net=/run/netns/{NS_DRA} curl -s \
+                             http://{listen}/api/v1/alerts",
+                            listen = crate::monitoring::prometheus::LISTEN,
+                            metrics = crate::metrics::METRICS_ADDR,
+                            dir = p.dir.display()
+                        );
+                        p.leave_running();
+                    }
+                    Err(e) => {
+                        down();
+                        return Err(e);
+                    }
+                }
             }
             for l in status() {
                 println!("{l}");
@@ -663,7 +694,7 @@ pub fn cmd(args: &[String], bins: &Bins) -> Result<()> {
             }
             Ok(())
         }
-        _ => bail!("usage: cargo xtask lab <up|down|status>"),
+        _ => bail!("usage: cargo xtask lab <up [--monitoring]|down|status>"),
     }
 }
 

@@ -9,6 +9,7 @@ mod flood;
 mod ha;
 mod lab;
 mod metrics;
+mod monitoring;
 mod package;
 mod procs;
 mod report;
@@ -50,11 +51,18 @@ usage: cargo xtask <command> [args]
   demo             the seed story on the built-in lab (root, ~2.5 min; docs/demo.md)
   demo --doic      the same with DOIC: pgw2 a DOIC gateway (sheds its storm at the source),
                    pcrf1 reporting overload (the agent diverts new sessions from it)
+  demo --monitoring  also a real Prometheus in the lab with the shipped rules; the summary
+                   lists the alerts that fired and when (combines with --doic)
   lab up|down|status  the lab topology in network namespaces dralab-* (root)
+  lab up --monitoring  also a real Prometheus in the lab (127.0.0.1:9090 in dralab-dra)
+                   scraping the agent's metrics with the shipped rules
   lab up|down|status --ha  the HA pair in namespaces draha-*: two DRA hosts (dra run,
                    XDP) sharing a 6-node Redis Cluster store, pgw1/pgw2 connected to both,
                    pcrf1/pcrf2/ocs1 (root; README, HA pair)
   fuzz [SECS]      run every fuzz target SECS seconds each (default 30 s)
+  monitoring check|live  the monitoring kit's steps of `test` alone: promtool check and
+                   test rules, the dashboard's queries (check); a short lab storm with a
+                   real Prometheus (live, root; docs/operations.md, Monitoring)
 ";
 
 /// The usage text's lines after the benches.
@@ -328,6 +336,7 @@ fn test() -> Result<()> {
         &skip_log,
     )?;
     package::test(&workspace_root())?;
+    monitoring::check(&workspace_root())?;
     if !is_root() {
         bail!(
             "the privileged tests (network namespaces, XDP) need root: run `sudo cargo xtask test`"
@@ -346,6 +355,7 @@ fn test() -> Result<()> {
         &skip_log,
     )?;
     host.merge(&privileged);
+    monitoring::live::test(&workspace_root(), &lab::Bins::debug(&workspace_root()))?;
     fuzz_build.finish();
     fuzz_smoke(10)?;
     toolchain::ensure_vm(&workspace_root())?;
@@ -416,14 +426,32 @@ fn real_main() -> Result<()> {
             package::cmd(&workspace_root(), rest)
         }
         "demo" => {
-            let with_doic = match rest {
-                [] => false,
-                [a] if a == "--doic" => true,
-                _ => bail!("usage: cargo xtask demo [--doic]"),
-            };
+            let flag = |f: &str| rest.iter().any(|a| a == f);
+            if rest.iter().any(|a| a != "--doic" && a != "--monitoring") {
+                bail!("usage: cargo xtask demo [--doic] [--monitoring]");
+            }
             toolchain::ensure()?;
             build(true)?;
-            demo::run(&workspace_root(), with_doic)
+            demo::run(&workspace_root(), flag("--doic"), flag("--monitoring"))
+        }
+        "monitoring" => {
+            toolchain::ensure()?;
+            match rest.first().map(String::as_str) {
+                Some("check") => monitoring::check(&workspace_root()),
+                Some("live") => {
+                    if !is_root() {
+                        bail!(
+                            "the live test builds the lab (network namespaces, XDP): run it as root"
+                        );
+                    }
+                    step(
+                        "build dra and dra-loadgen (debug, as cargo xtask test)",
+                        cargo().args(["build", "-p", "dra-userspace", "-p", "dra-tools", "--bins"]),
+                    )?;
+                    monitoring::live::test(&workspace_root(), &lab::Bins::debug(&workspace_root()))
+                }
+                _ => bail!("usage: cargo xtask monitoring <check|live>"),
+            }
         }
         "lab" => {
             if !is_root() {

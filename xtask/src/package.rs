@@ -1,10 +1,12 @@
 //! `cargo xtask package`: the Debian package (dpkg-deb) with `dra`, `dra-loadgen`, the
-//! systemd unit, the default config (a conffile), man pages generated from clap and the
-//! operations docs. docs/operations.md describes what it installs.
+//! systemd unit, the default config (a conffile), man pages generated from clap, the
+//! operations docs and the monitoring kit (Prometheus rules, their tests, a Grafana
+//! dashboard). docs/operations.md describes what it installs.
 //!
 //! The test (`cargo xtask test`) packages the debug build (no release build in the test
 //! run), extracts the .deb into a scratch root with `dpkg -x`, checks the unit with
-//! `systemd-analyze verify` and runs the extracted `dra --version` and `check-config`.
+//! `systemd-analyze verify`, runs the extracted `dra --version` and `check-config`, and
+//! the promtool unit tests of the extracted monitoring kit.
 
 use std::{
     path::{Path, PathBuf},
@@ -15,7 +17,7 @@ use anyhow::{Context, Result, bail, ensure};
 
 use netlab::output;
 
-use crate::{cargo, step};
+use crate::{cargo, monitoring, step};
 
 /// What goes where (paths relative to the package root); binaries come from the build.
 const UNIT: (&str, &str) = ("packaging/dra.service", "lib/systemd/system/dra.service");
@@ -89,6 +91,7 @@ fn control_file(version: &str, arch: &str, installed_kib: u64) -> String {
          Installed-Size: {installed_kib}\n\
          Depends: libc6 (>= 2.34), libgcc-s1\n\
          Recommends: redis-server\n\
+         Suggests: prometheus\n\
          Section: net\n\
          Priority: optional\n\
          Description: Diameter Routing Agent with an XDP rate-limiting fast path\n \
@@ -148,6 +151,13 @@ pub fn package(root: &Path, profile: Profile, out_dir: &Path) -> Result<PathBuf>
             CONFIG.0
         ),
     )?;
+    for f in monitoring::FILES {
+        copy(
+            &root.join(monitoring::MONITORING_DIR).join(f),
+            &stage.join(monitoring::INSTALL_DIR).join(f),
+            0o644,
+        )?;
+    }
     let doc = stage.join("usr/share/doc/dra");
     for d in DOCS {
         let name = Path::new(d).file_name().expect("a file name");
@@ -238,9 +248,15 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
         "usr/share/man/man1/dra.1.gz",
         "usr/share/man/man1/dra-run.1.gz",
         "usr/share/doc/dra/operations.md",
+        "usr/share/dra/monitoring/dra-alerts.yml",
+        "usr/share/dra/monitoring/dra-rules.yml",
+        "usr/share/dra/monitoring/dra-dashboard.json",
+        "usr/share/dra/monitoring/tests/dra-alerts.test.yml",
+        "usr/share/dra/monitoring/tests/dra-rules.test.yml",
     ] {
         ensure!(scratch.join(f).is_file(), "the package has no {f}");
     }
+    let tested = check_monitoring(&scratch.join(monitoring::INSTALL_DIR))?;
     let conffiles = output(
         Command::new("dpkg-deb")
             .arg("--info")
@@ -268,11 +284,31 @@ fn check(deb: &Path, work: &Path) -> Result<()> {
     output(Command::new(scratch.join("usr/bin/dra-loadgen")).arg("--version"))?;
     verify_unit(work, &scratch)?;
     eprintln!(
-        "xtask: package ok: {} extracted into a scratch root, unit verified, {}",
+        "xtask: package ok: {} extracted into a scratch root, unit verified, monitoring kit \
+         {}, {}",
         deb.display(),
+        if tested { "tested" } else { "not tested" },
         version.trim()
     );
     Ok(())
+}
+
+/// The installed monitoring kit works where it lands: its unit tests pass with promtool
+/// from the installed directory (their rule_files are relative to it); skipped, said
+/// so, where promtool is not installed. Returns whether they ran.
+fn check_monitoring(dir: &Path) -> Result<bool> {
+    if Command::new("promtool").arg("--version").output().is_err() {
+        eprintln!("xtask: promtool not installed: the packaged rules not tested");
+        return Ok(false);
+    }
+    output(
+        Command::new("promtool")
+            .args(["test", "rules"])
+            .args(["tests/dra-alerts.test.yml", "tests/dra-rules.test.yml"])
+            .current_dir(dir),
+    )
+    .context("promtool test rules in the extracted /usr/share/dra/monitoring")?;
+    Ok(true)
 }
 
 /// `systemd-analyze verify` of the extracted unit (skipped, said so, where systemd is

@@ -55,6 +55,11 @@ const APT_PACKAGES: &[(&str, &str)] = &[
         "erlang-diameter",
         "OTP's diameter application, which that relay is built on",
     ),
+    (
+        "prometheus",
+        "promtool checks and unit-tests the shipped alert rules; the lab's own Prometheus \
+         (lab up --monitoring, demo --monitoring, the monitoring test)",
+    ),
 ];
 
 fn quiet(cmd: &mut Command) -> Option<String> {

@@ -1,5 +1,5 @@
-//! Label values shared by the metric families: message classes, peer states, request
-//! directions and throttle-event reasons.
+//! Label values shared by the metric families: message classes, peer and fast-path
+//! states, request directions and throttle-event reasons.
 
 use dra_common::wire::{MsgClass, app, cc_request_type, cmd};
 
@@ -115,6 +115,54 @@ impl PeerState {
     }
 }
 
+/// Who enforces the ingress limits of the peers XDP can judge, as exported by
+/// `dra_fastpath_state` (checked every second by `dra run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastPathState {
+    /// The XDP program is attached to the interface and enforces them.
+    Attached,
+    /// This run attached XDP and its program is gone (its pinned link removed, e.g. by
+    /// `dra detach`, or the interface deleted): nothing enforces them.
+    Detached,
+    /// The kernel cannot load the XDP programs and `[fast_path] fallback = "userspace"`
+    /// has the agent enforce them (no connection guard, no unknown-peer drop).
+    Fallback,
+    /// No fast path interface is configured: the agent enforces them, by design.
+    Off,
+}
+
+impl FastPathState {
+    /// Every state, in the order the series are exported.
+    pub const ALL: [FastPathState; 4] = [
+        FastPathState::Attached,
+        FastPathState::Detached,
+        FastPathState::Fallback,
+        FastPathState::Off,
+    ];
+
+    /// The `state` label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FastPathState::Attached => "attached",
+            FastPathState::Detached => "detached",
+            FastPathState::Fallback => "fallback",
+            FastPathState::Off => "off",
+        }
+    }
+
+    /// The state of a run that attached XDP to `iface` (`None`: it did not), with
+    /// `fallback` when the kernel refused XDP and the agent took over; `attached(iface)`
+    /// says whether that program is still attached.
+    pub fn of(iface: Option<&str>, fallback: bool, attached: impl Fn(&str) -> bool) -> Self {
+        match iface {
+            Some(i) if attached(i) => FastPathState::Attached,
+            Some(_) => FastPathState::Detached,
+            None if fallback => FastPathState::Fallback,
+            None => FastPathState::Off,
+        }
+    }
+}
+
 /// Direction of a request relative to the agent (`direction` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
@@ -201,5 +249,28 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), PeerState::ALL.len());
+    }
+
+    #[test]
+    fn the_fast_path_state_says_who_enforces_ingress() {
+        let attached = |_: &str| true;
+        let gone = |_: &str| false;
+        assert_eq!(
+            FastPathState::of(Some("eth0"), false, attached),
+            FastPathState::Attached
+        );
+        assert_eq!(
+            FastPathState::of(Some("eth0"), false, gone),
+            FastPathState::Detached
+        );
+        assert_eq!(
+            FastPathState::of(None, true, attached),
+            FastPathState::Fallback
+        );
+        assert_eq!(FastPathState::of(None, false, gone), FastPathState::Off);
+        let mut names: Vec<_> = FastPathState::ALL.iter().map(|s| s.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FastPathState::ALL.len());
     }
 }

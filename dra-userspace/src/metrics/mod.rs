@@ -39,6 +39,9 @@
 //! - `dra_fastpath_oob_marks_total` (counter; `outcome`): requests XDP marked out of band (they
 //!   straddled segments; [`crate::oob`]): `received` from the ring, `applied` to a request,
 //!   `expired` unapplied (connection gone) — with XDP attached only
+//! - `dra_fastpath_state` (gauge; `state`): who enforces the ingress limits ([`FastPathState`]:
+//!   `attached`, `detached`, `fallback`, `off`), 1 for the current state, 0 for the others;
+//!   `dra run` checks every second that the XDP program it attached is still there
 //!
 //! These are set, not incremented: each [`Metrics::set_fastpath_class`] /
 //! [`Metrics::set_fastpath_global`] replaces the exported value by the snapshot.
@@ -63,6 +66,9 @@
 //!   [`LATENCY_BUCKETS`] (100 µs … 10 s)
 //! - `dra_peer_state` (gauge; `peer`, `state`): 1 for the current state, 0 for the others
 //!   ([`PeerState`]: `closed`, `wait_cea`, `open`, `suspect`, `down`, `reopen`)
+//! - `dra_peer_info` (gauge; `peer`, `role`, `group`): 1 for each configured peer (`role`
+//!   `client` or `server`; `group` absent for a peer without one), set by `dra run` at start
+//!   and at each reload
 //! - `dra_unanswered_invariant_violations_total` (counter): requests that ended with no answer;
 //!   must stay 0
 //!
@@ -97,8 +103,11 @@
 //! - `dra_doic_requests_abated_total` (counter; `peer`, `outcome`): requests to a server abated
 //!   by its reports (`outcome` `diverted`, or `rejected`: answered 3004)
 //!
-//! Families with labels appear once their first series is set. Series are never
-//! removed, except fast-path classes through [`Metrics::set_fastpath_classes`].
+//! Families with labels appear once their first series is set, except the counters whose
+//! label values are known in advance, which start at 0: `dra_tls_refused_total` (every
+//! side × reason), `dra_connections_refused_total`, `dra_session_store_errors_total` and
+//! `dra_session_store_fallbacks_total`. Series are never removed, except fast-path classes
+//! through [`Metrics::set_fastpath_classes`] and peers through [`Metrics::set_peer_info`].
 
 mod fastpath;
 mod http;
@@ -110,6 +119,7 @@ pub use http::{
     ServerHandle, WRITE_TIMEOUT, serve,
 };
 pub use labels::{
-    CLASS_ALL, CLASS_OTHER, Direction, PeerState, class_label, parse_class_label, reason_label,
+    CLASS_ALL, CLASS_OTHER, Direction, FastPathState, PeerState, class_label, parse_class_label,
+    reason_label,
 };
 pub use registry::{LATENCY_BUCKETS, Metrics};

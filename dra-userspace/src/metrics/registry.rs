@@ -22,9 +22,9 @@ use prometheus_client::{
 
 use super::{
     fastpath::FastPathCollector,
-    labels::{Direction, PeerState, reason_label},
+    labels::{Direction, FastPathState, PeerState, reason_label},
 };
-use crate::control::ThrottleEvent;
+use crate::{control::ThrottleEvent, transport::tls::Refusal};
 
 /// Upper bounds (seconds) of the answer-latency buckets: 1-2.5-5 steps from 100 µs to
 /// 10 s (a `+Inf` bucket is added by the encoder).
@@ -95,6 +95,71 @@ impl Collector for PeerStateCollector {
     }
 }
 
+/// `dra_fastpath_state`: who enforces the ingress limits, encoded as four 0/1 gauges on
+/// scrape (exported once set).
+#[derive(Debug, Default)]
+struct FastPathStateCollector {
+    state: RwLock<Option<FastPathState>>,
+}
+
+impl Collector for FastPathStateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(current) = *self.state.read().unwrap_or_else(PoisonError::into_inner) else {
+            return Ok(());
+        };
+        let mut m = encoder.encode_descriptor(
+            "dra_fastpath_state",
+            "Who enforces the ingress limits: attached (XDP), detached (XDP gone: nothing), \
+             fallback (the agent: the kernel cannot load XDP), off (the agent: no interface); \
+             1 for the current state, 0 for the others.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in FastPathState::ALL {
+            ConstGauge::new(i64::from(s == current))
+                .encode(m.encode_family(&[("state", s.name())])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// One configured peer as `dra_peer_info` exports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PeerInfo {
+    peer: String,
+    role: String,
+    group: Option<String>,
+}
+
+/// `dra_peer_info`: 1 per configured peer, with its role and group (exported once set).
+#[derive(Debug, Default)]
+struct PeerInfoCollector {
+    peers: RwLock<Vec<PeerInfo>>,
+}
+
+impl Collector for PeerInfoCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let peers = self.peers.read().unwrap_or_else(PoisonError::into_inner);
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let mut m = encoder.encode_descriptor(
+            "dra_peer_info",
+            "A configured peer (always 1): its role (client, server) and peer group.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in peers.iter() {
+            let mut labels = vec![("peer", p.peer.as_str()), ("role", p.role.as_str())];
+            if let Some(g) = &p.group {
+                labels.push(("group", g.as_str()));
+            }
+            ConstGauge::new(1).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
 type HistogramCtor = fn() -> Histogram;
 
 fn latency_histogram() -> Histogram {
@@ -117,6 +182,8 @@ struct Inner {
     queue_depth: Family<GroupLabels, Gauge>,
     answer_latency: Family<PeerLabels, Histogram, HistogramCtor>,
     peer_state: Arc<PeerStateCollector>,
+    peer_info: Arc<PeerInfoCollector>,
+    fastpath_state: Arc<FastPathStateCollector>,
     unanswered_violations: Counter,
     connections_refused: Family<ReasonLabels, Counter>,
     tls_refused: Family<TlsLabels, Counter>,
@@ -256,6 +323,8 @@ impl Metrics {
         let answer_latency =
             Family::<PeerLabels, Histogram, HistogramCtor>::new_with_constructor(latency_histogram);
         let peer_state = Arc::new(PeerStateCollector::default());
+        let peer_info = Arc::new(PeerInfoCollector::default());
+        let fastpath_state = Arc::new(FastPathStateCollector::default());
         let unanswered_violations = Counter::default();
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         let tls_refused = Family::<TlsLabels, Counter>::default();
@@ -372,7 +441,29 @@ impl Metrics {
         );
 
         registry.register_collector(Box::new(Arc::clone(&peer_state)));
+        registry.register_collector(Box::new(Arc::clone(&peer_info)));
         registry.register_collector(Box::new(Arc::clone(&fastpath)));
+        registry.register_collector(Box::new(Arc::clone(&fastpath_state)));
+
+        // Counters of events whose labels are known in advance start at 0, so that
+        // rate() and increase() see their first event (a series that appears at 1 has
+        // no earlier sample to rise from) and dashboards show 0 rather than nothing.
+        for reason in Refusal::LABELS {
+            for side in ["accepted", "dialled"] {
+                let _zero = tls_refused.get_or_create(&TlsLabels { side, reason });
+            }
+        }
+        for reason in ["cer_backlog", "cer_backlog_per_source"] {
+            let _zero = connections_refused.get_or_create(&ReasonLabels { reason });
+        }
+        for on_error in ["local", "reject"] {
+            let _zero = store.fallbacks.get_or_create(&OnErrorLabels { on_error });
+        }
+        for op in ["get", "set", "del"] {
+            for kind in ["timeout", "unavailable", "error"] {
+                let _zero = store.errors.get_or_create(&OpKindLabels { op, kind });
+            }
+        }
 
         Metrics {
             inner: Arc::new(Inner {
@@ -390,6 +481,8 @@ impl Metrics {
                 queue_depth,
                 answer_latency,
                 peer_state,
+                peer_info,
+                fastpath_state,
                 unanswered_violations,
                 connections_refused,
                 tls_refused,
@@ -706,6 +799,37 @@ impl Metrics {
                 m.insert(peer.to_string(), state);
             }
         }
+    }
+
+    /// Replaces the configured peers `dra_peer_info` exports: (name, role, group).
+    pub fn set_peer_info<'a>(
+        &self,
+        peers: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a str>)>,
+    ) {
+        let v = peers
+            .into_iter()
+            .map(|(peer, role, group)| PeerInfo {
+                peer: peer.to_string(),
+                role: role.to_string(),
+                group: group.map(str::to_string),
+            })
+            .collect();
+        *self
+            .inner
+            .peer_info
+            .peers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = v;
+    }
+
+    /// Sets who enforces the ingress limits now (`dra_fastpath_state`).
+    pub fn set_fastpath_state(&self, state: FastPathState) {
+        *self
+            .inner
+            .fastpath_state
+            .state
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(state);
     }
 
     /// Counts a request that ended without an answer (a broken invariant: every request

@@ -204,6 +204,7 @@ impl Reloader {
         if let Some(server) = p.server {
             self.metrics_server = server;
         }
+        super::publish_peer_info(&self.metrics, &p.cfg);
         self.cfg = p.cfg;
         self.loaded(&p.bytes_sha);
         Ok(("applied", p.diff))

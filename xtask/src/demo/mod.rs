@@ -8,7 +8,9 @@
 //! view refreshes each second; at the end a summary, CSVs and a PNG in
 //! `results/demo-<timestamp>/`, and the story checks ([`checks`]) decide the exit code.
 //! The lab is always removed (guard + SIGINT/SIGTERM handling). `--doic`: the same story
-//! with DOIC ([`doic`]): pgw2 a DOIC gateway, pcrf1 reporting overload.
+//! with DOIC ([`doic`]): pgw2 a DOIC gateway, pcrf1 reporting overload. `--monitoring`:
+//! a real Prometheus in the lab scrapes the agent with the shipped rules
+//! ([`crate::monitoring`]); the summary lists the alerts that fired and when.
 
 mod checks;
 mod doic;
@@ -30,6 +32,10 @@ use crate::{
     agent_run::{ClientFiles, LAB, gateway_client},
     lab::{self, Bins, DRA_CLIENT_IF, NS_DRA, NS_GW, PIN_DIR, UPSTREAMS},
     metrics::Snap,
+    monitoring::{
+        describe_spans,
+        prometheus::{AlertSpan, Prometheus, unix_now},
+    },
     procs::{install_signal_handlers, interrupted},
     results::timestamp,
 };
@@ -37,8 +43,8 @@ use checks::Check;
 use profile::{Profile, read_profile};
 use series::{Row, Rows, SCRAPE_PERIOD, Sample};
 
-const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
-const GATEWAYS: [(&str, &str, &str); 2] = [
+pub(crate) const LAB_CONFIG: &str = "config/lab/dra-lab.toml";
+pub(crate) const GATEWAYS: [(&str, &str, &str); 2] = [
     ("pgw1", "198.18.1.2", "config/lab/pgw1.toml"),
     ("pgw2", "198.18.1.3", "config/lab/pgw2.toml"),
 ];
@@ -75,10 +81,13 @@ struct Outcome {
     rows: Vec<Row>,
     last: Snap,
     clients: BTreeMap<String, dra_report::client::Report>,
+    /// With `--monitoring`: when each alert fired and resolved (Unix time of t = 0).
+    alerts: Option<(Vec<AlertSpan>, f64)>,
 }
 
-/// `cargo xtask demo [--doic]` (after the toolchain bootstrap and the release build).
-pub fn run(root: &Path, with_doic: bool) -> Result<()> {
+/// `cargo xtask demo [--doic] [--monitoring]` (after the toolchain bootstrap and the
+/// release build).
+pub fn run(root: &Path, with_doic: bool, monitoring: bool) -> Result<()> {
     if !crate::is_root() {
         bail!("the demo builds network namespaces and attaches XDP: run it as root");
     }
@@ -106,7 +115,7 @@ pub fn run(root: &Path, with_doic: bool) -> Result<()> {
             );
             lab::restart_servers_with(&bins, lab::SERVER_LATENCY, &doic::server_args)?;
         }
-        story(root, &bins, &profile, &out_dir, with_doic)
+        story(root, &bins, &profile, &out_dir, with_doic, monitoring)
     };
     // The guard has removed the lab; make sure nothing is left.
     let left_ns = lab::namespaces();
@@ -133,6 +142,7 @@ fn story(
     profile: &Profile,
     out: &Path,
     with_doic: bool,
+    monitoring: bool,
 ) -> Result<Outcome> {
     // The agent, in the dra namespace (network namespace only: its pins must be global).
     let config = if with_doic { doic::CONFIG } else { LAB_CONFIG };
@@ -155,6 +165,19 @@ fn story(
         // A scrape without the gauge (none yet) is not ready.
         |s| LAB.upstreams_open(s) && s.sum("dra_db_cpu_source_up", &[]).is_ok_and(|v| v == 1.0),
     )?;
+    let prom = if monitoring {
+        let mut p = Prometheus::start(root)?;
+        p.wait_for(r#"up{job="dra"} == 1"#, Duration::from_secs(20))?;
+        eprintln!(
+            "xtask: prometheus scraping the agent every second ({lab_ns}, {listen}; rules: \
+             the shipped ones, each alert's for: in seconds instead of minutes)",
+            lab_ns = NS_DRA,
+            listen = crate::monitoring::prometheus::LISTEN
+        );
+        Some(p)
+    } else {
+        None
+    };
     eprintln!(
         "xtask: agent ready (pcrf1, pcrf2, ocs1 open; Redis CPU source up); starting pgw1 and pgw2"
     );
@@ -187,6 +210,7 @@ fn story(
         );
     }
     let t0 = Instant::now();
+    let t0_unix = unix_now();
     let mut samples = Vec::new();
     let mut rows = Vec::new();
     let mut splitter = Rows::new();
@@ -241,6 +265,14 @@ fn story(
         let v: dra_report::client::Report = dra_report::parse(&text, &path.display().to_string())?;
         client_reports.insert(peer.to_owned(), v);
     }
+    // The alerts, before the agent stops (its scrape failing would be one).
+    let alerts = match &prom {
+        Some(p) => Some((p.alert_spans(p.started, unix_now(), 1.0)?, t0_unix)),
+        None => None,
+    };
+    if let Some(p) = prom {
+        let _ = std::fs::copy(p.log(), out.join("prometheus.log"));
+    }
     // Stop the agent (DPR to its peers, detach), then the servers (they print stats).
     let st = dra.stop(Duration::from_secs(10));
     if !st.is_some_and(|s| s.success()) {
@@ -263,6 +295,7 @@ fn story(
         rows,
         last,
         clients: client_reports,
+        alerts,
     })
 }
 
@@ -474,6 +507,33 @@ fn report(o: &Outcome, profile: &Profile, out: &Path, with_doic: bool) -> Result
     ];
     if with_doic {
         checks.extend(doic::checks(&o.last, &o.clients).context("the DOIC checks")?);
+    }
+    if let Some((spans, t0)) = &o.alerts {
+        let _ = writeln!(
+            s,
+            "\nalerts that fired (the lab's Prometheus, shipped rules with each for: in \
+             seconds instead of minutes; t as above):"
+        );
+        if spans.is_empty() {
+            let _ = writeln!(s, "  none");
+        }
+        for l in describe_spans(spans, *t0) {
+            let _ = writeln!(s, "  {l}");
+        }
+        let throttle: Vec<AlertSpan> = spans
+            .iter()
+            .filter(|a| a.alert == "DRAThrottleActive" && a.labels.contains("peer=\"pgw1\""))
+            .cloned()
+            .collect();
+        checks.push(Check::new(
+            "the throttle alert fired for pgw1 and resolved after the storm",
+            "DRAThrottleActive{peer=pgw1} fired, then resolved before the end",
+            match describe_spans(&throttle, *t0).join("; ") {
+                d if d.is_empty() => "never fired".to_owned(),
+                d => d,
+            },
+            !throttle.is_empty() && throttle.iter().all(|a| a.resolved.is_some()),
+        ));
     }
     let _ = writeln!(s, "\nstory checks:");
     let mut all = true;
