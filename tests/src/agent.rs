@@ -3,7 +3,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use crate::netns::Netns;
@@ -115,8 +115,7 @@ impl Agent {
     /// Waits until `cond` holds (polled), the process exits, or `timeout` passes
     /// (scaled by [`crate::support::time_scale`]).
     pub fn wait_until(&mut self, timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-        let end = Instant::now() + crate::support::scaled(timeout);
-        while Instant::now() < end {
+        crate::support::poll_until(timeout, || {
             if cond() {
                 return true;
             }
@@ -128,25 +127,22 @@ impl Agent {
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
-            // The poll interval of a readiness wait.
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+            false
+        })
     }
 
     /// Waits for the agent to exit on its own, at most `timeout` (scaled); its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let end = Instant::now() + crate::support::scaled(timeout);
-        while Instant::now() < end {
-            if let Some(c) = &mut self.child
-                && let Ok(Some(st)) = c.try_wait()
-            {
-                self.child = None;
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let c = self.child.as_mut()?;
+        let mut st = None;
+        crate::support::poll_until(timeout, || {
+            st = c.try_wait().ok().flatten();
+            st.is_some()
+        });
+        if st.is_some() {
+            self.child = None;
         }
-        None
+        st
     }
 
     /// Stops the agent the way an operator would (SIGINT) and waits for it.
@@ -154,12 +150,13 @@ impl Agent {
         let mut c = self.child.take()?;
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let end = Instant::now() + crate::support::scaled(Duration::from_secs(10));
-        while Instant::now() < end {
-            if let Ok(Some(st)) = c.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut st = None;
+        crate::support::poll_until(Duration::from_secs(10), || {
+            st = c.try_wait().ok().flatten();
+            st.is_some()
+        });
+        if st.is_some() {
+            return st;
         }
         let _ = c.kill();
         c.wait().ok()
@@ -176,6 +173,44 @@ impl Agent {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// The state column of `peer`'s row in `dra status`'s text.
+pub fn peer_state<'a>(status: &'a str, peer: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some(peer)).then(|| w.nth(1)).flatten()
+    })
+}
+
+/// `GET /metrics` of the agent at `addr`, from inside `ns`: the page ("" when nothing
+/// answers).
+pub fn scrape(ns: &Netns, addr: &str) -> String {
+    use std::io::{Read, Write};
+    ns.enter(|| {
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(crate::support::scaled(Duration::from_secs(5))))
+            .ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: dra\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_default()
+}
+
+/// The value of the metric `series` (its name and labels as printed) in `page`.
+pub fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 impl Drop for Agent {

@@ -39,6 +39,24 @@ pub fn scaled(d: Duration) -> Duration {
     d * time_scale()
 }
 
+/// Polls `cond` until it holds or `timeout` (scaled by [`time_scale`]) passes: whether
+/// it held. The one poll loop of these tests' waits on a signal (a status line, a
+/// counter, a pinned map, a process's exit); [`crate::agent::Agent::wait_until`] is built
+/// on it.
+pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + scaled(timeout);
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        // The poll interval of a wait on a signal (not a wait for anything itself).
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Says that the calling test cannot run here, and why (`reason`, short: the summary
 /// groups by it; `detail` is printed only), and records it for `cargo xtask test`'s
 /// summary in the file `DRA_TEST_SKIP_LOG` names: counted as skipped, never as passed.

@@ -53,13 +53,8 @@ impl Server {
                 in_this_thread(&ns, async move {
                     let h = server::run(config).await.expect("server listens");
                     ready_tx.send(()).unwrap();
-                    // Wait for the stop signal without blocking the runtime.
-                    while matches!(
-                        stop_rx.try_recv(),
-                        Err(std::sync::mpsc::TryRecvError::Empty)
-                    ) {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
+                    // Until stopped (the sender dropped), off the runtime's thread.
+                    let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
                     h.shutdown().await.answered.values().sum::<u64>()
                 })
             }

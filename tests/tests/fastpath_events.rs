@@ -79,6 +79,7 @@ fn rare_tcp_events_are_logged_once_a_second_and_all_counted() {
     assert_eq!(v, XDP_PASS, "an impossible hole gives up the state, passes");
 
     // A second later the gate is open again: an IPv6 flow's resync is logged.
+    // The scenario: the log gate's second elapses before the next event.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let f6 = Frame::v4("2001:db8:1::2", "2001:db8:1::1");
     let (v, _) = run_xdp(&ebpf, &f6.tcp(40_006, 3868, 1000, ACK, &[], &msg));

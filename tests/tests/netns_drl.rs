@@ -15,7 +15,7 @@ use dra::dataplane::{Dataplane, Maps, Plan};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
 use dra_tests::support::{Pins, TempDir, scaled};
 use dra_tests::{
-    agent::Agent,
+    agent::{Agent, metric, scrape},
     netns::{Netns, VethPair},
     sim::{PGW1, ScriptedPeer, ScriptedServer, Sent, Sim, gx_ccrs, unmarked_of_all},
 };
@@ -47,7 +47,10 @@ fn seed_config(
         .replace(
             "socket = \"/run/dra/dra.sock\"",
             &format!("socket = \"{}\"", cpu_file.with_extension("sock").display()),
-        );
+        )
+        // No PCRF or OCS runs here: ready once the listeners are bound (the fast path
+        // attached before that).
+        .replace("startup_wait = \"10s\"", "startup_wait = \"0s\"");
     if pgw1_rate != 1000 {
         // Only pgw1's two static DRL rates are 1000 with no burst given.
         s = s.replace(
@@ -113,29 +116,47 @@ impl DrlLab {
         self.plan.slot_of(peer, MsgClass::gx_ccr(req_type)).unwrap()
     }
 
-    /// Starts `dra run`; waits until it attached and wrote `slot` at `rate`.
+    /// Starts `dra run`; waits until it is ready (XDP attached) and wrote `slot` at
+    /// `rate`.
     fn start_agent(&self, log: &str, slot: u32, rate: f64) -> (Agent, Maps) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         let mut agent = Agent::start(&self.dra_ns, &args, &self.tmp.0.join(log));
-        let mut maps = None;
-        let mut last_err = String::new();
-        let attached = agent.wait_until(Duration::from_secs(20), || {
-            if maps.is_none() {
-                match Maps::open_pinned(&self.pins.0) {
-                    Ok(m) => maps = Some(m),
-                    Err(e) => last_err = dra::error_chain(&e),
-                }
-            }
-            maps.as_ref().is_some_and(|m| rate_of(m, slot) == rate)
+        agent.wait_ready(Duration::from_secs(20));
+        let maps = Maps::open_pinned(&self.pins.0).unwrap_or_else(|e| {
+            panic!(
+                "pinned maps: {}; log:\n{}",
+                dra::error_chain(&e),
+                agent.log_text()
+            )
         });
+        let written = agent.wait_until(Duration::from_secs(20), || rate_of(&maps, slot) == rate);
         assert!(
-            attached,
-            "agent did not attach ({last_err}); log:\n{}",
+            written,
+            "slot {slot} at {} /s, not {rate}; log:\n{}",
+            rate_of(&maps, slot),
             agent.log_text()
         );
-        (agent, maps.unwrap())
+        (agent, maps)
+    }
+
+    /// Waits until the agent's DRL controller has read `cpu` from the source
+    /// (`dra_db_cpu_percent`): the throttle it decides from that sample follows.
+    fn wait_sampled(&self, agent: &mut Agent, cpu: f64) {
+        let mut page = String::new();
+        let read = agent.wait_until(Duration::from_secs(5), || {
+            page = scrape(&self.dra_ns, METRICS);
+            metric(&page, "dra_db_cpu_percent") == Some(cpu)
+        });
+        assert!(
+            read,
+            "the controller never read {cpu} %: {:?}",
+            metric(&page, "dra_db_cpu_percent")
+        );
     }
 }
+
+/// The agent's metrics endpoint in its namespace (config/dra.toml's `[metrics]`).
+const METRICS: &str = "127.0.0.1:9100";
 
 fn rate_of(maps: &Maps, slot: u32) -> f64 {
     let c = maps.bucket_config(slot).unwrap();
@@ -195,7 +216,7 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
     let (mut agent, maps) = lab.start_agent("agent.log", pgw1_i, 1000.0);
     let cpu = lab.cpu.clone();
     let t0 = Instant::now();
-    let mut wait_rate = |want: f64, within: Duration, what: &str| -> Duration {
+    let wait_rate = |agent: &mut Agent, want: f64, within: Duration, what: &str| {
         let start = Instant::now();
         // The controller writes the two classes' buckets one after the other (two map
         // updates): wait for both, so a read between the two writes is not a failure.
@@ -217,33 +238,40 @@ fn seed_table_through_the_agent_and_the_pinned_maps() {
         start.elapsed()
     };
     // Row by row (docs/architecture.md §5), hold 3 s instead of 30 s.
-    wait_rate(1000.0, Duration::from_secs(2), "CPU below thresholds");
+    let a = &mut agent;
+    wait_rate(a, 1000.0, Duration::from_secs(2), "CPU below thresholds");
     set_cpu(&cpu, 62.0);
-    wait_rate(600.0, Duration::from_secs(2), "CPU 62 %");
+    wait_rate(a, 600.0, Duration::from_secs(2), "CPU 62 %");
     set_cpu(&cpu, 63.5);
+    lab.wait_sampled(a, 63.5);
+    // The scenario: the CPU stays at 63.5 % for 600 ms more (two sample periods and
+    // more), and the rate with it.
     std::thread::sleep(Duration::from_millis(600));
-    wait_rate(600.0, Duration::from_millis(100), "CPU stays 60-65 %");
+    wait_rate(a, 600.0, Duration::from_millis(100), "CPU stays 60-65 %");
     set_cpu(&cpu, 49.0);
+    lab.wait_sampled(a, 49.0);
+    // The scenario: 500 ms into the reversal's hold, the rate has not moved.
     std::thread::sleep(Duration::from_millis(500));
     wait_rate(
+        a,
         600.0,
         Duration::from_millis(100),
         "CPU 49 % (reversal starts)",
     );
-    let held = wait_rate(800.0, Duration::from_secs(5), "3 s at 49 %");
+    let held = wait_rate(a, 800.0, Duration::from_secs(5), "3 s at 49 %");
     assert!(
         held >= Duration::from_millis(1800),
         "the reversal step came after {held:?}, before the hold"
     );
     set_cpu(&cpu, 57.0);
-    wait_rate(700.0, Duration::from_secs(2), "CPU 57 %");
+    wait_rate(a, 700.0, Duration::from_secs(2), "CPU 57 %");
     set_cpu(&cpu, 67.0);
-    wait_rate(500.0, Duration::from_secs(2), "CPU 67 %");
+    wait_rate(a, 500.0, Duration::from_secs(2), "CPU 67 %");
     set_cpu(&cpu, 55.0);
-    wait_rate(700.0, Duration::from_secs(2), "CPU 55 %");
+    wait_rate(a, 700.0, Duration::from_secs(2), "CPU 55 %");
     set_cpu(&cpu, 49.0);
-    wait_rate(900.0, Duration::from_secs(5), "3 s at 49 %");
-    wait_rate(1000.0, Duration::from_secs(5), "3 s more at 49 %");
+    wait_rate(a, 900.0, Duration::from_secs(5), "3 s at 49 %");
+    wait_rate(a, 1000.0, Duration::from_secs(5), "3 s more at 49 %");
     println!("seed table through the agent in {:?}", t0.elapsed());
     let st = agent.stop();
     assert!(
@@ -267,6 +295,7 @@ fn admitted_rate_follows_the_db_cpu() {
     let sim = Sim::new();
     let sink = lab.sink(&sim);
     let flood = lab.flood_ccr_i(&sim, 16);
+    // The scenario: the flood runs 1.5 s at the static limit before the CPU rises.
     std::thread::sleep(Duration::from_millis(1500));
     let mut changes = Vec::new();
     let mut wait_for = |want: f64| {
@@ -278,6 +307,7 @@ fn admitted_rate_follows_the_db_cpu() {
     };
     set_cpu(cpu, 62.0);
     wait_for(120.0);
+    // The scenario: the CPU stays at 62 % for another 0.5 s before it falls.
     std::thread::sleep(Duration::from_millis(500));
     set_cpu(cpu, 40.0);
     wait_for(160.0);
@@ -334,6 +364,7 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
     let sim = Sim::new();
     let sink = lab.sink(&sim);
     let flood = lab.flood_ccr_i(&sim, 8);
+    // The scenario: the agent dies 3 s into the flood.
     std::thread::sleep(Duration::from_secs(3));
     // The bucket is empty (its theoretical arrival time ahead of now by about the
     // burst's worth) when the agent dies.
@@ -343,12 +374,12 @@ fn restart_keeps_the_program_attached_and_the_buckets() {
         Dataplane::is_pinned(&veth.b_if, &pins.0),
         "the program stays attached after a crash"
     );
+    // The scenario: the agent stays down 0.5 s before it is started again.
     std::thread::sleep(Duration::from_millis(500));
     let mut second = Agent::start(dra_ns, &args, &tmp.0.join("agent2.log"));
+    second.wait_ready(Duration::from_secs(20));
     assert!(
-        second.wait_until(Duration::from_secs(20), || second_log_reused(
-            &tmp.0.join("agent2.log")
-        )),
+        second_log_reused(&tmp.0.join("agent2.log")),
         "restarted agent did not reuse the pinned fast path; log:\n{}",
         second.log_text()
     );

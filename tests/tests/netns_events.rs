@@ -17,7 +17,7 @@ use dra_common::stats::Counter;
 use dra_tests::{
     agent::Agent,
     netns::GwDraSrv,
-    support::{Pins, TempDir, gw_dra_srv_config, scaled},
+    support::{Pins, TempDir, gw_dra_srv_config, poll_until},
 };
 use socket2::{Domain, Socket, Type};
 
@@ -43,6 +43,8 @@ fn burst(net: &GwDraSrv) {
                     s
                 })
                 .collect();
+            // The scenario: the burst's sockets stay open 300 ms (their SYNs out), then
+            // close before the kernel would send a SYN again.
             std::thread::sleep(Duration::from_millis(300));
             drop(socks);
         })
@@ -60,21 +62,14 @@ fn resolve_dra(net: &GwDraSrv) {
             s.send_to(b"x", "198.18.1.1:9").unwrap();
         })
         .unwrap();
-    let deadline = Instant::now() + scaled(Duration::from_secs(5));
-    loop {
-        let out = dra_neighbour(net);
-        if ["REACHABLE", "STALE", "DELAY", "PROBE", "PERMANENT"]
+    let mut out = String::new();
+    let resolved = poll_until(Duration::from_secs(5), || {
+        out = dra_neighbour(net);
+        ["REACHABLE", "STALE", "DELAY", "PROBE", "PERMANENT"]
             .iter()
             .any(|st| out.contains(st))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "198.18.1.1 never resolved: {out}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    assert!(resolved, "198.18.1.1 never resolved: {out}");
 }
 
 /// The gateway namespace's neighbour entry of the DRA's address (`ip neigh show`).
@@ -98,7 +93,10 @@ fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
     let tmp = TempDir::new("dra-ev-");
     let pins = Pins::new("dra-ev-");
     let cfg = tmp.0.join("dra.toml");
-    let toml = gw_dra_srv_config("unknown_peer = \"drop\"").to_string();
+    // No PCRF runs: ready once the listeners are bound (the fast path attached before).
+    let toml = gw_dra_srv_config("unknown_peer = \"drop\"\nstartup_wait = \"0s\"")
+        .control(&tmp.0.join("dra.sock"))
+        .to_string();
     std::fs::write(&cfg, toml).unwrap();
     let args = [
         "--config",
@@ -114,10 +112,7 @@ fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
         &[("RUST_LOG", "info,dra::fastpath=debug")],
         &tmp.0.join("dra.log"),
     );
-    // The link is pinned once XDP is attached (the maps before that).
-    let link = pins.0.join(format!("link_{}", net.client.b_if));
-    let up = agent.wait_until(Duration::from_secs(20), || link.exists());
-    assert!(up, "dra run did not attach; log:\n{}", agent.log_text());
+    agent.wait_ready(Duration::from_secs(20));
     resolve_dra(&net);
     let maps = Maps::open_pinned(&pins.0).unwrap();
     let before = maps.stat(Counter::UnknownPeerDrop).unwrap();
@@ -126,6 +121,8 @@ fn unknown_peer_drops_are_logged_rate_limited_and_all_counted() {
     // counted.
     let start = Instant::now();
     burst(&net);
+    // The scenario: the second burst comes 1.2 s after the first, past the log's
+    // interval.
     std::thread::sleep(Duration::from_millis(1200));
     burst(&net);
     let span = start.elapsed();

@@ -33,9 +33,9 @@ use std::{
 use dra::dataplane::{Maps, Plan};
 use dra_common::wire::MsgClass;
 use dra_tests::{
-    agent::{Agent, dra_bin},
+    agent::{Agent, control_request, dra_bin},
     netns::{GwDraSrv, Netns},
-    support::{Pins, TempDir, time_scale},
+    support::{Pins, TempDir, poll_until, time_scale},
 };
 
 fn loadgen_bin() -> PathBuf {
@@ -163,17 +163,15 @@ impl Loadgen {
     /// Waits for the process to end by itself (a client at the end of its scenario).
     fn wait(mut self, within: Duration) -> std::process::ExitStatus {
         let mut c = self.0.take().unwrap();
-        let end = Instant::now() + within;
-        loop {
-            if let Ok(Some(st)) = c.try_wait() {
-                return st;
-            }
-            if Instant::now() > end {
-                let _ = c.kill();
-                panic!("dra-loadgen did not end within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut st = None;
+        poll_until(within, || {
+            st = c.try_wait().ok().flatten();
+            st.is_some()
+        });
+        st.unwrap_or_else(|| {
+            let _ = c.kill();
+            panic!("dra-loadgen did not end within {within:?}");
+        })
     }
 }
 
@@ -182,15 +180,13 @@ impl Drop for Loadgen {
         if let Some(mut c) = self.0.take() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let ended = poll_until(Duration::from_secs(5), || {
+                matches!(c.try_wait(), Ok(Some(_)))
+            });
+            if !ended {
+                let _ = c.kill();
+                let _ = c.wait();
             }
-            let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }
@@ -335,11 +331,12 @@ impl Admitted {
     }
 }
 
-/// Polls `maps` every 50 ms for `d`.
+/// Samples `maps` every 50 ms for `d` (the traffic runs meanwhile).
 fn sample_for(adm: &mut Admitted, maps: &Maps, slot: u32, d: Duration) {
     let end = Instant::now() + d;
     while Instant::now() < end {
         adm.sample(maps, slot);
+        // The scenario: the measurement's sampling period, for `d` of traffic.
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -353,6 +350,7 @@ fn json_lines(log: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `dra run` on `cfg` (with a fresh fast path: detached on exit), once it is ready.
 fn start_agent(lab: &Lab, cfg: &Path) -> Agent {
     let args = [
         "--log-format",
@@ -363,16 +361,16 @@ fn start_agent(lab: &Lab, cfg: &Path) -> Agent {
         &lab.pins.0.display().to_string(),
         "--detach-on-exit",
     ];
-    Agent::start(&lab.net.dra, &args, &lab.tmp.0.join("dra.json"))
+    let mut agent = Agent::start(&lab.net.dra, &args, &lab.tmp.0.join("dra.json"));
+    agent.wait_ready(Duration::from_secs(60));
+    agent
 }
 
+/// Waits until `dra status` shows each of `peers` open.
 fn wait_open(agent: &mut Agent, sock: &Path, peers: &[&str]) {
     let mut last = String::new();
     let ok = agent.wait_until(Duration::from_secs(60), || {
-        if !sock.exists() {
-            return false;
-        }
-        last = status(sock);
+        last = control_request(sock, "status").unwrap_or_else(|e| format!("no status: {e}"));
         peers
             .iter()
             .all(|p| peer_row(&last, p).is_some_and(|(state, _)| state == "open"))
@@ -691,9 +689,11 @@ source = {{ kind = "file", path = "{}" }}
     );
     let text = |rate: u32, msg: &str| {
         config(&lab.net.client.b_if, &sock, rate, &servers, false)
+            // No PCRF runs: ready once the listeners are bound (XDP attached before).
             .replace(
                 "origin_realm = \"lab.example\"\n",
-                "origin_realm = \"lab.example\"\ndynamic_rate_limiting = true\n",
+                "origin_realm = \"lab.example\"\ndynamic_rate_limiting = true\n\
+                 startup_wait = \"0s\"\n",
             )
             .replace("rate limit exceeded: pgw2 Gx CCR-I", msg)
             + &drl
@@ -703,15 +703,9 @@ source = {{ kind = "file", path = "{}" }}
     let plan = Plan::new(&dra::config::parse(&t, "dra.toml").unwrap()).unwrap();
     let slot = plan.slot_of("pgw2", MsgClass::gx_ccr(1)).unwrap();
     let mut agent = start_agent(&lab, &cfg);
-    let mut maps = None;
-    let ok = agent.wait_until(Duration::from_secs(60), || {
-        if maps.is_none() {
-            maps = Maps::open_pinned(&lab.pins.0).ok();
-        }
-        sock.exists() && maps.as_ref().is_some_and(|m| rate_of(m, slot) == 200.0)
-    });
+    let maps = Maps::open_pinned(&lab.pins.0).expect("pinned maps");
+    let ok = agent.wait_until(Duration::from_secs(60), || rate_of(&maps, slot) == 200.0);
     assert!(ok, "not attached at 200/s:\n{}", agent.log_text());
-    let maps = maps.unwrap();
     std::fs::write(&cpu, "62\n").unwrap();
     assert!(
         agent.wait_until(Duration::from_secs(10), || rate_of(&maps, slot) == 100.0),
@@ -746,6 +740,7 @@ source = {{ kind = "file", path = "{}" }}
     while t0.elapsed() < Duration::from_millis(1500) {
         // CPU 62 %: the new profile's row is 50 % too, so 150 throughout.
         assert_eq!(rate_of(&maps, slot), 150.0, "after the profile changed");
+        // The scenario: 1.5 s under the new profile, the rate read every 20 ms.
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::write(&cpu, "95\n").unwrap();

@@ -14,17 +14,17 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use dra_common::wire::cc_request_type as rt;
 use dra_tests::{
-    agent::dra_bin,
+    agent::{control_request, dra_bin, peer_state},
     netns::{GwDraSrv, Netns},
     sim::{PGW1, Sim, gx_ccrs},
-    support::{ConfigToml, Pins, TempDir},
+    support::{ConfigToml, Pins, TempDir, poll_until},
 };
 
 const DRA: (&str, &str) = ("dra.lab.example", "lab.example");
@@ -43,8 +43,9 @@ fn unit_caps() -> Vec<String> {
         .collect()
 }
 
-fn config(xdp_if: &str) -> String {
-    ConfigToml::new(DRA.1, &["198.18.62.1:3868"], "")
+/// The agent's config, its control socket `control`, `global`: more `[global]` keys.
+fn config(xdp_if: &str, control: &Path, global: &str) -> String {
+    ConfigToml::new(DRA.1, &["198.18.62.1:3868"], global)
         .with(&format!(
             "[fast_path]\ninterface = \"{xdp_if}\"\nxdp_mode = \"skb\""
         ))
@@ -57,17 +58,26 @@ fn config(xdp_if: &str) -> String {
         )
         .group("pcrf", "answer_timeout = \"500ms\"")
         .route("pcrf.lab.example", "group = \"pcrf\"")
+        .control(control)
         .to_string()
 }
 
 /// `dra run --log-format json` in `ns` as uid 0 with only `caps` (bounding set; nothing
-/// inheritable or ambient), stderr into `log`.
+/// inheritable or ambient), stderr into `log`; `control`: its control socket.
 struct Run {
     child: std::process::Child,
+    control: PathBuf,
 }
 
 impl Run {
-    fn start(ns: &Netns, caps: &[String], cfg: &Path, pins: &Path, log: &Path) -> Run {
+    fn start(
+        ns: &Netns,
+        caps: &[String],
+        cfg: &Path,
+        control: &Path,
+        pins: &Path,
+        log: &Path,
+    ) -> Run {
         let bset = std::iter::once("-all".to_owned())
             .chain(caps.iter().map(|c| format!("+{c}")))
             .collect::<Vec<_>>()
@@ -93,34 +103,38 @@ impl Run {
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log file"));
         let child = dra_tools::netns::spawn_in(&ns.name, &mut cmd).expect("spawn setpriv dra");
-        Run { child }
+        Run {
+            child,
+            control: control.to_path_buf(),
+        }
     }
 
-    /// Waits until a log line satisfies `cond` (true) or the process exits or 20 s pass
-    /// (false).
-    fn wait_for(&mut self, log: &Path, cond: impl Fn(&serde_json::Value) -> bool) -> bool {
-        let end = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < end {
-            if lines(log).iter().any(&cond) {
-                return true;
-            }
-            if self.child.try_wait().ok().flatten().is_some() {
-                return lines(log).iter().any(&cond);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+    /// `dra status` over the control socket (why there is none, when there is none).
+    fn status(&self) -> String {
+        control_request(&self.control, "status").unwrap_or_else(|e| format!("no status: {e}"))
+    }
+
+    /// Waits until `dra status` satisfies `cond` (true, and the text) or the process
+    /// exits or 20 s pass (false).
+    fn wait_status(&mut self, cond: impl Fn(&str) -> bool) -> (bool, String) {
+        let mut last = String::new();
+        let ok = poll_until(Duration::from_secs(20), || {
+            last = self.status();
+            cond(&last) || self.child.try_wait().ok().flatten().is_some()
+        });
+        (ok && cond(&last), last)
     }
 
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut st = None;
+        poll_until(Duration::from_secs(10), || {
+            st = self.child.try_wait().ok().flatten();
+            st.is_some()
+        });
+        if st.is_some() {
+            return st;
         }
         let _ = self.child.kill();
         self.child.wait().ok()
@@ -161,6 +175,18 @@ fn peer_msg(v: &serde_json::Value, m: &str, peer: &str) -> bool {
     v["message"] == m && v["peer"] == peer
 }
 
+fn ready(status: &str) -> bool {
+    status.lines().any(|l| l.starts_with("ready: yes"))
+}
+
+/// A number in the status line of the agent's counters: the word after `name`.
+fn counter(status: &str, name: &str) -> Option<u64> {
+    let l = status.lines().find(|l| l.starts_with("requests in "))?;
+    let mut w = l.split_whitespace();
+    w.by_ref().find(|x| *x == name)?;
+    w.next()?.parse().ok()
+}
+
 struct Lab {
     net: GwDraSrv,
     tmp: TempDir,
@@ -179,7 +205,8 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
     let lab = lab();
     let pins = Pins::new("dra-sv-");
     let cfg = lab.tmp.0.join("dra.toml");
-    std::fs::write(&cfg, config(&lab.net.client.b_if)).unwrap();
+    let control = lab.tmp.0.join("dra.sock");
+    std::fs::write(&cfg, config(&lab.net.client.b_if, &control, "")).unwrap();
     let log = lab.tmp.0.join("dra.json");
 
     let sim = Sim::new();
@@ -189,11 +216,19 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
         PCRF1,
         DRA.0,
     );
-    let mut run = Run::start(&lab.net.dra, &caps, &cfg, &pins.0, &log);
+    let mut run = Run::start(&lab.net.dra, &caps, &cfg, &control, &pins.0, &log);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Ready: pcrf1 open (the fast path attached before that).
+    let (up, status) = run.wait_status(ready);
     assert!(
-        run.wait_for(&log, |v| peer_msg(v, "peer up", "pcrf1")),
-        "with {caps:?} pcrf1 never came up; log:\n{}",
+        up,
+        "with {caps:?} the agent never got ready:\n{status}\nlog:\n{}",
+        text()
+    );
+    // What the log said meanwhile (each line written before the state it reports).
+    assert!(
+        lines(&log).iter().any(|v| peer_msg(v, "peer up", "pcrf1")),
+        "{}",
         text()
     );
     assert!(
@@ -203,17 +238,14 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
         "{}",
         text()
     );
-    assert!(
-        lines(&log).iter().any(|v| msg(v, "diameter agent running")),
-        "{}",
-        text()
-    );
 
     let from: IpAddr = "198.18.62.2".parse().unwrap();
     let to: SocketAddr = "198.18.62.1:3868".parse().unwrap();
     let peer = sim.connect(&lab.net.gw, from, to, PGW1, DRA.0, None, None);
+    let (open, status) = run.wait_status(|s| peer_state(s, "pgw1") == Some("open"));
+    assert!(open, "pgw1 not open:\n{status}\nlog:\n{}", text());
     assert!(
-        run.wait_for(&log, |v| peer_msg(v, "peer up", "pgw1")),
+        lines(&log).iter().any(|v| peer_msg(v, "peer up", "pgw1")),
         "{}",
         text()
     );
@@ -227,8 +259,13 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
         1,
     );
     assert!(sent.log.len() >= 250, "sent only {}", sent.log.len());
-    // Past the answer timeout of the last one.
-    std::thread::sleep(Duration::from_secs(1));
+    // Until the agent has answered the last one (its answer timeout): all received,
+    // none pending.
+    let n = sent.log.len() as u64;
+    let (done, status) = run.wait_status(|s| {
+        counter(s, "in").is_some_and(|r| r >= n) && counter(s, "pending") == Some(0)
+    });
+    assert!(done, "{n} requests not all answered:\n{status}");
     let during: Vec<_> = lines(&log).split_off(before);
     println!(
         "{} requests sent; {} log lines meanwhile: {during:?}",
@@ -244,19 +281,14 @@ fn with_the_units_capabilities_it_runs_and_logs_json_state_changes_only() {
 
     // The gateway's connection ends (its task aborted: the socket closes).
     peer.abort();
-    assert!(
-        run.wait_for(&log, |v| peer_msg(v, "peer down", "pgw1")),
-        "{}",
-        text()
-    );
+    let (down, status) = run.wait_status(|s| peer_state(s, "pgw1") != Some("open"));
+    assert!(down, "pgw1 still open:\n{status}\nlog:\n{}", text());
     let st = run.stop().expect("exit status");
     assert!(st.success(), "dra run ended {st}; log:\n{}", text());
     let all = lines(&log);
-    assert!(
-        all.iter().any(|v| msg(v, "fast path detached")),
-        "{}",
-        text()
-    );
+    for m in ["diameter agent running", "fast path detached"] {
+        assert!(all.iter().any(|v| msg(v, m)), "no {m:?}:\n{}", text());
+    }
     // One line per change: pgw1 came up once and went down once.
     for m in ["peer up", "peer down"] {
         let n = all.iter().filter(|v| peer_msg(v, m, "pgw1")).count();
@@ -270,13 +302,18 @@ fn without_any_one_of_the_units_capabilities_it_does_not_start() {
     assert!(!caps.is_empty());
     let lab = lab();
     let cfg = lab.tmp.0.join("dra.toml");
-    std::fs::write(&cfg, config(&lab.net.client.b_if)).unwrap();
+    let control = lab.tmp.0.join("dra.sock");
+    // No PCRF runs here: ready (started) once the listeners are bound.
+    let global = "startup_wait = \"0s\"";
+    std::fs::write(&cfg, config(&lab.net.client.b_if, &control, global)).unwrap();
     for missing in &caps {
         let pins = Pins::new("dra-sv-");
         let fewer: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
         let log = lab.tmp.0.join(format!("dra-no-{missing}.json"));
-        let mut run = Run::start(&lab.net.dra, &fewer, &cfg, &pins.0, &log);
-        let started = run.wait_for(&log, |v| msg(v, "diameter agent running"));
+        let mut run = Run::start(&lab.net.dra, &fewer, &cfg, &control, &pins.0, &log);
+        // Started: ready (its listeners bound, the fast path attached before that).
+        let (started, status) = run.wait_status(ready);
+        println!("without {missing}: {status}");
         let st = run.stop();
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         println!("without {missing}: exit {st:?}; log:\n{text}");

@@ -15,7 +15,7 @@ use std::{
 
 use dra::dataplane::{Dataplane, Maps, Plan, kernel::KernelFeatures};
 use dra_common::wire::{MsgClass, cc_request_type as rt};
-use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins, scaled};
+use dra_tests::support::{ConfigToml, LAB_REALM, PCRF_REALM, Pins, poll_until, scaled};
 use dra_tests::{
     netns::{Netns, VethPair},
     sim::{
@@ -291,14 +291,8 @@ fn egress_link_is_reused_and_detach_removes_it() {
     assert!(!Dataplane::is_egress_pinned(&lab.veth.a_if, &lab.pins.0));
     // The kernel releases an unpinned link after an RCU grace period: wait for the
     // egress chain to be empty before sending again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !egress_programs(&lab).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "egress program still attached after detach"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let released = poll_until(Duration::from_secs(5), || egress_programs(&lab).is_empty());
+    assert!(released, "egress program still attached after detach");
     // A new connection: its CER is not counted either.
     let b = lab
         .sim
