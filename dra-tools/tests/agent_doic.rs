@@ -209,6 +209,7 @@ async fn doic_gateways_get_what_the_agent_enforces_and_the_end() {
     let lo2 = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     // `dra status` lists the reports in force while the storm lasts.
     let status = async {
+        // The scenario's timeline: the status is read 0.5 s before the storm ends.
         tokio::time::sleep(STORM - Duration::from_millis(500)).await;
         lab.agent.status().await.expect("status")
     };

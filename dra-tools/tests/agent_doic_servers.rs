@@ -334,6 +334,8 @@ async fn server_loss_reports_divert_or_shed_ccr_i_and_expire() {
     // --- The servers stop reporting; after the validity, full traffic again.
     lab.servers[0].doic.force(None);
     lab.servers[2].doic.force(None);
+    // The scenario: the reports' validity (VALIDITY s from their first receipt, before
+    // now) runs out.
     tokio::time::sleep(Duration::from_secs(u64::from(VALIDITY)) + Duration::from_millis(300)).await;
     let after_a = lab.open("after-a", REALM_A, N).await;
     let t = tally(&after_a);

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dra::diameter::{Message, answer_for, avp_code, encode, result_code};
-use support::LogBuf;
 use support::agent::*;
+use support::{LogBuf, poll_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -67,24 +67,12 @@ impl HeldLab {
             pcrf,
             pcrf_tap,
         };
-        lab.wait_open("pcrf1").await;
+        wait_peer_open(&lab.agent, "pcrf1", Duration::from_secs(10)).await;
         lab
     }
 
     fn addr(&self) -> SocketAddr {
         self.agent.listen_addrs()[0]
-    }
-
-    async fn wait_open(&self, peer: &str) {
-        let mut last = String::new();
-        for _ in 0..400 {
-            last = self.agent.status().await.expect("status");
-            if peer_state(&last, peer) == Some("open") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("{peer} never opened:\n{last}");
     }
 
     async fn pgw(&self, tap: Option<Tap>) -> SimPeer {
@@ -114,9 +102,8 @@ impl HeldLab {
 
     /// Waits until the PCRF holds `n` requests.
     async fn pcrf_holds(&self, n: usize) {
-        let (patience, every) = (Duration::from_secs(10), Duration::from_millis(5));
         let got = || self.pcrf_requests().len();
-        support::wait_count(n, "requests at the PCRF", patience, every, got).await;
+        support::wait_count(n, "requests at the PCRF", Duration::from_secs(10), got).await;
     }
 }
 
@@ -178,15 +165,13 @@ async fn unframable_is_answered_then_closed(bad: Vec<u8>, code: u32, in_flight: 
         "connection gone before the bad frame"
     );
     // The agent answers the unframable request at once ...
-    let end = Instant::now() + Duration::from_secs(10);
-    let local = loop {
-        let got = received(&tap);
-        if let Some(a) = got.iter().find(|m| m.hop_by_hop == bad_hbh) {
-            break a.clone();
-        }
-        assert!(Instant::now() < end, "no answer to the unframable message");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let mut local = None;
+    poll_until(Duration::from_secs(10), async || {
+        local = received(&tap).into_iter().find(|m| m.hop_by_hop == bad_hbh);
+        local.is_some()
+    })
+    .await;
+    let local = local.expect("no answer to the unframable message");
     assert!(!local.is_request());
     assert_eq!(local.command_code, 272);
     assert_eq!(local.result_code(), Some(code), "{local:?}");
@@ -195,6 +180,7 @@ async fn unframable_is_answered_then_closed(bad: Vec<u8>, code: u32, in_flight: 
     assert_eq!(local.origin_host(), Some(DRA_HOST));
     // ... and keeps the connection while the relayed requests are pending.
     if in_flight > 0 {
+        // The scenario: the PCRF holds the relayed requests 200 ms past that answer.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
             peer_state(&lab.agent.status().await.expect("status"), "pgw1"),
@@ -356,9 +342,14 @@ async fn connections_awaiting_cer_are_capped_per_source_address() {
         );
     }
     println!("{N} connections opened in {:?}", t0.elapsed());
-    // Every refused connection is closed by the agent at accept; the others wait (for
-    // the CER timeout, 10 s: the whole check takes well under that).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every refused connection is closed by the agent at accept, as it is counted; the
+    // others wait (for the CER timeout, 10 s: the whole check takes well under that).
+    let per_source = "dra_connections_refused_total{reason=\"cer_backlog_per_source\"}";
+    let counted = poll_until(Duration::from_secs(5), async || {
+        metric(&lab.metrics.encode(), per_source) >= (N - PER_SOURCE) as f64
+    })
+    .await;
+    assert!(counted, "refusals not counted:\n{}", lab.metrics.encode());
     let mut refused = 0;
     let mut still = Vec::new();
     for mut c in conns {
@@ -376,22 +367,19 @@ async fn connections_awaiting_cer_are_capped_per_source_address() {
         log_text()
     );
     assert_eq!(refused, N - PER_SOURCE);
-    // The metrics: the gauge is sampled once a second.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The metrics: the gauge is sampled once a second (until it shows the waiting).
+    let awaiting_cer = "dra_connections_awaiting_cer ";
+    poll_until(Duration::from_secs(5), async || {
+        metric(&lab.metrics.encode(), awaiting_cer) == PER_SOURCE as f64
+    })
+    .await;
     let m = lab.metrics.encode();
-    assert_eq!(
-        metric(
-            &m,
-            "dra_connections_refused_total{reason=\"cer_backlog_per_source\"}"
-        ),
-        (N - PER_SOURCE) as f64,
-        "{m}"
-    );
+    assert_eq!(metric(&m, per_source), (N - PER_SOURCE) as f64, "{m}");
     assert_eq!(
         metric(&m, "dra_connections_refused_total{reason=\"cer_backlog\"}"),
         0.0
     );
-    let awaiting = metric(&m, "dra_connections_awaiting_cer ");
+    let awaiting = metric(&m, awaiting_cer);
     assert_eq!(awaiting, PER_SOURCE as f64, "{m}");
     // A legitimate peer from another address reaches Open meanwhile.
     let pgw = SimPeer::connect_from(

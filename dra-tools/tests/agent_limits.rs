@@ -165,8 +165,7 @@ impl Gateway {
 
     /// Waits until `n` answers arrived (panics after [`PATIENCE`]).
     async fn wait_answers(&self, n: usize) {
-        let every = Duration::from_millis(10);
-        support::wait_count(n, "answers", PATIENCE, every, || self.answers().len()).await;
+        support::wait_count(n, "answers", PATIENCE, || self.answers().len()).await;
     }
 
     fn count(&self, code: u32, origin: &str) -> usize {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use dra::diameter::{Message, answer_for};
 use dra_tools::loadgen::script::{ArrivalLog, Handler};
 use support::agent::*;
-use support::{LogBuf, RedisCluster, RedisServer, free_port, redis_text};
+use support::{LogBuf, RedisCluster, RedisServer, free_port, poll_until, redis_text};
 use tokio::task::JoinSet;
 
 /// DIAMETER_UNKNOWN_SESSION_ID (RFC 4006 §8 / RFC 6733 §7.1.5).
@@ -254,19 +254,37 @@ impl Pgw {
         out
     }
 
-    /// Every CCR sent got exactly one answer on the wire (after a moment for strays).
-    async fn exactly_one_answer_each(&self) {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let answers = self
-            .tap
+    /// The CCAs on this PGW's wire so far.
+    fn answers_on_wire(&self) -> usize {
+        self.tap
             .lock()
             .expect("tap")
             .iter()
             .filter(|(mine, _)| !mine)
             .filter_map(|(_, b)| Message::decode(b).ok())
             .filter(|m| !m.is_request() && m.command_code == 272)
-            .count();
-        assert_eq!(answers, *self.sent.lock().expect("sent"));
+            .count()
+    }
+
+    /// Every CCR sent got exactly one answer on the wire, from `agent` (this PGW's, its
+    /// only downstream peer): counted once nothing is pending there (no answer is still
+    /// to come) and the wire holds every answer the agent wrote.
+    async fn exactly_one_answer_each(&self, agent: &Agent) {
+        let sent = *self.sent.lock().expect("sent");
+        let (mut written, mut pending) = (0, 0);
+        let settled = poll_until(HANG, async || {
+            let s = agent.handle.stats().await.expect("stats");
+            (written, pending) = (s.answers_out, s.relay.pending);
+            pending == 0 && self.answers_on_wire() as u64 >= written
+        })
+        .await;
+        assert!(
+            settled,
+            "{pending} pending, {written} answers written, {} on the wire",
+            self.answers_on_wire()
+        );
+        assert_eq!(written, sent as u64, "answers the agent wrote");
+        assert_eq!(self.answers_on_wire(), sent);
     }
 }
 
@@ -282,11 +300,8 @@ fn all_are(codes: &[u32], code: u32) -> bool {
 
 /// Waits (up to `within`) until `cond` holds, yielding to the agent meanwhile.
 async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let held = poll_until(within, async || cond()).await;
+    assert!(held, "{what}: not within {within:?}");
 }
 
 fn key(sid: &str) -> String {
@@ -317,8 +332,13 @@ async fn redis_unreachable_at_start_routes_locally_and_reconciles_when_it_comes_
     let pcrfs = Pcrfs::start(2).await;
     let a = Agent::start(&pcrfs, &redis_store(port, "on_error = \"local\"")).await;
     let pgw = a.pgw().await;
-    // Several connection attempts fail (one a second); said once.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Several connection attempts fail (one a second, and a probe of the store each
+    // second meanwhile): said once.
+    let probes = "dra_session_store_errors_total{op=\"get\",kind=\"unavailable\"} ";
+    eventually(Duration::from_secs(10), "two probes failed", || {
+        a.metric(probes) >= 2.0
+    })
+    .await;
     assert_eq!(log.count(LOG_DOWN), 1, "{}", log.text());
     assert_eq!(a.metric("dra_session_store_up "), 0.0);
 
@@ -346,7 +366,7 @@ async fn redis_unreachable_at_start_routes_locally_and_reconciles_when_it_comes_
     assert_eq!(log.count(LOG_UP), 1, "{}", log.text());
     assert_eq!(log.count(LOG_DOWN), 1);
     assert_eq!(a.metric("dra_session_store_up "), 1.0);
-    pgw.exactly_one_answer_each().await;
+    pgw.exactly_one_answer_each(&a).await;
     a.check_and_shut_down().await;
 }
 
@@ -360,7 +380,11 @@ async fn redis_unreachable_at_start_with_on_error_reject_answers_the_configured_
     );
     let a = Agent::start(&pcrfs, &store).await;
     let pgw = a.pgw().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Until the agent found the store unreachable (its first connection attempt).
+    eventually(Duration::from_secs(10), "store down", || {
+        a.metric("dra_session_store_up ") == 0.0
+    })
+    .await;
     let s = sessions("reject", 10);
     // CCR-I (a new binding) and CCR-U (a lookup) both need the store.
     assert!(all_are(&pgw.all(&s, cc::INITIAL).await, 3004));
@@ -383,7 +407,7 @@ async fn redis_unreachable_at_start_with_on_error_reject_answers_the_configured_
         21.0
     );
     assert_eq!(log.count(LOG_DOWN), 1, "{}", log.text());
-    pgw.exactly_one_answer_each().await;
+    pgw.exactly_one_answer_each(&a).await;
     a.check_and_shut_down().await;
 }
 
@@ -439,7 +463,7 @@ async fn redis_lost_mid_run_then_back_reconnects_and_reconciles() {
     assert!(all_are(&pgw.all(&everyone, cc::TERMINATION).await, 2001));
     gone(port, &everyone).await;
     assert_eq!(log.count(LOG_DOWN), 1);
-    pgw.exactly_one_answer_each().await;
+    pgw.exactly_one_answer_each(&a).await;
     a.check_and_shut_down().await;
 }
 
@@ -464,6 +488,7 @@ async fn redis_slower_than_the_timeout_counts_timeouts_and_holds_nothing() {
     assert_eq!(log.count(LOG_DOWN), 1, "{}", log.text());
     // The pause ends: the store answers again, the bindings are there. (Wait it out
     // first: the checks below are blocking Redis calls.)
+    // The scenario: the Redis pause (1.5 s) runs out.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     eventually(Duration::from_secs(10), "back and reconciled", || {
         s.iter()
@@ -475,7 +500,7 @@ async fn redis_slower_than_the_timeout_counts_timeouts_and_holds_nothing() {
     assert!(all_are(&pgw.all(&s, cc::TERMINATION).await, 2001));
     assert_eq!(pcrfs.misrouted(), 0);
     assert_eq!((log.count(LOG_DOWN), log.count(LOG_UP)), (1, 1));
-    pgw.exactly_one_answer_each().await;
+    pgw.exactly_one_answer_each(&a).await;
     a.check_and_shut_down().await;
     drop(redis);
 }
@@ -516,8 +541,8 @@ async fn a_session_bound_via_dra_a_is_routed_by_dra_b_to_the_same_server() {
     assert_eq!(pcrfs.misrouted(), 10, "no new misroute");
     // B's CCR-Ts delete them.
     gone(redis.port, &s).await;
-    for p in [&pa, &pb, &pm] {
-        p.exactly_one_answer_each().await;
+    for (p, ag) in [(&pa, &a), (&pb, &b), (&pm, &memory_only)] {
+        p.exactly_one_answer_each(ag).await;
     }
     for ag in [a, b, memory_only] {
         ag.check_and_shut_down().await;
@@ -603,20 +628,18 @@ async fn cluster_master_killed_replica_promoted_bindings_still_found() {
     );
     // A last call of the failover may still be timing out when the traffic ends: the
     // store must be reported back within a few seconds (each change logged once).
-    for _ in 0..50 {
-        if log.count(LOG_UP) >= log.count(LOG_DOWN) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll_until(Duration::from_secs(5), async || {
+        log.count(LOG_UP) >= log.count(LOG_DOWN)
+    })
+    .await;
     let (down, up) = (log.count(LOG_DOWN), log.count(LOG_UP));
     assert!(
         down <= 2 && up == down,
         "state changes logged once each:\n{}",
         log.text()
     );
-    for p in [&pa, &pb] {
-        p.exactly_one_answer_each().await;
+    for (p, ag) in [(&pa, &a), (&pb, &b)] {
+        p.exactly_one_answer_each(ag).await;
     }
     for ag in [a, b] {
         ag.check_and_shut_down().await;

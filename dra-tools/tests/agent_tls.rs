@@ -16,6 +16,8 @@
 mod support;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dra::diameter::result_code;
@@ -24,15 +26,18 @@ use dra_tools::loadgen::script::{ScriptedPeer, scripted_config};
 use dra_tools::loadgen::server::{self, LatencyDist, ServerConfig, ServerHandle};
 use dra_tools::loadgen::{client, dial};
 use dra_tools::pki::{TestCa, TlsFiles, Validity};
-use support::agent::{GX, GY, pgw1_gx_ccr};
+use support::agent::{GX, GY, peer_state, pgw1_gx_ccr};
+use support::poll_until;
 use support::tls_lab::{
-    DRA_HOST, DRA_IP, Lab, METRICS, SIM_IP, connector, creds, metric, scrape, until, with_lab,
+    DRA_HOST, DRA_IP, Lab, METRICS, SIM_IP, connector, creds, metric, scrape, with_lab,
 };
 
 const TLS_PORT: u16 = dra::transport::tls::DIAMETERS_PORT;
 const PLAIN_PORT: u16 = 3868;
 const SRV_PORT: u16 = 5869;
 const SRV9_PORT: u16 = 5870;
+/// srv9 itself, behind the relay on [`SRV9_PORT`].
+const SRV9_BEHIND_PORT: u16 = 5871;
 const PGW1: &str = "pgw1.test.example";
 const SRV1: &str = "srv1.pcrf.test.example";
 
@@ -102,6 +107,25 @@ async fn srv1(ca: &TestCa) -> ServerHandle {
     server::run(cfg).await.expect("srv1")
 }
 
+/// A TCP relay on `listen` to `to` (in the simulators' runtime): the connections it
+/// accepted so far.
+async fn counting_relay(listen: SocketAddr, to: SocketAddr) -> Arc<AtomicU64> {
+    let l = tokio::net::TcpListener::bind(listen).await.expect("relay");
+    let accepted = Arc::new(AtomicU64::new(0));
+    let n = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut a, _)) = l.accept().await {
+            n.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                if let Ok(mut b) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                }
+            });
+        }
+    });
+    accepted
+}
+
 fn tls_addr() -> SocketAddr {
     format!("{DRA_IP}:{TLS_PORT}").parse().unwrap()
 }
@@ -111,15 +135,15 @@ fn pgw1_config() -> dra::diameter::peer::PeerConfig {
     scripted_config(PGW1, "test.example", &[GX, GY], SIM_IP.parse().unwrap())
 }
 
-/// Waits until srv1 has an open connection from the agent (its CER accepted).
+/// Waits until the agent is ready: srv1, its routed server, open over TLS (its CER
+/// accepted by srv1).
 async fn wait_srv1(lab: &Lab, srv: &ServerHandle) {
-    until(
-        lab,
-        "the agent did not open srv1 over TLS",
-        Duration::from_secs(20),
-        || srv.stats().cer_accepted > 0,
-    )
-    .await;
+    let status = lab.wait_ready(Duration::from_secs(20)).await;
+    assert!(
+        srv.stats().cer_accepted > 0 && peer_state(&status, "srv1") == Some("open"),
+        "the agent did not open srv1 over TLS:\n{status}\n{}",
+        lab.log()
+    );
 }
 
 /// A TLS connection with `files` that must be refused: no CEA ever comes back (the
@@ -166,15 +190,18 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
         );
         let text = config(lab, &agent, &srv9_extra);
         let srv = lab.in_sim(srv1(&lab.ca));
-        let _srv9 = lab.in_sim(async {
+        // srv9 behind a relay that counts the agent's dials.
+        let (_srv9, srv9_dials) = lab.in_sim(async {
             let files = lab
                 .ca
                 .issue("srv9", &["srv8.pcrf.test.example"])
                 .expect("cert");
-            let addr = format!("{SIM_IP}:{SRV9_PORT}").parse().unwrap();
+            let addr: SocketAddr = format!("{SIM_IP}:{SRV9_BEHIND_PORT}").parse().unwrap();
             let mut cfg = ServerConfig::new(addr, "srv9.pcrf.test.example", "pcrf.test.example");
             cfg.tls = Some(creds(&files).acceptor());
-            server::run(cfg).await.expect("srv9")
+            let srv9 = server::run(cfg).await.expect("srv9");
+            let relay = format!("{SIM_IP}:{SRV9_PORT}").parse().unwrap();
+            (srv9, counting_relay(relay, addr).await)
         });
         lab.start_dra(&text, &[]);
         lab.in_sim(async {
@@ -222,29 +249,24 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
             .await;
             assert_eq!(plain.err(), Some(result_code::NO_COMMON_SECURITY));
 
-            // Each bad certificate, one a second (the refusal log is once a second).
+            // Each bad certificate (the refusal log is once a second for each side and
+            // reason: one line each).
             for (files, reason) in [
                 (&wrong_ca, "unknown_ca"),
                 (&expired, "expired"),
                 (&other_host, "not_for_peer"),
             ] {
-                tokio::time::sleep(Duration::from_millis(1100)).await;
                 refused_before_cer(files).await;
                 let series =
                     format!("dra_tls_refused_total{{side=\"accepted\",reason=\"{reason}\"}}");
                 let mut page = String::new();
-                let end = Instant::now() + Duration::from_secs(5);
-                while metric(&page, &series) != 1.0 {
-                    let tls: Vec<&str> =
-                        page.lines().filter(|l| l.starts_with("dra_tls")).collect();
-                    assert!(
-                        Instant::now() < end,
-                        "{series} not counted: {tls:?}\n{}",
-                        lab.log()
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                let counted = poll_until(Duration::from_secs(5), async || {
                     page = scrape();
-                }
+                    metric(&page, &series) == 1.0
+                })
+                .await;
+                let tls: Vec<&str> = page.lines().filter(|l| l.starts_with("dra_tls")).collect();
+                assert!(counted, "{series} not counted: {tls:?}\n{}", lab.log());
             }
             // The good gateway is still served on its first connection.
             let a = pgw1.request(pgw1_gx_ccr("pgw1;tls;after", 1, 0)).await;
@@ -258,13 +280,22 @@ fn mutual_tls_peers_up_and_bad_certificates_refused_before_cer() {
                 1.0
             );
             assert_eq!(metric(&page, "dra_connections_awaiting_cer"), 0.0, "{page}");
-            // The agent refused srv9's certificate (it names srv8) and never opened it.
-            assert_eq!(
-                metric(
-                    &page,
-                    "dra_tls_refused_total{side=\"dialled\",reason=\"not_for_peer\"}"
-                ),
-                1.0
+            // The agent refused srv9's certificate (it names srv8) at each of its dials
+            // (redialled on a short schedule while never open): once per connection
+            // srv9 accepted, read when no dial is under way (the same count before
+            // and after the agent's).
+            let dialled = "dra_tls_refused_total{side=\"dialled\",reason=\"not_for_peer\"}";
+            let (mut dials, mut refused) = (0, 0.0);
+            let each = poll_until(Duration::from_secs(10), async || {
+                let before = srv9_dials.load(Ordering::Relaxed);
+                refused = metric(&scrape(), dialled);
+                dials = srv9_dials.load(Ordering::Relaxed);
+                before == dials && refused == dials as f64
+            })
+            .await;
+            assert!(
+                each && dials >= 1,
+                "the agent dialled srv9 {dials} times and refused it {refused} times"
             );
             assert_eq!(
                 metric(&page, "dra_peer_state{peer=\"srv9\",state=\"open\"}"),
@@ -330,7 +361,13 @@ fn a_reload_swaps_the_certificate_for_new_connections_and_keeps_the_old_ones() {
             let a = first.request(pgw1_gx_ccr("pgw1;reload;1", 1, 0)).await;
             assert_eq!(a.and_then(|a| a.result_code()), Some(result_code::SUCCESS));
             first.disconnect().await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut status = String::new();
+            let closed = poll_until(Duration::from_secs(10), async || {
+                status = lab.status().await;
+                peer_state(&status, "pgw1") != Some("open")
+            })
+            .await;
+            assert!(closed, "pgw1's first connection still open:\n{status}");
             let (second_cert, second) = open(pgw1.clone()).await;
             assert_ne!(
                 second_cert, first_cert,
@@ -365,17 +402,54 @@ fn limited_config(lab: &Lab, agent: &TlsFiles) -> String {
     )
 }
 
-/// Admitted CCR-I of pgw1 per second from the agent's counters between two scrapes
-/// `secs` apart, and (marked, admitted) totals at the end.
-async fn admitted_rate(secs: u64) -> f64 {
-    let series =
-        "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"admitted\"}";
-    // The agent copies its counters into the metrics once a second.
+/// Counts at one edge of a measured window: when they were read, the CCR-I srv1
+/// received (every one the agent admitted: it relays them at once to its only server),
+/// and the requests pgw1 sent the agent (`dra status`, counted as they arrive).
+struct Edge {
+    at: Instant,
+    admitted: u64,
+    offered: u64,
+}
+
+async fn edge(lab: &Lab, srv: &ServerHandle) -> Edge {
+    let status = lab.status().await;
+    let offered = req_in(&status, "pgw1").unwrap_or_else(|| panic!("pgw1 in\n{status}"));
+    Edge {
+        admitted: srv.stats().ccr_received.get(&1).copied().unwrap_or(0),
+        at: Instant::now(),
+        offered,
+    }
+}
+
+/// The `req_in` column of `peer`'s row in `dra status`.
+fn req_in(status: &str, peer: &str) -> Option<u64> {
+    let header: Vec<&str> = status
+        .lines()
+        .find(|l| l.starts_with("peer "))?
+        .split_whitespace()
+        .collect();
+    let col = header.iter().position(|h| *h == "req_in")?;
+    let row = status
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(peer))?;
+    row.split_whitespace().nth(col)?.parse().ok()
+}
+
+/// pgw1's admitted CCR-I and offered requests per second over a window the test times:
+/// from 1.5 s after the call (the traffic started with it; the bucket's burst is spent
+/// by then) for `secs`.
+async fn window_rates(lab: &Lab, srv: &ServerHandle, secs: u64) -> (f64, f64) {
+    // The scenario's timeline: the window starts 1.5 s into the traffic ...
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let a = metric(&scrape(), series);
+    let a = edge(lab, srv).await;
+    // ... and lasts `secs` (the rates are taken over the time that elapsed).
     tokio::time::sleep(Duration::from_secs(secs)).await;
-    let b = metric(&scrape(), series);
-    (b - a) / secs as f64
+    let b = edge(lab, srv).await;
+    let elapsed = b.at.duration_since(a.at).as_secs_f64();
+    (
+        (b.admitted - a.admitted) as f64 / elapsed,
+        (b.offered - a.offered) as f64 / elapsed,
+    )
 }
 
 #[test]
@@ -398,10 +472,8 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
         );
         lab.in_sim(async {
             wait_srv1(lab, &srv).await;
-            until(lab, "XDP not attached", Duration::from_secs(10), || {
-                lab.log().contains("fast path attached")
-            })
-            .await;
+            // Ready: XDP was attached before.
+            assert!(lab.log().contains("fast path attached"), "{}", lab.log());
             assert!(
                 lab.log()
                     .contains("TLS peers: the agent enforces their ingress limits in userspace"),
@@ -428,21 +500,23 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
             cfg.origin_realm = "test.example".to_owned();
             cfg.tls = Some(connector(&pgw1));
             let run = tokio::spawn(client::run(cfg, scenario));
-            let paced = admitted_rate(5).await;
+            let (paced, offered) = window_rates(lab, &srv, 5).await;
             let report = run.await.expect("join").expect("client");
             let ccr_i = &report.classes["gx_ccr_i"];
             let (ok, rejected) = (
                 ccr_i.answered_with(result_code::SUCCESS),
                 ccr_i.answered_with(result_code::UNABLE_TO_DELIVER),
             );
+            let mut rejected_total = rejected;
             eprintln!(
-                "paced: sent {} admitted {paced:.1}/s (2001 {ok}, 3002 {rejected})",
+                "paced: sent {} offered {offered:.1}/s admitted {paced:.1}/s in the window \
+                 (2001 {ok}, 3002 {rejected})",
                 ccr_i.sent
             );
+            // Offered 10x the limit (within 10 %), measured in the window.
             assert!(
-                ccr_i.sent as f64 >= LIMIT * 10.0 * 8.0 * 0.9,
-                "offered {}",
-                ccr_i.sent
+                offered >= LIMIT * 10.0 * 0.9,
+                "paced: offered {offered:.1}/s in the window, not 10x the limit of {LIMIT}/s"
             );
             assert_eq!(
                 ok + rejected,
@@ -463,22 +537,27 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
             cfg.measure = Duration::from_secs(8);
             cfg.tls = Some(connector(&pgw1));
             let run = tokio::spawn(closed::run(cfg));
-            let deep = admitted_rate(5).await;
+            let (deep, offered) = window_rates(lab, &srv, 5).await;
             let r = run.await.expect("join").expect("closed loop");
             let (ok, rejected) = (
                 r.answered_with(result_code::SUCCESS),
                 r.answered_with(result_code::UNABLE_TO_DELIVER),
             );
+            rejected_total += r
+                .total_answered
+                .get(&result_code::UNABLE_TO_DELIVER)
+                .copied()
+                .unwrap_or(0);
             eprintln!(
-                "100 in flight: {:.0} req/s answered, admitted CCR-I {deep:.1}/s (2001 {ok}, \
-             3002 {rejected})",
+                "100 in flight: {:.0} req/s answered, offered {offered:.1}/s and admitted \
+                 CCR-I {deep:.1}/s in the window (2001 {ok}, 3002 {rejected})",
                 r.requests_per_s()
             );
             // CCR-T is not limited: the offered CCR-I rate is half of what was answered.
             assert!(
                 r.requests_per_s() / 2.0 >= 10.0 * LIMIT,
-                "offered {}/s",
-                r.requests_per_s()
+                "100 in flight: offered {:.1} CCR-I/s, not 10x the limit of {LIMIT}/s",
+                r.requests_per_s() / 2.0
             );
             assert_eq!(ok + rejected, r.answered_total(), "only 2001 and 3002");
             assert!(
@@ -486,17 +565,19 @@ fn a_tls_gateways_ccr_i_limit_is_exact_at_10x_offered_paced_and_100_in_flight() 
                 "100 in flight: {deep}/s admitted"
             );
             // Every request marked over the limit was answered 3002 (the limiter's
-            // counters reach the metrics once a second).
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            let page = scrape();
-            let marked = metric(
-                &page,
-                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"}",
-            );
-            let answered_3002 = metric(
-                &page,
-                "dra_answers_total{peer=\"pgw1\",result_code=\"3002\"}",
-            );
+            // counters reach the metrics once a second: until they show the 3002s the
+            // gateways got).
+            let marked_series =
+                "dra_fastpath_requests_total{peer=\"pgw1\",class=\"gx_ccr_i\",outcome=\"marked\"}";
+            let answered_series = "dra_answers_total{peer=\"pgw1\",result_code=\"3002\"}";
+            let mut page = String::new();
+            poll_until(Duration::from_secs(10), async || {
+                page = scrape();
+                metric(&page, marked_series) >= rejected_total as f64
+            })
+            .await;
+            let marked = metric(&page, marked_series);
+            let answered_3002 = metric(&page, answered_series);
             // XDP saw the TLS records and marked or dropped none of them.
             for reason in ["marked", "marked_out_of_band", "dropped"] {
                 let series = format!("dra_fastpath_packets_total{{reason=\"{reason}\"}}");

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use dra_tools::freediameter::self_signed_cert;
 use dra_tools::netns::{self, Netns};
-use support::TempDir;
 use support::agent::{GX, SimServer, agent_config, peer_state, sim_config};
 use support::freediameter::FreeDiameter;
+use support::{TempDir, poll_until};
 
 const AGENT_IP: &str = "198.18.0.1";
 const FD_IP: &str = "198.18.0.2";
@@ -195,22 +195,23 @@ fn cer_cea_and_dwr_dwa_with_freediameter_both_directions() {
                 ..Default::default()
             };
             let agent = support::agent::start_agent(cfg, opts, m.clone()).await;
-            // Both connections open, then stay open past the watchdog exchanges.
-            let deadline = Instant::now() + Duration::from_secs(40);
-            let mut opened_at = None;
+            // Both connections open, then stay open past the watchdog exchanges (the
+            // scenario: OBSERVE of watching `dra status`).
+            let mut opened_at: Option<Instant> = None;
             let mut last = String::new();
-            while Instant::now() < deadline {
+            poll_until(Duration::from_secs(40), async || {
                 last = agent.status().await.expect("status");
                 let both = peer_state(&last, "fdc") == Some("open")
                     && peer_state(&last, "fds") == Some("open");
                 match (both, opened_at) {
                     (true, None) => opened_at = Some(Instant::now()),
                     (false, Some(_)) => panic!("a connection left open:\n{last}"),
-                    (true, Some(t)) if t.elapsed() > OBSERVE => break,
+                    (true, Some(t)) => return t.elapsed() > OBSERVE,
                     _ => {}
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+                false
+            })
+            .await;
             assert!(opened_at.is_some(), "never both open:\n{last}");
             let stats = agent.stats().await.expect("stats");
             let exported = m.encode();
@@ -377,23 +378,18 @@ impl Capture {
             .expect("spawn tshark (`cargo xtask setup` installs it)");
         let c = Capture { child, file };
         // tshark says "Capturing on 'any'" once it captures.
-        let end = Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(c.file.with_extension("log"))
-            .is_ok_and(|l| l.contains("Capturing on"))
-        {
-            assert!(Instant::now() < end, "tshark did not start capturing");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let capturing = support::poll_until_blocking(Duration::from_secs(20), || {
+            std::fs::read_to_string(c.file.with_extension("log"))
+                .is_ok_and(|l| l.contains("Capturing on"))
+        });
+        assert!(capturing, "tshark did not start capturing");
         c
     }
 
-    /// Stops the capture; tshark's verbose decode of its Diameter frames (every port the
-    /// test uses decoded as Diameter; checksums not checked: locally sent segments
+    /// tshark's verbose decode of the Diameter frames in the capture file: every port
+    /// the test uses decoded as Diameter; checksums not checked (locally sent segments
     /// carry partial checksums, offloaded).
-    fn stop_and_decode(mut self) -> String {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let _ = self.child.wait();
+    fn decode(&self) -> std::process::Output {
         let mut cmd = Command::new("tshark");
         cmd.args(["-n", "-r"])
             .arg(&self.file)
@@ -401,7 +397,24 @@ impl Capture {
         for p in [AGENT_PORT, FDR1_PORT, FDR2_PORT, SRV1_PORT, SRV2_PORT] {
             cmd.args(["-d", &format!("tcp.port=={p},diameter")]);
         }
-        let out = cmd.output().expect("tshark -r");
+        cmd.output().expect("tshark -r")
+    }
+
+    /// Waits until the frames captured so far (read while tshark still writes them)
+    /// satisfy `cond`, at most `patience`.
+    fn wait_for(&self, patience: Duration, cond: impl Fn(&str) -> bool) {
+        // A frame still being written makes tshark complain: what it decoded counts.
+        support::poll_until_blocking(patience, || {
+            cond(&String::from_utf8_lossy(&self.decode().stdout))
+        });
+    }
+
+    /// Stops the capture; [`Capture::decode`] of it.
+    fn stop_and_decode(mut self) -> String {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let out = self.decode();
         assert!(
             out.status.success(),
             "tshark -r: {}",
@@ -566,18 +579,15 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
         };
         let agent = support::agent::start_agent(cfg, opts, m.clone()).await;
         // Every hop open: the agent with fdr1, fdr2 and srv1; fdr2 with srv2.
-        let end = Instant::now() + Duration::from_secs(30);
         let mut last = String::new();
-        while Instant::now() < end {
+        poll_until(Duration::from_secs(30), async || {
             last = agent.status().await.expect("status");
             let open = ["fdr1", "fdr2", "srv1"]
                 .iter()
                 .all(|p| peer_state(&last, p) == Some("open"));
-            if open && srv2.connections() > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            open && srv2.connections() > 0
+        })
+        .await;
         assert!(
             ["fdr1", "fdr2", "srv1"]
                 .iter()
@@ -585,23 +595,20 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
             "not every peer open:\n{last}\n{}",
             thread_logs()
         );
+        // gwa's CER is answered once fdr1 admits it (its dial retried until then).
         let mut gwa = None;
-        for _ in 0..100 {
-            match SimPeer::connect(
+        poll_until(Duration::from_secs(10), async || {
+            gwa = SimPeer::connect(
                 format!("{FD_IP}:{FDR1_PORT}").parse().unwrap(),
                 sim_config(GWA_HOST, "test.example", &[GX]),
                 FDR1_HOST,
                 Some(Tap::default()),
             )
             .await
-            {
-                Ok(p) => {
-                    gwa = Some(p);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+            .ok();
+            gwa.is_some()
+        })
+        .await;
         let gwa = gwa.unwrap_or_else(|| panic!("gwa never opened with fdr1:\n{}", thread_logs()));
         let pgw = SimPeer::connect(
             format!("{AGENT_IP}:{AGENT_PORT}").parse().unwrap(),
@@ -627,20 +634,15 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
         // DPR/DPA: freeDiameter → agent (fdr2 stops), then agent → freeDiameter.
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(fdr2_pid, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
+        let gone = poll_until(Duration::from_secs(15), async || {
             last = agent.status().await.expect("status");
-            if peer_state(&last, "fdr2") != Some("open") {
-                break;
-            }
-            assert!(Instant::now() < end, "fdr2 never disconnected:\n{last}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            peer_state(&last, "fdr2") != Some("open")
+        })
+        .await;
+        assert!(gone, "fdr2 never disconnected:\n{last}");
         let stats = agent.stats().await.expect("stats");
+        // The agent's DPR to fdr1, answered (the capture shows the DPA below).
         agent.shutdown().await;
-        // fdr1 answers the agent's DPR; give the DPA and the closes time to be
-        // captured.
-        tokio::time::sleep(Duration::from_millis(500)).await;
         (
             through_fd_first,
             through_fd_last,
@@ -650,6 +652,13 @@ fn gx_ccrs_relay_through_freediameter_both_ways() {
         )
     });
     let (first, last, (srv1_n, srv2_n), exported, stats) = outcome;
+    // Until the capture holds the exchange's last message, fdr1's DPA to the agent
+    // (asserted below).
+    capture.wait_for(Duration::from_secs(20), |d| {
+        pdu_summary(d)
+            .iter()
+            .any(|(c, r, h)| *c == 282 && !*r && h == FDR1_HOST)
+    });
     let decoded = capture.stop_and_decode();
     let logs = logs();
     drop((fdr1, fdr2));

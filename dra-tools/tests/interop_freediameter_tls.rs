@@ -27,6 +27,7 @@ use dra_tools::loadgen::script::{ScriptedPeer, ScriptedServer, cc, ccr, scripted
 use dra_tools::pki::{TestCa, TlsFiles, Validity};
 use support::agent::GX;
 use support::freediameter::FreeDiameter;
+use support::poll_until;
 use support::tls_lab::{
     DRA_HOST, DRA_IP, Lab, METRICS, SIM_IP, connector, metric, scrape, until, with_lab,
 };
@@ -341,28 +342,26 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
         }
         // fdsrv: a server that the agent dials with an expired certificate of its own
         // (freeDiameter will not start with an expired certificate, so it cannot be the
-        // one presenting it): freeDiameter refuses it, the agent counts the refusal.
+        // one presenting it): freeDiameter refuses it, the agent counts the refusal. It
+        // comes up 5 s after the agent (below), which dialled it before it listened.
         let fdsrv_tls = issue(&lab.ca, "fdsrv.test.example");
-        let fdsrv = start_fd(
-            lab,
-            &fd_conf(
-                &dir,
-                &Fd {
-                    host: "fdsrv.test.example",
-                    realm: "test.example",
-                    port: 3876,
-                    sec_port: FDSRV_TLS_PORT,
-                    tw: 30,
-                    tls: &fdsrv_tls,
-                    extra: fd_extensions(
-                        &dir,
-                        "fdsrv.test.example",
-                        &format!("{DRA_HOST}\n"),
-                        "none.test.example",
-                        DRA_HOST,
-                    ),
-                },
-            ),
+        let fdsrv_conf = fd_conf(
+            &dir,
+            &Fd {
+                host: "fdsrv.test.example",
+                realm: "test.example",
+                port: 3876,
+                sec_port: FDSRV_TLS_PORT,
+                tw: 30,
+                tls: &fdsrv_tls,
+                extra: fd_extensions(
+                    &dir,
+                    "fdsrv.test.example",
+                    &format!("{DRA_HOST}\n"),
+                    "none.test.example",
+                    DRA_HOST,
+                ),
+            },
         );
         let expired = lab
             .ca
@@ -401,6 +400,10 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             )
         });
         lab.start_dra(&config, &[]);
+        // The scenario: fdsrv starts 5 s after the agent (the simulators serve
+        // meanwhile).
+        lab.in_sim(async { tokio::time::sleep(Duration::from_secs(5)).await });
+        let fdsrv = start_fd(lab, &fdsrv_conf);
         lab.in_sim(async {
             let fds = [&fdr1, &fdr2];
             let logs = || {
@@ -410,6 +413,8 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
                     .join("\n----\n")
             };
             let open = |p: &str| format!("dra_peer_state{{peer=\"{p}\",state=\"open\"}}");
+            // Ready: srv1 and fdr2, its routed servers, open; then fdr1 (a client) too.
+            lab.wait_ready(Duration::from_secs(40)).await;
             until(
                 lab,
                 "fdr1, fdr2 and srv1 open over TLS",
@@ -518,16 +523,30 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
             })
             .await;
 
-            // The refused ones: counted, and never open.
-            let page = scrape();
+            // The refused ones: counted (fdbad and fdx dial every second; the agent
+            // redialled fdsrv once it listened), and never open.
+            let refused = |reason: &str, side: &str| {
+                format!("dra_tls_refused_total{{side=\"{side}\",reason=\"{reason}\"}}")
+            };
+            let mut page = String::new();
+            poll_until(Duration::from_secs(40), async || {
+                page = scrape();
+                [
+                    ("no_certificate", "accepted"),
+                    ("not_for_peer", "accepted"),
+                    ("peer_refused", "dialled"),
+                ]
+                .iter()
+                .all(|(reason, side)| metric(&page, &refused(reason, side)) >= 1.0)
+            })
+            .await;
             for (series, what) in [
                 // GnuTLS sends no certificate that is not issued by a CA the agent's
                 // certificate request names: the wrong CA shows as no certificate.
                 ("no_certificate", "fdbad"),
                 ("not_for_peer", "fdx"),
             ] {
-                let series =
-                    format!("dra_tls_refused_total{{side=\"accepted\",reason=\"{series}\"}}");
+                let series = refused(series, "accepted");
                 let tls: Vec<&str> = page.lines().filter(|l| l.starts_with("dra_tls")).collect();
                 let fd_logs: Vec<String> = bad.iter().map(|b| b.log_text()).collect();
                 assert!(
@@ -538,8 +557,8 @@ fn cer_dwr_and_gx_ccrs_over_tls_with_freediameter_both_ways_and_bad_certificates
                 );
             }
             assert_eq!(metric(&page, &open("fdbad")), 0.0);
-            let series = "dra_tls_refused_total{side=\"dialled\",reason=\"peer_refused\"}";
-            assert!(metric(&page, series) >= 1.0, "not counted: {}", lab.log());
+            let series = refused("peer_refused", "dialled");
+            assert!(metric(&page, &series) >= 1.0, "not counted: {}", lab.log());
             assert!(
                 fdsrv.log_text().to_ascii_lowercase().contains("expired"),
                 "fdsrv did not say why: {}",

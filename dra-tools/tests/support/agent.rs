@@ -128,9 +128,10 @@ pub async fn start_agent(
 /// Waits until the agent's status shows `n` servers open; panics with the status when
 /// that takes longer than `patience`.
 pub async fn wait_servers_open(agent: &dra::agent::AgentHandle, n: usize, patience: Duration) {
-    let deadline = std::time::Instant::now() + patience;
-    loop {
-        let s = agent.status().await.expect("status");
+    let mut s = String::new();
+    let mut poll = super::Poll::new(patience);
+    while poll.next().await {
+        s = agent.status().await.expect("status");
         let open = s
             .lines()
             .filter(|l| l.contains(" server ") && l.contains(" open "))
@@ -138,12 +139,22 @@ pub async fn wait_servers_open(agent: &dra::agent::AgentHandle, n: usize, patien
         if open == n {
             return;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "servers never opened:\n{s}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    panic!("servers never opened:\n{s}");
+}
+
+/// Waits until `dra status` shows `peer` open; panics with the status when that takes
+/// longer than `patience`.
+pub async fn wait_peer_open(agent: &dra::agent::AgentHandle, peer: &str, patience: Duration) {
+    let mut s = String::new();
+    let mut poll = super::Poll::new(patience);
+    while poll.next().await {
+        s = agent.status().await.expect("status");
+        if peer_state(&s, peer) == Some("open") {
+            return;
+        }
+    }
+    panic!("{peer} never opened:\n{s}");
 }
 
 /// The state column of `peer`'s row in the agent's status text.

@@ -60,24 +60,79 @@ impl std::io::Write for LogBuf {
     }
 }
 
-/// Polls `count` every `every` until it reaches `n`; after `patience` fails with
-/// `what` and the count (e.g. "answers": "3 of 5 answers").
+/// The poll interval of every wait of these tests on a signal.
+const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The rounds of a wait on a signal (a count, a status line, a metric, another
+/// program's output): the first at once, then one every [`POLL`] until `patience` has
+/// passed. Every wait of these tests goes through here ([`poll_until`], or a loop
+/// `while poll.next().await { … }` where the wait must be `Send`).
+pub struct Poll {
+    deadline: std::time::Instant,
+    first: bool,
+}
+
+impl Poll {
+    pub fn new(patience: std::time::Duration) -> Poll {
+        Poll {
+            deadline: std::time::Instant::now() + patience,
+            first: true,
+        }
+    }
+
+    /// Waits for the next round; false once the patience is over.
+    pub async fn next(&mut self) -> bool {
+        if std::mem::take(&mut self.first) {
+            return true;
+        }
+        if std::time::Instant::now() >= self.deadline {
+            return false;
+        }
+        // The poll interval of a wait on a signal (not a wait for anything itself).
+        tokio::time::sleep(POLL).await;
+        true
+    }
+}
+
+/// Polls `cond` until it holds or `patience` passes: whether it held.
+pub async fn poll_until(
+    patience: std::time::Duration,
+    mut cond: impl AsyncFnMut() -> bool,
+) -> bool {
+    let mut poll = Poll::new(patience);
+    while poll.next().await {
+        if cond().await {
+            return true;
+        }
+    }
+    false
+}
+
+/// [`poll_until`] on a thread that is not running a Tokio runtime (it runs one of its
+/// own for the wait).
+pub fn poll_until_blocking(patience: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(poll_until(patience, async || cond()))
+}
+
+/// Waits until `count` reaches `n`; after `patience` fails with `what` and the count
+/// (e.g. "answers": "3 of 5 answers").
 pub async fn wait_count(
     n: usize,
     what: &str,
     patience: std::time::Duration,
-    every: std::time::Duration,
     mut count: impl FnMut() -> usize,
 ) {
-    let deadline = std::time::Instant::now() + patience;
-    loop {
-        let got = count();
-        if got >= n {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{got} of {n} {what}");
-        tokio::time::sleep(every).await;
-    }
+    let mut got = 0;
+    let reached = poll_until(patience, async || {
+        got = count();
+        got >= n
+    })
+    .await;
+    assert!(reached, "{got} of {n} {what}");
 }
 
 /// Fails the test unless it runs as root: it creates `what` (e.g. "a network namespace").

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dra::transport::tls::{Connector, Credentials};
 use dra_tools::loadgen::tls_credentials;
@@ -124,6 +124,31 @@ impl Lab {
         self.dra = Some(self.dra_ns.spawn(&mut cmd).expect("spawn dra run"));
     }
 
+    /// `dra status` of the agent (over its control socket).
+    pub async fn status(&self) -> String {
+        dra::agent::query_status(&self.control())
+            .await
+            .unwrap_or_else(|e| format!("no status: {e}"))
+    }
+
+    /// Waits until the agent says it is ready (`dra status`: "ready: yes": listeners
+    /// bound, the fast path attached, an open connection in every routed group or its
+    /// startup wait over); fails naming the last status and the log. The status.
+    pub async fn wait_ready(&self, patience: Duration) -> String {
+        let mut last = String::new();
+        let ready = super::poll_until(patience, async || {
+            last = self.status().await;
+            last.lines().any(|l| l.starts_with("ready: yes"))
+        })
+        .await;
+        assert!(
+            ready,
+            "dra run not ready within {patience:?}; last status:\n{last}\nlog:\n{}",
+            self.log()
+        );
+        last
+    }
+
     /// Runs `f` on the simulators' runtime (tasks it spawned, such as servers, go on
     /// in later calls).
     pub fn in_sim<T>(&self, f: impl std::future::Future<Output = T>) -> T {
@@ -136,10 +161,9 @@ impl Drop for Lab {
         if let Some(c) = &mut self.dra {
             // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            super::poll_until_blocking(Duration::from_secs(5), || {
+                !matches!(c.try_wait(), Ok(None))
+            });
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -175,11 +199,8 @@ pub fn metric(page: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Waits until `f` holds (checked every 100 ms), else fails with `what` and the log.
+/// Waits until `f` holds, else fails with `what` and the log.
 pub async fn until(lab: &Lab, what: &str, patience: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + patience;
-    while !f() {
-        assert!(Instant::now() < end, "{what}; dra run log:\n{}", lab.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let held = super::poll_until(patience, async || f()).await;
+    assert!(held, "{what}; dra run log:\n{}", lab.log());
 }
