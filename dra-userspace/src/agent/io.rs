@@ -16,6 +16,7 @@
 //!   lost).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use dra_common::wire::flags;
@@ -95,6 +96,17 @@ pub struct ConnIo {
     pub tx: mpsc::Sender<Vec<u8>>,
     /// The reader task (aborted when the core drops the connection).
     pub reader: tokio::task::JoinHandle<()>,
+    /// Bytes the kernel held for the reader after its latest read (0 when that read
+    /// emptied the socket): how far behind its peer the agent is (`crate::overload`).
+    pub queued: Arc<AtomicU64>,
+}
+
+/// What the readers share with the core: bytes read so far by every reader (the rate
+/// the agent takes its input at).
+#[derive(Clone, Debug, Default)]
+pub struct ReadCounters {
+    /// Bytes read from every connection.
+    pub bytes: Arc<AtomicU64>,
 }
 
 /// How the reader of one connection applies the ingress verdicts.
@@ -110,13 +122,15 @@ enum Verdicts {
 /// Spawns the reader and writer tasks of `stream`. `ingress` says who enforces the
 /// ingress limits for an accepted connection (see [`Ingress`]): the agent's limiter
 /// (for the connection's source: remote address, local port), or XDP.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     conn: ConnId,
     stream: Connection,
     events: mpsc::Sender<IoEvent>,
-    max_message_size: usize,
+    max: usize,
     write_queue: usize,
     ingress: Ingress,
+    counters: ReadCounters,
     span: tracing::Span,
 ) -> ConnIo {
     let (remote, local) = (stream.remote, stream.local);
@@ -141,9 +155,11 @@ pub fn spawn(
     let (rd, wr) = stream.split();
     let (tx, rx) = mpsc::channel(write_queue.max(1));
     tokio::spawn(writer(wr, rx).instrument(span.clone()));
-    let reader =
-        tokio::spawn(reader(conn, rd, events, max_message_size, verdicts).instrument(span));
-    ConnIo { tx, reader }
+    let queued = Arc::new(AtomicU64::new(0));
+    let reader = tokio::spawn(
+        reader(conn, rd, events, max, verdicts, queued.clone(), counters).instrument(span),
+    );
+    ConnIo { tx, reader, queued }
 }
 
 async fn reader(
@@ -152,6 +168,8 @@ async fn reader(
     events: mpsc::Sender<IoEvent>,
     max: usize,
     verdicts: Verdicts,
+    queued: Arc<AtomicU64>,
+    counters: ReadCounters,
 ) {
     let mut framer = Framer::with_max_message_size(max);
     let mut buf = vec![0u8; 64 * 1024];
@@ -162,6 +180,14 @@ async fn reader(
             Err(e) => break CloseCause::Io(e),
         };
         let read_at = Instant::now();
+        counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        // A read that filled the buffer may have left more in the kernel: how much.
+        let left = if n == buf.len() {
+            rd.queued().unwrap_or(0)
+        } else {
+            0
+        };
+        queued.store(left as u64, Ordering::Relaxed);
         framer.push(&buf[..n]);
         // Every out-of-band mark of a request these bytes complete is in the ring by
         // now (crate::oob, "Ordering").

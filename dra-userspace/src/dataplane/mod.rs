@@ -449,6 +449,13 @@ impl Maps {
         })
     }
 
+    /// Writes one bucket slot's config (the kernel keeps its state).
+    pub fn write_bucket(&mut self, slot: u32, cfg: BucketConfig) -> Result<(), DataplaneError> {
+        self.bucket_config
+            .set(slot, cfg, 0)
+            .map_err(DataplaneError::map(names::BUCKET_CONFIG))
+    }
+
     /// Writes the whole plan. Bucket *state* is not touched: rates change without
     /// resetting tokens. Entries of peers or classes no longer in the plan are removed.
     pub fn write_plan(&mut self, plan: &Plan) -> Result<(), DataplaneError> {

@@ -32,7 +32,8 @@ struct ShedMaps {
     classes: HashMap<MapData, MsgClass, ClassOverload>,
     cpu: PerCpuArray<MapData, OverloadCpu>,
     counts: PerCpuArray<MapData, ShedCounts>,
-    buckets: Array<MapData, BucketConfig>,
+    /// `BUCKET_CONFIG`, for the answer budget's slot (`None`: written elsewhere).
+    buckets: Option<Array<MapData, BucketConfig>>,
     priorities: Priorities,
 }
 
@@ -51,6 +52,36 @@ fn open<T: TryFrom<Map, Error = aya::maps::MapError>>(
 }
 
 impl FastPathShed {
+    /// Takes the overload maps out of a loaded object (BPF_PROG_TEST_RUN fixtures). The
+    /// answer budget's bucket lives in `BUCKET_CONFIG`, which [`super::Maps`] keeps:
+    /// write it there ([`super::Maps::write_bucket`] at
+    /// [`dra_common::maps::OVERLOAD_ANSWER_SLOT`]); unwritten, every shed request is
+    /// answered.
+    pub fn take(ebpf: &mut aya::Ebpf) -> Result<FastPathShed, DataplaneError> {
+        fn get<T: TryFrom<Map, Error = aya::maps::MapError>>(
+            ebpf: &mut aya::Ebpf,
+            name: &'static str,
+        ) -> Result<T, DataplaneError> {
+            let m = ebpf
+                .take_map(name)
+                .ok_or(DataplaneError::MissingMap { name })?;
+            m.try_into().map_err(DataplaneError::map(name))
+        }
+        Ok(FastPathShed {
+            maps: Mutex::new(ShedMaps {
+                config: get(ebpf, names::OVERLOAD)?,
+                classes: get(ebpf, names::CLASS_PRIORITY)?,
+                cpu: get(ebpf, names::OVERLOAD_CPU)?,
+                counts: get(ebpf, names::SHED_COUNTS)?,
+                buckets: None,
+                priorities: Priorities {
+                    classes: Vec::new(),
+                    default: 8,
+                },
+            }),
+        })
+    }
+
     /// Opens the overload maps pinned under `dir` (the fast path is attached).
     pub fn open_pinned(dir: &Path) -> Result<FastPathShed, DataplaneError> {
         Ok(FastPathShed {
@@ -59,7 +90,7 @@ impl FastPathShed {
                 classes: open(dir, names::CLASS_PRIORITY)?,
                 cpu: open(dir, names::OVERLOAD_CPU)?,
                 counts: open(dir, names::SHED_COUNTS)?,
-                buckets: open(dir, names::BUCKET_CONFIG)?,
+                buckets: Some(open(dir, names::BUCKET_CONFIG)?),
                 priorities: Priorities {
                     classes: Vec::new(),
                     default: 8,
@@ -132,9 +163,10 @@ impl ShedPort for FastPathShed {
                 _pad: 0,
             }
         };
-        m.buckets
-            .set(OVERLOAD_ANSWER_SLOT, bucket, 0)
-            .map_err(|e| format!("{}: {e}", names::BUCKET_CONFIG))?;
+        if let Some(b) = &mut m.buckets {
+            b.set(OVERLOAD_ANSWER_SLOT, bucket, 0)
+                .map_err(|e| format!("{}: {e}", names::BUCKET_CONFIG))?;
+        }
         let mut c = m.config()?;
         c.shed = plan.units();
         c.active = u32::from(plan.is_active());

@@ -4,7 +4,8 @@
 //! # Driving table
 //!
 //! - [`Controller::observe`], for each message the core takes: its age (since its
-//!   bytes were read).
+//!   bytes were read); [`Controller::observe_queued`], what the kernel holds for the
+//!   readers, as the time they take to read it.
 //! - [`Controller::tick`], every [`INTERVAL`]: with the requests the core routed so far
 //!   and the requests judged so far per priority; returns the plan to apply (when it
 //!   changed), the level, the delay and the admitted rate.
@@ -62,7 +63,8 @@ pub struct Tick {
     pub plan: Option<ShedPlan>,
     /// (old, new) when the level changed.
     pub level_change: Option<(u8, u8)>,
-    /// The interval's delay (its youngest message's age; 0 without messages).
+    /// The interval's delay: its youngest message's age (0 without messages), or the
+    /// queue before the readers when that is longer.
     pub delay: Duration,
     /// The admitted rate while shedding, requests per second.
     pub admit: Option<f64>,
@@ -79,6 +81,8 @@ pub struct Controller {
     admit: Option<f64>,
     /// The youngest message's age in the current interval.
     youngest: Option<Duration>,
+    /// The longest queue before the readers seen in the current interval (as time).
+    queued: Duration,
     prev_delay: Duration,
     last: Option<(Duration, u64, Counts)>,
     plan: ShedPlan,
@@ -95,6 +99,7 @@ impl Controller {
             s,
             admit: None,
             youngest: None,
+            queued: Duration::ZERO,
             prev_delay: Duration::ZERO,
             last: None,
             plan: ShedPlan::NONE,
@@ -129,10 +134,20 @@ impl Controller {
         self.youngest = Some(self.youngest.map_or(age, |y| y.min(age)));
     }
 
+    /// How long the readers would take to read what the kernel holds for them now (the
+    /// queue before the readers, which the ages do not see).
+    pub fn observe_queued(&mut self, behind: Duration) {
+        self.queued = self.queued.max(behind);
+    }
+
     /// One interval: `routed` requests routed so far, `judged` requests judged so far
     /// per priority (both counters that only grow).
     pub fn tick(&mut self, now: Duration, routed: u64, judged: Counts) -> Tick {
-        let delay = self.youngest.take().unwrap_or(Duration::ZERO);
+        let delay = self
+            .youngest
+            .take()
+            .unwrap_or(Duration::ZERO)
+            .max(std::mem::take(&mut self.queued));
         let Some((t0, r0, j0)) = self.last.replace((now, routed, judged)) else {
             return Tick {
                 delay,

@@ -22,6 +22,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -140,26 +141,40 @@ impl Connection {
     pub fn split(self) -> (ReadHalf, WriteHalf) {
         match self.stream {
             Stream::Tcp(s) => {
+                let fd = s.as_raw_fd();
                 let (r, w) = s.into_split();
-                (ReadHalf(Read::Tcp(r)), WriteHalf(Write::Tcp(w)))
+                (ReadHalf(Read::Tcp(r), fd), WriteHalf(Write::Tcp(w)))
             }
             // The two halves share the TLS session (a lock each poll; the reader and
             // the writer rarely contend).
             Stream::Tls(s) => {
+                let fd = s.get_ref().0.as_raw_fd();
                 let (r, w) = tokio::io::split(*s);
-                (ReadHalf(Read::Tls(r)), WriteHalf(Write::Tls(w)))
+                (ReadHalf(Read::Tls(r), fd), WriteHalf(Write::Tls(w)))
             }
             Stream::Sctp(s) => {
                 let (r, w) = s.split();
-                (ReadHalf(Read::Sctp(r)), WriteHalf(Write::Sctp(w)))
+                let fd = r.raw_fd();
+                (ReadHalf(Read::Sctp(r), fd), WriteHalf(Write::Sctp(w)))
             }
         }
     }
 }
 
-/// The reading half of a [`Connection`].
+/// The reading half of a [`Connection`] (and its socket, for [`ReadHalf::queued`]).
 #[derive(Debug)]
-pub struct ReadHalf(Read);
+pub struct ReadHalf(Read, RawFd);
+
+impl ReadHalf {
+    /// Bytes received by the kernel and not read yet (FIONREAD; for TLS, encrypted
+    /// bytes): how far the reader is behind its peer. `None` if the kernel does not say.
+    pub fn queued(&self) -> Option<usize> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD on a socket this half keeps open, into a c_int.
+        let r = unsafe { libc::ioctl(self.1, libc::FIONREAD, &mut n) };
+        (r == 0).then_some(n.max(0) as usize)
+    }
+}
 
 #[derive(Debug)]
 enum Read {

@@ -468,6 +468,13 @@ pub struct SctpRead {
     fd: Arc<AsyncFd<OwnedFd>>,
 }
 
+impl SctpRead {
+    /// The association's socket.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 impl AsyncRead for SctpRead {
     fn poll_read(
         self: Pin<&mut Self>,

@@ -33,6 +33,9 @@ pub(super) struct Overload {
     pub(super) answered: u64,
     /// A port failed to take a plan (logged once per failure streak).
     failing: bool,
+    /// Bytes every reader has read so far, and at the last tick.
+    pub(super) reads: super::io::ReadCounters,
+    last_bytes: u64,
 }
 
 impl Overload {
@@ -51,6 +54,8 @@ impl Overload {
             level_since: Duration::ZERO,
             answered: 0,
             failing: false,
+            reads: super::io::ReadCounters::default(),
+            last_bytes: 0,
         }
     }
 
@@ -127,11 +132,29 @@ impl Core {
     /// The controller's tick, when due: the plan to the fast path and the readers, the
     /// level to the metrics, the log and the DOIC reports.
     pub(super) fn overload_tick(&mut self, now: Duration) {
-        let o = &mut self.overload;
-        if o.controller.is_none() || now < o.next_tick {
+        if self.overload.controller.is_none() || now < self.overload.next_tick {
             return;
         }
+        // What the kernel holds for the readers, in time at the rate they read: the
+        // part of the agent's lateness the readers cannot see.
+        let queued: u64 = self
+            .conns
+            .values()
+            .map(|c| c.io.queued.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        let o = &mut self.overload;
+        let dt = (now + INTERVAL).saturating_sub(o.next_tick);
         o.next_tick = now + INTERVAL;
+        let bytes = o.reads.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        let rate = bytes.saturating_sub(o.last_bytes) as f64 / dt.as_secs_f64().max(1e-3);
+        o.last_bytes = bytes;
+        let behind = if queued == 0 {
+            Duration::ZERO
+        } else if rate > 0.0 {
+            Duration::from_secs_f64((queued as f64 / rate).min(10.0))
+        } else {
+            dt
+        };
         let mut judged = [0u64; crate::overload::PRIORITIES];
         for p in &o.ports {
             for (j, n) in judged.iter_mut().zip(p.judged()) {
@@ -139,6 +162,7 @@ impl Core {
             }
         }
         let Some(c) = &mut o.controller else { return };
+        c.observe_queued(behind);
         let t = c.tick(now, o.routed, judged);
         if let Some(plan) = &t.plan {
             let plan = plan.clone();

@@ -151,6 +151,7 @@ impl Core {
             self.opts.max_message_size,
             self.opts.write_queue,
             ingress,
+            self.overload.reads.clone(),
             span.clone(),
         );
         span.in_scope(|| match peer {
