@@ -313,6 +313,23 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_dashboard_shows_the_overload_control_and_readiness() {
+        let queries = shipped().queries().unwrap();
+        for metric in [
+            "dra_overload_level",
+            "dra_overload_delay_seconds",
+            "dra_overload_admit_rate",
+            "class_action:dra_overload_shed:rate1m",
+            "dra_ready",
+        ] {
+            assert!(
+                queries.iter().any(|q| q.expr.contains(metric)),
+                "no panel reads {metric}"
+            );
+        }
+    }
+
+    #[test]
     fn a_host_written_into_a_query_or_a_saved_selection_fails_the_check() {
         let text =
             std::fs::read_to_string(crate::workspace_root().join(super::super::DASHBOARD)).unwrap();

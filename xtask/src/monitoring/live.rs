@@ -9,7 +9,11 @@
 //! - DRAThrottleActive fired for pgw1 during the storm and resolved after it, once the
 //!   throttle was back at 0;
 //! - DRAFastPathDetached stayed quiet, then fired once `dra detach` removed the XDP
-//!   program under the running agent.
+//!   program under the running agent;
+//! - DRAAgentNotReady stayed quiet (the agent is ready before Prometheus starts);
+//! - the overload control's shed counters exist (the control is on, as by default), so
+//!   that its panels and recording rule have data whether or not the storm makes the
+//!   agent shed; what it did (level, delay, requests shed) is printed.
 //!
 //! The agent runs the demo's config with one addition, a Redis session store (the lab's
 //! Redis), so that the dashboard's store panels have something to show. The gateways
@@ -47,6 +51,8 @@ const THROTTLE_ALERT: &str = "DRAThrottleActive";
 /// The alert that must stay quiet during the run and fire once `dra detach` has removed
 /// the fast path under the agent.
 const DETACHED_ALERT: &str = "DRAFastPathDetached";
+/// An alert that must stay quiet: the agent is ready before Prometheus starts.
+const NOT_READY_ALERT: &str = "DRAAgentNotReady";
 
 /// The demo's gateway scenario at `path` with its phases' durations set to [`PHASES`].
 fn shortened_scenario(path: &Path) -> Result<String> {
@@ -75,11 +81,25 @@ fn shortened_scenario(path: &Path) -> Result<String> {
     Ok(toml::to_string(&v)?)
 }
 
-/// The demo's lab config with the lab's Redis as session store.
+/// The demo's lab config with the lab's Redis as session store. Its overload control
+/// must be on (no `[overload]`, or not `enabled = false`): the dashboard's overload panels
+/// read its shed counters, which exist only then.
 fn agent_config(root: &Path) -> Result<String> {
     let cfg = std::fs::read_to_string(root.join(demo::LAB_CONFIG))?;
     if cfg.contains("[session_store]") {
         bail!("{} has a [session_store] already", demo::LAB_CONFIG);
+    }
+    let v: toml::Value = toml::from_str(&cfg).with_context(|| demo::LAB_CONFIG.to_owned())?;
+    let overload_on = v
+        .get("overload")
+        .and_then(|o| o.get("enabled"))
+        .is_none_or(|e| e.as_bool() != Some(false));
+    if !overload_on {
+        bail!(
+            "{} turns the overload control off ([overload] enabled = false): the \
+             dashboard's overload panels would have no data",
+            demo::LAB_CONFIG
+        );
     }
     Ok(format!(
         "{cfg}\n# Added by the monitoring live test: the dashboard's store panels.\n\
@@ -210,6 +230,15 @@ fn run(root: &Path, bins: &Bins, out: &Path) -> Result<()> {
     if let Some(s) = spans.iter().find(|s| s.alert == DETACHED_ALERT) {
         failures.push(format!("{DETACHED_ALERT} fired with XDP attached: {s:?}"));
     }
+    if let Some(s) = spans.iter().find(|s| s.alert == NOT_READY_ALERT) {
+        failures.push(format!(
+            "{NOT_READY_ALERT} fired for an agent ready before Prometheus started: {s:?}"
+        ));
+    }
+    match overload_summary(&prom, end) {
+        Ok(l) => println!("  {l}"),
+        Err(e) => failures.push(format!("the overload control's metrics: {e:#}")),
+    }
     // The fast path removed under the running agent: dra_fastpath_state says so.
     let mut detach = lab::command_in(lab::NS_DRA, &bins.dra)?;
     detach.args([
@@ -251,6 +280,48 @@ fn run(root: &Path, bins: &Bins, out: &Path) -> Result<()> {
             .len()
     );
     Ok(())
+}
+
+/// What the overload control did over the run (from Prometheus' start to `end`): its
+/// highest level and delay, and the requests it shed by action. Fails when its shed
+/// counters are missing (the control off).
+fn overload_summary(prom: &Prometheus, end: f64) -> Result<String> {
+    let range = format!("{}s", (end - prom.started).ceil().max(1.0));
+    let value = |expr: &str| -> Result<Option<f64>> {
+        Ok(prom
+            .query(expr)?
+            .first()
+            .and_then(|s| s.value.1.parse::<f64>().ok()))
+    };
+    let shed = prom.query(&format!(
+        "sum by (action) (increase(dra_overload_shed_total[{range}]))"
+    ))?;
+    if shed.is_empty() {
+        bail!(
+            "no dra_overload_shed_total series over the run: the agent exports them while its \
+             overload control is on (the default)"
+        );
+    }
+    let by_action = |a: &str| {
+        shed.iter()
+            .find(|s| s.metric.get("action").is_some_and(|x| x == a))
+            .and_then(|s| s.value.1.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let level = value(&format!("max(max_over_time(dra_overload_level[{range}]))"))?;
+    let delay = value(&format!(
+        "max(max_over_time(dra_overload_delay_seconds[{range}]))"
+    ))?;
+    let show =
+        |v: Option<f64>, scale: f64| v.map_or("-".to_owned(), |v| format!("{:.0}", v * scale));
+    Ok(format!(
+        "overload control over the run: level up to {}, delay up to {} ms, shed about {:.0} \
+         answered 3004 and {:.0} discarded",
+        show(level, 1.0),
+        show(delay, 1e3),
+        by_action("answer"),
+        by_action("discard")
+    ))
 }
 
 /// Polls Prometheus each second until the throttle alert for pgw1 has fired and then
@@ -310,8 +381,13 @@ fn watch(
                 .iter()
                 .map(|s| s.metric.get("alertname").cloned().unwrap_or_default())
                 .collect();
+            let overload = prom
+                .query("dra_overload_level")?
+                .first()
+                .map_or("-".into(), |s| s.value.1.clone());
             eprintln!(
-                "xtask: t = {:.0} s: pgw1 throttle {} %, DB CPU {cpu} %, firing: {alerts:?}",
+                "xtask: t = {:.0} s: pgw1 throttle {} %, DB CPU {cpu} %, overload level \
+                 {overload}, firing: {alerts:?}",
                 now - t0,
                 throttle.map_or("-".into(), |t| t.to_string())
             );
