@@ -447,9 +447,21 @@ fn share_per_class() {
         counts(&[(12, n), (4, n)]),
         "judged per priority"
     );
-    assert_eq!(h.shed_of("gx_ccr_i"), (n / 2, 0));
-    assert_eq!(h.shed_of("gx_ccr_t"), (0, 0));
-    assert_eq!(h.shed_total(), (n / 2, 0));
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (n / 2, 0),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
+    assert_eq!(
+        h.shed_of("gx_ccr_t"),
+        (0, 0),
+        "shed() for gx_ccr_t (answered, discarded)"
+    );
+    assert_eq!(
+        h.shed_total(),
+        (n / 2, 0),
+        "shed() over every class (answered, discarded)"
+    );
 
     // Retransmissions of the last two CCR-I: the shed one marked again, the admitted
     // one not; neither judged nor counted again.
@@ -461,9 +473,17 @@ fn share_per_class() {
         0,
         "retransmitted admitted CCR-I"
     );
-    assert_eq!(h.shed.judged(), judged);
-    assert_eq!(h.shed_of("gx_ccr_i"), (n / 2, 0));
-    assert_eq!(sub6(h.six(Some(CCR_I)), i0), (n, n / 2, 0, 0, n / 2, 0));
+    assert_eq!(h.shed.judged(), judged, "judged() per priority");
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (n / 2, 0),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
+    assert_eq!(
+        sub6(h.six(Some(CCR_I)), i0),
+        (n, n / 2, 0, 0, n / 2, 0),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
 }
 
 /// DRMP (RFC 7944) before CC-Request-Type decides the priority: with priorities 8..15
@@ -510,7 +530,11 @@ fn drmp_before_cc_request_type_sets_the_priority() {
         "judged per priority"
     );
     assert_eq!(h.shed_of("gx_ccr_t"), (2, 0), "CCR-T shed by their DRMP");
-    assert_eq!(h.shed_of("gx_ccr_i"), (2, 0));
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (2, 0),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
     assert_eq!(h.six(Some(CCR_T)), (3, 1, 0, 0, 2, 0), "CCR-T slot");
     assert_eq!(h.six(Some(CCR_I)), (3, 1, 0, 0, 2, 0), "CCR-I slot");
 }
@@ -563,7 +587,11 @@ fn answer_budget_then_discard() {
         (a, d),
         "SHED_COUNTS (answered, discarded)"
     );
-    assert_eq!(h.shed_total(), (a, d));
+    assert_eq!(
+        h.shed_total(),
+        (a, d),
+        "shed() over every class (answered, discarded)"
+    );
     assert_eq!(
         (
             h.stat(Counter::ShedAnswered),
@@ -572,29 +600,45 @@ fn answer_budget_then_discard() {
         (a, d),
         "global counters"
     );
-    assert_eq!(h.stat(Counter::Requests), N as u64);
+    assert_eq!(h.stat(Counter::Requests), N as u64, "counter Requests");
     let n = N as u64;
     assert_eq!(h.six(Some(CCR_I)), (n, 0, 0, 0, a, d), "CCR-I slot");
     assert_eq!(h.six(None), (n, 0, 0, 0, a, d), "overall slot");
-    assert_eq!(h.shed.judged(), counts(&[(12, n)]));
+    assert_eq!(h.shed.judged(), counts(&[(12, n)]), "judged() per priority");
 
     // A retransmission: the same mark again (the flow remembers its last marks),
     // nothing judged or counted again.
     let last = N - 1;
-    assert_eq!(marks[last], DISCARD);
+    assert_eq!(marks[last], DISCARD, "the last CCR-I discarded");
     assert_eq!(
         h.send_seg(&segs[last]),
         DISCARD,
         "retransmitted discarded request"
     );
-    assert_eq!(h.shed.judged(), counts(&[(12, n)]));
-    assert_eq!(h.shed_of("gx_ccr_i"), (a, d));
-    assert_eq!(h.six(Some(CCR_I)), (n, 0, 0, 0, a, d));
+    assert_eq!(h.shed.judged(), counts(&[(12, n)]), "judged() per priority");
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (a, d),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
+    assert_eq!(
+        h.six(Some(CCR_I)),
+        (n, 0, 0, 0, a, d),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
 
     // The budget refilled: answered again.
     h.maps.reset_bucket(OVERLOAD_ANSWER_SLOT).unwrap();
-    assert_eq!(h.send(&pkt::ccr(app::GX, 1, 50)), SHED);
-    assert_eq!(h.shed_of("gx_ccr_i"), (a + 1, d));
+    assert_eq!(
+        h.send(&pkt::ccr(app::GX, 1, 50)),
+        SHED,
+        "answered after the budget refilled"
+    );
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (a + 1, d),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
 }
 
 /// Never shed: base-protocol requests (DWR, application 0) and answers pass untouched
@@ -612,15 +656,19 @@ fn base_protocol_and_disabled_never_shed() {
     }
     assert_eq!(h.send(&pkt::cca(app::GX, 0)), 0, "answer marked");
     assert_eq!(h.shed.judged(), [0; PRIORITIES], "DWR or answer judged");
-    assert_eq!(h.shed_total(), (0, 0));
-    assert_eq!(h.stat(Counter::ShedAnswered), 0);
+    assert_eq!(
+        h.shed_total(),
+        (0, 0),
+        "shed() over every class (answered, discarded)"
+    );
+    assert_eq!(h.stat(Counter::ShedAnswered), 0, "counter ShedAnswered");
     let other = sub6(
         h.six(Some(MsgClass::new(app::COMMON, cmd::DEVICE_WATCHDOG, 0))),
         other0,
     );
     assert_eq!(other, (5, 5, 0, 0, 0, 0), "DWR admitted on the other slot");
     assert_eq!(h.send(&pkt::ccr(app::GX, 2, 0)), SHED, "the plan is live");
-    assert_eq!(h.shed.judged(), counts(&[(8, 1)]));
+    assert_eq!(h.shed.judged(), counts(&[(8, 1)]), "judged() per priority");
 
     // Disabled: the plan written after it (active) changes nothing.
     h.shed.set_priorities(&h.priorities, false).unwrap();
@@ -640,8 +688,16 @@ fn base_protocol_and_disabled_never_shed() {
     assert_eq!(h.send(&ccr_drmp(app::GX, 1, 99, 15, true)), 0, "DRMP 15");
     assert_eq!(h.shed.judged(), judged0, "judged while disabled");
     assert_eq!(h.shed_total(), shed0, "shed while disabled");
-    assert_eq!(sub6(h.six(Some(CCR_I)), i0), (5, 5, 0, 0, 0, 0));
-    assert_eq!(sub6(h.six(Some(CCR_T)), t0), (4, 4, 0, 0, 0, 0));
+    assert_eq!(
+        sub6(h.six(Some(CCR_I)), i0),
+        (5, 5, 0, 0, 0, 0),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
+    assert_eq!(
+        sub6(h.six(Some(CCR_T)), t0),
+        (4, 4, 0, 0, 0, 0),
+        "CCR-T slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
     assert_eq!(sub6(h.six(Some(CCR_U)), u0), (4, 4, 0, 0, 0, 0));
 
     h.shed.set_priorities(&h.priorities, true).unwrap();
@@ -658,11 +714,27 @@ fn shed_requests_charge_no_bucket() {
     let mut h = Harness::new(1);
     h.apply(&shares([12], 1.0));
     let marks: Vec<u8> = (0..5).map(|k| h.send(&pkt::ccr(app::GX, 1, k))).collect();
-    assert_eq!(marks, vec![SHED; 5]);
-    assert_eq!(h.maps.bucket_state(h.slot(Some(CCR_I))).unwrap().tat_ns, 0);
-    assert_eq!(h.maps.bucket_state(h.slot(None)).unwrap().tat_ns, 0);
-    assert_eq!(h.six(Some(CCR_I)), (5, 0, 0, 0, 5, 0));
-    assert_eq!(h.stat(Counter::Marked), 0);
+    assert_eq!(
+        marks,
+        vec![SHED; 5],
+        "every CCR-I shed, none over its limit"
+    );
+    assert_eq!(
+        h.maps.bucket_state(h.slot(Some(CCR_I))).unwrap().tat_ns,
+        0,
+        "CCR-I bucket charged"
+    );
+    assert_eq!(
+        h.maps.bucket_state(h.slot(None)).unwrap().tat_ns,
+        0,
+        "overall bucket charged"
+    );
+    assert_eq!(
+        h.six(Some(CCR_I)),
+        (5, 0, 0, 0, 5, 0),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
+    assert_eq!(h.stat(Counter::Marked), 0, "counter Marked");
 
     h.apply(&ShedPlan::NONE);
     let t0 = monotonic_ns();
@@ -676,9 +748,13 @@ fn shed_requests_charge_no_bucket() {
         LIMITED,
         "then over its limit"
     );
-    assert_eq!(h.charges(Some(CCR_I), t0), 1);
-    assert_eq!(h.charges(None, t0), 1);
-    assert_eq!(h.six(Some(CCR_I)), (7, 1, 1, 0, 5, 0));
+    assert_eq!(h.charges(Some(CCR_I), t0), 1, "CCR-I charges");
+    assert_eq!(h.charges(None, t0), 1, "overall charges");
+    assert_eq!(
+        h.six(Some(CCR_I)),
+        (7, 1, 1, 0, 5, 0),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
     assert_eq!(
         h.shed.judged(),
         counts(&[(12, 7)]),
@@ -740,16 +816,28 @@ fn straddling_shed_goes_out_of_band() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
-    assert_eq!(h.shed_of("gx_ccr_i"), (1, 1));
-    assert_eq!(h.shed_of("gx_ccr_t"), (0, 1));
-    assert_eq!(h.shed.judged(), counts(&[(12, 3)]));
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (1, 1),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
+    assert_eq!(
+        h.shed_of("gx_ccr_t"),
+        (0, 1),
+        "shed() for gx_ccr_t (answered, discarded)"
+    );
+    assert_eq!(h.shed.judged(), counts(&[(12, 3)]), "judged() per priority");
 
     // Cut after 3 bytes: the flags byte is in the segment that completes the class.
     let m = pkt::ccr(app::GX, 1, 3);
     let (a, b) = m.split_at(3);
     let sa = h.seg(a);
     let sb = h.seg(b);
-    assert_eq!(h.run(&sa), (PASS, sa.clone()));
+    assert_eq!(
+        h.run(&sa),
+        (PASS, sa.clone()),
+        "first segment passed untouched"
+    );
     let (v, out) = h.run(&sb);
     assert_eq!(v, PASS);
     assert!(
@@ -757,7 +845,11 @@ fn straddling_shed_goes_out_of_band() {
         "header mark in the second segment"
     );
     h.oob_marks(oob::IPPROTO_TCP, &[]).unwrap();
-    assert_eq!(h.shed_of("gx_ccr_i"), (1, 2));
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (1, 2),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
 }
 
 /// SCTP: a bundle of a CCR-I and a CCR-T with CCR-I shed entirely: the packet passes,
@@ -779,8 +871,24 @@ fn sctp_shed_out_of_band() {
     assert_eq!((v, out == p), (PASS, true), "passed untouched");
     h.oob_marks(oob::IPPROTO_SCTP, &[(0x100, 0x200, SHED)])
         .unwrap();
-    assert_eq!(h.six(Some(CCR_I)), (1, 0, 0, 0, 1, 0));
-    assert_eq!(h.six(Some(CCR_T)), (1, 1, 0, 0, 0, 0));
-    assert_eq!(h.shed.judged(), counts(&[(12, 1), (4, 1)]));
-    assert_eq!(h.shed_of("gx_ccr_i"), (1, 0));
+    assert_eq!(
+        h.six(Some(CCR_I)),
+        (1, 0, 0, 0, 1, 0),
+        "CCR-I slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
+    assert_eq!(
+        h.six(Some(CCR_T)),
+        (1, 1, 0, 0, 0, 0),
+        "CCR-T slot (seen, admitted, marked, dropped, shed answered, shed discarded)"
+    );
+    assert_eq!(
+        h.shed.judged(),
+        counts(&[(12, 1), (4, 1)]),
+        "judged() per priority"
+    );
+    assert_eq!(
+        h.shed_of("gx_ccr_i"),
+        (1, 0),
+        "shed() for gx_ccr_i (answered, discarded)"
+    );
 }
