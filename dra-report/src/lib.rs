@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod closed;
+pub mod overload;
 pub mod relay;
 pub mod server;
 pub mod xdp;

@@ -10,6 +10,7 @@ mod ha;
 mod lab;
 mod metrics;
 mod monitoring;
+mod overload;
 mod package;
 mod procs;
 mod report;

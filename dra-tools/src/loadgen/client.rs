@@ -294,8 +294,12 @@ pub async fn run(cfg: ClientConfig, scenario: Scenario) -> Result<Report, Client
     let mut stop = cfg.stop.clone();
     let mut stopped = false;
     let name = scenario.name.clone();
+    let preopen = scenario.open_sessions;
     let mut sched = Schedule::new(scenario);
     let mut pool = SessionPool::new(start_secs as u32, cfg.seed);
+    for (i, host) in hosts.iter().enumerate() {
+        pool.preopen(i, host, preopen);
+    }
     let mut stats = Stats::new();
     let mut up = vec![false; cfg.peers];
     let mut owed = [0u64; 6];

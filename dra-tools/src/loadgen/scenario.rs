@@ -298,6 +298,12 @@ pub struct Scenario {
     /// How long a dropped peer waits before it reconnects (storms and failures).
     #[serde(default = "default_reconnect_delay_ms")]
     pub reconnect_delay_ms: u64,
+    /// Gx sessions open on every peer when the scenario begins (established before it,
+    /// e.g. before the DRA restarted: no CCR-I is sent for them). CCR-U and CCR-T use
+    /// them from the first second; their server binds them when they first arrive
+    /// (a server with strict sessions answers them 5002).
+    #[serde(default)]
+    pub open_sessions: u64,
     /// The phases, in order.
     pub phase: Vec<Phase>,
 }

@@ -129,6 +129,20 @@ impl SessionPool {
         }
     }
 
+    /// `n` Gx sessions of `peer` (Origin-Host `origin_host`) open and idle at once: sessions
+    /// established before the scenario began (e.g. before the DRA restarted), which
+    /// CCR-U and CCR-T use from the first second. Not counted as opened.
+    pub fn preopen(&mut self, peer: usize, origin_host: &str, n: u64) {
+        for _ in 0..n {
+            let key = self.initial(App::Gx, peer, origin_host).key;
+            if let Some(s) = self.sessions.get_mut(&key) {
+                s.busy = false;
+                s.open = true;
+            }
+            self.make_idle(key);
+        }
+    }
+
     /// A CCR-U or CCR-T on a random idle open session of `app` whose peer is `up`.
     pub fn pick(&mut self, class: Class, up: &[bool]) -> Option<Send> {
         let app = class.app();
@@ -285,6 +299,25 @@ pub fn build_ccr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sessions open before the scenario: CCR-U and CCR-T use them at once, each request
+    /// numbered from 1 (the CCR-I came before), and a CCR-T closes one.
+    #[test]
+    fn sessions_open_at_the_start_take_updates_and_terminations_at_once() {
+        let mut pool = SessionPool::new(7, 1);
+        pool.preopen(0, "pgw1.lab.example", 3);
+        assert_eq!(pool.open_count(App::Gx), 3);
+        assert_eq!(pool.counts().opened, 0);
+        let up = [true];
+        let u = pool.pick(Class::GxCcrU, &up).unwrap();
+        assert_eq!((u.number, u.peer), (1, 0));
+        assert!(u.session_id.starts_with("pgw1.lab.example;7;"));
+        let t = pool.pick(Class::GxCcrT, &up).unwrap();
+        assert_ne!(t.key, u.key);
+        pool.complete(t.key, t.class, Some(2001), Some("pcrf1"));
+        assert_eq!(pool.open_count(App::Gx), 2);
+        assert_eq!(pool.pick(Class::GyCcrU, &up), None);
+    }
 
     #[test]
     fn life_cycle_update_terminate_and_flush() {

@@ -18,10 +18,18 @@ use super::{Counts, PRIORITIES, ShedPlan};
 
 /// How often the controller looks.
 pub const INTERVAL: Duration = Duration::from_millis(100);
-/// A cut: the admitted rate becomes this share of what the agent got done.
+/// The first cut: the admitted rate becomes this share of what the agent got done.
 const CUT: f64 = 0.9;
-/// Growth per interval while the agent keeps up (below half the target delay).
-const GROW: f64 = 1.05;
+/// Above the target delay (and not draining) the admitted rate is cut by `GAIN` ×
+/// (delay − target) / target, at least by [`MIN_CUT`], at most by half.
+const GAIN: f64 = 0.05;
+const MIN_CUT: f64 = 0.05;
+/// At or below the target it grows by this share of the most the agent routed while
+/// shedding, per interval (additive increase: 10 s from nothing back to that).
+const STEP: f64 = 0.01;
+/// Above the target, never admit more than this times what the agent got done in the
+/// interval (an admitted rate it cannot reach is no limit).
+const HEADROOM: f64 = 1.2;
 /// A delay at least this share of the previous interval's is not draining: cut again.
 const DRAINING: f64 = 0.9;
 /// Never admit less than this many requests per second.
@@ -91,6 +99,8 @@ pub struct Controller {
     lower_since: Option<Duration>,
     /// Since when everything offered has been admitted while shedding was on.
     calm_since: Option<Duration>,
+    /// The most the agent routed per second while shedding (the increase's step).
+    peak: f64,
 }
 
 impl Controller {
@@ -106,6 +116,7 @@ impl Controller {
             level: 0,
             lower_since: None,
             calm_since: None,
+            peak: 0.0,
         }
     }
 
@@ -167,29 +178,45 @@ impl Controller {
         let total: f64 = offered.iter().sum();
         let served = routed.saturating_sub(r0) as f64 / dt;
         let target = self.s.target;
-        if delay > target {
-            self.calm_since = None;
-            self.admit = match self.admit {
-                None => Some((served * CUT).max(MIN_ADMIT)),
-                // The queue drains: wait for it.
-                Some(a) if delay < self.prev_delay.mul_f64(DRAINING) => Some(a),
-                Some(a) => Some((a.min(served) * CUT).max(MIN_ADMIT)),
-            };
-        } else if delay < target / 2
-            && let Some(a) = self.admit
-        {
-            let grown = (a * GROW + 1.0).min((2.0 * total).max(MIN_ADMIT));
-            if grown >= total {
-                let since = *self.calm_since.get_or_insert(now);
-                if now.saturating_sub(since) >= self.s.hold {
-                    self.admit = None;
-                    self.calm_since = None;
-                } else {
-                    self.admit = Some(grown);
-                }
-            } else {
+        match self.admit {
+            None if delay > target => {
+                self.admit = Some((served * CUT).max(MIN_ADMIT));
+                self.peak = served;
                 self.calm_since = None;
-                self.admit = Some(grown);
+            }
+            None => {}
+            Some(a) => {
+                self.peak = self.peak.max(served);
+                let next = if delay > target {
+                    self.calm_since = None;
+                    if delay < self.prev_delay.mul_f64(DRAINING) {
+                        // The queue drains: wait for it rather than cut again.
+                        a
+                    } else {
+                        let error = (delay.as_secs_f64() - target.as_secs_f64())
+                            / target.as_secs_f64();
+                        let cut = (GAIN * error).clamp(MIN_CUT, 0.5);
+                        a.min(served * HEADROOM) * (1.0 - cut)
+                    }
+                } else {
+                    a + STEP * self.peak
+                };
+                let next = next.max(MIN_ADMIT);
+                if delay <= target && next >= total {
+                    // Everything offered fits: after `hold` of that, stop shedding.
+                    let since = *self.calm_since.get_or_insert(now);
+                    self.admit = if now.saturating_sub(since) >= self.s.hold {
+                        self.calm_since = None;
+                        None
+                    } else {
+                        Some(next)
+                    };
+                } else {
+                    if delay <= target {
+                        self.calm_since = None;
+                    }
+                    self.admit = Some(next);
+                }
             }
         }
         self.prev_delay = delay;
@@ -306,7 +333,8 @@ mod tests {
 
     /// A steady overload: the agent gets 1,000 routed per second done while 3,000 are
     /// offered and its delay stays above the target; the admitted rate is cut to 900,
-    /// and held while the queue drains; once the delay is low it grows back.
+    /// held while the queue drains, cut in proportion to the excess while it does not;
+    /// once the delay is low it grows back, never past what the agent gets done.
     #[test]
     fn a_standing_queue_cuts_the_admitted_rate_and_a_draining_one_holds_it() {
         let mut c = Controller::new(Settings::default());
@@ -333,11 +361,16 @@ mod tests {
         assert_eq!((p.shares[8], p.shares[12]), (1.0, 1.0));
         // Draining (60 ms < 0.9 × 80 ms): held.
         assert_eq!(step(&mut c, 60 * MS, 90).admit, Some(900.0));
-        // Not draining: cut to 0.9 × what was done (900/s).
-        assert_eq!(step(&mut c, 58 * MS, 90).admit, Some(810.0));
-        // Below half the target: grows by 5 % (+1) per interval.
+        // Not draining: cut in proportion to the excess, (58 − 20) / 20 × 5 % = 9.5 %.
+        let a = step(&mut c, 58 * MS, 90).admit.unwrap();
+        assert!((a - 814.5).abs() < 1e-9, "{a}");
+        // At or below the target: grows by 1 % of the most routed per second (1,000).
         let a = step(&mut c, 2 * MS, 81).admit.unwrap();
-        assert!((a - 851.5).abs() < 1e-9, "{a}");
+        assert!((a - 824.5).abs() < 1e-9, "{a}");
+        // Far above it while the agent got little done (10 routed: 100/s): at most 1.2 ×
+        // that, less the cut ((200 − 20) / 20 × 5 % = 45 %).
+        let a = step(&mut c, 200 * MS, 10).admit.unwrap();
+        assert!((a - 66.0).abs() < 1e-9, "{a}");
     }
 
     /// When the load ends the admitted rate grows past what is offered, the plan sheds

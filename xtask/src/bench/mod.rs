@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-use crate::{coalesced, doic, flood, ha, lab, storm};
+use crate::{coalesced, doic, flood, ha, lab, overload, storm};
 
 /// What the benches of one `cargo xtask bench` share: the workspace and the release
 /// build, made at most once.
@@ -61,7 +61,7 @@ pub(crate) struct Bench {
 }
 
 /// The benchmarks, in the order of the full run (and of the usage text).
-pub(crate) const BENCHES: [Bench; 7] = [
+pub(crate) const BENCHES: [Bench; 8] = [
     Bench {
         name: "xdp",
         synopsis: "bench xdp [N]",
@@ -114,6 +114,19 @@ pub(crate) const BENCHES: [Bench; 7] = [
         ],
         in_all: true,
         prepare: flood_bench,
+    },
+    Bench {
+        name: "overload",
+        synopsis: "bench overload",
+        help: &[
+            "the agent past its own capacity (~12 min, own namespaces ov-*): CPU",
+            "capped by a cgroup quota, C measured closed loop, then 0.5-8 x C open",
+            "loop with the overload control on and off, XDP and the agent alone;",
+            "goodput, 3004/discarded, CCR-T, p50/p99, RSS; writes",
+            "bench/results/overload-latest.json (docs/bench.md)",
+        ],
+        in_all: true,
+        prepare: overload_bench,
     },
     Bench {
         name: "ha",
@@ -330,6 +343,16 @@ fn flood_bench(root: &Path, args: &[String]) -> Result<Run> {
         h.release_build()?;
         eprintln!("xtask: bench flood (P5)");
         flood::run(&h.root, &opts)
+    }))
+}
+
+fn overload_bench(_root: &Path, args: &[String]) -> Result<Run> {
+    no_args("overload", args, "")?;
+    overload::preflight()?;
+    Ok(Box::new(|h: &mut Harness| {
+        h.release_build()?;
+        eprintln!("xtask: bench overload");
+        overload::run(&h.root)
     }))
 }
 
