@@ -245,3 +245,58 @@ impl VethPair {
         Ok(VethPair { a_if, b_if })
     }
 }
+
+/// The cgroup-v1 `cpu` controller's hierarchy.
+pub const CPU_CGROUPS: &str = "/sys/fs/cgroup/cpu";
+
+/// A cgroup-v1 `cpu` group with a CFS quota: the processes moved into it get at most
+/// `quota_us` of CPU time per `period_us` (how the labs overload a process on a small
+/// machine). Removed on drop, its processes moved back to the root group first.
+pub struct CpuCap {
+    dir: std::path::PathBuf,
+}
+
+impl CpuCap {
+    /// Whether this machine has the controller ([`CPU_CGROUPS`]).
+    pub fn available() -> bool {
+        std::path::Path::new(CPU_CGROUPS).join("cgroup.procs").exists()
+    }
+
+    /// Creates (or takes over) the group `name` under [`CPU_CGROUPS`] with this quota
+    /// (the kernel takes 1 ms – 1 s periods, quotas of at least 1 ms).
+    pub fn new(name: &str, period_us: u64, quota_us: u64) -> Result<CpuCap> {
+        if !CpuCap::available() {
+            bail!("no cgroup-v1 cpu controller at {CPU_CGROUPS}");
+        }
+        let dir = std::path::Path::new(CPU_CGROUPS).join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let cap = CpuCap { dir };
+        cap.write("cpu.cfs_period_us", period_us)?;
+        cap.write("cpu.cfs_quota_us", quota_us)?;
+        Ok(cap)
+    }
+
+    /// Moves process `pid`, every thread, into the group.
+    pub fn add(&self, pid: u32) -> Result<()> {
+        self.write("cgroup.procs", pid)
+    }
+
+    fn write(&self, file: &str, v: impl std::fmt::Display) -> Result<()> {
+        let path = self.dir.join(file);
+        std::fs::write(&path, v.to_string())
+            .with_context(|| format!("write {v} to {}", path.display()))
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let root = std::path::Path::new(CPU_CGROUPS).join("cgroup.procs");
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write(&root, pid);
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            eprintln!("netlab: cgroup {} not removed: {e}", self.dir.display());
+        }
+    }
+}

@@ -75,6 +75,11 @@ impl Agent {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `dra status`'s text, read over the control socket.
     pub fn status(&self) -> std::io::Result<String> {
         let socket = self.control.as_deref().unwrap_or_else(|| {

@@ -34,6 +34,11 @@ const HEADROOM: f64 = 1.2;
 const DRAINING: f64 = 0.9;
 /// Never admit less than this many requests per second.
 const MIN_ADMIT: f64 = 10.0;
+/// While only the kernel's queue before the readers is late (the core takes young
+/// messages), never cut below this share of the most the agent routed while shedding:
+/// the readers are then behind on the requests they shed, which admitting fewer
+/// cannot make faster.
+const READER_FLOOR: f64 = 0.5;
 /// Shares below this are not shed (and do not count for the level).
 const MIN_SHARE: f64 = 0.001;
 
@@ -154,11 +159,8 @@ impl Controller {
     /// One interval: `routed` requests routed so far, `judged` requests judged so far
     /// per priority (both counters that only grow).
     pub fn tick(&mut self, now: Duration, routed: u64, judged: Counts) -> Tick {
-        let delay = self
-            .youngest
-            .take()
-            .unwrap_or(Duration::ZERO)
-            .max(std::mem::take(&mut self.queued));
+        let core = self.youngest.take().unwrap_or(Duration::ZERO);
+        let delay = core.max(std::mem::take(&mut self.queued));
         let Some((t0, r0, j0)) = self.last.replace((now, routed, judged)) else {
             return Tick {
                 delay,
@@ -196,7 +198,12 @@ impl Controller {
                         let error = (delay.as_secs_f64() - target.as_secs_f64())
                             / target.as_secs_f64();
                         let cut = (GAIN * error).clamp(MIN_CUT, 0.5);
-                        a.min(served * HEADROOM) * (1.0 - cut)
+                        let next = a.min(served * HEADROOM) * (1.0 - cut);
+                        if core > target {
+                            next
+                        } else {
+                            next.max(a.min(READER_FLOOR * self.peak))
+                        }
                     }
                 } else {
                     a + STEP * self.peak
@@ -371,6 +378,37 @@ mod tests {
         // that, less the cut ((200 − 20) / 20 × 5 % = 45 %).
         let a = step(&mut c, 200 * MS, 10).admit.unwrap();
         assert!((a - 66.0).abs() < 1e-9, "{a}");
+    }
+
+    /// Late only in the kernel's queue before the readers (the core takes young
+    /// messages): the readers are behind on what they shed, and the admitted rate is
+    /// cut no lower than half the most the agent routed.
+    #[test]
+    fn a_late_reader_alone_does_not_cut_the_admitted_rate_below_half_the_peak() {
+        let mut c = Controller::new(Settings::default());
+        let mut judged = [0u64; PRIORITIES];
+        let (mut routed, mut now) = (0u64, Duration::ZERO);
+        let mut step = |c: &mut Controller, age: Duration, behind: Duration, got: u64| {
+            now += INTERVAL;
+            judged[12] += 1_000;
+            routed += got;
+            c.observe(age);
+            c.observe_queued(behind);
+            c.tick(now, routed, judged)
+        };
+        step(&mut c, MS, Duration::ZERO, 100);
+        assert_eq!(step(&mut c, MS, 300 * MS, 100).admit, Some(900.0));
+        let mut a = 900.0;
+        for k in 0..50 {
+            // The agent routes what it admits; the readers stay 300 ms behind.
+            let got = (a / 10.0) as u64;
+            a = step(&mut c, MS, 300 * MS + k * MS, got).admit.unwrap();
+        }
+        assert!((a - 500.0).abs() < 1e-9, "{a}");
+        // The core late as well: cut below it.
+        let got = (a / 10.0) as u64;
+        let a = step(&mut c, 100 * MS, 400 * MS, got).admit.unwrap();
+        assert!(a < 450.0, "{a}");
     }
 
     /// When the load ends the admitted rate grows past what is offered, the plan sheds

@@ -5,11 +5,13 @@
 //!
 //! - **Signal** ([`Controller`], sans-IO): how late the agent is — the age of a message
 //!   when the core takes it (stamped when its bytes were read), the smallest over each
-//!   100 ms interval (a standing queue, not a burst).
-//! - **Control**: above the target delay the agent admits (routes) at most what it got
-//!   done in the interval, less a tenth, and keeps cutting while the queue does not
-//!   drain; below half the target it admits 5 % more per interval, until everything
-//!   offered fits again.
+//!   100 ms interval (a standing queue, not a burst), and the kernel's queue before the
+//!   readers in time at the rate they read.
+//! - **Control**: when the delay first passes the target the agent admits (routes) what
+//!   it got done in the interval, less a tenth, and keeps cutting (in proportion to how
+//!   far past the target) while the queue does not drain (only half-way down from the
+//!   most it routed while only the readers are late); at or below the target the
+//!   admitted rate grows additively, until everything offered fits again.
 //! - **Priority**: the admitted rate goes to the requests of the highest priority first
 //!   (RFC 7944's scale: 0 the highest, 15 the lowest; a request's DRMP AVP, else its
 //!   class's: terminations 4, updates 8, new sessions 12 by default). What does not fit

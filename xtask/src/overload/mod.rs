@@ -57,9 +57,9 @@ pub fn preflight() -> Result<()> {
          (ip netns list | grep ov-)",
     )?;
     ensure!(
-        Path::new("/sys/fs/cgroup/cpu").exists(),
-        "no cgroup-v1 cpu controller at /sys/fs/cgroup/cpu: the bench caps the agent's CPU \
-         there"
+        netlab::CpuCap::available(),
+        "no cgroup-v1 cpu controller at {}: the bench caps the agent's CPU there",
+        netlab::CPU_CGROUPS
     );
     Ok(())
 }
@@ -70,6 +70,7 @@ pub fn run(root: &Path) -> Result<()> {
     let bins = Bins::release(root);
     let _guard = net::TOPOLOGY.guard();
     net::up()?;
+    let cap = CAP.create()?;
     let mut servers = Vec::new();
     for (name, addr) in net::SERVERS {
         let mut c = lab::command_in(net::NS_SRV, &bins.loadgen)?;
@@ -90,7 +91,7 @@ pub fn run(root: &Path) -> Result<()> {
     let mut capacity = Vec::new();
     let mut levels = Vec::new();
     for xdp in [true, false] {
-        let c = measure_capacity(&bins, &out, xdp)?;
+        let c = measure_capacity(&bins, &out, &cap, xdp)?;
         eprintln!(
             "xtask: capacity C ({}): {:.0} requests/s (p50 {:.2} ms, p99 {:.2} ms)",
             arm(xdp),
@@ -98,17 +99,18 @@ pub fn run(root: &Path) -> Result<()> {
             c.p50_ms,
             c.p99_ms
         );
-        let cap = c.requests_per_s;
+        let c_rate = c.requests_per_s;
         capacity.push(c);
         for factor in FACTORS {
             for protection in [true, false] {
-                let l = run_level(&bins, &out, xdp, protection, factor, cap)?;
+                let l = run_level(&bins, &out, &cap, xdp, protection, factor, c_rate)?;
                 eprintln!("xtask: {}", level_line(&l));
                 levels.push(l);
             }
         }
     }
     drop(servers);
+    drop(cap);
     let goals = dra_report::overload::judge(&levels);
     let report = OverloadReport {
         cpu_quota_us: CAP.quota_us,
@@ -173,6 +175,7 @@ fn config(xdp: bool, protection: bool) -> String {
 fn start_agent<'s>(
     bins: &Bins,
     dir: &Path,
+    cap: &netlab::CpuCap,
     xdp: bool,
     protection: bool,
 ) -> Result<crate::agent_run::Agent<'s>> {
@@ -181,19 +184,19 @@ fn start_agent<'s>(
     std::fs::write(&cfg, config(xdp, protection))?;
     let cmd = lab::command_in(net::NS_DRA, &bins.dra)?;
     let agent = net::SITE.start_agent_ready(cmd, &cfg, dir.join("dra.log"))?;
-    CAP.apply(agent.pid()?)?;
+    cap.add(agent.pid()?)?;
     net::SITE.ensure_attached("overload", xdp)?;
     Ok(agent)
 }
 
 /// C of `xdp`'s arm: four closed-loop gateways × 25 in flight, 10 s after 2 s of warm-up,
 /// the overload control off.
-fn measure_capacity(bins: &Bins, out: &Path, xdp: bool) -> Result<Capacity> {
+fn measure_capacity(bins: &Bins, out: &Path, cap: &netlab::CpuCap, xdp: bool) -> Result<Capacity> {
     let dir = run_dir_in(
         out,
         &format!("capacity-{}", if xdp { "xdp" } else { "noxdp" }),
     )?;
-    let mut agent = start_agent(bins, &dir, xdp, false)?;
+    let mut agent = start_agent(bins, &dir, cap, xdp, false)?;
     let mut clients = Vec::new();
     for (i, a) in net::GATEWAYS.iter().enumerate() {
         let n = i + 1;
@@ -301,6 +304,7 @@ fn scenario(per_class: f64) -> String {
 fn run_level(
     bins: &Bins,
     out: &Path,
+    cap: &netlab::CpuCap,
     xdp: bool,
     protection: bool,
     factor: f64,
@@ -316,7 +320,7 @@ fn run_level(
     let per_class = target / (3.0 * net::GATEWAYS.len() as f64);
     let scn = dir.join("scenario.toml");
     std::fs::write(&scn, scenario(per_class))?;
-    let mut agent = start_agent(bins, &dir, xdp, protection)?;
+    let mut agent = start_agent(bins, &dir, cap, xdp, protection)?;
     let pid = agent.pid()?;
     let mut clients = Vec::new();
     for (i, a) in net::GATEWAYS.iter().enumerate() {

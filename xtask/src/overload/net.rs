@@ -32,8 +32,8 @@ pub const GATEWAYS: [&str; 4] = ["198.18.1.2", "198.18.1.3", "198.18.1.4", "198.
 pub const SERVERS: [(&str, &str); 2] = [("pcrf1", "198.18.2.2"), ("pcrf2", "198.18.2.3")];
 pub const PIN_DIR: &str = "/sys/fs/bpf/dra-overload";
 pub const STATE_DIR: &str = "/run/dra-overload";
-/// The cgroup (v1, `cpu` controller) the agent runs in.
-pub const CGROUP: &str = "/sys/fs/cgroup/cpu/dra-bench-overload";
+/// The cgroup (v1, `cpu` controller, under [`netlab::CPU_CGROUPS`]) the agent runs in.
+pub const CGROUP: &str = "dra-bench-overload";
 
 /// This bench's namespaces that exist now.
 pub fn namespaces() -> Vec<String> {
@@ -95,31 +95,17 @@ pub const SITE: Site = Site {
     pid_files: None,
 };
 
-/// The agent's CPU cap: a cgroup-v1 `cpu` group with a CFS quota.
+/// The agent's CPU cap: a cgroup-v1 `cpu` group ([`CGROUP`]) with a CFS quota.
+#[derive(Clone, Copy)]
 pub struct CpuCap {
     pub period_us: u64,
     pub quota_us: u64,
 }
 
 impl CpuCap {
-    /// Creates (or reuses) the cgroup with this quota and moves process `pid` (every
-    /// thread) into it.
-    pub fn apply(&self, pid: u32) -> Result<()> {
-        let dir = Path::new(CGROUP);
-        if !dir.parent().is_some_and(Path::exists) {
-            bail!(
-                "no cgroup-v1 cpu controller at {}: the bench caps the agent's CPU there",
-                dir.parent()
-                    .map_or(String::new(), |p| p.display().to_string())
-            );
-        }
-        std::fs::create_dir_all(dir).with_context(|| format!("create {CGROUP}"))?;
-        let write = |file: &str, v: String| {
-            std::fs::write(dir.join(file), &v)
-                .with_context(|| format!("write {v} to {CGROUP}/{file}"))
-        };
-        write("cpu.cfs_period_us", self.period_us.to_string())?;
-        write("cpu.cfs_quota_us", self.quota_us.to_string())?;
-        write("cgroup.procs", pid.to_string())
+    /// The group, created with this quota (removed when the guard drops).
+    pub fn create(&self) -> Result<netlab::CpuCap> {
+        netlab::CpuCap::new(CGROUP, self.period_us, self.quota_us)
+            .context("the bench caps the agent's CPU in a cgroup")
     }
 }

@@ -180,7 +180,7 @@ impl Core {
             let offered = t.offered.round();
             if new > old {
                 warn!(
-                    level = new,
+                    overload_level = new,
                     from = old,
                     delay_ms,
                     admit_per_s = admit,
@@ -191,7 +191,7 @@ impl Core {
                 );
             } else {
                 info!(
-                    level = new,
+                    overload_level = new,
                     from = old,
                     delay_ms,
                     offered_per_s = offered,
