@@ -96,8 +96,12 @@ fn config(fallback: &str, socket: &std::path::Path) -> String {
     gw_dra_srv_config("")
         .with(&limit("initial"))
         .with(&limit("termination"))
+        // The agent's overload control off: the closed loop keeps the agent saturated (in
+        // an emulated guest, later than its target delay), and every request must be
+        // answered by the PCRF or the limit, none shed.
         .with(&format!(
-            "[fast_path]\nfallback = \"{fallback}\"\n\n[control]\nsocket = \"{}\"\n",
+            "[fast_path]\nfallback = \"{fallback}\"\n\n[control]\nsocket = \"{}\"\n\n\
+             [overload]\nenabled = false\n",
             socket.display()
         ))
         .to_string()

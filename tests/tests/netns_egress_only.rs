@@ -5,9 +5,10 @@
 //! `dra run` attaches the TC egress program on its own and the kernel enforces the
 //! limit.
 //!
-//! The real `dra run` in the DRA namespace; a gateway (the project's scripted peer)
-//! offers CCR-I at 10× the limit, open loop; the PCRF is a sink that logs every request
-//! it reads. What the PCRF received while the gateway sent is bounded by
+//! The real `dra run` in the DRA namespace (its overload control off); a gateway (the
+//! project's scripted peer) offers CCR-I at 10× the limit, open loop (as fast as the
+//! agent reads where that is slower: at least twice the limit, measured); the PCRF is a
+//! sink that logs every request it reads. What the PCRF received while the gateway sent is bounded by
 //! rate × duration + burst (the GCRA's own bound; no timing-tight assertion), is more
 //! than a quarter of it (the limit is not starved), and the TC program's counters show
 //! the excess dropped on pcrf1's CCR-I slot. `/metrics` publishes both parts: the
@@ -46,10 +47,12 @@ const PCRF1: (&str, &str) = ("pcrf1.pcrf.lab.example", "pcrf.lab.example");
 
 fn config(egress_if: &str, control: &std::path::Path) -> String {
     ConfigToml::new(DRA.1, &["198.18.40.1:3868"], "")
-        // No interface: no XDP. The TC egress program alone, on the servers' side.
+        // No interface: no XDP. The TC egress program alone, on the servers' side; the
+        // agent's overload control off (it would shed what an emulated guest cannot
+        // relay in time before TC sees it: nothing but TC limits the traffic here).
         .with(&format!(
             "[fast_path]\negress_interface = \"{egress_if}\"\n\n\
-             [metrics]\naddress = \"198.18.40.1:9464\""
+             [metrics]\naddress = \"198.18.40.1:9464\"\n\n[overload]\nenabled = false"
         ))
         .client("pgw1", DRA.1, &["198.18.40.2"], "")
         .server("pcrf1", PCRF1.1, "198.18.41.2:3868", "group = \"pcrf\"")
@@ -140,13 +143,14 @@ fn a_per_peer_egress_drop_limit_is_enforced_by_tc_without_xdp() {
         counters.dropped,
     );
     let mut failures = Vec::new();
-    // The precondition, from what the gateway offered in the window it timed: well
-    // above the limit (5x), else the bound below says nothing.
+    // The precondition, from what the gateway offered in the window it timed (as fast
+    // as the agent reads, where that is below its pace): at least twice the limit, else
+    // the bound below says nothing.
     let offered_per_s = offered as f64 / window;
-    if offered_per_s < 5.0 * RATE {
+    if offered_per_s < 2.0 * RATE {
         failures.push(format!(
             "the gateway offered only {offered_per_s:.0}/s ({offered} in {window:.2} s), \
-             not 5x the limit of {RATE}/s"
+             less than twice the limit of {RATE}/s"
         ));
     }
     if received as f64 > bound {

@@ -197,12 +197,15 @@ const TCP_PORT: u16 = 3869;
 
 /// The agent: an SCTP listener on both its gateway-side addresses and TCP on the
 /// first, gateways pgw1–pgw4 in group gws (`limits`: more config), pcrf1 dialled over
-/// SCTP.
+/// SCTP. Its overload control is off: the closed loops keep it saturated (in an emulated
+/// guest, later than its target delay), and every request they send must be answered
+/// by the PCRF or the fast path's limit, none shed by the agent.
 fn config(limits: &str) -> String {
     let mut t = ConfigToml::new(LAB_REALM, &[], "diameter_ports = [3868, 3869]").with(&format!(
         "[[listener]]\naddress = \"{DRA_IP}:{SCTP_PORT}\"\ntransport = \"sctp\"\n\
          multihome = [\"{DRA_IP2}\"]\n\n[[listener]]\naddress = \"{DRA_IP}:{TCP_PORT}\"\n\n\
-         [control]\nsocket = \"{}\"\n\n[metrics]\naddress = \"127.0.0.1:9109\"\n",
+         [control]\nsocket = \"{}\"\n\n[metrics]\naddress = \"127.0.0.1:9109\"\n\n\
+         [overload]\nenabled = false\n",
         control_socket().display()
     ));
     for (i, ip) in GATEWAYS.iter().chain([&PROBE]).enumerate() {
@@ -639,7 +642,10 @@ fn over_limit_answer(gw: &str, limit: f64) -> Option<String> {
                 rt::INITIAL.into(),
                 0,
             );
-            let a = peer.request(req).await?;
+            // Bounded: a request never answered ends the probe (None).
+            let a = tokio::time::timeout(scaled(Duration::from_secs(10)), peer.request(req))
+                .await
+                .ok()??;
             if a.result_code() == Some(3002) {
                 return a
                     .find(avp_code::ERROR_MESSAGE)
