@@ -17,6 +17,8 @@ pub struct OverloadReport {
     pub request_timeout_ms: u64,
     /// Capacity C per arm: closed loop, without the overload control.
     pub capacity: Vec<Capacity>,
+    /// What one answer from a request's bytes costs the agent, per arm.
+    pub answer_cost: Vec<AnswerCost>,
     pub levels: Vec<Level>,
     pub goals: Vec<Goal>,
 }
@@ -31,6 +33,26 @@ pub struct Capacity {
     pub requests_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The agent's CPU time (every thread) per relayed request, µs.
+    pub cpu_us_per_request: f64,
+}
+
+/// The same closed loop with every request over a `reject` limit of its gateway: each
+/// one marked (by XDP, or by the reader's limiter) and answered from its bytes, never
+/// decoded — as a shed request is answered 3004.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerCost {
+    pub xdp: bool,
+    /// Answers per second (the agent capped as for C).
+    pub answers_per_s: f64,
+    /// Of the answers, the share answered by the agent itself (the rest: within the
+    /// limits' bursts, relayed).
+    pub rejected_fraction: f64,
+    /// The agent's CPU time per answer, µs.
+    pub cpu_us_per_answer: f64,
+    /// ÷ the arm's CPU time per relayed request.
+    pub of_relayed: f64,
 }
 
 /// One level of one arm: open-loop gateways at `factor` × C.
@@ -66,6 +88,10 @@ pub struct Level {
     pub rss_kb: u64,
     /// The highest overload level the agent reported during the load.
     pub max_level: u8,
+    /// The agent's CPU time over the load's interior ÷ what its quota allowed: below
+    /// ~0.9 under overload, the machine (the gateways, the kernel's networking), not
+    /// the cap, held the agent back.
+    pub cpu_of_quota: f64,
 }
 
 /// A goal as judged: what was measured against what was wanted.
@@ -89,9 +115,12 @@ pub const CCR_T_UP_TO: f64 = 4.0;
 pub const AT_MOST_TIMES_HALF: f64 = 2.0;
 /// Without protection, the collapse: goodput below this share of C at 1.5 × C or more.
 pub const COLLAPSE_BELOW: f64 = 0.5;
+/// An answer from bytes at most this share of a relayed request's CPU time.
+pub const ANSWER_COST_MAX: f64 = 0.25;
 
-/// The goals, from the levels of the XDP arm (protection on, and off for the collapse).
-pub fn judge(levels: &[Level]) -> Vec<Goal> {
+/// The goals, from the levels of the XDP arm (protection on, and off for the collapse)
+/// and its answer cost.
+pub fn judge(levels: &[Level], answer_cost: &[AnswerCost]) -> Vec<Goal> {
     let on: Vec<&Level> = levels.iter().filter(|l| l.xdp && l.protection).collect();
     let off: Vec<&Level> = levels.iter().filter(|l| l.xdp && !l.protection).collect();
     let fmt = |v: &[String]| v.join(", ");
@@ -169,6 +198,18 @@ pub fn judge(levels: &[Level]) -> Vec<Goal> {
             .collect(),
         !heavy.is_empty() && heavy.iter().all(|l| l.goodput_of_c < COLLAPSE_BELOW),
     );
+    let cost = answer_cost.iter().find(|a| a.xdp);
+    push(
+        "an answer from bytes, XDP",
+        format!("≤ {ANSWER_COST_MAX} × a relayed request's CPU time"),
+        cost.map_or(vec!["not measured".into()], |a| {
+            vec![format!(
+                "{:.2} µs per answer, {:.3} × relayed",
+                a.cpu_us_per_answer, a.of_relayed
+            )]
+        }),
+        cost.is_some_and(|a| a.of_relayed <= ANSWER_COST_MAX),
+    );
     goals
 }
 
@@ -195,6 +236,7 @@ mod tests {
             p99_ms: 10.0,
             rss_kb: 20_000,
             max_level: 0,
+            cpu_of_quota: 1.0,
         }
     }
 
@@ -206,19 +248,30 @@ mod tests {
             level(true, true, 2.0, 0.91),
             level(true, false, 2.0, 0.2),
         ];
-        let g = judge(&levels);
+        let mut cost = vec![AnswerCost {
+            xdp: true,
+            answers_per_s: 5000.0,
+            rejected_fraction: 1.0,
+            cpu_us_per_answer: 2.0,
+            of_relayed: 0.2,
+        }];
+        let g = judge(&levels, &cost);
         assert!(g.iter().all(|g| g.met), "{g:#?}");
         levels[2].goodput_of_c = 0.85;
         levels[1].ccr_t_2001_fraction = Some(0.98);
-        let g = judge(&levels);
+        cost[0].of_relayed = 0.3;
+        let g = judge(&levels, &cost);
         let missed: Vec<&str> = g.iter().filter(|g| !g.met).map(|g| g.name.as_str()).collect();
         assert_eq!(
             missed,
             [
                 "goodput, protection on, XDP",
-                "CCR-T answered 2001, protection on, XDP"
+                "CCR-T answered 2001, protection on, XDP",
+                "an answer from bytes, XDP"
             ]
         );
+        // Not measured: missed, never met.
+        assert!(!judge(&levels, &[]).last().unwrap().met);
     }
 
     #[test]
@@ -233,7 +286,9 @@ mod tests {
                 requests_per_s: 1000.0,
                 p50_ms: 1.0,
                 p99_ms: 9.0,
+                cpu_us_per_request: 250.0,
             }],
+            answer_cost: Vec::new(),
             levels: vec![level(true, true, 1.0, 0.9)],
             goals: Vec::new(),
         };

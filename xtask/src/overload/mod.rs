@@ -4,7 +4,10 @@
 //! The agent's CPU is capped (a cgroup quota, recorded in the result) so that this 2-CPU
 //! machine can overload it. Per arm — XDP attached, and the agent alone — its capacity C
 //! is measured first (closed loop: four gateways × 25 in flight, the overload control
-//! off), then four open-loop gateways (`dra-loadgen client`, CCR-I, CCR-U and CCR-T in
+//! off, with the agent's CPU time per request), then what an answer from a request's
+//! bytes costs (the same loop, every gateway over a `reject` limit: each request marked
+//! and answered 3002 undecoded, as a shed one is answered 3004), then four open-loop
+//! gateways (`dra-loadgen client`, CCR-I, CCR-U and CCR-T in
 //! equal thirds, request timeout 2 s) offer 0.5, 1, 1.5, 2, 4 and 8 × C, each level with
 //! the overload control on and off, a fresh agent each time. Per level: goodput (2001
 //! within the timeout per second), 3004 and discarded per second, CCR-T answered 2001,
@@ -20,7 +23,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
-use dra_report::overload::{Capacity, Level, OverloadReport};
+use dra_report::overload::{AnswerCost, Capacity, Level, OverloadReport};
 
 use crate::{
     agent_run::run_dir,
@@ -37,15 +40,12 @@ const CAP: net::CpuCap = net::CpuCap {
 };
 /// The levels, × C.
 const FACTORS: [f64; 6] = [0.5, 1.0, 1.5, 2.0, 4.0, 8.0];
-/// Each level: a warm-up (sessions opened), then the measured load.
-const WARM_S: u64 = 3;
-const LOAD_S: u64 = 10;
+/// Each level's load (its sessions open when it begins).
+const LOAD_S: u64 = 12;
 /// Seconds of the load left out at its start and end.
 const SKIP_START_S: usize = 2;
 const SKIP_END_S: usize = 1;
 const TIMEOUT_MS: u64 = 2000;
-/// The warm-up's rate per class per gateway.
-const WARM_PER_CLASS: f64 = 100.0;
 /// At most this many sessions open per gateway when the scenario begins.
 const MAX_OPEN_SESSIONS: f64 = 300_000.0;
 
@@ -89,6 +89,7 @@ pub fn run(root: &Path) -> Result<()> {
         servers.push(Proc::new(name, procs::spawn_logging(&log, name, &mut c)?));
     }
     let mut capacity = Vec::new();
+    let mut answer_cost = Vec::new();
     let mut levels = Vec::new();
     for xdp in [true, false] {
         let c = measure_capacity(&bins, &out, &cap, xdp)?;
@@ -99,8 +100,11 @@ pub fn run(root: &Path) -> Result<()> {
             c.p50_ms,
             c.p99_ms
         );
+        let a = measure_answer_cost(&bins, &out, &cap, &c)?;
+        eprintln!("xtask: {}", cost_line(&a, &c));
         let c_rate = c.requests_per_s;
         capacity.push(c);
+        answer_cost.push(a);
         for factor in FACTORS {
             for protection in [true, false] {
                 let l = run_level(&bins, &out, &cap, xdp, protection, factor, c_rate)?;
@@ -111,13 +115,14 @@ pub fn run(root: &Path) -> Result<()> {
     }
     drop(servers);
     drop(cap);
-    let goals = dra_report::overload::judge(&levels);
+    let goals = dra_report::overload::judge(&levels, &answer_cost);
     let report = OverloadReport {
         cpu_quota_us: CAP.quota_us,
         cpu_period_us: CAP.period_us,
         load_s: LOAD_S as f64,
         request_timeout_ms: TIMEOUT_MS,
         capacity,
+        answer_cost,
         levels,
         goals,
     };
@@ -140,7 +145,7 @@ fn arm(xdp: bool) -> &'static str {
 
 /// The agent's config for one run: four gateways, the PCRF group, the metrics and
 /// control socket, XDP or not, the overload control on or off.
-fn config(xdp: bool, protection: bool) -> String {
+fn config(xdp: bool, protection: bool, reject_all: bool) -> String {
     let mut t = format!(
         "[global]\norigin_host = \"dra.lab.example\"\norigin_realm = \"lab.example\"\n\n\
          [[listener]]\naddress = \"198.18.1.1:3868\"\n\n\
@@ -156,6 +161,12 @@ fn config(xdp: bool, protection: bool) -> String {
             "[[peer]]\nname = \"pgw{n}\"\norigin_host = \"pgw{n}.lab.example\"\n\
              realm = \"lab.example\"\naddresses = [\"{a}\"]\nrole = \"client\"\n\n"
         ));
+        if reject_all {
+            t.push_str(&format!(
+                "[[peer_rate_limit_profile]]\npeer = \"pgw{n}\"\ndirection = \"ingress\"\n\
+                 rate = 1\naction = \"reject\"\n\n"
+            ));
+        }
     }
     for (name, a) in net::SERVERS {
         t.push_str(&format!(
@@ -178,10 +189,11 @@ fn start_agent<'s>(
     cap: &netlab::CpuCap,
     xdp: bool,
     protection: bool,
+    reject_all: bool,
 ) -> Result<crate::agent_run::Agent<'s>> {
     net::SITE.ensure_detached("overload")?;
     let cfg = dir.join("dra.toml");
-    std::fs::write(&cfg, config(xdp, protection))?;
+    std::fs::write(&cfg, config(xdp, protection, reject_all))?;
     let cmd = lab::command_in(net::NS_DRA, &bins.dra)?;
     let agent = net::SITE.start_agent_ready(cmd, &cfg, dir.join("dra.log"))?;
     cap.add(agent.pid()?)?;
@@ -189,14 +201,35 @@ fn start_agent<'s>(
     Ok(agent)
 }
 
-/// C of `xdp`'s arm: four closed-loop gateways × 25 in flight, 10 s after 2 s of warm-up,
-/// the overload control off.
-fn measure_capacity(bins: &Bins, out: &Path, cap: &netlab::CpuCap, xdp: bool) -> Result<Capacity> {
-    let dir = run_dir_in(
-        out,
-        &format!("capacity-{}", if xdp { "xdp" } else { "noxdp" }),
-    )?;
-    let mut agent = start_agent(bins, &dir, cap, xdp, false)?;
+/// What a closed loop (four gateways × 25 in flight, 10 s after 2 s of warm-up) got
+/// from a capped agent.
+struct ClosedRun {
+    /// Answers per second in the measured window, all gateways.
+    per_s: f64,
+    /// The worst gateway's p50 and p99, ms.
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Answers over the whole run, and those with `result_code`.
+    answered: u64,
+    answered_with: u64,
+    /// The agent's CPU time over the whole run, µs.
+    cpu_us: f64,
+}
+
+/// A closed loop against a fresh capped agent of `xdp`'s arm (the overload control off;
+/// `reject_all`: every gateway over a `reject` limit). `result_code`: the answers
+/// counted apart.
+fn closed_run(
+    bins: &Bins,
+    dir: &Path,
+    cap: &netlab::CpuCap,
+    xdp: bool,
+    reject_all: bool,
+    result_code: u32,
+) -> Result<ClosedRun> {
+    let mut agent = start_agent(bins, dir, cap, xdp, false, reject_all)?;
+    let pid = agent.pid()?;
+    let cpu0 = cpu_us(pid)?;
     let mut clients = Vec::new();
     for (i, a) in net::GATEWAYS.iter().enumerate() {
         let n = i + 1;
@@ -219,9 +252,17 @@ fn measure_capacity(bins: &Bins, out: &Path, cap: &netlab::CpuCap, xdp: bool) ->
         ));
     }
     wait_all(&mut clients, Duration::from_secs(60), &mut agent)?;
+    let cpu_us = cpu_us(pid)? - cpu0;
     agent.stop()?;
-    net::SITE.detach_left(bins, "capacity")?;
-    let (mut rate, mut p50, mut p99) = (0.0, 0.0f64, 0.0f64);
+    net::SITE.detach_left(bins, "closed loop")?;
+    let mut r = ClosedRun {
+        per_s: 0.0,
+        p50_ms: 0.0,
+        p99_ms: 0.0,
+        answered: 0,
+        answered_with: 0,
+        cpu_us,
+    };
     for n in 1..=net::GATEWAYS.len() {
         let path = dir.join(format!("pgw{n}.json"));
         let text = std::fs::read_to_string(&path)
@@ -234,16 +275,82 @@ fn measure_capacity(bins: &Bins, out: &Path, cap: &netlab::CpuCap, xdp: bool) ->
             s.unanswered,
             path.display()
         );
-        rate += s.requests_per_s;
-        p50 = p50.max(s.p50_ms);
-        p99 = p99.max(s.p99_ms);
+        r.per_s += s.requests_per_s;
+        r.p50_ms = r.p50_ms.max(s.p50_ms);
+        r.p99_ms = r.p99_ms.max(s.p99_ms);
+        r.answered += s.total_answered.values().sum::<u64>();
+        r.answered_with += s.total_answered.get(&result_code).copied().unwrap_or(0);
     }
+    ensure!(
+        r.answered > 0,
+        "the closed loop got no answer ({})",
+        dir.display()
+    );
+    Ok(r)
+}
+
+/// C of `xdp`'s arm: relayed requests per second of the closed loop, the agent's CPU
+/// time per request.
+fn measure_capacity(bins: &Bins, out: &Path, cap: &netlab::CpuCap, xdp: bool) -> Result<Capacity> {
+    let dir = run_dir_in(out, &format!("capacity-{}", arm_dir(xdp)))?;
+    let r = closed_run(bins, &dir, cap, xdp, false, 2001)?;
+    ensure!(
+        r.answered_with == r.answered,
+        "capacity: {} of {} answers not 2001 ({})",
+        r.answered - r.answered_with,
+        r.answered,
+        dir.display()
+    );
     Ok(Capacity {
         xdp,
-        requests_per_s: rate,
-        p50_ms: p50,
-        p99_ms: p99,
+        requests_per_s: r.per_s,
+        p50_ms: r.p50_ms,
+        p99_ms: r.p99_ms,
+        cpu_us_per_request: r.cpu_us / r.answered as f64,
     })
+}
+
+/// The CPU time of an answer from bytes in `xdp`'s arm: the closed loop with every
+/// request over its gateway's `reject` limit (answered 3002 by the agent).
+fn measure_answer_cost(
+    bins: &Bins,
+    out: &Path,
+    cap: &netlab::CpuCap,
+    c: &Capacity,
+) -> Result<AnswerCost> {
+    let dir = run_dir_in(out, &format!("answers-{}", arm_dir(c.xdp)))?;
+    let r = closed_run(bins, &dir, cap, c.xdp, true, 3002)?;
+    let per = r.cpu_us / r.answered as f64;
+    Ok(AnswerCost {
+        xdp: c.xdp,
+        answers_per_s: r.per_s,
+        rejected_fraction: r.answered_with as f64 / r.answered as f64,
+        cpu_us_per_answer: per,
+        of_relayed: per / c.cpu_us_per_request,
+    })
+}
+
+/// The CPU time of process `pid`, every thread (`/proc/PID/task/*/schedstat`), µs.
+fn cpu_us(pid: u32) -> Result<f64> {
+    let dir = format!("/proc/{pid}/task");
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(&dir).with_context(|| dir.clone())? {
+        let path = t?.path().join("schedstat");
+        // A thread that ended between the listing and the read took its time along.
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .with_context(|| format!("{}: {text:?}", path.display()))?;
+    }
+    Ok(ns as f64 / 1000.0)
+}
+
+fn arm_dir(xdp: bool) -> &'static str {
+    if xdp { "xdp" } else { "noxdp" }
 }
 
 /// Waits for every client to finish by itself (successfully), at most `patience`.
@@ -284,16 +391,13 @@ fn run_dir_in(out: &Path, name: &str) -> Result<PathBuf> {
 
 /// The gateways' scenario: sessions open when it begins (as many as the CCR-U and CCR-T of
 /// the whole run would use, with a fifth to spare: the terminations have sessions to close
-/// when the CCR-I are shed), a warm-up, then `per_class` requests/s of each of CCR-I,
-/// CCR-U and CCR-T per gateway.
+/// when the CCR-I are shed), then `per_class` requests/s of each of CCR-I, CCR-U and
+/// CCR-T per gateway.
 fn scenario(per_class: f64) -> String {
-    let open = (per_class * (WARM_S + LOAD_S) as f64 * 1.2).min(MAX_OPEN_SESSIONS) as u64;
+    let open = (per_class * LOAD_S as f64 * 1.2).min(MAX_OPEN_SESSIONS) as u64;
     format!(
         "destination_realm = \"pcrf.lab.example\"\nrequest_timeout_ms = {TIMEOUT_MS}\n\
          open_sessions = {open}\n\n\
-         [[phase]]\nname = \"warm\"\nduration_s = {WARM_S}\n\
-         rates = {{ gx_ccr_i = {WARM_PER_CLASS}, gx_ccr_u = {WARM_PER_CLASS}, \
-         gx_ccr_t = {WARM_PER_CLASS} }}\n\n\
          [[phase]]\nname = \"load\"\nduration_s = {LOAD_S}\n\
          rates = {{ gx_ccr_i = {per_class:.1}, gx_ccr_u = {per_class:.1}, \
          gx_ccr_t = {per_class:.1} }}\n"
@@ -312,7 +416,7 @@ fn run_level(
 ) -> Result<Level> {
     let name = format!(
         "{}-{}-{factor}x",
-        if xdp { "xdp" } else { "noxdp" },
+        arm_dir(xdp),
         if protection { "on" } else { "off" }
     );
     let dir = run_dir_in(out, &name)?;
@@ -320,7 +424,7 @@ fn run_level(
     let per_class = target / (3.0 * net::GATEWAYS.len() as f64);
     let scn = dir.join("scenario.toml");
     std::fs::write(&scn, scenario(per_class))?;
-    let mut agent = start_agent(bins, &dir, cap, xdp, protection)?;
+    let mut agent = start_agent(bins, &dir, cap, xdp, protection, false)?;
     let pid = agent.pid()?;
     let mut clients = Vec::new();
     for (i, a) in net::GATEWAYS.iter().enumerate() {
@@ -346,11 +450,13 @@ fn run_level(
         ));
     }
     let t0 = Instant::now();
-    // The agent's counters at the load's start and end, and its highest level between.
-    let load_start = t0 + Duration::from_secs(WARM_S);
-    let load_end = load_start + Duration::from_secs(LOAD_S);
+    // The agent's counters at the edges of the load's interior (as the gateways' rows
+    // are taken), and its highest level between.
+    let load_start = t0 + Duration::from_secs(SKIP_START_S as u64);
+    let load_end = t0 + Duration::from_secs(LOAD_S - SKIP_END_S as u64);
     wait_until(load_start, &mut agent)?;
     let before = net::SITE.scrape()?;
+    let cpu0 = cpu_us(pid)?;
     let mut max_level = 0u8;
     while Instant::now() < load_end {
         wait_until(
@@ -364,18 +470,22 @@ fn run_level(
             max_level = max_level.max(l as u8);
         }
     }
+    let cpu_us = cpu_us(pid)? - cpu0;
     let after = net::SITE.scrape()?;
     let rss_kb = rss_kb(pid)?;
     wait_all(
         &mut clients,
-        Duration::from_secs(LOAD_S + WARM_S + 30),
+        Duration::from_secs(LOAD_S + 30),
         &mut agent,
     )?;
     agent.stop()?;
     net::SITE.detach_left(bins, &name)?;
-    level_of(
+    let mut l = level_of(
         &dir, xdp, protection, factor, c, target, &before, &after, rss_kb, max_level,
-    )
+    )?;
+    let window_us = (LOAD_S as usize - SKIP_START_S - SKIP_END_S) as f64 * 1e6;
+    l.cpu_of_quota = cpu_us / (window_us * CAP.quota_us as f64 / CAP.period_us as f64);
+    Ok(l)
 }
 
 /// Sleeps until `t`, failing on Ctrl-C or when the agent exits.
@@ -441,23 +551,15 @@ fn level_of(
                 e[3] += cr.timeouts;
             }
         }
-        // CCR-T: the whole run's less the warm-up's (answered within it at its low rate):
-        // every termination of the load, its answers counted whenever they came.
-        let (mut warm_sent, mut warm_ok) = (0u64, 0u64);
-        for r in rows.iter().filter(|r| r.phase == "warm") {
-            if let Some(cr) = r.classes.get("gx_ccr_t") {
-                warm_sent += cr.sent;
-                warm_ok += cr.answered.get("2001").copied().unwrap_or(0);
-            }
-        }
         let spath = dir.join(format!("pgw{n}.json"));
         let stext = std::fs::read_to_string(&spath)
             .with_context(|| format!("the gateway's summary {}", spath.display()))?;
         let s: dra_report::client::Report =
             dra_report::parse(&stext, &spath.display().to_string())?;
         if let Some(t) = s.classes.get("gx_ccr_t") {
-            t_sent += t.sent.saturating_sub(warm_sent);
-            t_ok += t.answered_with(2001).saturating_sub(warm_ok);
+            // Every termination of the run, its answers counted whenever they came.
+            t_sent += t.sent;
+            t_ok += t.answered_with(2001);
         }
         for cs in s.classes.values().filter(|c| c.answered_total() > 0) {
             p50 = p50.max(cs.latency.p50_ms);
@@ -478,7 +580,7 @@ fn level_of(
             &[("action", "discard")],
         )
     };
-    let window_s = LOAD_S as f64;
+    let window_s = (LOAD_S as usize - SKIP_START_S - SKIP_END_S) as f64;
     let goodput = mean(1);
     Ok(Level {
         xdp,
@@ -498,6 +600,7 @@ fn level_of(
         p99_ms: p99,
         rss_kb,
         max_level,
+        cpu_of_quota: 0.0,
     })
 }
 
@@ -506,7 +609,7 @@ fn level_line(l: &Level) -> String {
     format!(
         "{} protection {}: {}× C: sent {:.0}/s{} goodput {:.0}/s ({:.2} C), 3004 {:.0}/s, \
          discarded {:.0}/s, timeouts {:.0}/s, CCR-T 2001 {}, p50/p99 {:.1}/{:.1} ms, RSS {} kB, \
-         level ≤ {}",
+         level ≤ {}, CPU {:.0} % of the quota",
         arm(l.xdp),
         if l.protection { "on" } else { "off" },
         l.factor,
@@ -529,7 +632,21 @@ fn level_line(l: &Level) -> String {
         l.p50_ms,
         l.p99_ms,
         l.rss_kb,
-        l.max_level
+        l.max_level,
+        l.cpu_of_quota * 100.0
+    )
+}
+
+fn cost_line(a: &AnswerCost, c: &Capacity) -> String {
+    format!(
+        "answers from bytes ({}): {:.0}/s closed loop, {:.1} % answered by the agent, \
+         {:.2} µs of its CPU per answer = {:.3} × a relayed request ({:.2} µs)",
+        arm(a.xdp),
+        a.answers_per_s,
+        a.rejected_fraction * 100.0,
+        a.cpu_us_per_answer,
+        a.of_relayed,
+        c.cpu_us_per_request
     )
 }
 
@@ -540,10 +657,15 @@ fn print_report(r: &OverloadReport) {
     );
     for c in &r.capacity {
         println!(
-            "  C ({}): {:.0} requests/s closed loop (4 × 25 in flight)",
+            "  C ({}): {:.0} requests/s closed loop (4 × 25 in flight), {:.2} µs of the \
+             agent's CPU per request",
             arm(c.xdp),
-            c.requests_per_s
+            c.requests_per_s,
+            c.cpu_us_per_request
         );
+        if let Some(a) = r.answer_cost.iter().find(|a| a.xdp == c.xdp) {
+            println!("  {}", cost_line(a, c));
+        }
     }
     for l in &r.levels {
         println!("  {}", level_line(l));
