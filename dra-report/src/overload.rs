@@ -145,7 +145,10 @@ pub fn judge(levels: &[Level], answer_cost: &[AnswerCost]) -> Vec<Goal> {
     let upto: Vec<&&Level> = on.iter().filter(|l| l.factor <= CCR_T_UP_TO).collect();
     push(
         "CCR-T answered 2001, protection on, XDP",
-        format!("≥ {:.0} % of those sent up to {CCR_T_UP_TO}×", CCR_T_MIN * 100.0),
+        format!(
+            "≥ {:.0} % of those sent up to {CCR_T_UP_TO}×",
+            CCR_T_MIN * 100.0
+        ),
         upto.iter()
             .map(|l| match l.ccr_t_2001_fraction {
                 Some(f) => format!("{}×: {:.2} %", l.factor, f * 100.0),
@@ -166,8 +169,7 @@ pub fn judge(levels: &[Level], answer_cost: &[AnswerCost]) -> Vec<Goal> {
                 on.iter()
                     .map(|l| format!("{}×: {:.1} ms", l.factor, l.p99_ms))
                     .collect(),
-                on.iter()
-                    .all(|l| l.p99_ms <= AT_MOST_TIMES_HALF * h.p99_ms),
+                on.iter().all(|l| l.p99_ms <= AT_MOST_TIMES_HALF * h.p99_ms),
             );
             push(
                 "agent RSS, protection on, XDP",
@@ -184,7 +186,12 @@ pub fn judge(levels: &[Level], answer_cost: &[AnswerCost]) -> Vec<Goal> {
                 "p99 of answered, protection on, XDP",
                 "agent RSS, protection on, XDP",
             ] {
-                push(name, "the 0.5× level to compare".into(), vec!["none".into()], false);
+                push(
+                    name,
+                    "the 0.5× level to compare".into(),
+                    vec!["none".into()],
+                    false,
+                );
             }
         }
     }
@@ -261,7 +268,11 @@ mod tests {
         levels[1].ccr_t_2001_fraction = Some(0.98);
         cost[0].of_relayed = 0.3;
         let g = judge(&levels, &cost);
-        let missed: Vec<&str> = g.iter().filter(|g| !g.met).map(|g| g.name.as_str()).collect();
+        let missed: Vec<&str> = g
+            .iter()
+            .filter(|g| !g.met)
+            .map(|g| g.name.as_str())
+            .collect();
         assert_eq!(
             missed,
             [

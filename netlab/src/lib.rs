@@ -259,7 +259,9 @@ pub struct CpuCap {
 impl CpuCap {
     /// Whether this machine has the controller ([`CPU_CGROUPS`]).
     pub fn available() -> bool {
-        std::path::Path::new(CPU_CGROUPS).join("cgroup.procs").exists()
+        std::path::Path::new(CPU_CGROUPS)
+            .join("cgroup.procs")
+            .exists()
     }
 
     /// Creates (or takes over) the group `name` under [`CPU_CGROUPS`] with this quota

@@ -43,10 +43,7 @@ const HOLD: Duration = Duration::from_secs(2);
 
 fn config(control: &std::path::Path) -> String {
     gw_dra_srv_config("")
-        .with(&format!(
-            "[overload]\nhold = \"{}s\"\n",
-            HOLD.as_secs()
-        ))
+        .with(&format!("[overload]\nhold = \"{}s\"\n", HOLD.as_secs()))
         .control(control)
         .to_string()
 }

@@ -195,8 +195,8 @@ impl Controller {
                         // The queue drains: wait for it rather than cut again.
                         a
                     } else {
-                        let error = (delay.as_secs_f64() - target.as_secs_f64())
-                            / target.as_secs_f64();
+                        let error =
+                            (delay.as_secs_f64() - target.as_secs_f64()) / target.as_secs_f64();
                         let cut = (GAIN * error).clamp(MIN_CUT, 0.5);
                         let next = a.min(served * HEADROOM) * (1.0 - cut);
                         if core > target {
