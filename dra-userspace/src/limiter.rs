@@ -28,6 +28,10 @@
 //! "all-or-nothing per packet" has no equivalent). An unknown source under
 //! `unknown_peer = "drop"` is the one case where messages are discarded.
 //!
+//! Before its limits every request is judged against the agent's overload control
+//! ([`ShedTable`], `crate::overload`; as `dra-ebpf/src/overload.rs` does in the kernel):
+//! a shed request charges no bucket and is marked to be answered 3004 or discarded.
+//!
 //! The DRL controller rewrites rates live with [`Limiter::set_rate`] (the slot keeps
 //! its TAT, as `Maps::set_rate` keeps the kernel's state).
 

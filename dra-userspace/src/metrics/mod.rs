@@ -71,6 +71,18 @@
 //!   and at each reload
 //! - `dra_unanswered_invariant_violations_total` (counter): requests that ended with no answer;
 //!   must stay 0
+//! - `dra_ready` (gauge): 1 once the agent is ready (listeners bound, an open connection in
+//!   every routed group or its startup wait over; docs/architecture.md §6), else 0
+//!
+//! ## Overload control (docs/architecture.md §13)
+//!
+//! - `dra_overload_level` (gauge): 0 nothing shed, 1 new sessions, 2 updates too, 3 more
+//!   (with hysteresis: falls after `[overload] hold`)
+//! - `dra_overload_delay_seconds` (gauge): how late the agent was in the last interval
+//! - `dra_overload_admit_rate` (gauge): requests/s the control admits (0 while it sheds
+//!   nothing)
+//! - `dra_overload_shed_total` (counter; `class`, `action`): requests shed, `answer`ed 3004
+//!   or `discard`ed, by the fast path and the readers together; set from their snapshots
 //!
 //! ## Session store (docs/architecture.md §9)
 //!
