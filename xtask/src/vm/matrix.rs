@@ -75,9 +75,10 @@ pub const APT_SUITES: &[(&str, &str)] = &[
 
 /// Debian 12's kernel, the one the README targets: `dra verify` and every privileged
 /// test that depends on the kernel — the fixture tables, the differential test, the
-/// real `dra run` with paced and coalesced limits (reject and drop), TC egress through
-/// clsact, the fast path's events and replanning, SCTP. Left to this machine (they test
-/// the agent, not the kernel, and would not fit the time): the DRL loop
+/// real `dra run` with paced and coalesced limits (reject and drop), the fast path's
+/// admissions against the GCRA model on the arrivals a packet tap recorded, TC egress
+/// through clsact, the fast path's events and replanning, SCTP. Left to this machine
+/// (they test the agent, not the kernel, and would not fit the time): the DRL loop
 /// (`netns_drl`), live reload (`netns_reload`), the systemd unit's capabilities
 /// (`netns_service`). `cargo xtask kernels debian12-6.1 --steps all` runs them all.
 const DEBIAN12: &[Step] = &[
@@ -91,6 +92,7 @@ const DEBIAN12: &[Step] = &[
     Step::Tests("fastpath_replan"),
     Step::Tests("netns_fastpath"),
     Step::Tests("netns_coalesced"),
+    Step::Tests("netns_replay"),
     Step::Tests("netns_events"),
     Step::Tests("netns_egress_only"),
     Step::Tests("tc_netns"),
