@@ -32,7 +32,7 @@ pub fn judge(class: MsgClass, drmp: u8, now: u64) -> Verdict {
         return Verdict::Admit;
     }
     // SAFETY: read-only copy of a plain value.
-    let own = match unsafe { CLASS_PRIORITY.get(&class) } {
+    let own = match unsafe { CLASS_PRIORITY.get(class) } {
         Some(c) => *c,
         None => ClassOverload {
             priority: cfg.default_priority,

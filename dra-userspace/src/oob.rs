@@ -123,10 +123,66 @@ pub struct OobStats {
 }
 
 struct Pending {
-    /// Per connection: (Hop-by-Hop, End-to-End, when read from the ring, mark bits).
-    by_conn: HashMap<FlowKey, Vec<(u32, u32, Instant, u8)>>,
+    /// Per connection, its marks by (Hop-by-Hop, End-to-End): a lookup per framed
+    /// request whatever the number waiting (under overload the fast path runs ahead of
+    /// the readers by seconds, and thousands of marks wait for their requests).
+    by_conn: HashMap<FlowKey, ConnMarks>,
     total: usize,
     last_prune: Instant,
+}
+
+/// The marks waiting for one connection's requests.
+#[derive(Default)]
+struct ConnMarks {
+    by_ids: HashMap<(u32, u32), Waiting>,
+    /// Marks waiting (a request marked again — a retransmission with the same ids —
+    /// counts twice).
+    len: usize,
+}
+
+/// A mark waiting for its request: when it was read from the ring (the first, if the
+/// same ids were marked more than once), its bits (the latest), how many.
+struct Waiting {
+    since: Instant,
+    bits: u8,
+    count: usize,
+}
+
+impl ConnMarks {
+    fn push(&mut self, ids: (u32, u32), at: Instant, bits: u8) {
+        let w = self.by_ids.entry(ids).or_insert(Waiting {
+            since: at,
+            bits,
+            count: 0,
+        });
+        w.bits = bits;
+        w.count += 1;
+        self.len += 1;
+    }
+
+    fn take(&mut self, ids: (u32, u32)) -> Option<u8> {
+        let w = self.by_ids.get_mut(&ids)?;
+        let bits = w.bits;
+        w.count -= 1;
+        if w.count == 0 {
+            self.by_ids.remove(&ids);
+        }
+        self.len -= 1;
+        Some(bits)
+    }
+
+    /// Drops the marks older than `max_age`; how many.
+    fn prune(&mut self, now: Instant, max_age: Duration) -> usize {
+        let before = self.len;
+        self.by_ids
+            .retain(|_, w| now.duration_since(w.since) <= max_age);
+        self.len = self.by_ids.values().map(|w| w.count).sum();
+        before - self.len
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        self.by_ids.values().map(|w| w.since).min()
+    }
 }
 
 /// The agent's side of the `OOB_MARKS` ring, shared by every connection's reader.
@@ -210,12 +266,11 @@ impl OobInbox {
         let now = Instant::now();
         let mut p = self.pending.lock().expect("oob table");
         for m in &got {
-            p.by_conn.entry(sctp_key(m.key)).or_default().push((
-                m.hop_by_hop,
-                m.end_to_end,
+            p.by_conn.entry(sctp_key(m.key)).or_default().push(
+                (m.hop_by_hop, m.end_to_end),
                 now,
                 mark_bits(m.bits),
-            ));
+            );
             p.total += 1;
         }
         self.received.fetch_add(got.len() as u64, Ordering::Relaxed);
@@ -229,22 +284,20 @@ impl OobInbox {
         p.last_prune = now;
         let mut dropped = 0usize;
         p.by_conn.retain(|_, v| {
-            let before = v.len();
-            v.retain(|(_, _, t, _)| now.duration_since(*t) <= MAX_AGE);
-            dropped += before - v.len();
-            !v.is_empty()
+            dropped += v.prune(now, MAX_AGE);
+            v.len > 0
         });
         // Still too many: drop whole connections' marks, oldest first.
         while p.total - dropped > MAX_PENDING {
             let Some(k) = p
                 .by_conn
                 .iter()
-                .min_by_key(|(_, v)| v.first().map(|e| e.2))
+                .min_by_key(|(_, v)| v.oldest())
                 .map(|(k, _)| *k)
             else {
                 break;
             };
-            dropped += p.by_conn.remove(&k).map_or(0, |v| v.len());
+            dropped += p.by_conn.remove(&k).map_or(0, |v| v.len);
         }
         p.total -= dropped;
         self.expired.fetch_add(dropped as u64, Ordering::Relaxed);
@@ -264,11 +317,8 @@ impl OobInbox {
         }
         let mut p = self.pending.lock().expect("oob table");
         let v = p.by_conn.get_mut(key)?;
-        let i = v
-            .iter()
-            .position(|(h, e, _, _)| *h == hop_by_hop && *e == end_to_end)?;
-        let bits = v.swap_remove(i).3;
-        if v.is_empty() {
+        let bits = v.take((hop_by_hop, end_to_end))?;
+        if v.len == 0 {
             p.by_conn.remove(key);
         }
         p.total -= 1;
@@ -307,8 +357,8 @@ impl OobInbox {
         }
         let mut p = self.pending.lock().expect("oob table");
         if let Some(v) = p.by_conn.remove(key) {
-            p.total -= v.len();
-            self.expired.fetch_add(v.len() as u64, Ordering::Relaxed);
+            p.total -= v.len;
+            self.expired.fetch_add(v.len as u64, Ordering::Relaxed);
         }
         self.waiting.store(p.total, Ordering::Relaxed);
     }
@@ -349,5 +399,32 @@ mod tests {
         assert_eq!(v6.proto, 0x86);
         assert_eq!(v6.saddr[0], u32::from_ne_bytes([0x20, 0x01, 0x0d, 0xb8]));
         assert_eq!(v6.saddr[3], u32::from_ne_bytes([0, 0, 0, 2]));
+    }
+
+    #[test]
+    fn a_connections_marks_are_taken_by_their_ids_once_each() {
+        let t0 = Instant::now();
+        let mut m = ConnMarks::default();
+        for h in 0..10_000u32 {
+            m.push((h, h + 1), t0, 0x01);
+        }
+        // The same request marked twice (a retransmission with the same ids).
+        m.push((7, 8), t0, 0x04);
+        assert_eq!(m.len, 10_001);
+        assert_eq!(m.take((7, 8)), Some(0x04));
+        assert_eq!(m.take((7, 8)), Some(0x04));
+        assert_eq!(m.take((7, 8)), None);
+        // Ids of a request that was never marked, or of another's End-to-End.
+        assert_eq!(m.take((10_000, 10_001)), None);
+        assert_eq!(m.take((9, 9)), None);
+        assert_eq!(m.take((9_999, 10_000)), Some(0x01));
+        assert_eq!(m.len, 9_998);
+        // Pruning by age: the old marks go, the young stay.
+        let later = t0 + MAX_AGE + Duration::from_secs(1);
+        m.push((1, 1), later, 0x02);
+        assert_eq!(m.prune(later, MAX_AGE), 9_998);
+        assert_eq!((m.len, m.oldest()), (1, Some(later)));
+        assert_eq!(m.take((1, 1)), Some(0x02));
+        assert_eq!(m.len, 0);
     }
 }
