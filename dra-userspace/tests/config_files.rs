@@ -214,6 +214,12 @@ fn examples_in_the_config_reference_are_valid() {
         .map(|rest| rest.split("```").next().unwrap())
         .collect();
     assert!(!blocks.is_empty(), "docs/config.md has no toml example");
+    // A block without `[global]` is one section of a config: it is checked as part of
+    // the first complete example (which must not have that section already).
+    let base = blocks
+        .iter()
+        .find(|b| b.contains("[global]") && !b.contains("/etc/dra/tls/"))
+        .expect("docs/config.md has a complete toml example");
     for (i, block) in blocks.iter().enumerate() {
         // TLS examples name certificate files: dra-tools/tests/config_tls.rs checks them
         // with certificates it makes at those names.
@@ -221,7 +227,12 @@ fn examples_in_the_config_reference_are_valid() {
             continue;
         }
         let name = format!("docs/config.md example {}", i + 1);
-        let cfg = config::parse(block, &name).unwrap_or_else(|e| panic!("{e}"));
+        let text = if block.contains("[global]") {
+            block.to_string()
+        } else {
+            format!("{base}\n{block}")
+        };
+        let cfg = config::parse(&text, &name).unwrap_or_else(|e| panic!("{e}"));
         assert!(!cfg.peers.is_empty());
     }
 }
