@@ -412,7 +412,10 @@ mod tests {
             .filter(|b| b.in_all)
             .map(|b| b.name)
             .collect();
-        assert_eq!(in_all, ["xdp", "relay", "storm", "flood", "ha", "doic"]);
+        assert_eq!(
+            in_all,
+            ["xdp", "relay", "storm", "flood", "overload", "ha", "doic"]
+        );
         for a in [&[][..], &["all"][..]] {
             let (v, full) = selected(a);
             assert!(full);
