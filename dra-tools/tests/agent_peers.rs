@@ -41,6 +41,19 @@ async fn cer_cea_and_dwr_dwa_both_directions() {
     lab.agent.shutdown().await;
 }
 
+/// Once `shutdown` returns the agent's listening socket is closed: its address can be
+/// bound at once, as an agent started next in the same process does. (On this
+/// current-thread runtime nothing else runs between the return and the bind.)
+#[tokio::test]
+async fn shutdown_returns_with_the_listener_closed() {
+    let lab = Lab::start(1, 0, None, "", None).await;
+    let addr = lab.addr();
+    lab.agent.shutdown().await;
+    if let Err(e) = std::net::TcpListener::bind(addr) {
+        panic!("{addr} still taken after shutdown: {e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_origin_host_gets_cea_3010() {
     let lab = Lab::start(1, 0, None, "", None).await;

@@ -372,17 +372,21 @@ impl AgentHandle {
     }
 
     /// Sends DPR on every open connection, waits for the DPAs (bounded by
-    /// [`AgentOptions::shutdown_grace`]) and stops.
+    /// [`AgentOptions::shutdown_grace`]) and stops; returns once every task has ended,
+    /// so its sockets are closed (an agent started next in the same process can bind
+    /// the same addresses).
     pub async fn shutdown(mut self) {
         let (tx, rx) = oneshot::channel();
         if self.ctl.send(Ctl::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;
         }
-        for t in self.tasks.drain(..) {
+        let tasks = self.tasks.drain(..);
+        let listeners = self.listeners.drain(..).map(|(_, _, t)| t);
+        for t in tasks.chain(listeners).collect::<Vec<_>>() {
             t.abort();
-        }
-        for (_, _, t) in self.listeners.drain(..) {
-            t.abort();
+            // A cancelled task's future (and the sockets it owns) is dropped by the
+            // runtime later; its handle resolves once that happened.
+            let _ = t.await;
         }
     }
 }
