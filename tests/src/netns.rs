@@ -33,4 +33,17 @@ impl GwDraSrv {
             server,
         }
     }
+
+    /// Full checksums on the gateway's link: computed by the gateway's stack (no TX
+    /// offload) and verified by the agent's on receive, so that a wrong incremental
+    /// checksum update by the fast path stalls the connection instead of passing
+    /// unnoticed (and SCTP's CRC32c is computed, not offloaded).
+    pub fn full_checksums(&self) {
+        self.gw
+            .exec(&["ethtool", "-K", &self.client.a_if, "tx", "off"])
+            .unwrap();
+        self.dra
+            .exec(&["ethtool", "-K", &self.client.b_if, "rx", "off"])
+            .unwrap();
+    }
 }

@@ -77,14 +77,7 @@ struct Lab {
 impl Lab {
     fn new() -> Lab {
         let net = GwDraSrv::new("c", 1, 2);
-        // Full checksums on the wire, verified on receive: a wrong incremental update
-        // of a marked segment would stall the connection, not pass unnoticed.
-        net.gw
-            .exec(&["ethtool", "-K", &net.client.a_if, "tx", "off"])
-            .unwrap();
-        net.dra
-            .exec(&["ethtool", "-K", &net.client.b_if, "rx", "off"])
-            .unwrap();
+        net.full_checksums();
         let tmp = TempDir::new("dra-coal-");
         let pins = Pins::new("dra-coal-");
         Lab { net, tmp, pins }

@@ -1094,13 +1094,7 @@ struct Lab {
 impl Lab {
     fn new() -> Lab {
         let net = GwDraSrv::new("r", 1, 2);
-        // As netns_coalesced: full checksums on the wire, verified on receive.
-        net.gw
-            .exec(&["ethtool", "-K", &net.client.a_if, "tx", "off"])
-            .unwrap();
-        net.dra
-            .exec(&["ethtool", "-K", &net.client.b_if, "rx", "off"])
-            .unwrap();
+        net.full_checksums();
         Lab {
             net,
             tmp: TempDir::new("dra-replay-"),

@@ -138,13 +138,7 @@ impl Lab {
             ],
         )
         .unwrap();
-        // Full checksums on the wire (SCTP's CRC32c computed, not offloaded).
-        net.gw
-            .exec(&["ethtool", "-K", &net.client.a_if, "tx", "off"])
-            .unwrap();
-        net.dra
-            .exec(&["ethtool", "-K", &net.client.b_if, "rx", "off"])
-            .unwrap();
+        net.full_checksums();
         // Path failure found in about a second (defaults: 5 retransmissions, RTO up
         // to 60 s, heartbeats every 30 s).
         for ns in [&net.gw, &net.dra, &net.srv] {
