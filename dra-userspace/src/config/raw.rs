@@ -96,6 +96,7 @@ pub(super) struct RawOverload {
     pub target_delay: Option<S<String>>,
     pub answer_ratio: Option<S<f64>>,
     pub hold: Option<S<String>>,
+    pub escalate: Option<S<String>>,
     pub levels: Option<S<Vec<S<i64>>>>,
     pub default_priority: Option<S<i64>>,
     pub priority: Option<S<std::collections::BTreeMap<S<String>, S<i64>>>>,

@@ -18,7 +18,8 @@ use super::{Counts, PRIORITIES, ShedPlan};
 
 /// How often the controller looks.
 pub const INTERVAL: Duration = Duration::from_millis(100);
-/// The first cut: the admitted rate becomes this share of what the agent got done.
+/// The first cut: the admitted rate becomes this share of the most the agent got done
+/// per interval over the last [`RECENT`] intervals.
 const CUT: f64 = 0.9;
 /// Above the target delay (and not draining) the admitted rate is cut by `GAIN` ×
 /// (delay − target) / target, at least by [`MIN_CUT`], at most by half.
@@ -41,6 +42,9 @@ const MIN_ADMIT: f64 = 10.0;
 const READER_FLOOR: f64 = 0.5;
 /// Shares below this are not shed (and do not count for the level).
 const MIN_SHARE: f64 = 0.001;
+/// The first cut starts from the most the agent routed per second over this many
+/// intervals (one late interval — a stall — is not its capacity).
+const RECENT: usize = 10;
 
 /// The controller's settings (`[overload]`, docs/config.md).
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +57,10 @@ pub struct Settings {
     /// A level falls only after this long at a lower one; shedding stops after this long
     /// with everything admitted.
     pub hold: Duration,
+    /// Level 2 is reached only after the delay has stayed above the target this long,
+    /// level 3 after twice this long: a stall sheds new sessions, never sessions in
+    /// progress.
+    pub escalate: Duration,
     /// Level 1 sheds only priorities at or below (numerically ≥) `levels[0]`, level 2
     /// down to `levels[1]`, level 3 anything higher.
     pub levels: [u8; 2],
@@ -64,6 +72,7 @@ impl Default for Settings {
             target: Duration::from_millis(20),
             answer_ratio: 0.5,
             hold: Duration::from_secs(2),
+            escalate: Duration::from_secs(1),
             levels: [10, 6],
         }
     }
@@ -106,6 +115,10 @@ pub struct Controller {
     calm_since: Option<Duration>,
     /// The most the agent routed per second while shedding (the increase's step).
     peak: f64,
+    /// Routed per second in the last [`RECENT`] intervals.
+    recent: std::collections::VecDeque<f64>,
+    /// Since when the delay has been above the target (without a break).
+    late_since: Option<Duration>,
 }
 
 impl Controller {
@@ -122,6 +135,8 @@ impl Controller {
             lower_since: None,
             calm_since: None,
             peak: 0.0,
+            recent: std::collections::VecDeque::with_capacity(RECENT),
+            late_since: None,
         }
     }
 
@@ -179,11 +194,29 @@ impl Controller {
             std::array::from_fn(|p| judged[p].saturating_sub(j0[p]) as f64 / dt);
         let total: f64 = offered.iter().sum();
         let served = routed.saturating_sub(r0) as f64 / dt;
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(served);
         let target = self.s.target;
+        let late_for = if delay > target {
+            now.saturating_sub(*self.late_since.get_or_insert(now))
+        } else {
+            self.late_since = None;
+            Duration::ZERO
+        };
+        // What the plan may not shed yet (levels not reached): cutting the admitted rate
+        // below it would only wind the controller up.
+        let allowed = self.allowed_level(late_for);
+        let protected: f64 = (0..PRIORITIES)
+            .filter(|&p| level_of_priority(p, self.s.levels) > allowed)
+            .map(|p| offered[p])
+            .sum();
         match self.admit {
             None if delay > target => {
-                self.admit = Some((served * CUT).max(MIN_ADMIT));
-                self.peak = served;
+                let recent = self.recent.iter().copied().fold(0.0, f64::max);
+                self.admit = Some((recent * CUT).max(MIN_ADMIT).max(protected));
+                self.peak = recent;
                 self.calm_since = None;
             }
             None => {}
@@ -208,7 +241,7 @@ impl Controller {
                 } else {
                     a + STEP * self.peak
                 };
-                let next = next.max(MIN_ADMIT);
+                let next = next.max(MIN_ADMIT).max(protected);
                 if delay <= target && next >= total {
                     // Everything offered fits: after `hold` of that, stop shedding.
                     let since = *self.calm_since.get_or_insert(now);
@@ -229,7 +262,18 @@ impl Controller {
         self.prev_delay = delay;
         let plan = match self.admit {
             None => ShedPlan::NONE,
-            Some(a) => plan_for(a, &offered, self.s.answer_ratio),
+            Some(a) => {
+                let mut plan = plan_for(a, &offered, self.s.answer_ratio);
+                for (p, share) in plan.shares.iter_mut().enumerate() {
+                    if level_of_priority(p, self.s.levels) > allowed {
+                        *share = 0.0;
+                    }
+                }
+                if !plan.is_active() {
+                    plan.answer_rate = 0.0;
+                }
+                plan
+            }
         };
         let changed = plan != self.plan;
         self.plan = plan;
@@ -241,6 +285,18 @@ impl Controller {
             admit: self.admit,
             offered: total,
             routed: served,
+        }
+    }
+
+    /// The highest level the plan may reach after `late_for` of sustained lateness
+    /// ([`Settings::escalate`]).
+    fn allowed_level(&self, late_for: Duration) -> u8 {
+        if late_for >= self.s.escalate * 2 {
+            3
+        } else if late_for >= self.s.escalate {
+            2
+        } else {
+            1
         }
     }
 
@@ -291,12 +347,18 @@ pub fn plan_for(admit: f64, offered: &[f64; PRIORITIES], answer_ratio: f64) -> S
 
 /// The level a plan stands for: 0 nothing shed; else by the highest priority shed.
 pub fn level_of(plan: &ShedPlan, levels: [u8; 2]) -> u8 {
-    let Some(top) = plan.shares.iter().position(|s| *s >= MIN_SHARE) else {
-        return 0;
-    };
-    if top >= usize::from(levels[0]) {
+    match plan.shares.iter().position(|s| *s >= MIN_SHARE) {
+        None => 0,
+        Some(top) => level_of_priority(top, levels),
+    }
+}
+
+/// The level at which priority `p` is shed: 1 for `levels[0]` and lower priorities, 2
+/// down to `levels[1]`, 3 above.
+fn level_of_priority(p: usize, levels: [u8; 2]) -> u8 {
+    if p >= usize::from(levels[0]) {
         1
-    } else if top >= usize::from(levels[1]) {
+    } else if p >= usize::from(levels[1]) {
         2
     } else {
         3
@@ -308,6 +370,14 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// The defaults, every level reachable at once (the control law alone).
+    fn at_once() -> Settings {
+        Settings {
+            escalate: Duration::ZERO,
+            ..Settings::default()
+        }
+    }
 
     /// Offered per priority per second: new sessions (12), updates (8), terminations (4).
     fn offered(i: f64, u: f64, t: f64) -> [f64; PRIORITIES] {
@@ -344,7 +414,7 @@ mod tests {
     /// once the delay is low it grows back, never past what the agent gets done.
     #[test]
     fn a_standing_queue_cuts_the_admitted_rate_and_a_draining_one_holds_it() {
-        let mut c = Controller::new(Settings::default());
+        let mut c = Controller::new(at_once());
         let mut judged = [0u64; PRIORITIES];
         let mut routed = 0u64;
         let mut now = Duration::ZERO;
@@ -385,7 +455,7 @@ mod tests {
     /// cut no lower than half the most the agent routed.
     #[test]
     fn a_late_reader_alone_does_not_cut_the_admitted_rate_below_half_the_peak() {
-        let mut c = Controller::new(Settings::default());
+        let mut c = Controller::new(at_once());
         let mut judged = [0u64; PRIORITIES];
         let (mut routed, mut now) = (0u64, Duration::ZERO);
         let mut step = |c: &mut Controller, age: Duration, behind: Duration, got: u64| {
@@ -417,7 +487,7 @@ mod tests {
     fn levels_fall_back_with_hysteresis_when_the_load_ends() {
         let s = Settings {
             hold: Duration::from_millis(500),
-            ..Settings::default()
+            ..at_once()
         };
         let mut c = Controller::new(s);
         let mut judged = [0u64; PRIORITIES];
@@ -449,5 +519,52 @@ mod tests {
         assert_eq!(changes, [(5, (3, 0))]);
         let off = active_at.iter().position(|a| !a).expect("shedding stops");
         assert!((4..=6).contains(&off), "{active_at:?}");
+    }
+
+    /// Late for one interval (a stall), the plan sheds new sessions only, from the most
+    /// the agent routed in the last second; updates only after `escalate` of sustained
+    /// lateness, terminations after twice that; and never cuts the admitted rate below
+    /// what it may not shed yet.
+    #[test]
+    fn levels_above_one_need_sustained_lateness() {
+        let mut c = Controller::new(Settings::default());
+        let mut judged = [0u64; PRIORITIES];
+        let (mut routed, mut now) = (0u64, Duration::ZERO);
+        let mut step = |c: &mut Controller, age: Duration, got: u64| {
+            now += INTERVAL;
+            for p in [4, 8, 12] {
+                judged[p] += 100;
+            }
+            routed += got;
+            c.observe(age);
+            c.tick(now, routed, judged)
+        };
+        for _ in 0..5 {
+            assert!(step(&mut c, MS, 300).admit.is_none());
+        }
+        // A stall: 10 routed in the interval, the youngest message 300 ms old.
+        let t = step(&mut c, 300 * MS, 10);
+        // 0.9 × 3,000/s (the last second's most), not 0.9 × 100/s: 30 % of the new
+        // sessions shed, nothing else.
+        assert_eq!(t.admit, Some(2_700.0));
+        assert_eq!(t.level_change, Some((0, 1)));
+        let p = t.plan.expect("a plan");
+        assert!((p.shares[12] - 0.3).abs() < 1e-9, "{p:?}");
+        assert_eq!((p.shares[4], p.shares[8]), (0.0, 0.0));
+        // Still late, the agent getting little done: the cut stops at what it may not
+        // shed yet (the updates and terminations, 2,000/s); every new session goes.
+        let t = step(&mut c, 300 * MS, 10);
+        assert_eq!(t.admit, Some(2_000.0));
+        let p = t.plan.expect("a plan");
+        assert_eq!((p.shares[4], p.shares[8], p.shares[12]), (0.0, 0.0, 1.0));
+        let mut levels = vec![(1, 1)];
+        for k in 3..=25 {
+            let t = step(&mut c, 300 * MS, 10);
+            if let Some((_, to)) = t.level_change {
+                levels.push((k, to));
+            }
+        }
+        // Late since the stall (step 1): level 2 one second on, 3 two seconds on.
+        assert_eq!(levels, [(1, 1), (11, 2), (21, 3)]);
     }
 }

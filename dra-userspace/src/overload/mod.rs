@@ -7,11 +7,12 @@
 //!   when the core takes it (stamped when its bytes were read), the smallest over each
 //!   100 ms interval (a standing queue, not a burst), and the kernel's queue before the
 //!   readers in time at the rate they read.
-//! - **Control**: when the delay first passes the target the agent admits (routes) what
-//!   it got done in the interval, less a tenth, and keeps cutting (in proportion to how
-//!   far past the target) while the queue does not drain (only half-way down from the
-//!   most it routed while only the readers are late); at or below the target the
-//!   admitted rate grows additively, until everything offered fits again.
+//! - **Control**: when the delay first passes the target the agent admits (routes) the
+//!   most it got done per interval over the last second, less a tenth, and keeps
+//!   cutting (in proportion to how far past the target) while the queue does not drain
+//!   (only half-way down from the most it routed while only the readers are late); at
+//!   or below the target the admitted rate grows additively, until everything offered
+//!   fits again.
 //! - **Priority**: the admitted rate goes to the requests of the highest priority first
 //!   (RFC 7944's scale: 0 the highest, 15 the lowest; a request's DRMP AVP, else its
 //!   class's: terminations 4, updates 8, new sessions 12 by default). What does not fit
@@ -24,7 +25,8 @@
 //!   once; beyond it, the reader discards it unread (the gateway's own timer decides).
 //! - **Levels** (operators, alerts, the log): 0 nothing shed; 1 only priorities at or
 //!   below `levels[0]` (new sessions); 2 down to `levels[1]` (updates); 3 more (terminations).
-//!   A level rises at once and falls after `hold` at a lower one.
+//!   Level 1 may be reached at once, level 2 after `escalate` of sustained lateness, level
+//!   3 after twice that; a level falls after `hold` at a lower one.
 
 pub mod controller;
 pub mod table;

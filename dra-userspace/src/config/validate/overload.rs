@@ -62,6 +62,12 @@ pub(in crate::config) fn overload(e: &mut Errors<'_>, raw: &RawConfig) -> Overlo
     {
         e.at(&v.span(), "hold must be at most 600s");
     }
+    let escalate = duration(e, "escalate", &o.escalate, defaults.escalate);
+    if let Some(v) = &o.escalate
+        && escalate > Duration::from_secs(60)
+    {
+        e.at(&v.span(), "escalate must be at most 60s");
+    }
     let answer_ratio = match &o.answer_ratio {
         None => defaults.answer_ratio,
         Some(v) => {
@@ -141,6 +147,7 @@ pub(in crate::config) fn overload(e: &mut Errors<'_>, raw: &RawConfig) -> Overlo
             target,
             answer_ratio,
             hold,
+            escalate,
             levels,
         },
         priorities,
