@@ -7,6 +7,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dra::config::{Checked, Setup};
 use dra::dataplane::{self, AttachMode, Dataplane, Maps};
 
+/// mimalloc: the relay allocates and frees small buffers for every message; with glibc
+/// malloc its bin consolidation took a third of a capped agent's samples under load.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "dra",

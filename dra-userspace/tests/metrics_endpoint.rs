@@ -284,6 +284,39 @@ fn counters(seen: u64, admitted: u64, marked: u64, dropped: u64, bytes: u64) -> 
 
 // ---- tests ------------------------------------------------------------------------
 
+/// A peer's series handles count into the very series the setters do: the totals are
+/// the sum of both, one series per label set, and nothing exists before its first count.
+#[test]
+fn peer_series_handles_count_into_the_setters_series() {
+    let m = Metrics::new();
+    let server = start(&m);
+    let mut pgw1 = m.peer_series("pgw1");
+    let mut pcrf1 = m.peer_series("pcrf1");
+    let e = scrape(server.local_addr());
+    assert!(e.series("dra_requests_total").is_empty());
+    for _ in 0..4 {
+        pgw1.inc_request(&m, Direction::In);
+        pcrf1.inc_request(&m, Direction::Out);
+        pgw1.inc_answer(&m, 2001);
+    }
+    m.inc_request("pgw1", Direction::In);
+    m.inc_answer("pgw1", 2001);
+    pgw1.inc_answer(&m, 3004);
+    pgw1.inc_answer(&m, 3004);
+    pcrf1.observe_answer_latency(&m, Duration::from_millis(3));
+    m.observe_answer_latency("pcrf1", Duration::from_millis(30));
+    let e = scrape(server.local_addr());
+    e.assert_samples(&[
+        r#"dra_requests_total{peer="pgw1",direction="in"} 5"#,
+        r#"dra_requests_total{peer="pcrf1",direction="out"} 4"#,
+        r#"dra_answers_total{peer="pgw1",result_code="2001"} 5"#,
+        r#"dra_answers_total{peer="pgw1",result_code="3004"} 2"#,
+        r#"dra_answer_latency_seconds_count{peer="pcrf1"} 2"#,
+    ]);
+    assert_eq!(e.series("dra_requests_total").len(), 2);
+    assert_eq!(e.series("dra_answers_total").len(), 2);
+}
+
 #[test]
 fn scrape_shows_the_state_that_was_set_with_types_labels_and_values() {
     let m = Metrics::new();

@@ -134,4 +134,4 @@ pub use labels::{
     CLASS_ALL, CLASS_OTHER, Direction, FastPathState, PeerState, class_label, parse_class_label,
     reason_label,
 };
-pub use registry::{LATENCY_BUCKETS, Metrics};
+pub use registry::{LATENCY_BUCKETS, Metrics, PeerSeries};

@@ -26,6 +26,73 @@ use super::{
 };
 use crate::{control::ThrottleEvent, transport::tls::Refusal};
 
+/// One peer's per-message series (requests in and out, answers per Result-Code, answer
+/// latency) as handles: a message costs an atomic add, not a label set built and looked
+/// up under the family's lock. A series is created on its first count, as through
+/// [`Metrics::inc_request`] and its siblings, and counts into the same family.
+#[derive(Clone, Debug)]
+pub struct PeerSeries {
+    peer: String,
+    /// In, out.
+    requests: [Option<Counter>; 2],
+    latency: Option<Histogram>,
+    /// Per Result-Code seen so far (a handful per peer).
+    answers: Vec<(u32, Counter)>,
+}
+
+impl PeerSeries {
+    /// As [`Metrics::inc_request`].
+    pub fn inc_request(&mut self, m: &Metrics, direction: Direction) {
+        let i = match direction {
+            Direction::In => 0,
+            Direction::Out => 1,
+        };
+        self.requests[i]
+            .get_or_insert_with(|| {
+                m.inner
+                    .requests
+                    .get_or_create(&PeerDirectionLabels {
+                        peer: self.peer.clone(),
+                        direction: direction.name(),
+                    })
+                    .clone()
+            })
+            .inc();
+    }
+
+    /// As [`Metrics::inc_answer`].
+    pub fn inc_answer(&mut self, m: &Metrics, result_code: u32) {
+        if let Some((_, c)) = self.answers.iter().find(|(rc, _)| *rc == result_code) {
+            c.inc();
+            return;
+        }
+        let c = m
+            .inner
+            .answers
+            .get_or_create(&PeerResultLabels {
+                peer: self.peer.clone(),
+                result_code,
+            })
+            .clone();
+        c.inc();
+        self.answers.push((result_code, c));
+    }
+
+    /// As [`Metrics::observe_answer_latency`].
+    pub fn observe_answer_latency(&mut self, m: &Metrics, latency: Duration) {
+        self.latency
+            .get_or_insert_with(|| {
+                m.inner
+                    .answer_latency
+                    .get_or_create(&PeerLabels {
+                        peer: self.peer.clone(),
+                    })
+                    .clone()
+            })
+            .observe(latency.as_secs_f64());
+    }
+}
+
 /// Upper bounds (seconds) of the answer-latency buckets: 1-2.5-5 steps from 100 µs to
 /// 10 s (a `+Inf` bucket is added by the encoder).
 pub const LATENCY_BUCKETS: [f64; 16] = [
@@ -772,6 +839,17 @@ impl Metrics {
                 group: group.to_string(),
             })
             .set(gauge_value(depth));
+    }
+
+    /// `peer`'s per-message series, each resolved on its first use and then counted
+    /// through its handle (see [`PeerSeries`]).
+    pub fn peer_series(&self, peer: &str) -> PeerSeries {
+        PeerSeries {
+            peer: peer.to_owned(),
+            requests: [None, None],
+            latency: None,
+            answers: Vec::new(),
+        }
     }
 
     /// Observes the time from forwarding a request to `peer` until its answer.

@@ -97,7 +97,7 @@ impl Core {
                 .result_code()
                 .or_else(|| ans.experimental_result().map(|(_, c)| c))
                 .unwrap_or(0);
-            self.metrics.inc_answer(&self.cfg.peers[p.0].name, rc);
+            series(&mut self.slots, &self.cfg, &self.metrics, p).inc_answer(&self.metrics, rc);
         }
     }
 
@@ -106,8 +106,8 @@ impl Core {
     pub(super) fn on_request(&mut self, now: Duration, conn: ConnId, from: PeerId, req: Message) {
         self.stats.requests_in += 1;
         self.slots[from.0].requests_in += 1;
-        let from_name = &self.cfg.peers[from.0].name;
-        self.metrics.inc_request(from_name, metrics::Direction::In);
+        series(&mut self.slots, &self.cfg, &self.metrics, from)
+            .inc_request(&self.metrics, metrics::Direction::In);
         // Counted for DOIC before anything answers it (marked requests too).
         self.doic.on_request(from.0, &req);
         self.announces[from.0] = req
@@ -405,17 +405,21 @@ impl Core {
                     self.reply(d.to.conn_id, &d.answer);
                 }
                 Output::Latency { peer, took } => {
-                    self.metrics
-                        .observe_answer_latency(&self.cfg.peers[peer.0].name, took);
+                    series(&mut self.slots, &self.cfg, &self.metrics, peer)
+                        .observe_answer_latency(&self.metrics, took);
                     self.peers
                         .set_pending(peer, self.pipeline.outstanding(peer));
                 }
             }
         }
+        self.queue_depths.resize(self.cfg.peer_groups.len(), None);
         for g in 0..self.cfg.peer_groups.len() {
             let depth = self.pipeline.queue_len(GroupId(g)) as u64;
-            self.metrics
-                .set_queue_depth(&self.cfg.peer_groups[g].name, depth);
+            if self.queue_depths[g] != Some(depth) {
+                self.queue_depths[g] = Some(depth);
+                self.metrics
+                    .set_queue_depth(&self.cfg.peer_groups[g].name, depth);
+            }
         }
     }
 
@@ -445,8 +449,8 @@ impl Core {
         };
         if self.write_bytes(conn, bytes) {
             self.slots[to.0].requests_out += 1;
-            self.metrics
-                .inc_request(&self.cfg.peers[to.0].name, metrics::Direction::Out);
+            series(&mut self.slots, &self.cfg, &self.metrics, to)
+                .inc_request(&self.metrics, metrics::Direction::Out);
         }
     }
 

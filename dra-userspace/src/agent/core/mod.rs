@@ -88,6 +88,20 @@ struct Slot {
     rate_out: f64,
     last_in: u64,
     last_out: u64,
+    /// Its per-message metric series (resolved on first use).
+    series: Option<metrics::PeerSeries>,
+}
+
+/// Peer `p`'s per-message metric series.
+fn series<'a>(
+    slots: &'a mut [Slot],
+    cfg: &Config,
+    metrics: &Metrics,
+    p: PeerId,
+) -> &'a mut metrics::PeerSeries {
+    slots[p.0]
+        .series
+        .get_or_insert_with(|| metrics.peer_series(&cfg.peers[p.0].name))
 }
 
 pub(super) struct Core {
@@ -126,6 +140,8 @@ pub(super) struct Core {
     reactor: crate::doic::Reactor,
     /// Per peer: its latest request carried OC-Supported-Features (`react`).
     announces: Vec<bool>,
+    /// Per peer group: the egress queue depth last published.
+    queue_depths: Vec<Option<u64>>,
     own_cpu: super::load::OwnCpu,
     stats: AgentStats,
     reported_violations: u64,
@@ -241,6 +257,7 @@ impl Core {
             doic: super::doic::reporter(&cfg, super::doic::sequence_base()),
             reactor: crate::doic::Reactor::new(),
             announces: vec![false; cfg.peers.len()],
+            queue_depths: Vec::new(),
             own_cpu: super::load::OwnCpu::new(),
             stats: AgentStats::default(),
             reported_violations: 0,

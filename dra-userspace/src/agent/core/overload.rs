@@ -313,8 +313,8 @@ impl Core {
         }
         self.stats.requests_in += 1;
         self.slots[from.0].requests_in += 1;
-        let from_name = &self.cfg.peers[from.0].name;
-        self.metrics.inc_request(from_name, metrics::Direction::In);
+        series(&mut self.slots, &self.cfg, &self.metrics, from)
+            .inc_request(&self.metrics, metrics::Direction::In);
         // Counted for DOIC, its announcement remembered, as for every request.
         let caps = raw::find(&frame, crate::diameter::avp_code::OC_SUPPORTED_FEATURES)
             .and_then(|a| a.decode())
